@@ -1,0 +1,17 @@
+#pragma once
+// One function per subcommand registers it on the root app. Callbacks only translate flags into a
+// library call and store the library's exit code in `*exit_code`; no logic lives in apps/.
+
+#include <CLI/CLI.hpp>
+
+namespace dstrain::app {
+
+void set_launch_command(CLI::App& root, int* exit_code);
+void set_train_command(CLI::App& root, int* exit_code);
+void set_resume_command(CLI::App& root, int* exit_code);
+void set_export_command(CLI::App& root, int* exit_code);
+void set_estimate_command(CLI::App& root, int* exit_code);
+void set_data_command(CLI::App& root, int* exit_code);
+void set_version_command(CLI::App& root, int* exit_code);
+
+}  // namespace dstrain::app

@@ -1,0 +1,81 @@
+#pragma once
+// Collective communication between the ranks of one job, on flat contiguous buffers.
+//
+// Contract:
+//  - Every collective is called by all ranks in the same order with matching sizes and dtypes.
+//  - Calls return a Work handle at once; wait() blocks until done and throws Error(kComm/kTimeout)
+//    naming the collective and, where known, the ranks that did not take part. A destroyed handle
+//    that was never waited on is waited on in its destructor (errors are then logged, not thrown).
+//  - Buffers must stay alive and unmodified until wait() returns.
+//  - Byte counters count what this rank sends over the wire for each collective kind, computed from
+//    the algorithm's theory (ring: all_reduce 2(N-1)/N·S, reduce_scatter/all_gather (N-1)/N·S, where S
+//    is the full buffer size), so tests can check ZeRO's communication volume.
+// Implementations: GlooCommunicator (CPU, LibTorch c10d + libgloo), NcclCommunicator (CUDA).
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <torch/types.h>
+
+namespace dstrain::comm {
+
+enum class ReduceOp { kSum, kAvg, kMax };
+
+enum class CollectiveKind { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier };
+const char* to_string(CollectiveKind kind);
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+};
+
+struct CommStats {
+  std::map<CollectiveKind, uint64_t> bytes_sent;
+  std::map<CollectiveKind, uint64_t> calls;
+  uint64_t total_bytes() const;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+
+  // In place over the whole tensor (contiguous).
+  virtual std::unique_ptr<Work> all_reduce(torch::Tensor& tensor, ReduceOp op) = 0;
+  // input: contiguous, numel = world_size * output.numel(); rank r receives reduced chunk r.
+  virtual std::unique_ptr<Work> reduce_scatter(torch::Tensor& output, const torch::Tensor& input,
+                                               ReduceOp op) = 0;
+  // output: contiguous, numel = world_size * input.numel(); chunk r is rank r's input.
+  virtual std::unique_ptr<Work> all_gather(torch::Tensor& output, const torch::Tensor& input) = 0;
+  virtual std::unique_ptr<Work> broadcast(torch::Tensor& tensor, int root) = 0;
+  virtual void barrier() = 0;
+
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+
+ protected:
+  void count(CollectiveKind kind, uint64_t bytes) {
+    stats_.bytes_sent[kind] += bytes;
+    stats_.calls[kind] += 1;
+  }
+  CommStats stats_;
+};
+
+struct RendezvousOptions {
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  int rank = 0;
+  int world_size = 1;
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+};
+
+// Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and DSTRAIN_COMM_TIMEOUT seconds); a missing or
+// malformed variable is Error(kUsage) naming it. Defaults: a single-process world.
+RendezvousOptions rendezvous_options_from_env();
+
+}  // namespace dstrain::comm

@@ -1,0 +1,168 @@
+#pragma once
+// The resolved run configuration: one typed struct per YAML section, defaults filled in, validated.
+//
+// Sources, applied in this order (later wins, conflicts between the two DeepSpeed-style sources and
+// our own sections are reported, see docs/config.md):
+//   1. defaults below
+//   2. the YAML file's own sections (model, data, training, lora, zero, logging, checkpoint)
+//   3. DeepSpeed keys: a `deepspeed:` section, or `zero: {config: ds.json}` naming a DeepSpeed JSON file
+//   4. `--set key.path=value` overrides (values parsed as YAML)
+// Every error is Error(kConfig) whose message starts "<file>:<line>:<col>: <key.path>: ".
+//
+// Components do not read this struct directly; lib/train maps it onto each component's own options.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dstrain::config {
+
+struct ModelSection {
+  std::string name_or_path;     // local dir with config.json, or a hub id in the HF cache
+  std::string init = "pretrained";  // pretrained | random
+  std::string dtype = "auto";   // auto | float32 | bfloat16 | float16 (storage dtype of loaded weights)
+  std::string tokenizer;        // "" = same as name_or_path; "byte" = built-in byte tokenizer; or a dir
+  bool use_flash_attn = false;  // accepted for compatibility; SDPA picks the kernel
+  bool gradient_checkpointing = false;
+};
+
+struct DataSection {
+  std::string train_path;
+  std::string eval_path;
+  std::string format = "auto";  // auto | text | jsonl | tokens | parquet
+  std::string text_field = "text";
+  std::string document = "file";  // for text: one document per `file` or per `line`
+  int64_t max_length = 1024;
+  bool packing = true;          // true: concatenate docs with eos, cut to max_length; false: pad/truncate
+  double eval_split = 0.0;      // fraction carved from train when eval_path is empty
+  bool shuffle = true;
+  bool drop_last = true;
+  int num_workers = 1;          // accepted from seed configs; the loader uses one prefetch thread
+  int num_workers_eval = 1;
+};
+
+struct OptimizerSection {
+  std::string type = "adamw";   // adamw | sgd  (DeepSpeed "AdamW"/"Adam" map here)
+  double lr = 1e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  double momentum = 0.0;        // sgd only
+};
+
+struct SchedulerSection {
+  // constant | linear | cosine (warmup by ratio/steps, then decay over the run) |
+  // WarmupLR | WarmupDecayLR | WarmupCosineLR (DeepSpeed semantics and parameter names)
+  std::string type = "cosine";
+  double warmup_ratio = 0.0;
+  int64_t warmup_steps = -1;     // -1: derived from warmup_ratio
+  double min_lr_ratio = 0.0;     // cosine/linear floor as a fraction of lr
+  // DeepSpeed parameters (used by the Warmup* types); -1 means "auto"/unset.
+  double warmup_min_lr = 0.0;
+  double warmup_max_lr = -1.0;
+  std::string warmup_type = "log";  // log | linear (WarmupLR/WarmupDecayLR)
+  int64_t total_num_steps = -1;
+  double warmup_min_ratio = 0.0;    // WarmupCosineLR
+  double cos_min_ratio = 0.0001;    // WarmupCosineLR
+};
+
+struct TrainingSection {
+  int64_t epochs = 1;
+  int64_t max_steps = -1;             // > 0 overrides epochs
+  int64_t per_device_train_batch_size = 1;
+  int64_t per_device_eval_batch_size = -1;  // -1: same as train
+  int64_t gradient_accumulation_steps = 1;
+  int64_t train_batch_size = -1;      // DeepSpeed's global batch; checked = micro * accum * world
+  OptimizerSection optimizer;
+  SchedulerSection scheduler;
+  uint64_t seed = 42;
+  bool bf16 = false;
+  bool fp16 = false;
+  double fp16_initial_scale_power = 16;
+  int64_t fp16_loss_scale_window = 1000;
+  double fp16_min_loss_scale = 1.0;
+  int64_t fp16_hysteresis = 2;
+  double gradient_clipping = 0.0;     // 0 = off; max global L2 norm
+  int64_t eval_interval = 0;          // steps; 0 = only at each epoch end
+  int64_t eval_max_batches = -1;      // -1 = whole eval set
+  int64_t log_interval = 1;           // steps between metric lines
+};
+
+struct LoraSection {
+  bool enabled = false;         // true when the file has a `lora:` section (unless enabled: false)
+  int64_t r = 8;
+  double alpha = 16;
+  double dropout = 0.0;
+  std::vector<std::string> target_modules = {"q_proj", "v_proj"};
+  std::string bias = "none";
+  bool use_rslora = false;
+  std::string init = "default";  // default (A random as PEFT, B zero) | gaussian
+  std::string init_from;         // a PEFT adapter dir to continue from
+};
+
+struct OffloadSection {
+  std::string device = "none";  // none | cpu
+  bool pin_memory = false;
+};
+
+struct ZeroSection {
+  int stage = 0;
+  OffloadSection offload_optimizer;
+  OffloadSection offload_param;
+  bool overlap_comm = true;
+  bool contiguous_gradients = true;
+  int64_t reduce_bucket_size = 50'000'000;      // elements
+  int64_t allgather_bucket_size = 50'000'000;   // elements
+  int64_t stage3_prefetch_bucket_size = 50'000'000;
+  int64_t stage3_param_persistence_threshold = 100'000;
+  int64_t stage3_max_live_parameters = 1'000'000'000;
+  int64_t stage3_max_reuse_distance = 1'000'000'000;
+  bool stage3_gather_16bit_weights_on_model_save = false;
+  std::string config;  // path of a DeepSpeed JSON file whose keys were merged in ("" if none)
+};
+
+struct LoggingSection {
+  std::string out_dir = "runs/default";
+  std::string metrics_path;        // "" = <out_dir>/metrics.jsonl
+  bool progress = true;            // live progress line when stdout is a terminal
+  bool wall_clock_breakdown = false;
+  std::string tensorboard_dir;     // "" = off
+  std::string mlflow_experiment;   // "" = off (needs MLFLOW_TRACKING_URI)
+};
+
+struct CheckpointSection {
+  std::string dir = "checkpoints";
+  int64_t interval = 0;            // steps; 0 = only at the end
+  int64_t keep_last = 0;           // 0 = keep all
+  bool save_final = true;
+};
+
+struct Config {
+  ModelSection model;
+  DataSection data;
+  TrainingSection training;
+  LoraSection lora;
+  ZeroSection zero;
+  LoggingSection logging;
+  CheckpointSection checkpoint;
+  std::string source_path;  // the YAML file this came from ("" if built in code)
+};
+
+struct LoadOptions {
+  std::vector<std::string> overrides;  // "key.path=value" strings from --set, in order
+  int world_size = 1;                  // for the train_batch_size consistency check
+};
+
+// Reads, merges, validates. Throws Error(kConfig) (or kIo for an unreadable file).
+Config load_config(const std::string& path, const LoadOptions& options = {});
+
+// Same, from YAML text; `display_name` is used in error messages in place of a file name.
+Config load_config_from_string(const std::string& yaml_text, const std::string& display_name,
+                               const LoadOptions& options = {});
+
+// The fully resolved config as YAML in our own key names (loadable again by load_config).
+std::string to_yaml(const Config& config);
+
+}  // namespace dstrain::config

@@ -1,0 +1,2 @@
+// Placeholder until this module lands; keeps the target buildable.
+namespace dstrain::kernels {}

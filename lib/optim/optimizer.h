@@ -1,0 +1,59 @@
+#pragma once
+// Optimizers update one flat fp32 shard of master weights in place, given the matching flat fp32
+// gradient shard. The ZeRO engine owns the shards; an optimizer never sees parameter structure, only
+// ranges of the shard (e.g. those that take no weight decay: norms and biases).
+//
+// Shapes: params, grads, and every state tensor are 1-D float32 of the same numel, contiguous, on the
+// same device. Not thread-safe; step() itself may use several threads.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/types.h>
+
+namespace dstrain::optim {
+
+// Half-open [begin, end) element range within a shard.
+struct Range {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // One update with learning rate `lr`. Increments step_count() first (AdamW bias correction uses
+  // the incremented count, as torch.optim.AdamW does).
+  virtual void step(torch::Tensor& params, const torch::Tensor& grads, double lr) = 0;
+  virtual int64_t step_count() const = 0;
+  // Named state tensors shaped like the shard (e.g. "exp_avg", "exp_avg_sq") for checkpoints, plus
+  // the step count. load_state() checks names and sizes and throws Error(kInput) on mismatch.
+  virtual std::map<std::string, torch::Tensor> state() const = 0;
+  virtual void load_state(const std::map<std::string, torch::Tensor>& state, int64_t step_count) = 0;
+};
+
+struct AdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  std::vector<Range> no_decay;  // ranges of the shard that take no weight decay
+};
+
+struct SgdOptions {
+  double momentum = 0.0;
+  double weight_decay = 0.0;
+  std::vector<Range> no_decay;
+};
+
+// `numel`, `device`: of the shard the optimizer will update (state is allocated there).
+std::unique_ptr<Optimizer> make_adamw(int64_t numel, const AdamWOptions& options,
+                                      torch::Device device = torch::kCPU);
+std::unique_ptr<Optimizer> make_sgd(int64_t numel, const SgdOptions& options,
+                                    torch::Device device = torch::kCPU);
+
+}  // namespace dstrain::optim
