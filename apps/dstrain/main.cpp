@@ -1,5 +1,6 @@
-// dstrain: the launcher and the rank worker in one binary. main() only builds the command tree, runs
-// it, and maps errors to exit codes: 0 success, 2 bad input (flags, config, files), 1 other failures.
+// dstrain: the launcher and the rank worker in one binary. main() only builds the command tree,
+// runs it, and maps errors to exit codes: 0 success, 2 bad input (flags, config, files), 1 other
+// failures.
 
 #include <cstdio>
 #include <exception>
@@ -31,7 +32,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "dstrain: error: %s\nRun 'dstrain --help' (or 'dstrain <command> --help').\n",
+    std::fprintf(stderr,
+                 "dstrain: error: %s\nRun 'dstrain --help' (or 'dstrain <command> --help').\n",
                  e.what());
     return 2;
   } catch (const dstrain::Error& e) {

@@ -1,7 +1,7 @@
 #pragma once
-// The one error type of dstrain. Library code throws `Error` (never calls exit()); the CLI catches it
-// at the top and turns its kind into the process exit code. Messages are complete sentences that name
-// the file, key or line at fault and what was expected, because they are what the user sees.
+// The one error type of dstrain. Library code throws `Error` (never calls exit()); the CLI catches
+// it at the top and turns its kind into the process exit code. Messages are complete sentences that
+// name the file, key or line at fault and what was expected, because they are what the user sees.
 
 #include <stdexcept>
 #include <string>

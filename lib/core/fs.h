@@ -1,8 +1,8 @@
 #pragma once
-// File-system helpers. Every durable file dstrain writes goes through write_file_atomic: the bytes go
-// to a temporary file in the same directory, are fsync'ed, renamed over the target and the directory
-// is fsync'ed, so a crash at any instant leaves either the old file or the complete new one.
-// Errors are Error(kIo) naming the path and the OS reason.
+// File-system helpers. Every durable file dstrain writes goes through write_file_atomic: the bytes
+// go to a temporary file in the same directory, are fsync'ed, renamed over the target and the
+// directory is fsync'ed, so a crash at any instant leaves either the old file or the complete new
+// one. Errors are Error(kIo) naming the path and the OS reason.
 
 #include <cstdint>
 #include <filesystem>

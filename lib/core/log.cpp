@@ -29,10 +29,18 @@ std::mutex g_mutex;
 
 }  // namespace
 
-void set_rank(int rank) { g_rank.store(rank); }
-int rank() { return g_rank.load(); }
-void set_level(Level level) { level_ref().store(level); }
-Level level() { return level_ref().load(); }
+void set_rank(int rank) {
+  g_rank.store(rank);
+}
+int rank() {
+  return g_rank.load();
+}
+void set_level(Level level) {
+  level_ref().store(level);
+}
+Level level() {
+  return level_ref().load();
+}
 
 void write(Level lvl, std::string_view message) {
   if (lvl < level()) return;

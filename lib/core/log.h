@@ -1,9 +1,9 @@
 #pragma once
 // Rank-aware logging. In a rank process `info` and `debug` print on rank 0 only, so a job's console
-// shows one copy of each progress message; `warn` and `error` print on every rank, because a problem
-// on rank 5 must not be hidden. Processes that are not ranks (the launcher) have rank -1 and print all.
-// The level comes from DSTRAIN_LOG_LEVEL (debug|info|warn|error) unless set_level() is called.
-// Thread-safe: each message is written with one call under a lock.
+// shows one copy of each progress message; `warn` and `error` print on every rank, because a
+// problem on rank 5 must not be hidden. Processes that are not ranks (the launcher) have rank -1
+// and print all. The level comes from DSTRAIN_LOG_LEVEL (debug|info|warn|error) unless set_level()
+// is called. Thread-safe: each message is written with one call under a lock.
 
 #include <string_view>
 
