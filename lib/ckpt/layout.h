@@ -1,0 +1,50 @@
+#pragma once
+// Every checkpoint file name is built and parsed here, and nowhere else.
+//
+//   <dir>/latest                        text: the tag of the newest complete checkpoint (atomic
+//   replace) <dir>/<tag>/                        tag = "step_%08d"
+//   <dir>/<tag>/shard_r%05d.safetensors one per rank, written by that rank
+//   <dir>/<tag>/shard_r%05d.json        that rank's small state + size and checksum of its shard,
+//                                       written after the shard is durable
+//   <dir>/<tag>/manifest.json           written by rank 0 after every rank finished; a tag
+//   directory
+//                                       without a manifest is incomplete and is never loaded
+//
+// A checkpoint is complete exactly when its manifest exists; `latest` is replaced only after that.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dstrain::ckpt {
+
+std::string tag_for_step(int64_t step);
+// The step of a tag made by tag_for_step, or nullopt for any other name.
+std::optional<int64_t> step_of_tag(const std::string& tag);
+
+std::string shard_file_name(int rank);
+std::string shard_state_file_name(int rank);
+inline constexpr const char* kManifestFile = "manifest.json";
+inline constexpr const char* kLatestFile = "latest";
+inline constexpr const char* kModelConfigFile = "config.json";
+
+// Writes <dir>/latest = tag atomically (temp + fsync + rename + fsync dir).
+void write_latest(const std::string& dir, const std::string& tag);
+// The tag in <dir>/latest, or nullopt when there is none.
+std::optional<std::string> read_latest(const std::string& dir);
+
+// Resolves what a user gives on the command line to a complete tag directory:
+//   <dir>/latest (the file) → the tag it names;  <dir> holding a `latest` file → same;
+//   a tag directory → itself. Error(kInput) naming the path and what was expected otherwise, or
+//   when the tag directory has no manifest (an interrupted save).
+std::string resolve_checkpoint(const std::string& path);
+
+// Complete tags under `dir` (those with a manifest), oldest first by step.
+std::vector<std::string> list_complete_tags(const std::string& dir);
+
+// Deletes complete checkpoints beyond the newest `keep_last` (0 = keep all), never `protect_tag`,
+// and any incomplete tag directory older than the newest complete one (left by a crash).
+void prune(const std::string& dir, int64_t keep_last, const std::string& protect_tag);
+
+}  // namespace dstrain::ckpt
