@@ -15,7 +15,7 @@ namespace dstrain::tokenizer {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  // Invalid UTF-8 in `text` is Error(kInput) naming the byte offset (see docs/data.md).
+  // Invalid UTF-8 in `text` is Error(kInput) naming the byte offset (see docs/tokenizers.md).
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
   virtual int64_t vocab_size() const = 0;  // highest id + 1, added tokens included
