@@ -17,7 +17,8 @@ AddedTokenMatcher::AddedTokenMatcher(const std::vector<AddedToken>& tokens) {
     }
   }
   for (size_t i = 0; i < tokens_.size(); ++i) {
-    by_first_byte_[static_cast<unsigned char>(tokens_[i].content[0])].push_back(static_cast<int>(i));
+    by_first_byte_[static_cast<unsigned char>(tokens_[i].content[0])].push_back(
+        static_cast<int>(i));
   }
   for (auto& list : by_first_byte_) {
     std::stable_sort(list.begin(), list.end(), [&](int a, int b) {
@@ -38,9 +39,8 @@ void AddedTokenMatcher::split(std::string_view text, std::vector<Segment>& out) 
   size_t start = 0;  // start of the current run of ordinary text
   size_t pos = 0;
   while (pos < text.size()) {
-    const int hit = by_first_byte_[static_cast<unsigned char>(text[pos])].empty()
-                        ? -1
-                        : longest_at(text, pos);
+    const int hit =
+        by_first_byte_[static_cast<unsigned char>(text[pos])].empty() ? -1 : longest_at(text, pos);
     if (hit < 0) {
       ++pos;
       continue;

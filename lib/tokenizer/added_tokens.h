@@ -1,7 +1,7 @@
 #pragma once
-// Added tokens (special tokens such as "<|endoftext|>" and any tokens added after training) are found
-// in the raw text before normalization and pre-tokenization and are never split: wherever several
-// start at the same position, the longest wins; scanning goes left to right.
+// Added tokens (special tokens such as "<|endoftext|>" and any tokens added after training) are
+// found in the raw text before normalization and pre-tokenization and are never split: wherever
+// several start at the same position, the longest wins; scanning goes left to right.
 
 #include <array>
 #include <cstdint>

@@ -12,8 +12,8 @@ namespace {
 int32_t merge_token_id(const BpeSpec& spec, size_t rank, const std::string& token) {
   auto it = spec.vocab.find(token);
   if (it == spec.vocab.end()) {
-    fail(ErrorKind::kInput, "{}: token '{}' is not in the vocabulary ({})",
-         spec.merge_origin(rank), token, spec.vocab_origin);
+    fail(ErrorKind::kInput, "{}: token '{}' is not in the vocabulary ({})", spec.merge_origin(rank),
+         token, spec.vocab_origin);
   }
   return it->second;
 }
@@ -29,8 +29,8 @@ BpeModel::BpeModel(const BpeSpec& spec) : ignore_merges_(spec.ignore_merges) {
 void BpeModel::build_ids(const BpeSpec& spec) {
   int32_t max_id = -1;
   for (const auto& [token, id] : spec.vocab) {
-    if (id < 0) fail(ErrorKind::kInput, "{}: token '{}' has negative id {}", spec.vocab_origin,
-                     token, id);
+    if (id < 0)
+      fail(ErrorKind::kInput, "{}: token '{}' has negative id {}", spec.vocab_origin, token, id);
     max_id = std::max(max_id, id);
   }
   id_bytes_.assign(static_cast<size_t>(max_id + 1), std::string());
@@ -45,9 +45,10 @@ void BpeModel::build_ids(const BpeSpec& spec) {
   for (int b = 0; b < 256; ++b) {
     auto it = spec.vocab.find(byte_symbols()[b]);
     if (it == spec.vocab.end()) {
-      fail(ErrorKind::kInput, "{}: the vocabulary has no token for byte 0x{:02X} ('{}'); expected "
-           "a byte-level BPE vocabulary with all 256 byte symbols", spec.vocab_origin, b,
-           byte_symbols()[b]);
+      fail(ErrorKind::kInput,
+           "{}: the vocabulary has no token for byte 0x{:02X} ('{}'); expected "
+           "a byte-level BPE vocabulary with all 256 byte symbols",
+           spec.vocab_origin, b, byte_symbols()[b]);
     }
     byte_ids_[b] = it->second;
   }
@@ -100,7 +101,8 @@ void BpeModel::merge(std::string_view piece, std::vector<int32_t>& out) const {
   heap.clear();
   const auto n = static_cast<int32_t>(piece.size());
   for (int32_t i = 0; i < n; ++i) {
-    syms.push_back({byte_ids_[static_cast<unsigned char>(piece[i])], i - 1, i + 1 < n ? i + 1 : -1});
+    syms.push_back(
+        {byte_ids_[static_cast<unsigned char>(piece[i])], i - 1, i + 1 < n ? i + 1 : -1});
   }
   auto later = [](const Candidate& x, const Candidate& y) {
     return x.rank != y.rank ? x.rank > y.rank : x.pos > y.pos;

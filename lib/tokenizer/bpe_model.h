@@ -1,7 +1,7 @@
 #pragma once
-// The BPE model proper: turns one pre-token (raw bytes) into token ids by ranked merges, and maps ids
-// back to bytes. Ids are used throughout the merge loop (no strings): each byte starts as the id of
-// its byte-level character, and a merge table maps an adjacent id pair to (rank, merged id).
+// The BPE model proper: turns one pre-token (raw bytes) into token ids by ranked merges, and maps
+// ids back to bytes. Ids are used throughout the merge loop (no strings): each byte starts as the
+// id of its byte-level character, and a merge table maps an adjacent id pair to (rank, merged id).
 
 #include <array>
 #include <cstdint>

@@ -16,10 +16,10 @@
 namespace dstrain::tokenizer {
 
 struct BpeSpec {
-  std::string vocab_origin;                         // file (and key) the vocabulary came from
-  std::unordered_map<std::string, int32_t> vocab;   // byte-level token string → id
+  std::string vocab_origin;                        // file (and key) the vocabulary came from
+  std::unordered_map<std::string, int32_t> vocab;  // byte-level token string → id
   std::vector<std::pair<std::string, std::string>> merges;  // highest priority first
-  std::function<std::string(size_t)> merge_origin;  // "merges.txt line 7" for merge index i
+  std::function<std::string(size_t)> merge_origin;          // "merges.txt line 7" for merge index i
   bool ignore_merges = false;  // a piece that is itself in the vocab is one token (Llama 3)
 
   std::vector<AddedToken> added;  // matched on raw text, never split

@@ -28,8 +28,10 @@ ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(const BpeSpec& spec)
 std::vector<int32_t> ByteLevelBpeTokenizer::encode(std::string_view text) const {
   const size_t bad = find_invalid_utf8(text);
   if (bad != kValidUtf8) {
-    fail(ErrorKind::kInput, "invalid UTF-8 at byte offset {} of the text to tokenize (byte 0x{:02X}); "
-         "expected UTF-8 text", bad, static_cast<unsigned char>(text[bad]));
+    fail(ErrorKind::kInput,
+         "invalid UTF-8 at byte offset {} of the text to tokenize (byte 0x{:02X}); "
+         "expected UTF-8 text",
+         bad, static_cast<unsigned char>(text[bad]));
   }
   std::vector<Segment> segments;
   added_.split(text, segments);
@@ -62,8 +64,10 @@ std::string ByteLevelBpeTokenizer::decode(const std::vector<int32_t>& ids) const
     } else if (const std::string* bytes = model_.token_bytes(id)) {
       out += *bytes;
     } else {
-      fail(ErrorKind::kInput, "cannot decode token id {} at position {}: the vocabulary has ids "
-           "0..{} and no token with this id", id, i, vocab_size_ - 1);
+      fail(ErrorKind::kInput,
+           "cannot decode token id {} at position {}: the vocabulary has ids "
+           "0..{} and no token with this id",
+           id, i, vocab_size_ - 1);
     }
   }
   return out;

@@ -1,8 +1,8 @@
 #pragma once
-// GPT-2's reversible map between bytes and printable characters ("bytes_to_unicode"). Byte-level BPE
-// vocabularies store tokens as strings of these characters: the 188 printable bytes map to the
-// character with the same code, the other 68 (controls, space, 0x7F-0xA0, 0xAD) map in byte order to
-// U+0100, U+0101, ... (so a space is "Ġ" = U+0120 and a newline "Ċ" = U+010A).
+// GPT-2's reversible map between bytes and printable characters ("bytes_to_unicode"). Byte-level
+// BPE vocabularies store tokens as strings of these characters: the 188 printable bytes map to the
+// character with the same code, the other 68 (controls, space, 0x7F-0xA0, 0xAD) map in byte order
+// to U+0100, U+0101, ... (so a space is "Ġ" = U+0120 and a newline "Ċ" = U+010A).
 
 #include <array>
 #include <optional>

@@ -16,8 +16,10 @@ std::string ByteTokenizer::decode(const std::vector<int32_t>& ids) const {
   for (size_t i = 0; i < ids.size(); ++i) {
     const int32_t id = ids[i];
     if (id < 0 || id > kPad) {
-      fail(ErrorKind::kInput, "cannot decode token id {} at position {}: the byte tokenizer has "
-           "ids 0..257", id, i);
+      fail(ErrorKind::kInput,
+           "cannot decode token id {} at position {}: the byte tokenizer has "
+           "ids 0..257",
+           id, i);
     }
     if (id < 256) out.push_back(static_cast<char>(id));
   }

@@ -1,6 +1,6 @@
 #pragma once
-// The plain byte tokenizer of the built-in demo: ids 0..255 are the bytes themselves, 256 is eos and
-// 257 is pad. Any byte string encodes (no UTF-8 requirement); eos and pad decode to nothing.
+// The plain byte tokenizer of the built-in demo: ids 0..255 are the bytes themselves, 256 is eos
+// and 257 is pad. Any byte string encodes (no UTF-8 requirement); eos and pad decode to nothing.
 
 #include "tokenizer/tokenizer.h"
 

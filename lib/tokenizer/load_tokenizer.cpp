@@ -19,10 +19,14 @@ namespace stdfs = std::filesystem;
 BpeSpec read_spec(const stdfs::path& dir) {
   auto has = [&](const char* name) { return stdfs::is_regular_file(dir / name); };
   if (has("tokenizer.json")) return read_tokenizer_json(dir / "tokenizer.json");
-  if (has("vocab.json") && has("merges.txt")) return read_vocab_merges(dir, "vocab.json", "merges.txt");
-  if (has("encoder.json") && has("vocab.bpe")) return read_vocab_merges(dir, "encoder.json", "vocab.bpe");
-  fail(ErrorKind::kInput, "no usable tokenizer files in '{}': expected tokenizer.json, or "
-       "vocab.json + merges.txt, or encoder.json + vocab.bpe", dir.string());
+  if (has("vocab.json") && has("merges.txt"))
+    return read_vocab_merges(dir, "vocab.json", "merges.txt");
+  if (has("encoder.json") && has("vocab.bpe"))
+    return read_vocab_merges(dir, "encoder.json", "vocab.bpe");
+  fail(ErrorKind::kInput,
+       "no usable tokenizer files in '{}': expected tokenizer.json, or "
+       "vocab.json + merges.txt, or encoder.json + vocab.bpe",
+       dir.string());
 }
 
 }  // namespace
@@ -31,8 +35,10 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& name_or_dir) {
   if (name_or_dir == "byte") return std::make_unique<ByteTokenizer>();
   const stdfs::path dir(name_or_dir);
   if (!stdfs::is_directory(dir)) {
-    fail(ErrorKind::kInput, "tokenizer '{}' is neither \"byte\" nor a directory with tokenizer.json "
-         "or vocab.json + merges.txt", name_or_dir);
+    fail(ErrorKind::kInput,
+         "tokenizer '{}' is neither \"byte\" nor a directory with tokenizer.json "
+         "or vocab.json + merges.txt",
+         name_or_dir);
   }
   try {
     return std::make_unique<ByteLevelBpeTokenizer>(read_spec(dir));

@@ -12,8 +12,8 @@ namespace dstrain::tokenizer {
 namespace {
 
 void check(UErrorCode status, const char* step) {
-  if (U_FAILURE(status)) fail(ErrorKind::kInternal, "NFC normalization: {} failed: {}", step,
-                              u_errorName(status));
+  if (U_FAILURE(status))
+    fail(ErrorKind::kInternal, "NFC normalization: {} failed: {}", step, u_errorName(status));
 }
 
 std::vector<UChar> to_utf16(std::string_view text) {

@@ -1,8 +1,8 @@
 #pragma once
 // Cache of pre-token → token ids. Text repeats its words, so most pre-tokens are looked up rather
-// than merged. Shared by all threads: the key space is split over shards, each behind its own mutex,
-// so concurrent encoders rarely wait on each other. Bounded: a full shard is simply emptied (cheap,
-// and good enough for word-frequency distributions).
+// than merged. Shared by all threads: the key space is split over shards, each behind its own
+// mutex, so concurrent encoders rarely wait on each other. Bounded: a full shard is simply emptied
+// (cheap, and good enough for word-frequency distributions).
 
 #include <cstdint>
 #include <mutex>

@@ -26,10 +26,13 @@ struct Roles {
 // A token entry: "text", {"content": "text", ...} or null.
 std::optional<std::string> token_content(const json& v, const std::string& origin) {
   if (v.is_null()) return std::nullopt;
-  if (v.is_object() && v.contains("content")) return expect_string(v["content"], origin + ".content");
+  if (v.is_object() && v.contains("content"))
+    return expect_string(v["content"], origin + ".content");
   if (!v.is_string()) {
-    fail(ErrorKind::kInput, "{}: expected a token string, an object with \"content\", or null; "
-         "got {}", origin, v.type_name());
+    fail(ErrorKind::kInput,
+         "{}: expected a token string, an object with \"content\", or null; "
+         "got {}",
+         origin, v.type_name());
   }
   return v.get<std::string>();
 }
@@ -62,7 +65,8 @@ void read_added_tokens_decoder(const json& cfg, const std::string& file, BpeSpec
     } catch (const std::exception&) {
       fail(ErrorKind::kInput, "{}: expected an integer token id as the key", where);
     }
-    const bool special = v.contains("special") && v["special"].is_boolean() && v["special"].get<bool>();
+    const bool special =
+        v.contains("special") && v["special"].is_boolean() && v["special"].get<bool>();
     const json content = v.contains("content") ? v["content"] : json();
     spec.added.push_back({expect_string(content, where + ".content"), id, special});
   }
@@ -70,7 +74,8 @@ void read_added_tokens_decoder(const json& cfg, const std::string& file, BpeSpec
 
 void read_added_tokens_json(const stdfs::path& path, BpeSpec& spec) {
   const std::string file = path.string();
-  for (const auto& [content, v] : expect_object(read_json_file(path), file).items()) {
+  const json tokens = read_json_file(path);
+  for (const auto& [content, v] : expect_object(tokens, file).items()) {
     spec.added.push_back({content, expect_id(v, file + ": " + content), false});
   }
 }
@@ -105,12 +110,14 @@ void read_special_tokens(const stdfs::path& dir, BpeSpec& spec) {
     read_added_tokens_decoder(cfg, config.string(), spec);
     read_roles(cfg, config.string(), roles);
   }
-  if (stdfs::exists(dir / "added_tokens.json")) read_added_tokens_json(dir / "added_tokens.json", spec);
+  if (stdfs::exists(dir / "added_tokens.json"))
+    read_added_tokens_json(dir / "added_tokens.json", spec);
   if (has_map) read_roles(expect_object(read_json_file(map), map.string()), map.string(), roles);
   if (!has_config && !has_map) {
     const bool known = spec.vocab.count("<|endoftext|>") > 0 ||
-                       std::any_of(spec.added.begin(), spec.added.end(),
-                                   [](const AddedToken& t) { return t.content == "<|endoftext|>"; });
+                       std::any_of(spec.added.begin(), spec.added.end(), [](const AddedToken& t) {
+                         return t.content == "<|endoftext|>";
+                       });
     if (known) roles.eos = roles.bos = {"<|endoftext|>", "default GPT-2 eos/bos"};
   }
   spec.eos = resolve(roles.eos, spec);

@@ -1,7 +1,8 @@
 #pragma once
 // Special and added tokens from the Hugging Face config files next to the vocabulary:
 //   tokenizer_config.json   added_tokens_decoder {id: {content, special}}, eos_token, bos_token,
-//                           pad_token, additional_special_tokens (strings or {content: ...} objects)
+//                           pad_token, additional_special_tokens (strings or {content: ...}
+//                           objects)
 //   added_tokens.json       {content: id}
 //   special_tokens_map.json the same token keys; used only where tokenizer_config.json has none
 // Every eos/bos/pad/additional special token becomes an added token (matched on raw text, never

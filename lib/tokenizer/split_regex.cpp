@@ -39,7 +39,9 @@ SplitRegex::SplitRegex(const std::string& pattern, bool literal, const std::stri
   jit_ = pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE) == 0;
 }
 
-SplitRegex::~SplitRegex() { pcre2_code_free(code_); }
+SplitRegex::~SplitRegex() {
+  pcre2_code_free(code_);
+}
 
 void SplitRegex::split(std::string_view text, std::vector<std::string_view>& pieces) const {
   pcre2_match_data* md = thread_match_data();
@@ -47,9 +49,9 @@ void SplitRegex::split(std::string_view text, std::vector<std::string_view>& pie
   size_t pos = 0;
   size_t gap_start = 0;
   while (pos < text.size()) {
-    const int rc = jit_ ? pcre2_jit_match(code_, subject, text.size(), pos, 0, md, nullptr)
-                        : pcre2_match(code_, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md,
-                                      nullptr);
+    const int rc =
+        jit_ ? pcre2_jit_match(code_, subject, text.size(), pos, 0, md, nullptr)
+             : pcre2_match(code_, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       fail(ErrorKind::kInput, "the split regex failed at byte offset {} of the input: {}", pos,

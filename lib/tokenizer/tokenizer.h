@@ -24,8 +24,8 @@ class Tokenizer {
   virtual std::optional<int32_t> pad_id() const = 0;
 };
 
-// "byte" → ByteTokenizer; a directory with tokenizer.json, or vocab.json + merges.txt → byte-level BPE.
-// Error(kInput) naming the directory and the files looked for when none is usable.
+// "byte" → ByteTokenizer; a directory with tokenizer.json, or vocab.json + merges.txt → byte-level
+// BPE. Error(kInput) naming the directory and the files looked for when none is usable.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& name_or_dir);
 
 }  // namespace dstrain::tokenizer

@@ -67,7 +67,8 @@ void read_added(const json& added, const std::string& file, BpeSpec& spec) {
 
 void read_normalizer(const json& n, const std::string& origin, BpeSpec& spec) {
   if (n.is_null()) return;
-  const std::string type = expect_string(expect_object(n, origin).value("type", json()), origin + ".type");
+  const std::string type =
+      expect_string(expect_object(n, origin).value("type", json()), origin + ".type");
   if (type == "NFC") {
     spec.nfc = true;
   } else if (type == "Sequence") {
@@ -93,7 +94,8 @@ void read_split(const json& p, const std::string& origin, BpeSpec& spec) {
 }
 
 void read_pre_tokenizer(const json& p, const std::string& origin, BpeSpec& spec, bool& byte_level) {
-  const std::string type = expect_string(expect_object(p, origin).value("type", json()), origin + ".type");
+  const std::string type =
+      expect_string(expect_object(p, origin).value("type", json()), origin + ".type");
   if (type == "Sequence") {
     const json list = p.value("pretokenizers", json::array());
     for (size_t i = 0; i < expect_array(list, origin + ".pretokenizers").size(); ++i) {
@@ -128,7 +130,8 @@ BpeSpec read_tokenizer_json(const std::filesystem::path& file) {
   const json pre = doc.value("pre_tokenizer", json());
   if (!pre.is_null()) read_pre_tokenizer(pre, name + ": pre_tokenizer", spec, byte_level);
   if (!byte_level) unsupported(name + ": pre_tokenizer", "a pre-tokenizer without ByteLevel");
-  if (spec.split_pattern.empty()) unsupported(name + ": pre_tokenizer", "ByteLevel without a split regex");
+  if (spec.split_pattern.empty())
+    unsupported(name + ": pre_tokenizer", "ByteLevel without a split regex");
   read_special_tokens(file.parent_path(), spec);
   return spec;
 }

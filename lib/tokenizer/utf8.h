@@ -1,6 +1,6 @@
 #pragma once
-// UTF-8 helpers for the tokenizer. The BPE encoder validates its whole input once, up front, so that
-// the regex engine can skip its own checks and so that the error names the exact byte offset.
+// UTF-8 helpers for the tokenizer. The BPE encoder validates its whole input once, up front, so
+// that the regex engine can skip its own checks and so that the error names the exact byte offset.
 
 #include <cstddef>
 #include <string>

@@ -41,7 +41,8 @@ void read_merges(const stdfs::path& path, BpeSpec& spec) {
       fail(ErrorKind::kInput, "{} line {}: expected two tokens separated by one space, got '{}'",
            path.string(), line_no, line);
     }
-    spec.merges.emplace_back(std::string(line.substr(0, space)), std::string(line.substr(space + 1)));
+    spec.merges.emplace_back(std::string(line.substr(0, space)),
+                             std::string(line.substr(space + 1)));
     lines.push_back(line_no);
   }
   spec.merge_origin = [file = path.string(), lines = std::move(lines)](size_t i) {
@@ -54,7 +55,8 @@ bool is_qwen2_family(const stdfs::path& dir) {
   if (!stdfs::exists(config)) return false;
   const nlohmann::json cfg = read_json_file(config);
   if (!cfg.is_object() || !cfg.contains("tokenizer_class")) return false;
-  const std::string cls = expect_string(cfg["tokenizer_class"], config.string() + ": tokenizer_class");
+  const std::string cls =
+      expect_string(cfg["tokenizer_class"], config.string() + ": tokenizer_class");
   return cls.rfind("Qwen2Tokenizer", 0) == 0;
 }
 
