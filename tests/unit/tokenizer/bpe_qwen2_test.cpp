@@ -92,6 +92,14 @@ TEST_F(Qwen2Bpe, TinyShakespeareRoundTrips) {
   EXPECT_EQ(tok_->decode(ids), text);
 }
 
+TEST_F(Qwen2Bpe, VeryLongPreTokensRoundTrip) {
+  // One pre-token of 100k bytes each: exercises the regex engine's limits and the merge heap.
+  for (const std::string& s : {std::string(100000, ' ') + "x", std::string(100000, 'a'),
+                               std::string(50000, '\n') + std::string(50000, '!')}) {
+    EXPECT_EQ(tok_->decode(tok_->encode(s)), s);
+  }
+}
+
 TEST_F(Qwen2Bpe, ConcurrentEncodesAgreeWithSerial) {
   std::vector<std::string> texts;
   for (int i = 0; i < 8; ++i) {
