@@ -170,7 +170,8 @@ void Merger::fail_unknown(const RuleSet& rules, const std::string& path,
   }
   if (!suggestion.empty())
     fail_at(origin, fmt::format("unknown key; did you mean {}?", suggestion));
-  fail_at(origin, fmt::format("unknown key; expected one of: {}", fmt::join(siblings, ", ")));
+  fail_at(origin, fmt::format("unknown key; expected one of: {}",
+                              fmt::join(rules.children(section, true), ", ")));
 }
 
 void Merger::warn(const std::string& line) {

@@ -32,11 +32,11 @@ const KeyRule* RuleSet::leaf(const std::string& path) const {
   return it == leaves.end() ? nullptr : &it->second;
 }
 
-std::vector<std::string> RuleSet::children(const std::string& section) const {
+std::vector<std::string> RuleSet::children(const std::string& section, bool used_only) const {
   const std::string prefix = section.empty() ? "" : section + ".";
   std::set<std::string> names;
   for (const auto& [path, rule] : leaves) {
-    if (path.compare(0, prefix.size(), prefix) != 0) continue;
+    if (path.compare(0, prefix.size(), prefix) != 0 || (used_only && rule.ignored)) continue;
     const std::string rest = path.substr(prefix.size());
     names.insert(rest.substr(0, rest.find('.')));
   }

@@ -38,8 +38,9 @@ struct RuleSet {
   void add_ignored(const std::string& path);
   const KeyRule* leaf(const std::string& path) const;
   bool is_section(const std::string& path) const { return sections.count(path) > 0; }
-  // Names of the keys directly under `section` ("" for the root).
-  std::vector<std::string> children(const std::string& section) const;
+  // Names of the keys directly under `section` ("" for the root); with `used_only`, only those
+  // leading to a setting dstrain uses (not ignored keys).
+  std::vector<std::string> children(const std::string& section, bool used_only = false) const;
 };
 
 const RuleSet& our_rules();

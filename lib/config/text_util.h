@@ -9,7 +9,7 @@ namespace dstrain::config::detail {
 
 std::string lower(std::string_view s);
 
-// Levenshtein distance (insert, delete, substitute each cost 1).
+// Edit distance: insert, delete, substitute and swap of two adjacent characters each cost 1.
 size_t edit_distance(std::string_view a, std::string_view b);
 
 // The candidate closest to `word`, if it is close enough to be a plausible typo (distance at most
