@@ -52,6 +52,10 @@ TEST(DeepSpeedConfig, RelativeJsonPathIsResolvedAgainstTheYamlDirectory) {
   EXPECT_EQ(a.zero.stage, 1);
   EXPECT_DOUBLE_EQ(a.training.gradient_clipping, 0.5);
   EXPECT_EQ(a.zero.config, (dir.path() / "conf/ds.json").string());
+  // The dump records where the DeepSpeed keys came from and loads back on its own.
+  const std::string dumped = to_yaml(a);
+  EXPECT_THAT(dumped, HasSubstr("# DeepSpeed settings merged from " + a.zero.config));
+  EXPECT_EQ(load_config_from_string(dumped, "dumped.yaml"), a);
   // `deepspeed:` may also be a path.
   const Config b = load_config(dir.write("conf/b.yaml", minimal_yaml("deepspeed: ds.json\n")));
   EXPECT_EQ(b.zero.stage, 1);
