@@ -1,0 +1,45 @@
+#include "config/text_util.h"
+
+#include <algorithm>
+#include <cctype>
+
+namespace dstrain::config::detail {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  // Optimal string alignment: Levenshtein plus adjacent transposition ("stgae" -> "stage" is 1).
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+std::string closest(std::string_view word, const std::vector<std::string>& candidates) {
+  const size_t allowed = std::max<size_t>(1, word.size() / 3);
+  std::string best;
+  size_t best_distance = allowed + 1;
+  for (const auto& c : candidates) {
+    const size_t d = edit_distance(lower(word), lower(c));
+    if (d < best_distance) {
+      best = c;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
+}  // namespace dstrain::config::detail

@@ -1,0 +1,234 @@
+// Loading our own YAML: the seed config as it is, defaults, types, positions in errors, unknown
+// keys with suggestions, and file handling.
+
+#include <filesystem>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "config/config.h"
+#include "config_test_util.h"
+#include "core/error.h"
+
+namespace dstrain::config {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::load_error;
+using testing::minimal_yaml;
+using testing::TempDir;
+
+TEST(ConfigLoad, SeedTrainYamlLoadsWithItsValues) {
+  const std::string path = testing::seed_dir() + "/train.yaml";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "seed config not found at " << path;
+  const Config c = load_config(path);
+  EXPECT_EQ(c.source_path, path);
+  EXPECT_EQ(c.model.name_or_path, "Qwen/Qwen2.5-0.5B");
+  EXPECT_EQ(c.data.train_path, "data/03_primary/train.parquet");
+  EXPECT_EQ(c.data.eval_path, "data/03_primary/valid.parquet");
+  EXPECT_EQ(c.data.text_field, "text");
+  EXPECT_EQ(c.data.max_length, 1024);
+  EXPECT_EQ(c.training.epochs, 3);
+  EXPECT_EQ(c.training.per_device_train_batch_size, 1);
+  EXPECT_EQ(c.training.gradient_accumulation_steps, 8);
+  EXPECT_DOUBLE_EQ(c.training.optimizer.lr, 2.0e-5);
+  EXPECT_EQ(c.training.optimizer.type, "adamw");
+  EXPECT_DOUBLE_EQ(c.training.optimizer.beta1, 0.9);
+  EXPECT_DOUBLE_EQ(c.training.optimizer.beta2, 0.999);
+  EXPECT_DOUBLE_EQ(c.training.optimizer.eps, 1e-8);
+  EXPECT_DOUBLE_EQ(c.training.optimizer.weight_decay, 0.0);
+  EXPECT_DOUBLE_EQ(c.training.scheduler.warmup_ratio, 0.03);
+  EXPECT_EQ(c.training.seed, 42u);
+  EXPECT_TRUE(c.training.bf16);
+  EXPECT_FALSE(c.training.fp16);
+  EXPECT_DOUBLE_EQ(c.training.gradient_clipping, 1.0);
+  EXPECT_FALSE(c.model.use_flash_attn);
+  EXPECT_EQ(c.data.num_workers, 4);
+  EXPECT_EQ(c.data.num_workers_eval, 2);
+  EXPECT_TRUE(c.lora.enabled);
+  EXPECT_EQ(c.lora.r, 16);
+  EXPECT_DOUBLE_EQ(c.lora.alpha, 32);
+  EXPECT_DOUBLE_EQ(c.lora.dropout, 0.05);
+  EXPECT_EQ(c.lora.target_modules,
+            (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj"}));
+  EXPECT_EQ(c.logging.out_dir, "data/05_model/run_yaml");
+  EXPECT_EQ(c.logging.metrics_path, "data/05_model/run_yaml/metrics.json");
+  EXPECT_FALSE(c.logging.wall_clock_breakdown);
+  EXPECT_EQ(c.zero.stage, 3);
+  EXPECT_EQ(c.zero.offload_optimizer.device, "none");
+  EXPECT_EQ(c.zero.offload_param.device, "none");
+  EXPECT_TRUE(c.zero.overlap_comm);
+  EXPECT_TRUE(c.zero.contiguous_gradients);
+  EXPECT_EQ(c.zero.reduce_bucket_size, 50'000'000);
+  EXPECT_EQ(c.zero.stage3_prefetch_bucket_size, 50'000'000);
+  EXPECT_EQ(c.zero.stage3_param_persistence_threshold, 100'000);
+}
+
+TEST(ConfigLoad, MinimalConfigGetsDefaults) {
+  const Config c = load_config_from_string(minimal_yaml(), "mem.yaml");
+  Config expected;
+  expected.model.name_or_path = "tiny";
+  expected.data.train_path = "train.txt";
+  EXPECT_EQ(c, expected);
+  EXPECT_FALSE(c.lora.enabled);
+  EXPECT_EQ(c.source_path, "");
+}
+
+TEST(ConfigLoad, AllSectionsAndExtraKeysAreRead) {
+  const Config c = load_config_from_string(minimal_yaml(R"(training:
+  max_steps: 100
+  eval_interval: 25
+  optimizer: SGD
+  momentum: 0.9
+  lr_scheduler: linear
+  warmup_steps: 10
+  min_lr_ratio: 0.1
+  betas: [0.8, 0.9]
+checkpoint:
+  dir: ck
+  interval: 50
+  keep_last: 2
+logging:
+  tensorboard_dir: tb
+zero:
+  stage: 2
+  offload_optimizer: {device: cpu, pin_memory: true}
+  allgather_bucket_size: 2.0e8
+)"),
+                                           "mem.yaml");
+  EXPECT_EQ(c.training.max_steps, 100);
+  EXPECT_EQ(c.training.eval_interval, 25);
+  EXPECT_EQ(c.training.optimizer.type, "sgd");
+  EXPECT_DOUBLE_EQ(c.training.optimizer.momentum, 0.9);
+  EXPECT_EQ(c.training.scheduler.type, "linear");
+  EXPECT_EQ(c.training.scheduler.warmup_steps, 10);
+  EXPECT_DOUBLE_EQ(c.training.scheduler.min_lr_ratio, 0.1);
+  EXPECT_DOUBLE_EQ(c.training.optimizer.beta1, 0.8);
+  EXPECT_EQ(c.checkpoint.dir, "ck");
+  EXPECT_EQ(c.checkpoint.interval, 50);
+  EXPECT_EQ(c.checkpoint.keep_last, 2);
+  EXPECT_EQ(c.logging.tensorboard_dir, "tb");
+  EXPECT_EQ(c.zero.stage, 2);
+  EXPECT_EQ(c.zero.offload_optimizer.device, "cpu");
+  EXPECT_TRUE(c.zero.offload_optimizer.pin_memory);
+  EXPECT_EQ(c.zero.allgather_bucket_size, 200'000'000);
+}
+
+TEST(ConfigLoad, AliasesLandOnTheSameSetting) {
+  const Config c = load_config_from_string(R"(model:
+  name_or_path: m
+  use_flash_attn: true
+data:
+  train_path: t
+  num_workers: 3
+lora:
+  lora_alpha: 8
+  lora_dropout: 0.1
+)",
+                                           "mem.yaml");
+  EXPECT_TRUE(c.model.use_flash_attn);
+  EXPECT_DOUBLE_EQ(c.lora.alpha, 8);
+  EXPECT_DOUBLE_EQ(c.lora.dropout, 0.1);
+  EXPECT_EQ(c.data.num_workers, 3);
+  // Two spellings of one setting must agree.
+  EXPECT_THAT(load_error(R"(model:
+  name_or_path: m
+  use_flash_attn: true
+data:
+  train_path: t
+training:
+  use_flash_attn: false
+)"),
+              HasSubstr("train.yaml:7:19: training.use_flash_attn: false conflicts with "
+                        "model.use_flash_attn = true at train.yaml:3:19"));
+}
+
+TEST(ConfigLoad, LoraSectionEnablesLora) {
+  EXPECT_TRUE(load_config_from_string(minimal_yaml("lora:\n  r: 4\n"), "m").lora.enabled);
+  EXPECT_TRUE(load_config_from_string(minimal_yaml("lora:\n"), "m").lora.enabled);
+  EXPECT_FALSE(
+      load_config_from_string(minimal_yaml("lora:\n  enabled: false\n  r: 4\n"), "m").lora.enabled);
+}
+
+TEST(ConfigLoad, IntegralFloatNotationIsAnInteger) {
+  const Config c = load_config_from_string(
+      minimal_yaml("zero:\n  reduce_bucket_size: 5.0e7\n  stage3_max_live_parameters: 1e9\n"), "m");
+  EXPECT_EQ(c.zero.reduce_bucket_size, 50'000'000);
+  EXPECT_EQ(c.zero.stage3_max_live_parameters, 1'000'000'000);
+  EXPECT_THAT(load_error(minimal_yaml("zero:\n  reduce_bucket_size: 5.5\n")),
+              HasSubstr("zero.reduce_bucket_size: expected a positive integer, got \"5.5\""));
+}
+
+TEST(ConfigLoad, TypeErrorNamesFileLineColumnKeyAndExpectation) {
+  const std::string yaml = minimal_yaml("training:\n  lr: fast\n");
+  EXPECT_EQ(load_error(yaml),
+            "train.yaml:6:7: training.lr: expected a positive number, got \"fast\"");
+}
+
+TEST(ConfigLoad, RangeAndChoiceErrors) {
+  EXPECT_THAT(load_error(minimal_yaml("training:\n  lr: -1\n")),
+              HasSubstr("train.yaml:6:7: training.lr: expected a positive number, got \"-1\""));
+  EXPECT_THAT(load_error(minimal_yaml("zero:\n  stage: 4\n")),
+              HasSubstr("train.yaml:6:10: zero.stage: expected an integer in 0..3"));
+  EXPECT_THAT(load_error(minimal_yaml("data:\n  max_length: 0\n")),
+              HasSubstr("data.max_length: expected a positive integer"));
+  EXPECT_THAT(load_error(minimal_yaml("data:\n  eval_split: 1.0\n")),
+              HasSubstr("data.eval_split: expected a number in [0, 1)"));
+  EXPECT_THAT(load_error(minimal_yaml("lora:\n  r: 0\n")),
+              HasSubstr("lora.r: expected a positive integer"));
+  EXPECT_THAT(load_error(minimal_yaml("training:\n  bf16: maybe\n")),
+              HasSubstr("training.bf16: expected true or false, got \"maybe\""));
+  EXPECT_THAT(load_error(minimal_yaml("training:\n  optimizer: lion\n")),
+              HasSubstr("training.optimizer: expected one of adamw, sgd, got \"lion\""));
+  EXPECT_THAT(load_error(minimal_yaml("training:\n  betas: [0.9]\n")),
+              HasSubstr("training.betas: expected a list of two numbers in [0, 1), got a list"));
+  EXPECT_THAT(load_error(minimal_yaml("training: 3\n")),
+              HasSubstr("train.yaml:5:11: training: expected a mapping of settings, got \"3\""));
+}
+
+TEST(ConfigLoad, UnknownKeySuggestsTheClosestKey) {
+  EXPECT_EQ(load_error(minimal_yaml("training:\n  lrr: 0.1\n")),
+            "train.yaml:6:3: training.lrr: unknown key; did you mean training.lr?");
+  EXPECT_THAT(load_error(minimal_yaml("trainig:\n  lr: 0.1\n")),
+              HasSubstr("train.yaml:5:1: trainig: unknown key; did you mean training?"));
+  // The right name in the wrong section points at the right section.
+  EXPECT_THAT(load_error(minimal_yaml("training:\n  max_length: 64\n")),
+              HasSubstr("training.max_length: unknown key; did you mean data.max_length?"));
+  // A DeepSpeed key at the top level points at the deepspeed section.
+  EXPECT_THAT(
+      load_error(minimal_yaml("zero_optimization:\n  stage: 2\n")),
+      HasSubstr("zero_optimization: unknown key; did you mean deepspeed.zero_optimization?"));
+  EXPECT_THAT(load_error(minimal_yaml("training:\n  zzzzzz: 1\n")),
+              HasSubstr("training.zzzzzz: unknown key; expected one of: "));
+}
+
+TEST(ConfigLoad, RequiredKeysAreReported) {
+  EXPECT_EQ(load_error("data:\n  train_path: t\n"),
+            "train.yaml: model.name_or_path: required: expected a model directory or a Hugging "
+            "Face hub id");
+  EXPECT_THAT(load_error("model:\n  name_or_path: m\n"),
+              HasSubstr("train.yaml: data.train_path: required"));
+}
+
+TEST(ConfigLoad, InvalidYamlSyntaxHasAPosition) {
+  EXPECT_THAT(load_error("model: [unclosed\n"), HasSubstr("train.yaml:"));
+  EXPECT_THAT(load_error("model: [unclosed\n"), HasSubstr("invalid YAML"));
+  EXPECT_THAT(load_error("- a\n- b\n"), HasSubstr("train.yaml: expected a mapping of sections"));
+}
+
+TEST(ConfigLoad, FileIsReadAndUnreadableFileIsAConfigError) {
+  TempDir dir;
+  const std::string path = dir.write("t.yaml", minimal_yaml("training:\n  epochs: 2\n"));
+  EXPECT_EQ(load_config(path).training.epochs, 2);
+  const std::string missing = (dir.path() / "missing.yaml").string();
+  try {
+    load_config(missing);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_THAT(e.what(), HasSubstr(missing));
+  }
+}
+
+}  // namespace
+}  // namespace dstrain::config
