@@ -14,10 +14,9 @@ void LineSplitter::feed(std::string_view bytes, const LineFn& on_line) {
     size_t nl = bytes.find('\n');
     size_t take = nl == std::string_view::npos ? bytes.size() : nl;
     size_t room = max_line_ - pending_.size();
-    if (take >= room) {
+    if (take > room) {  // too long: emit a full piece; the byte after it is not a newline
       pending_.append(bytes.substr(0, room));
       bytes.remove_prefix(room);
-      if (nl == room) bytes.remove_prefix(1);  // the newline ends exactly this piece
       on_line(pending_);
       pending_.clear();
       continue;
