@@ -5,7 +5,8 @@
 // our own sections are reported, see docs/config.md):
 //   1. defaults below
 //   2. the YAML file's own sections (model, data, training, lora, zero, logging, checkpoint)
-//   3. DeepSpeed keys: a `deepspeed:` section, or `zero: {config: ds.json}` naming a DeepSpeed JSON file
+//   3. DeepSpeed keys: a `deepspeed:` section, or `zero: {config: ds.json}` naming a DeepSpeed JSON
+//   file
 //   4. `--set key.path=value` overrides (values parsed as YAML)
 // Every error is Error(kConfig) whose message starts "<file>:<line>:<col>: <key.path>: ".
 //
@@ -19,10 +20,11 @@
 namespace dstrain::config {
 
 struct ModelSection {
-  std::string name_or_path;     // local dir with config.json, or a hub id in the HF cache
+  std::string name_or_path;         // local dir with config.json, or a hub id in the HF cache
   std::string init = "pretrained";  // pretrained | random
-  std::string dtype = "auto";   // auto | float32 | bfloat16 | float16 (storage dtype of loaded weights)
-  std::string tokenizer;        // "" = same as name_or_path; "byte" = built-in byte tokenizer; or a dir
+  std::string dtype =
+      "auto";             // auto | float32 | bfloat16 | float16 (storage dtype of loaded weights)
+  std::string tokenizer;  // "" = same as name_or_path; "byte" = built-in byte tokenizer; or a dir
   bool use_flash_attn = false;  // accepted for compatibility; SDPA picks the kernel
   bool gradient_checkpointing = false;
 };
@@ -34,22 +36,22 @@ struct DataSection {
   std::string text_field = "text";
   std::string document = "file";  // for text: one document per `file` or per `line`
   int64_t max_length = 1024;
-  bool packing = true;          // true: concatenate docs with eos, cut to max_length; false: pad/truncate
-  double eval_split = 0.0;      // fraction carved from train when eval_path is empty
+  bool packing = true;  // true: concatenate docs with eos, cut to max_length; false: pad/truncate
+  double eval_split = 0.0;  // fraction carved from train when eval_path is empty
   bool shuffle = true;
   bool drop_last = true;
-  int num_workers = 1;          // accepted from seed configs; the loader uses one prefetch thread
+  int num_workers = 1;  // accepted from seed configs; the loader uses one prefetch thread
   int num_workers_eval = 1;
 };
 
 struct OptimizerSection {
-  std::string type = "adamw";   // adamw | sgd  (DeepSpeed "AdamW"/"Adam" map here)
+  std::string type = "adamw";  // adamw | sgd  (DeepSpeed "AdamW"/"Adam" map here)
   double lr = 1e-4;
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;
-  double momentum = 0.0;        // sgd only
+  double momentum = 0.0;  // sgd only
 };
 
 struct SchedulerSection {
@@ -57,41 +59,42 @@ struct SchedulerSection {
   // WarmupLR | WarmupDecayLR | WarmupCosineLR (DeepSpeed semantics and parameter names)
   std::string type = "cosine";
   double warmup_ratio = 0.0;
-  int64_t warmup_steps = -1;     // -1: derived from warmup_ratio
-  double min_lr_ratio = 0.0;     // cosine/linear floor as a fraction of lr
+  int64_t warmup_steps = -1;  // -1: derived from warmup_ratio
+  double min_lr_ratio = 0.0;  // cosine/linear floor as a fraction of lr
   // DeepSpeed parameters (used by the Warmup* types); -1 means "auto"/unset.
   double warmup_min_lr = 0.0;
   double warmup_max_lr = -1.0;
   std::string warmup_type = "log";  // log | linear (WarmupLR/WarmupDecayLR)
   int64_t total_num_steps = -1;
-  double warmup_min_ratio = 0.0;    // WarmupCosineLR
-  double cos_min_ratio = 0.0001;    // WarmupCosineLR
+  double warmup_min_ratio = 0.0;  // WarmupCosineLR
+  double cos_min_ratio = 0.0001;  // WarmupCosineLR
 };
 
 struct TrainingSection {
   int64_t epochs = 1;
-  int64_t max_steps = -1;             // > 0 overrides epochs
+  int64_t max_steps = -1;  // > 0 overrides epochs
   int64_t per_device_train_batch_size = 1;
   int64_t per_device_eval_batch_size = -1;  // -1: same as train
   int64_t gradient_accumulation_steps = 1;
-  int64_t train_batch_size = -1;      // DeepSpeed's global batch; checked = micro * accum * world
+  int64_t train_batch_size = -1;  // DeepSpeed's global batch; checked = micro * accum * world
   OptimizerSection optimizer;
   SchedulerSection scheduler;
   uint64_t seed = 42;
   bool bf16 = false;
   bool fp16 = false;
+  double fp16_loss_scale = 0.0;  // 0 = dynamic loss scaling; > 0 = this static scale
   double fp16_initial_scale_power = 16;
   int64_t fp16_loss_scale_window = 1000;
   double fp16_min_loss_scale = 1.0;
   int64_t fp16_hysteresis = 2;
-  double gradient_clipping = 0.0;     // 0 = off; max global L2 norm
-  int64_t eval_interval = 0;          // steps; 0 = only at each epoch end
-  int64_t eval_max_batches = -1;      // -1 = whole eval set
-  int64_t log_interval = 1;           // steps between metric lines
+  double gradient_clipping = 0.0;  // 0 = off; max global L2 norm
+  int64_t eval_interval = 0;       // steps; 0 = only at each epoch end
+  int64_t eval_max_batches = -1;   // -1 = whole eval set
+  int64_t log_interval = 1;        // steps between metric lines
 };
 
 struct LoraSection {
-  bool enabled = false;         // true when the file has a `lora:` section (unless enabled: false)
+  bool enabled = false;  // true when the file has a `lora:` section (unless enabled: false)
   int64_t r = 8;
   double alpha = 16;
   double dropout = 0.0;
@@ -113,8 +116,8 @@ struct ZeroSection {
   OffloadSection offload_param;
   bool overlap_comm = true;
   bool contiguous_gradients = true;
-  int64_t reduce_bucket_size = 50'000'000;      // elements
-  int64_t allgather_bucket_size = 50'000'000;   // elements
+  int64_t reduce_bucket_size = 50'000'000;     // elements
+  int64_t allgather_bucket_size = 50'000'000;  // elements
   int64_t stage3_prefetch_bucket_size = 50'000'000;
   int64_t stage3_param_persistence_threshold = 100'000;
   int64_t stage3_max_live_parameters = 1'000'000'000;
@@ -125,17 +128,17 @@ struct ZeroSection {
 
 struct LoggingSection {
   std::string out_dir = "runs/default";
-  std::string metrics_path;        // "" = <out_dir>/metrics.jsonl
-  bool progress = true;            // live progress line when stdout is a terminal
+  std::string metrics_path;  // "" = <out_dir>/metrics.jsonl
+  bool progress = true;      // live progress line when stdout is a terminal
   bool wall_clock_breakdown = false;
-  std::string tensorboard_dir;     // "" = off
-  std::string mlflow_experiment;   // "" = off (needs MLFLOW_TRACKING_URI)
+  std::string tensorboard_dir;    // "" = off
+  std::string mlflow_experiment;  // "" = off (needs MLFLOW_TRACKING_URI)
 };
 
 struct CheckpointSection {
   std::string dir = "checkpoints";
-  int64_t interval = 0;            // steps; 0 = only at the end
-  int64_t keep_last = 0;           // 0 = keep all
+  int64_t interval = 0;   // steps; 0 = only at the end
+  int64_t keep_last = 0;  // 0 = keep all
   bool save_final = true;
 };
 
@@ -153,9 +156,30 @@ struct Config {
 struct LoadOptions {
   std::vector<std::string> overrides;  // "key.path=value" strings from --set, in order
   int world_size = 1;                  // for the train_batch_size consistency check
+  // Non-fatal notices (e.g. a DeepSpeed key dstrain ignores) are logged with log::warn; when this
+  // is set they are also appended here, one line each.
+  std::vector<std::string>* warnings = nullptr;
 };
 
-// Reads, merges, validates. Throws Error(kConfig) (or kIo for an unreadable file).
+// Equality of settings. Provenance (Config::source_path, ZeroSection::config) is not compared, so a
+// config equals the one loaded back from its to_yaml() output.
+bool operator==(const ModelSection& a, const ModelSection& b);
+bool operator==(const DataSection& a, const DataSection& b);
+bool operator==(const OptimizerSection& a, const OptimizerSection& b);
+bool operator==(const SchedulerSection& a, const SchedulerSection& b);
+bool operator==(const TrainingSection& a, const TrainingSection& b);
+bool operator==(const LoraSection& a, const LoraSection& b);
+bool operator==(const OffloadSection& a, const OffloadSection& b);
+bool operator==(const ZeroSection& a, const ZeroSection& b);
+bool operator==(const LoggingSection& a, const LoggingSection& b);
+bool operator==(const CheckpointSection& a, const CheckpointSection& b);
+bool operator==(const Config& a, const Config& b);
+inline bool operator!=(const Config& a, const Config& b) {
+  return !(a == b);
+}
+
+// Reads, merges, validates. Throws Error(kConfig); an unreadable file is kConfig too ("cannot
+// read"), because the path came from the user.
 Config load_config(const std::string& path, const LoadOptions& options = {});
 
 // Same, from YAML text; `display_name` is used in error messages in place of a file name.

@@ -1,0 +1,271 @@
+// The table of every setting in our YAML. Canonical key names follow the configs people already
+// have (HF Trainer style, flat under `training:`); the nested structs of config.h are where the
+// values land. A field's position here is its position in to_yaml's output.
+
+#include <algorithm>
+
+#include "config/schema.h"
+
+namespace dstrain::config::detail {
+namespace {
+
+// Accessor for a member of Config; a generic lambda so the same expression serves the const getter
+// and the mutable setter.
+#define DSTRAIN_MEMBER(expr) \
+  [](auto& c) -> auto& {     \
+    return c.expr;           \
+  }
+
+Field make(std::string path, Kind kind, Range range = Range::kAny,
+           std::vector<std::string> choices = {}) {
+  Field f;
+  f.path = std::move(path);
+  f.kind = kind;
+  f.range = range;
+  f.choices = std::move(choices);
+  return f;
+}
+
+template <typename Ref>
+Field boolean(std::string path, Ref ref) {
+  Field f = make(std::move(path), Kind::kBool);
+  f.get = [ref](const Config& c) { return Value(static_cast<bool>(ref(c))); };
+  f.set = [ref](Config& c, const Value& v) { ref(c) = std::get<bool>(v); };
+  return f;
+}
+
+template <typename Ref>
+Field integer(std::string path, Range range, Ref ref) {
+  Field f = make(std::move(path), Kind::kInt, range);
+  f.get = [ref](const Config& c) { return Value(static_cast<int64_t>(ref(c))); };
+  f.set = [ref](Config& c, const Value& v) {
+    using T = std::decay_t<decltype(ref(c))>;
+    ref(c) = static_cast<T>(std::get<int64_t>(v));
+  };
+  return f;
+}
+
+template <typename Ref>
+Field number(std::string path, Range range, Ref ref) {
+  Field f = make(std::move(path), Kind::kNumber, range);
+  f.get = [ref](const Config& c) { return Value(static_cast<double>(ref(c))); };
+  f.set = [ref](Config& c, const Value& v) { ref(c) = std::get<double>(v); };
+  return f;
+}
+
+template <typename Ref>
+Field text(std::string path, Ref ref, std::vector<std::string> choices = {}) {
+  Field f = make(std::move(path), Kind::kString, Range::kAny, std::move(choices));
+  f.get = [ref](const Config& c) { return Value(ref(c)); };
+  f.set = [ref](Config& c, const Value& v) { ref(c) = std::get<std::string>(v); };
+  return f;
+}
+
+template <typename Ref>
+Field text_list(std::string path, Ref ref) {
+  Field f = make(std::move(path), Kind::kStringList);
+  f.get = [ref](const Config& c) { return Value(ref(c)); };
+  f.set = [ref](Config& c, const Value& v) { ref(c) = std::get<std::vector<std::string>>(v); };
+  return f;
+}
+
+Field betas() {
+  Field f = make("training.betas", Kind::kBetas, Range::kFractionOpen);
+  f.get = [](const Config& c) {
+    const auto& o = c.training.optimizer;
+    return Value(std::vector<double>{o.beta1, o.beta2});
+  };
+  f.set = [](Config& c, const Value& v) {
+    const auto& b = std::get<std::vector<double>>(v);
+    c.training.optimizer.beta1 = b[0];
+    c.training.optimizer.beta2 = b[1];
+  };
+  return f;
+}
+
+void add_model_and_data(std::vector<Field>& t) {
+  t.push_back(text("model.name_or_path", DSTRAIN_MEMBER(model.name_or_path)));
+  t.push_back(text("model.init", DSTRAIN_MEMBER(model.init), {"pretrained", "random"}));
+  t.push_back(
+      text("model.dtype", DSTRAIN_MEMBER(model.dtype), {"auto", "float32", "bfloat16", "float16"}));
+  t.push_back(text("model.tokenizer", DSTRAIN_MEMBER(model.tokenizer)));
+  t.push_back(
+      boolean("model.gradient_checkpointing", DSTRAIN_MEMBER(model.gradient_checkpointing)));
+  t.push_back(text("data.train_path", DSTRAIN_MEMBER(data.train_path)));
+  t.push_back(text("data.eval_path", DSTRAIN_MEMBER(data.eval_path)));
+  t.push_back(text("data.format", DSTRAIN_MEMBER(data.format),
+                   {"auto", "text", "jsonl", "tokens", "parquet"}));
+  t.push_back(text("data.text_field", DSTRAIN_MEMBER(data.text_field)));
+  t.push_back(text("data.document", DSTRAIN_MEMBER(data.document), {"file", "line"}));
+  t.push_back(integer("data.max_length", Range::kPositive, DSTRAIN_MEMBER(data.max_length)));
+  t.push_back(boolean("data.packing", DSTRAIN_MEMBER(data.packing)));
+  t.push_back(number("data.eval_split", Range::kFractionOpen, DSTRAIN_MEMBER(data.eval_split)));
+  t.push_back(boolean("data.shuffle", DSTRAIN_MEMBER(data.shuffle)));
+  t.push_back(boolean("data.drop_last", DSTRAIN_MEMBER(data.drop_last)));
+}
+
+void add_training_loop(std::vector<Field>& t) {
+  t.push_back(integer("training.epochs", Range::kPositive, DSTRAIN_MEMBER(training.epochs)));
+  t.push_back(
+      integer("training.max_steps", Range::kPositiveOrUnset, DSTRAIN_MEMBER(training.max_steps)));
+  t.push_back(integer("training.per_device_train_batch_size", Range::kPositive,
+                      DSTRAIN_MEMBER(training.per_device_train_batch_size)));
+  t.push_back(integer("training.per_device_eval_batch_size", Range::kPositiveOrUnset,
+                      DSTRAIN_MEMBER(training.per_device_eval_batch_size)));
+  t.push_back(integer("training.gradient_accumulation_steps", Range::kPositive,
+                      DSTRAIN_MEMBER(training.gradient_accumulation_steps)));
+  t.push_back(integer("training.train_batch_size", Range::kPositiveOrUnset,
+                      DSTRAIN_MEMBER(training.train_batch_size)));
+  t.push_back(integer("training.seed", Range::kNonNegative, DSTRAIN_MEMBER(training.seed)));
+  t.push_back(integer("training.eval_interval", Range::kNonNegative,
+                      DSTRAIN_MEMBER(training.eval_interval)));
+  t.push_back(integer("training.eval_max_batches", Range::kPositiveOrUnset,
+                      DSTRAIN_MEMBER(training.eval_max_batches)));
+  t.push_back(
+      integer("training.log_interval", Range::kPositive, DSTRAIN_MEMBER(training.log_interval)));
+  t.push_back(boolean("training.use_flash_attn", DSTRAIN_MEMBER(model.use_flash_attn)));
+  t.push_back(
+      integer("training.num_workers", Range::kNonNegative, DSTRAIN_MEMBER(data.num_workers)));
+  t.push_back(integer("training.num_workers_eval", Range::kNonNegative,
+                      DSTRAIN_MEMBER(data.num_workers_eval)));
+}
+
+void add_training_optimizer(std::vector<Field>& t) {
+  t.push_back(
+      text("training.optimizer", DSTRAIN_MEMBER(training.optimizer.type), {"adamw", "sgd"}));
+  t.push_back(number("training.lr", Range::kPositive, DSTRAIN_MEMBER(training.optimizer.lr)));
+  t.push_back(betas());
+  t.push_back(number("training.eps", Range::kPositive, DSTRAIN_MEMBER(training.optimizer.eps)));
+  t.push_back(number("training.weight_decay", Range::kNonNegative,
+                     DSTRAIN_MEMBER(training.optimizer.weight_decay)));
+  t.push_back(number("training.momentum", Range::kNonNegative,
+                     DSTRAIN_MEMBER(training.optimizer.momentum)));
+  t.push_back(number("training.gradient_clipping", Range::kNonNegative,
+                     DSTRAIN_MEMBER(training.gradient_clipping)));
+}
+
+void add_training_scheduler(std::vector<Field>& t) {
+  t.push_back(
+      text("training.lr_scheduler", DSTRAIN_MEMBER(training.scheduler.type),
+           {"constant", "linear", "cosine", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"}));
+  t.push_back(number("training.warmup_ratio", Range::kFractionOpen,
+                     DSTRAIN_MEMBER(training.scheduler.warmup_ratio)));
+  t.push_back(integer("training.warmup_steps", Range::kNonNegativeOrUnset,
+                      DSTRAIN_MEMBER(training.scheduler.warmup_steps)));
+  t.push_back(number("training.min_lr_ratio", Range::kFraction,
+                     DSTRAIN_MEMBER(training.scheduler.min_lr_ratio)));
+  t.push_back(number("training.warmup_min_lr", Range::kNonNegative,
+                     DSTRAIN_MEMBER(training.scheduler.warmup_min_lr)));
+  t.push_back(number("training.warmup_max_lr", Range::kPositiveOrUnset,
+                     DSTRAIN_MEMBER(training.scheduler.warmup_max_lr)));
+  t.push_back(text("training.warmup_type", DSTRAIN_MEMBER(training.scheduler.warmup_type),
+                   {"log", "linear"}));
+  t.push_back(integer("training.total_num_steps", Range::kPositiveOrUnset,
+                      DSTRAIN_MEMBER(training.scheduler.total_num_steps)));
+  t.push_back(number("training.warmup_min_ratio", Range::kFraction,
+                     DSTRAIN_MEMBER(training.scheduler.warmup_min_ratio)));
+  t.push_back(number("training.cos_min_ratio", Range::kFraction,
+                     DSTRAIN_MEMBER(training.scheduler.cos_min_ratio)));
+}
+
+void add_training_precision(std::vector<Field>& t) {
+  t.push_back(boolean("training.bf16", DSTRAIN_MEMBER(training.bf16)));
+  t.push_back(boolean("training.fp16", DSTRAIN_MEMBER(training.fp16)));
+  t.push_back(number("training.fp16_loss_scale", Range::kNonNegative,
+                     DSTRAIN_MEMBER(training.fp16_loss_scale)));
+  t.push_back(number("training.fp16_initial_scale_power", Range::kNonNegative,
+                     DSTRAIN_MEMBER(training.fp16_initial_scale_power)));
+  t.push_back(integer("training.fp16_loss_scale_window", Range::kPositive,
+                      DSTRAIN_MEMBER(training.fp16_loss_scale_window)));
+  t.push_back(integer("training.fp16_hysteresis", Range::kPositive,
+                      DSTRAIN_MEMBER(training.fp16_hysteresis)));
+  t.push_back(number("training.fp16_min_loss_scale", Range::kPositive,
+                     DSTRAIN_MEMBER(training.fp16_min_loss_scale)));
+}
+
+void add_lora(std::vector<Field>& t) {
+  t.push_back(boolean("lora.enabled", DSTRAIN_MEMBER(lora.enabled)));
+  t.push_back(integer("lora.r", Range::kPositive, DSTRAIN_MEMBER(lora.r)));
+  t.push_back(number("lora.alpha", Range::kPositive, DSTRAIN_MEMBER(lora.alpha)));
+  t.push_back(number("lora.dropout", Range::kFractionOpen, DSTRAIN_MEMBER(lora.dropout)));
+  t.push_back(text_list("lora.target_modules", DSTRAIN_MEMBER(lora.target_modules)));
+  t.push_back(text("lora.bias", DSTRAIN_MEMBER(lora.bias), {"none", "all", "lora_only"}));
+  t.push_back(boolean("lora.use_rslora", DSTRAIN_MEMBER(lora.use_rslora)));
+  t.push_back(text("lora.init", DSTRAIN_MEMBER(lora.init), {"default", "gaussian"}));
+  t.push_back(text("lora.init_from", DSTRAIN_MEMBER(lora.init_from)));
+}
+
+void add_zero(std::vector<Field>& t) {
+  const std::vector<std::string> devices = {"none", "cpu"};
+  t.push_back(integer("zero.stage", Range::kStage, DSTRAIN_MEMBER(zero.stage)));
+  t.push_back(text("zero.offload_optimizer.device", DSTRAIN_MEMBER(zero.offload_optimizer.device),
+                   devices));
+  t.push_back(boolean("zero.offload_optimizer.pin_memory",
+                      DSTRAIN_MEMBER(zero.offload_optimizer.pin_memory)));
+  t.push_back(
+      text("zero.offload_param.device", DSTRAIN_MEMBER(zero.offload_param.device), devices));
+  t.push_back(
+      boolean("zero.offload_param.pin_memory", DSTRAIN_MEMBER(zero.offload_param.pin_memory)));
+  t.push_back(boolean("zero.overlap_comm", DSTRAIN_MEMBER(zero.overlap_comm)));
+  t.push_back(boolean("zero.contiguous_gradients", DSTRAIN_MEMBER(zero.contiguous_gradients)));
+  t.push_back(integer("zero.reduce_bucket_size", Range::kPositive,
+                      DSTRAIN_MEMBER(zero.reduce_bucket_size)));
+  t.push_back(integer("zero.allgather_bucket_size", Range::kPositive,
+                      DSTRAIN_MEMBER(zero.allgather_bucket_size)));
+  t.push_back(integer("zero.stage3_prefetch_bucket_size", Range::kNonNegative,
+                      DSTRAIN_MEMBER(zero.stage3_prefetch_bucket_size)));
+  t.push_back(integer("zero.stage3_param_persistence_threshold", Range::kNonNegative,
+                      DSTRAIN_MEMBER(zero.stage3_param_persistence_threshold)));
+  t.push_back(integer("zero.stage3_max_live_parameters", Range::kPositive,
+                      DSTRAIN_MEMBER(zero.stage3_max_live_parameters)));
+  t.push_back(integer("zero.stage3_max_reuse_distance", Range::kNonNegative,
+                      DSTRAIN_MEMBER(zero.stage3_max_reuse_distance)));
+  t.push_back(boolean("zero.stage3_gather_16bit_weights_on_model_save",
+                      DSTRAIN_MEMBER(zero.stage3_gather_16bit_weights_on_model_save)));
+}
+
+void add_logging_and_checkpoint(std::vector<Field>& t) {
+  t.push_back(text("logging.out_dir", DSTRAIN_MEMBER(logging.out_dir)));
+  t.push_back(text("logging.metrics_path", DSTRAIN_MEMBER(logging.metrics_path)));
+  t.push_back(boolean("logging.progress", DSTRAIN_MEMBER(logging.progress)));
+  t.push_back(
+      boolean("logging.wall_clock_breakdown", DSTRAIN_MEMBER(logging.wall_clock_breakdown)));
+  t.push_back(text("logging.tensorboard_dir", DSTRAIN_MEMBER(logging.tensorboard_dir)));
+  t.push_back(text("logging.mlflow_experiment", DSTRAIN_MEMBER(logging.mlflow_experiment)));
+  t.push_back(text("checkpoint.dir", DSTRAIN_MEMBER(checkpoint.dir)));
+  t.push_back(
+      integer("checkpoint.interval", Range::kNonNegative, DSTRAIN_MEMBER(checkpoint.interval)));
+  t.push_back(
+      integer("checkpoint.keep_last", Range::kNonNegative, DSTRAIN_MEMBER(checkpoint.keep_last)));
+  t.push_back(boolean("checkpoint.save_final", DSTRAIN_MEMBER(checkpoint.save_final)));
+}
+
+#undef DSTRAIN_MEMBER
+
+std::vector<Field> build_fields() {
+  std::vector<Field> t;
+  add_model_and_data(t);
+  add_training_loop(t);
+  add_training_optimizer(t);
+  add_training_scheduler(t);
+  add_training_precision(t);
+  add_lora(t);
+  add_zero(t);
+  add_logging_and_checkpoint(t);
+  return t;
+}
+
+}  // namespace
+
+const std::vector<Field>& fields() {
+  static const std::vector<Field> table = build_fields();
+  return table;
+}
+
+const Field* find_field(std::string_view path) {
+  const auto& t = fields();
+  auto it = std::find_if(t.begin(), t.end(), [&](const Field& f) { return f.path == path; });
+  return it == t.end() ? nullptr : &*it;
+}
+
+}  // namespace dstrain::config::detail

@@ -1,0 +1,131 @@
+// The RuleSet container and our own YAML's rules: each Field under its canonical path, plus the
+// aliases people write (PEFT's lora_alpha, model.use_flash_attn, data.num_workers...).
+
+#include "config/rules.h"
+
+#include "core/error.h"
+
+namespace dstrain::config::detail {
+
+void RuleSet::add(const std::string& path, KeyRule rule) {
+  leaves[path] = std::move(rule);
+  for (size_t dot = path.find('.'); dot != std::string::npos; dot = path.find('.', dot + 1)) {
+    sections.insert(path.substr(0, dot));
+  }
+}
+
+void RuleSet::add_field(const std::string& path, const std::string& field_path) {
+  KeyRule rule;
+  rule.field = find_field(field_path);
+  if (rule.field == nullptr) fail(ErrorKind::kInternal, "config rule {} names no field", path);
+  add(path, std::move(rule));
+}
+
+void RuleSet::add_ignored(const std::string& path) {
+  KeyRule rule;
+  rule.ignored = true;
+  add(path, std::move(rule));
+}
+
+const KeyRule* RuleSet::leaf(const std::string& path) const {
+  auto it = leaves.find(path);
+  return it == leaves.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> RuleSet::children(const std::string& section) const {
+  const std::string prefix = section.empty() ? "" : section + ".";
+  std::set<std::string> names;
+  for (const auto& [path, rule] : leaves) {
+    if (path.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string rest = path.substr(prefix.size());
+    names.insert(rest.substr(0, rest.find('.')));
+  }
+  return {names.begin(), names.end()};
+}
+
+void add_zero_rules(RuleSet& rules, const std::string& prefix) {
+  for (const char* key :
+       {"stage", "offload_optimizer.device", "offload_optimizer.pin_memory", "offload_param.device",
+        "offload_param.pin_memory", "overlap_comm", "contiguous_gradients", "reduce_bucket_size",
+        "allgather_bucket_size", "stage3_prefetch_bucket_size",
+        "stage3_param_persistence_threshold", "stage3_max_live_parameters",
+        "stage3_max_reuse_distance", "stage3_gather_16bit_weights_on_model_save"}) {
+    rules.add_field(prefix + key, std::string("zero.") + key);
+  }
+  // DeepSpeed's older name for the same switch.
+  rules.add_field(prefix + "stage3_gather_fp16_weights_on_model_save",
+                  "zero.stage3_gather_16bit_weights_on_model_save");
+  // Real DeepSpeed ZeRO keys that tune machinery dstrain does not have (NVMe, quantized ZeRO,
+  // MiCS, hierarchical partitioning...). Accepted so existing configs load; each one warns.
+  for (const char* key : {"offload_optimizer.nvme_path",
+                          "offload_optimizer.buffer_count",
+                          "offload_optimizer.fast_init",
+                          "offload_optimizer.ratio",
+                          "offload_optimizer.pipeline",
+                          "offload_optimizer.pipeline_read",
+                          "offload_optimizer.pipeline_write",
+                          "offload_param.nvme_path",
+                          "offload_param.buffer_count",
+                          "offload_param.buffer_size",
+                          "offload_param.max_in_cpu",
+                          "offload_param.pipeline_read",
+                          "offload_param.pipeline_write",
+                          "sub_group_size",
+                          "round_robin_gradients",
+                          "reduce_scatter",
+                          "allgather_partitions",
+                          "elastic_checkpoint",
+                          "load_from_fp32_weights",
+                          "ignore_unused_parameters",
+                          "cpu_offload",
+                          "cpu_offload_params",
+                          "cpu_offload_use_pin_memory",
+                          "legacy_stage1",
+                          "zero_hpz_partition_size",
+                          "zero_quantized_weights",
+                          "zero_quantized_nontrainable_weights",
+                          "zero_quantized_gradients",
+                          "mics_shard_size",
+                          "mics_hierarchical_params_gather",
+                          "memory_efficient_linear",
+                          "use_multi_rank_bucket_allreduce",
+                          "stage3_module_granularity_threshold",
+                          "pipeline_loading_checkpoint",
+                          "override_module_apply",
+                          "log_trace_cache_warnings",
+                          "use_all_reduce_for_fetch_params",
+                          "stage3_use_all_reduce_for_fetch_params",
+                          "module_granularity_threshold"}) {
+    rules.add_ignored(prefix + key);
+  }
+}
+
+namespace {
+
+RuleSet build_our_rules() {
+  RuleSet rules;
+  for (const Field& f : fields()) {
+    if (f.path.compare(0, 5, "zero.") != 0) rules.add_field(f.path, f.path);
+  }
+  add_zero_rules(rules, "zero.");
+  rules.add_field("model.use_flash_attn", "training.use_flash_attn");
+  rules.add_field("training.gradient_checkpointing", "model.gradient_checkpointing");
+  rules.add_field("data.num_workers", "training.num_workers");
+  rules.add_field("data.num_workers_eval", "training.num_workers_eval");
+  rules.add_field("lora.lora_alpha", "lora.alpha");
+  rules.add_field("lora.lora_dropout", "lora.dropout");
+  KeyRule ds;
+  ds.deepspeed_config = true;
+  rules.add("zero.config", ds);
+  rules.add("deepspeed", ds);
+  return rules;
+}
+
+}  // namespace
+
+const RuleSet& our_rules() {
+  static const RuleSet rules = build_our_rules();
+  return rules;
+}
+
+}  // namespace dstrain::config::detail

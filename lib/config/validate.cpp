@@ -1,0 +1,121 @@
+#include "config/validate.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace dstrain::config::detail {
+namespace {
+
+// Where a setting came from; a setting left at its default is attributed to the config file.
+Origin origin_of(const Merger& merger, const std::string& field_path, const std::string& file) {
+  if (const Assigned* a = merger.find(field_path)) return a->origin;
+  return Origin{file, field_path, false};
+}
+
+std::string describe_origin(const Merger& merger, const std::string& field_path) {
+  const Assigned* a = merger.find(field_path);
+  return a == nullptr ? fmt::format("{} (default)", field_path)
+                      : fmt::format("{} at {}", a->origin.key, a->origin.where);
+}
+
+// DeepSpeed's rule: train_batch_size = micro * accumulation * world; any two given determine the
+// third. "Given" means written somewhere (our section, DeepSpeed keys or --set), not defaulted.
+void resolve_batch(TrainingSection& t, const Merger& merger, const std::string& file, int world) {
+  if (t.train_batch_size == -1) return;
+  const Origin at = origin_of(merger, "training.train_batch_size", file);
+  const bool micro_given = merger.find("training.per_device_train_batch_size") != nullptr;
+  const bool accum_given = merger.find("training.gradient_accumulation_steps") != nullptr;
+  const int64_t tbs = t.train_batch_size;
+  auto derive = [&](int64_t divisor, const std::string& terms) {
+    if (tbs % divisor != 0) {
+      fail_at(at, fmt::format("{} is not divisible by {} = {}", tbs, terms, divisor));
+    }
+    return tbs / divisor;
+  };
+  const std::string world_term = fmt::format("world size ({})", world);
+  if (micro_given && !accum_given) {
+    t.gradient_accumulation_steps = derive(t.per_device_train_batch_size * world,
+                                           fmt::format("per_device_train_batch_size ({}) * {}",
+                                                       t.per_device_train_batch_size, world_term));
+  } else if (!micro_given && accum_given) {
+    t.per_device_train_batch_size = derive(t.gradient_accumulation_steps * world,
+                                           fmt::format("gradient_accumulation_steps ({}) * {}",
+                                                       t.gradient_accumulation_steps, world_term));
+  } else if (!micro_given && !accum_given) {
+    t.gradient_accumulation_steps = 1;
+    t.per_device_train_batch_size = derive(world, world_term);
+  }
+  const int64_t product = t.per_device_train_batch_size * t.gradient_accumulation_steps * world;
+  if (product != tbs) {
+    fail_at(at, fmt::format("{} != per_device_train_batch_size ({}) * gradient_accumulation_steps "
+                            "({}) * world size ({}) = {}",
+                            tbs, t.per_device_train_batch_size, t.gradient_accumulation_steps,
+                            world, product));
+  }
+}
+
+void require(const std::string& value, const Merger& merger, const std::string& field_path,
+             const std::string& file, const char* what) {
+  if (!value.empty()) return;
+  fail_at(origin_of(merger, field_path, file), fmt::format("required: expected {}", what));
+}
+
+void check_precision_and_optimizer(const Config& c, const Merger& m, const std::string& file) {
+  const TrainingSection& t = c.training;
+  if (t.bf16 && t.fp16) {
+    fail_at(origin_of(m, "training.fp16", file),
+            fmt::format("fp16 and bf16 cannot both be enabled (bf16 is set by {})",
+                        describe_origin(m, "training.bf16")));
+  }
+  if (t.optimizer.momentum > 0 && t.optimizer.type != "sgd") {
+    fail_at(origin_of(m, "training.momentum", file),
+            fmt::format("momentum applies to the sgd optimizer only, but the optimizer is {} ({})",
+                        t.optimizer.type, describe_origin(m, "training.optimizer")));
+  }
+  const SchedulerSection& s = t.scheduler;
+  if (s.warmup_max_lr > 0 && s.warmup_min_lr > s.warmup_max_lr) {
+    fail_at(origin_of(m, "training.warmup_min_lr", file),
+            fmt::format("warmup_min_lr ({}) is above warmup_max_lr ({})", s.warmup_min_lr,
+                        s.warmup_max_lr));
+  }
+}
+
+void check_zero(const ZeroSection& z, const Merger& m, const std::string& file) {
+  if (z.offload_optimizer.device != "none" && z.stage < 1) {
+    fail_at(origin_of(m, "zero.offload_optimizer.device", file),
+            fmt::format("offloading the optimizer needs ZeRO stage 1, 2 or 3, but the stage is {} "
+                        "({})",
+                        z.stage, describe_origin(m, "zero.stage")));
+  }
+  if (z.offload_param.device != "none" && z.stage != 3) {
+    fail_at(origin_of(m, "zero.offload_param.device", file),
+            fmt::format("offloading parameters needs ZeRO stage 3, but the stage is {} ({})",
+                        z.stage, describe_origin(m, "zero.stage")));
+  }
+}
+
+void check_data(const DataSection& d, const Merger& m, const std::string& file) {
+  require(d.train_path, m, "data.train_path", file, "the training data path");
+  if (d.eval_split > 0 && !d.eval_path.empty()) {
+    fail_at(origin_of(m, "data.eval_split", file),
+            fmt::format("eval_split carves evaluation data from train_path, but an evaluation set "
+                        "is already given ({}); set only one",
+                        describe_origin(m, "data.eval_path")));
+  }
+}
+
+}  // namespace
+
+void resolve_and_validate(Config& config, const Merger& merger, const std::string& file,
+                          int world_size) {
+  if (world_size < 1) fail(ErrorKind::kConfig, "world size must be at least 1, got {}", world_size);
+  require(config.model.name_or_path, merger, "model.name_or_path", file,
+          "a model directory or a Hugging Face hub id");
+  check_data(config.data, merger, file);
+  resolve_batch(config.training, merger, file, world_size);
+  check_precision_and_optimizer(config, merger, file);
+  check_zero(config.zero, merger, file);
+}
+
+}  // namespace dstrain::config::detail
