@@ -102,11 +102,14 @@ TEST(LaunchDryRun, ExecPrintsThePlanAndStartsNothing) {
   EXPECT_FALSE(file_exists(marker)) << "a dry run must not start ranks";
 }
 
-// Needs lib/config's load_config: the dry run validates the config before printing the plan.
+const char* kMinimalConfig =
+    "model:\n  name_or_path: org/tiny-model\ndata:\n  train_path: train.txt\n"
+    "training:\n  seed: 3\n";
+
 TEST(LaunchDryRun, TrainPrintsTheTrainCommandLine) {
   TempDir dir;
   std::string config = dir.file("run.yaml");
-  std::ofstream(config) << "training:\n  seed: 3\n";
+  std::ofstream(config) << kMinimalConfig;
   RunResult r = run_dstrain({"launch", "--nproc", "2", "--dry-run", config, "--set",
                              "training.seed=7", "--", "--extra", "two words"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -116,7 +119,7 @@ TEST(LaunchDryRun, TrainPrintsTheTrainCommandLine) {
   EXPECT_TRUE(contains(r.out, "WORLD_SIZE=2")) << r.out;
 }
 
-// Needs lib/config's load_config: an unknown key is reported once, by the launcher, exit 2.
+// An invalid config is reported once, by the launcher, with exit code 2.
 TEST(LaunchDryRun, InvalidConfigIsAnErrorBeforeAnythingStarts) {
   TempDir dir;
   std::string config = dir.file("bad.yaml");
@@ -125,6 +128,24 @@ TEST(LaunchDryRun, InvalidConfigIsAnErrorBeforeAnythingStarts) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(contains(r.err, "bogus_key_xyz")) << r.err;
   EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+TEST(LaunchDryRun, OverridesAndWorldSizeReachTheConfigCheck) {
+  TempDir dir;
+  std::string config = dir.file("run.yaml");
+  std::ofstream(config) << kMinimalConfig;
+  RunResult bad_key =
+      run_dstrain({"launch", "--dry-run", config, "--set", "training.no_such_key_abc=1"});
+  EXPECT_EQ(bad_key.exit_code, 2) << bad_key.err;
+  EXPECT_TRUE(contains(bad_key.err, "no_such_key_abc")) << bad_key.err;
+  // train_batch_size must equal micro batch (1) * accumulation (1) * world size (--nproc).
+  RunResult fits = run_dstrain(
+      {"launch", "--nproc", "2", "--dry-run", config, "--set", "training.train_batch_size=2"});
+  EXPECT_EQ(fits.exit_code, 0) << fits.err;
+  RunResult mismatch = run_dstrain(
+      {"launch", "--nproc", "3", "--dry-run", config, "--set", "training.train_batch_size=2"});
+  EXPECT_EQ(mismatch.exit_code, 2) << mismatch.err;
+  EXPECT_TRUE(contains(mismatch.err, "train_batch_size")) << mismatch.err;
 }
 
 TEST(LaunchFlags, BadFlagsAndValuesExitWith2) {
