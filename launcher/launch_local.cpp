@@ -1,0 +1,116 @@
+#include "launcher/launch_local.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "config/config.h"
+#include "core/error.h"
+#include "core/fs.h"
+#include "launcher/free_port.h"
+#include "launcher/program_path.h"
+#include "launcher/shell_quote.h"
+#include "launcher/supervisor.h"
+
+namespace dstrain::launcher {
+namespace {
+
+void check_options(const LocalLaunchOptions& o) {
+  if (o.nproc < 1) fail(ErrorKind::kUsage, "--nproc must be >= 1, got {}", o.nproc);
+  if (o.master_port != 0) check_port(o.master_port, "--master-port");
+  if (!std::isfinite(o.grace_seconds) || o.grace_seconds < 0) {
+    fail(ErrorKind::kUsage, "--grace must be a number of seconds >= 0, got {}", o.grace_seconds);
+  }
+  if (o.exec) {
+    if (o.args.empty())
+      fail(ErrorKind::kUsage, "--exec needs a program: --exec -- PROGRAM [ARGS...]");
+    if (!o.config_path.empty() || !o.overrides.empty()) {
+      fail(ErrorKind::kUsage,
+           "--exec runs a program instead of 'dstrain train': CONFIG and --set "
+           "do not apply (put the program after --)");
+    }
+    return;
+  }
+  if (o.config_path.empty()) {
+    fail(ErrorKind::kUsage,
+         "missing CONFIG: dstrain launch --nproc N CONFIG (or --exec -- PROGRAM)");
+  }
+  if (!std::filesystem::is_regular_file(o.config_path)) {
+    fail(ErrorKind::kInput, "config file {} does not exist or is not a file", o.config_path);
+  }
+}
+
+// Loads the config once here, so an error is reported once instead of by every rank.
+void validate_config(const LocalLaunchOptions& o) {
+  config::LoadOptions load;
+  load.overrides = o.overrides;
+  load.world_size = o.nproc;
+  config::load_config(o.config_path, load);
+}
+
+std::vector<std::string> rank_command(const LocalLaunchOptions& o) {
+  if (o.exec) {
+    std::vector<std::string> command = o.args;
+    command[0] = resolve_program(o.args[0]);
+    return command;
+  }
+  std::vector<std::string> command = {self_executable(), "train", o.config_path};
+  for (const std::string& kv : o.overrides) {
+    command.push_back("--set");
+    command.push_back(kv);
+  }
+  command.insert(command.end(), o.args.begin(), o.args.end());
+  return command;
+}
+
+}  // namespace
+
+WorldPlan plan_local_launch(const LocalLaunchOptions& options) {
+  check_options(options);
+  if (!options.exec) validate_config(options);
+  PlanRequest request;
+  request.nodes = {NodeSpec{"localhost", options.nproc}};
+  request.master_addr = options.master_addr;
+  request.master_port = options.master_port != 0 ? options.master_port : find_free_port();
+  request.command = rank_command(options);
+  return make_world_plan(request);
+}
+
+std::string format_plan(const WorldPlan& plan) {
+  std::string out = fmt::format("dstrain launch plan: {} rank(s), master {}:{}\n", plan.world_size,
+                                plan.master_addr, plan.master_port);
+  for (const RankSpec& rank : plan.ranks) {
+    out += fmt::format("rank {} on {} (node {}, local rank {})\n", rank.rank, rank.host,
+                       rank.node_rank, rank.local_rank);
+    std::vector<std::string> env;
+    for (const auto& kv : rank.env) env.push_back(kv.first + "=" + shell_quote(kv.second));
+    std::string env_line;
+    for (const std::string& e : env) env_line += (env_line.empty() ? "" : " ") + e;
+    out += "  env:     " + env_line + "\n";
+    out += "  command: " + shell_join(rank.argv) + "\n";
+  }
+  return out;
+}
+
+int run_local_launch(const LocalLaunchOptions& options) {
+  WorldPlan plan = plan_local_launch(options);
+  if (options.dry_run) {
+    std::fputs(format_plan(plan).c_str(), stdout);
+    std::fflush(stdout);
+    return 0;
+  }
+  SupervisorOptions supervise;
+  supervise.grace_seconds = options.grace_seconds;
+  supervise.log_dir = options.log_dir;
+  if (!options.log_dir.empty()) fs::create_dirs(options.log_dir);
+  std::fflush(stdout);  // rank lines are written to the raw descriptors from here on
+  std::fflush(stderr);
+  JobOutcome outcome = run_local_job(plan.ranks, supervise);
+  std::string summary = format_summary(outcome, local_hostname());
+  write_all(2, summary);
+  return outcome.exit_code;
+}
+
+}  // namespace dstrain::launcher

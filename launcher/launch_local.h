@@ -1,0 +1,36 @@
+#pragma once
+// `dstrain launch` on one machine: validate the request, build the world plan, then either print it
+// (--dry-run) or spawn and supervise the ranks. The CLI only fills LocalLaunchOptions.
+
+#include <string>
+#include <vector>
+
+#include "launcher/plan.h"
+
+namespace dstrain::launcher {
+
+struct LocalLaunchOptions {
+  int nproc = 1;
+  std::string config_path;             // train mode: the run's YAML file
+  std::vector<std::string> overrides;  // train mode: "key.path=value", passed on as --set
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0: pick a free port
+  std::string log_dir;  // "": no per-rank log files
+  bool dry_run = false;
+  double grace_seconds = 5.0;
+  bool exec = false;              // run `args` (a program) instead of `dstrain train`
+  std::vector<std::string> args;  // train mode: extra args for every rank; exec: program + args
+};
+
+// Checks everything that can be checked before spawning (flags, the config via load_config, the
+// program for --exec) and builds the plan. Throws Error(kUsage/kConfig/kInput) for bad input.
+WorldPlan plan_local_launch(const LocalLaunchOptions& options);
+
+// The plan as printed by --dry-run: each rank with its environment and command, shell-quoted.
+std::string format_plan(const WorldPlan& plan);
+
+// Runs the launch and returns the process exit code: 0, a failed rank's code (128 + signal), or
+// 128 + signal when the launcher was interrupted. Prints the summary on stderr.
+int run_local_launch(const LocalLaunchOptions& options);
+
+}  // namespace dstrain::launcher

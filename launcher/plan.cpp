@@ -1,0 +1,74 @@
+#include "launcher/plan.h"
+
+#include "core/error.h"
+
+namespace dstrain::launcher {
+namespace {
+
+void check_request(const PlanRequest& request) {
+  if (request.nodes.empty()) fail(ErrorKind::kUsage, "the launch plan needs at least one node");
+  for (const NodeSpec& node : request.nodes) {
+    if (node.nproc < 1) {
+      fail(ErrorKind::kUsage, "node '{}': the number of processes must be >= 1, got {}", node.host,
+           node.nproc);
+    }
+  }
+  if (request.command.empty() || request.command[0].empty()) {
+    fail(ErrorKind::kUsage, "the launch plan needs a program to run on every rank");
+  }
+  if (request.master_addr.empty()) fail(ErrorKind::kUsage, "--master-addr must not be empty");
+  check_port(request.master_port, "--master-port");
+}
+
+EnvList rank_env(const WorldPlan& plan, const RankSpec& rank, int local_world_size) {
+  return {
+      {"RANK", std::to_string(rank.rank)},
+      {"LOCAL_RANK", std::to_string(rank.local_rank)},
+      {"WORLD_SIZE", std::to_string(plan.world_size)},
+      {"LOCAL_WORLD_SIZE", std::to_string(local_world_size)},
+      {"GROUP_RANK", std::to_string(rank.node_rank)},
+      {"NODE_RANK", std::to_string(rank.node_rank)},
+      {"MASTER_ADDR", plan.master_addr},
+      {"MASTER_PORT", std::to_string(plan.master_port)},
+  };
+}
+
+}  // namespace
+
+void check_port(int port, const char* flag) {
+  if (port < 1 || port > 65535) {
+    fail(ErrorKind::kUsage, "{} must be a TCP port in 1..65535, got {}", flag, port);
+  }
+}
+
+WorldPlan make_world_plan(const PlanRequest& request) {
+  check_request(request);
+  WorldPlan plan;
+  plan.master_addr = request.master_addr;
+  plan.master_port = request.master_port;
+  for (const NodeSpec& node : request.nodes) plan.world_size += node.nproc;
+  for (size_t n = 0; n < request.nodes.size(); ++n) {
+    const NodeSpec& node = request.nodes[n];
+    for (int local = 0; local < node.nproc; ++local) {
+      RankSpec rank;
+      rank.rank = static_cast<int>(plan.ranks.size());
+      rank.local_rank = local;
+      rank.node_rank = static_cast<int>(n);
+      rank.host = node.host;
+      rank.argv = request.command;
+      rank.env = rank_env(plan, rank, node.nproc);
+      plan.ranks.push_back(std::move(rank));
+    }
+  }
+  return plan;
+}
+
+std::vector<RankSpec> ranks_on_node(const WorldPlan& plan, int node_rank) {
+  std::vector<RankSpec> out;
+  for (const RankSpec& rank : plan.ranks) {
+    if (rank.node_rank == node_rank) out.push_back(rank);
+  }
+  return out;
+}
+
+}  // namespace dstrain::launcher

@@ -1,0 +1,29 @@
+#pragma once
+// Starting one rank as a local child process.
+//
+// The child gets: its own process group (setpgid, so teardown can signal the rank and everything it
+// started, and a terminal Ctrl-C reaches only the launcher, which forwards it); SIGKILL when the
+// launcher dies for any reason (PR_SET_PDEATHSIG, re-checked with getppid() against the race where
+// the launcher died before the prctl); stdin from /dev/null; stdout and stderr into pipes the
+// launcher reads; default signal dispositions and an empty signal mask; the launcher's environment
+// with the rank's variables on top. Everything the child needs is prepared before fork(), so the
+// child only makes async-signal-safe calls.
+
+#include <sys/types.h>
+
+#include "launcher/plan.h"
+
+namespace dstrain::launcher {
+
+struct LocalProcess {
+  pid_t pid = -1;      // also the process group id
+  int stdout_fd = -1;  // read ends, non-blocking, close-on-exec; owned by the caller
+  int stderr_fd = -1;
+};
+
+// Forks and execs `rank.argv` (argv[0] must be a path, see program_path.h). If exec fails the child
+// writes the reason to its stderr pipe and exits 127, like a shell. Throws Error(kIo) when the
+// pipes or the fork cannot be created.
+LocalProcess spawn_local(const RankSpec& rank);
+
+}  // namespace dstrain::launcher

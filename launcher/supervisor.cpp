@@ -1,0 +1,245 @@
+#include "launcher/supervisor.h"
+
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cerrno>
+#include <csignal>
+#include <memory>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "launcher/group_guard.h"
+#include "launcher/signals.h"
+#include "launcher/spawn_local.h"
+
+namespace dstrain::launcher {
+namespace {
+
+constexpr int kPollMillis = 100;  // upper bound between exit checks (SIGCHLD wakes earlier)
+constexpr double kFinalDrainSeconds = 2.0;  // reading what is left in pipes after the last exit
+
+struct Slot {
+  RankSpec spec;
+  LocalProcess proc;
+  std::unique_ptr<RankOutput> output;
+  bool running = true;
+  RankReport report;
+};
+
+class LocalJob {
+ public:
+  explicit LocalJob(const SupervisorOptions& options) : options_(options) {}
+
+  JobOutcome run(const std::vector<RankSpec>& ranks) {
+    try {
+      start(ranks);
+    } catch (...) {
+      kill_all(SIGKILL);
+      finish();
+      throw;
+    }
+    supervise();
+    finish();
+    return outcome();
+  }
+
+ private:
+  void start(const std::vector<RankSpec>& ranks) {
+    for (const RankSpec& spec : ranks) {
+      auto slot = std::make_unique<Slot>();
+      slot->spec = spec;
+      std::string log_path;
+      if (!options_.log_dir.empty()) {
+        log_path = options_.log_dir + "/rank_" + std::to_string(spec.rank) + ".log";
+      }
+      slot->output =
+          std::make_unique<RankOutput>(spec.rank, log_path, options_.targets, options_.tail_lines);
+      slot->proc = spawn_local(spec);
+      guard_.watch(slot->proc.pid);
+      slots_.push_back(std::move(slot));
+    }
+  }
+
+  void supervise() {
+    while (any_running()) {
+      pump_output(kPollMillis);
+      handle_signals();
+      collect_exits();
+      if (tearing_down_ && !killed_ && clock_.seconds() >= kill_at_) kill_all(SIGKILL);
+    }
+  }
+
+  // Kills whatever is left in the ranks' groups, drains the pipes, flushes partial lines, reaps.
+  void finish() {
+    kill_all(SIGKILL);
+    Stopwatch drain;
+    while (any_pipe_open() && drain.seconds() < kFinalDrainSeconds) pump_output(kPollMillis);
+    for (auto& slot : slots_) {
+      close_fd(slot->proc.stdout_fd);
+      close_fd(slot->proc.stderr_fd);
+      slot->output->finish();
+      slot->report.tail = slot->output->tail();
+    }
+    guard_.disarm();  // groups are empty; only now may the leaders be reaped (see group_guard.h)
+    for (auto& slot : slots_) reap(*slot);
+  }
+
+  // Waits up to `timeout_ms` for output or a signal, then reads every ready pipe once.
+  void pump_output(int timeout_ms) {
+    std::vector<pollfd> fds;
+    fds.push_back({signals_.fd(), POLLIN, 0});
+    for (auto& slot : slots_) {
+      if (slot->proc.stdout_fd >= 0) fds.push_back({slot->proc.stdout_fd, POLLIN, 0});
+      if (slot->proc.stderr_fd >= 0) fds.push_back({slot->proc.stderr_fd, POLLIN, 0});
+    }
+    if (::poll(fds.data(), fds.size(), timeout_ms) <= 0) return;
+    for (auto& slot : slots_) {
+      read_pipe(*slot, slot->proc.stdout_fd, Stream::kStdout);
+      read_pipe(*slot, slot->proc.stderr_fd, Stream::kStderr);
+    }
+  }
+
+  void read_pipe(Slot& slot, int& fd, Stream stream) {
+    if (fd < 0) return;
+    char buf[65536];
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n > 0) {
+      slot.output->write(stream, std::string_view(buf, static_cast<size_t>(n)));
+    } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+      close_fd(fd);
+    }
+  }
+
+  void handle_signals() {
+    for (int sig : signals_.drain()) {
+      if (sig == SIGCHLD) continue;  // exits are collected by collect_exits()
+      if (tearing_down_) {
+        kill_all(SIGKILL);  // a second interrupt: stop waiting for the grace period
+      } else {
+        interrupt_signal_ = sig;
+        begin_teardown();
+      }
+    }
+  }
+
+  // Records exits without reaping (WNOWAIT): a zombie leader keeps its pid, and so its process
+  // group id, reserved until finish() has killed the group.
+  void collect_exits() {
+    for (auto& slot : slots_) {
+      if (!slot->running) continue;
+      siginfo_t info{};
+      if (::waitid(P_PID, slot->proc.pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0) continue;
+      if (info.si_pid == 0) continue;
+      slot->running = false;
+      slot->report.exit = decode_child_status(info.si_code, info.si_status);
+      slot->report.end_seconds = clock_.seconds();
+      if (!slot->report.exit.ok() && !tearing_down_) {
+        failed_rank_ = slot->spec.rank;
+        begin_teardown();
+      }
+    }
+  }
+
+  void begin_teardown() {
+    tearing_down_ = true;
+    for (auto& slot : slots_) slot->report.stopped_by_launcher = slot->running;
+    kill_at_ = clock_.seconds() + options_.grace_seconds;
+    if (options_.grace_seconds <= 0) {
+      kill_all(SIGKILL);
+    } else {
+      signal_all(SIGTERM);
+    }
+  }
+
+  void kill_all(int sig) {
+    signal_all(sig);
+    killed_ = true;
+  }
+
+  void signal_all(int sig) {
+    for (auto& slot : slots_) ::kill(-slot->proc.pid, sig);
+  }
+
+  void reap(Slot& slot) {
+    int status = 0;
+    while (::waitpid(slot.proc.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (slot.running) {  // exited after the loop ended (only when start() failed part-way)
+      slot.running = false;
+      slot.report.exit =
+          decode_child_status(WIFSIGNALED(status) ? CLD_KILLED : CLD_EXITED,
+                              WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+      slot.report.end_seconds = clock_.seconds();
+    }
+  }
+
+  JobOutcome outcome() const {
+    JobOutcome out;
+    out.seconds = clock_.seconds();
+    for (const auto& slot : slots_) {
+      RankReport report = slot->report;
+      report.rank = slot->spec.rank;
+      report.host = slot->spec.host;
+      report.pid = slot->proc.pid;
+      out.ranks.push_back(std::move(report));
+    }
+    if (interrupt_signal_ != 0) {
+      out.cause = JobOutcome::Cause::kInterrupted;
+      out.interrupt_signal = interrupt_signal_;
+      out.exit_code = 128 + interrupt_signal_;
+    } else if (failed_rank_ >= 0) {
+      out.cause = JobOutcome::Cause::kRankFailed;
+      out.failed_rank = failed_rank_;
+      for (const RankReport& r : out.ranks) {
+        if (r.rank == failed_rank_) out.exit_code = shell_exit_code(r.exit);
+      }
+    }
+    return out;
+  }
+
+  bool any_running() const {
+    for (const auto& slot : slots_) {
+      if (slot->running) return true;
+    }
+    return false;
+  }
+
+  bool any_pipe_open() const {
+    for (const auto& slot : slots_) {
+      if (slot->proc.stdout_fd >= 0 || slot->proc.stderr_fd >= 0) return true;
+    }
+    return false;
+  }
+
+  static void close_fd(int& fd) {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+
+  SupervisorOptions options_;
+  GroupGuard guard_;  // forked before the signal handlers exist, so it never runs them
+  SignalPipe signals_;
+  Stopwatch clock_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  bool tearing_down_ = false;
+  bool killed_ = false;
+  double kill_at_ = 0;
+  int failed_rank_ = -1;
+  int interrupt_signal_ = 0;
+};
+
+}  // namespace
+
+JobOutcome run_local_job(const std::vector<RankSpec>& ranks, const SupervisorOptions& options) {
+  LocalJob job(options);
+  return job.run(ranks);
+}
+
+std::string local_hostname() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+}  // namespace dstrain::launcher

@@ -1,0 +1,67 @@
+#pragma once
+// Runs a set of ranks as local processes to the end: spawn, stream output, detect the first
+// failure, tear everything down, report.
+//
+// Contract:
+//  - All ranks exit 0: outcome kSuccess, exit code 0.
+//  - The first rank to exit non-zero or by a signal is the root cause: every rank's process group
+//  gets
+//    SIGTERM, then SIGKILL after the grace period; exit code = that rank's code (128 + signal).
+//  - SIGINT/SIGTERM/SIGHUP to the launcher: the same teardown, outcome kInterrupted, exit code
+//    128 + signal. A second signal during teardown escalates to SIGKILL at once.
+//  - When run_local_job returns, every rank's process group has been sent SIGKILL (so nothing a
+//  rank
+//    started survives it) and every rank is reaped; a GroupGuard covers the launcher dying
+//    abruptly.
+// Output is routed through RankOutput (prefixed console lines, optional log files, tails).
+
+#include <sys/types.h>
+#include <string>
+#include <vector>
+
+#include "launcher/exit_status.h"
+#include "launcher/output.h"
+#include "launcher/plan.h"
+
+namespace dstrain::launcher {
+
+struct SupervisorOptions {
+  double grace_seconds = 5.0;  // SIGTERM → SIGKILL delay during teardown
+  std::string log_dir;         // "" = no per-rank files; else <log_dir>/rank_<K>.log (must exist)
+  OutputTargets targets;       // where prefixed rank output goes
+  size_t tail_lines = 10;      // lines of each rank kept for the summary
+};
+
+struct RankReport {
+  int rank = 0;
+  std::string host;
+  pid_t pid = -1;
+  RankExit exit;
+  double end_seconds = 0;            // since the job started
+  bool stopped_by_launcher = false;  // still running when the teardown began
+  std::vector<std::string> tail;     // last output lines (stdout and stderr, in arrival order)
+};
+
+struct JobOutcome {
+  enum class Cause { kSuccess, kRankFailed, kInterrupted };
+  Cause cause = Cause::kSuccess;
+  int exit_code = 0;
+  int failed_rank = -1;           // kRankFailed: the root-cause rank
+  int interrupt_signal = 0;       // kInterrupted: the signal the launcher received
+  double seconds = 0;             // wall time of the whole job
+  std::vector<RankReport> ranks;  // in rank order
+};
+
+// Spawns `ranks` (see spawn_local.h) and supervises them as described above. Throws Error(kIo) if a
+// rank cannot be started (ranks already started are torn down first) or a log file cannot be
+// created.
+JobOutcome run_local_job(const std::vector<RankSpec>& ranks, const SupervisorOptions& options);
+
+// The multi-line report printed after a failed or interrupted job (a one-line note on success),
+// naming the root-cause rank, its host, exit code or signal, time, and its last lines of output.
+std::string format_summary(const JobOutcome& outcome, const std::string& hostname);
+
+// This machine's host name (for summaries of local ranks).
+std::string local_hostname();
+
+}  // namespace dstrain::launcher

@@ -1,0 +1,103 @@
+#include "launcher/plan.h"
+
+#include <map>
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+
+namespace dstrain::launcher {
+namespace {
+
+std::map<std::string, std::string> as_map(const EnvList& env) {
+  return {env.begin(), env.end()};
+}
+
+PlanRequest local_request(int nproc) {
+  PlanRequest r;
+  r.nodes = {{"localhost", nproc}};
+  r.master_port = 29500;
+  r.command = {"/bin/prog", "a"};
+  return r;
+}
+
+TEST(WorldPlan, LocalRanksGetTorchrunVariables) {
+  WorldPlan plan = make_world_plan(local_request(3));
+  ASSERT_EQ(plan.world_size, 3);
+  ASSERT_EQ(plan.ranks.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    auto env = as_map(plan.ranks[i].env);
+    EXPECT_EQ(env["RANK"], std::to_string(i));
+    EXPECT_EQ(env["LOCAL_RANK"], std::to_string(i));
+    EXPECT_EQ(env["WORLD_SIZE"], "3");
+    EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "3");
+    EXPECT_EQ(env["GROUP_RANK"], "0");
+    EXPECT_EQ(env["NODE_RANK"], "0");
+    EXPECT_EQ(env["MASTER_ADDR"], "127.0.0.1");
+    EXPECT_EQ(env["MASTER_PORT"], "29500");
+    EXPECT_EQ(plan.ranks[i].argv, (std::vector<std::string>{"/bin/prog", "a"}));
+    EXPECT_EQ(plan.ranks[i].host, "localhost");
+  }
+}
+
+TEST(WorldPlan, RanksFollowNodeOrderAcrossNodes) {
+  PlanRequest r = local_request(1);
+  r.nodes = {{"a", 2}, {"b", 3}};
+  r.master_addr = "10.0.0.1";
+  WorldPlan plan = make_world_plan(r);
+  ASSERT_EQ(plan.world_size, 5);
+  auto rank3 = as_map(plan.ranks[3].env);
+  EXPECT_EQ(plan.ranks[3].host, "b");
+  EXPECT_EQ(rank3["RANK"], "3");
+  EXPECT_EQ(rank3["LOCAL_RANK"], "1");
+  EXPECT_EQ(rank3["LOCAL_WORLD_SIZE"], "3");
+  EXPECT_EQ(rank3["GROUP_RANK"], "1");
+  EXPECT_EQ(rank3["NODE_RANK"], "1");
+  EXPECT_EQ(rank3["WORLD_SIZE"], "5");
+  EXPECT_EQ(rank3["MASTER_ADDR"], "10.0.0.1");
+  std::vector<RankSpec> node_b = ranks_on_node(plan, 1);
+  ASSERT_EQ(node_b.size(), 3u);
+  EXPECT_EQ(node_b[0].rank, 2);
+  EXPECT_EQ(node_b[2].rank, 4);
+}
+
+TEST(WorldPlan, EnvOrderIsStable) {
+  WorldPlan plan = make_world_plan(local_request(1));
+  std::vector<std::string> names;
+  for (const auto& kv : plan.ranks[0].env) names.push_back(kv.first);
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+                                      "GROUP_RANK", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT"}));
+}
+
+void expect_usage_error(const PlanRequest& r, const std::string& needle) {
+  try {
+    make_world_plan(r);
+    FAIL() << "expected an error containing " << needle;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(WorldPlan, RejectsBadRequests) {
+  PlanRequest r = local_request(0);
+  expect_usage_error(r, ">= 1");
+  r = local_request(1);
+  r.nodes.clear();
+  expect_usage_error(r, "at least one node");
+  r = local_request(1);
+  r.command.clear();
+  expect_usage_error(r, "program");
+  r = local_request(1);
+  r.master_port = 70000;
+  expect_usage_error(r, "--master-port");
+  r.master_port = 0;
+  expect_usage_error(r, "1..65535");
+  r = local_request(1);
+  r.master_addr = "";
+  expect_usage_error(r, "--master-addr");
+}
+
+}  // namespace
+}  // namespace dstrain::launcher
