@@ -15,7 +15,7 @@ namespace dstrain::tokenizer {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  // Invalid UTF-8 in `text` is Error(kInput) naming the byte offset (see docs/data.md).
+  // Invalid UTF-8 in `text` is Error(kInput) naming the byte offset (see docs/tokenizers.md).
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
   virtual int64_t vocab_size() const = 0;  // highest id + 1, added tokens included
@@ -24,8 +24,8 @@ class Tokenizer {
   virtual std::optional<int32_t> pad_id() const = 0;
 };
 
-// "byte" → ByteTokenizer; a directory with tokenizer.json, or vocab.json + merges.txt → byte-level BPE.
-// Error(kInput) naming the directory and the files looked for when none is usable.
+// "byte" → ByteTokenizer; a directory with tokenizer.json, or vocab.json + merges.txt → byte-level
+// BPE. Error(kInput) naming the directory and the files looked for when none is usable.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& name_or_dir);
 
 }  // namespace dstrain::tokenizer
