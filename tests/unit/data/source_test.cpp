@@ -139,6 +139,20 @@ TEST(TokenFile, TokenizeCommandRoundTrip) {
   EXPECT_EQ(again.tokens, direct.tokens);
 }
 
+TEST(TokenFile, CommandPathLoadsTheNamedTokenizer) {
+  TempDir dir;
+  TokenizeOptions o;
+  o.tokenizer = "byte";
+  o.input = dir.write("a.jsonl", "{\"text\": \"hi\"}\n{\"text\": \"there\"}\n");
+  o.output = dir.path("a.tok");
+  const TokenizeSummary s = tokenize_to_file(o);
+  EXPECT_EQ(s.documents, 2);
+  EXPECT_EQ(s.tokens, 7);
+  Corpus c = read_token_file(o.output);
+  EXPECT_EQ(c.offsets, (std::vector<int64_t>{0, 2, 7}));
+  EXPECT_EQ(doc(c, 1), ids("there"));
+}
+
 TEST(TokenFile, LargeVocabularyUsesUint32) {
   TempDir dir;
   Corpus c;
