@@ -188,6 +188,8 @@ void parse_shape(const Reader& r, ModelConfig& c) {
   c.rope_theta = r.number("rope_theta", c.rope_theta);
   c.initializer_range = r.number("initializer_range", c.initializer_range);
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
+  const std::string act = r.string("hidden_act", "silu");
+  if (act != "silu") r.bad("hidden_act", "is '" + act + "'; only silu (SwiGLU) is supported");
 }
 
 }  // namespace
