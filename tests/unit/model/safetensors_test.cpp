@@ -30,23 +30,6 @@ std::string entry(const std::string& dtype, const std::string& shape, int b, int
                      e);
 }
 
-void expect_bad_file(const std::string& header, const std::string& data,
-                     std::initializer_list<std::string> parts, int64_t declared_len = -1) {
-  TempDir dir;
-  write_raw(dir / "bad.safetensors", header, data, declared_len);
-  std::vector<std::string> all(parts);
-  all.push_back((dir / "bad.safetensors").string());
-  try {
-    SafetensorsFile f(dir / "bad.safetensors");
-    ADD_FAILURE() << "accepted a bad file: " << header;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kInput) << e.what();
-    for (const auto& p : all)
-      EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
-          << "lacks '" << p << "': " << e.what();
-  }
-}
-
 TEST(Safetensors, RoundTripEveryDtype) {
   TempDir dir;
   torch::manual_seed(3);
@@ -145,72 +128,70 @@ TEST(SafetensorsFormat, FileTooSmall) {
   expect_error([&] { SafetensorsFile f(dir / "s.safetensors"); }, ErrorKind::kInput, {"too small"});
 }
 
-TEST(SafetensorsFormat, HeaderLengthOverLimit) {
-  expect_bad_file("{}", "", {"exceeds the limit"}, 200'000'000);
-}
+struct BadFile {
+  std::string what;
+  std::string header;
+  std::string data;
+  std::vector<std::string> message_parts;
+  int64_t declared_len = -1;
+};
 
-TEST(SafetensorsFormat, HeaderLengthPastEndOfFile) {
-  expect_bad_file("{}", "", {"runs past the end"}, 64);
-}
-
-TEST(SafetensorsFormat, HeaderNotJson) {
-  expect_bad_file("{\"a\": ", "", {"not valid JSON"});
-}
-
-TEST(SafetensorsFormat, HeaderNotAnObject) {
-  expect_bad_file("[1, 2]", "", {"must be a JSON object"});
-}
-
-TEST(SafetensorsFormat, UnknownDtype) {
-  expect_bad_file("{\"w\":" + entry("F7", "[1]", 0, 1) + "}", "x", {"'w'", "'F7'"});
-}
-
-TEST(SafetensorsFormat, ShapeDisagreesWithSpan) {
-  expect_bad_file("{\"w\":" + entry("F32", "[3]", 0, 8) + "}", std::string(8, '\0'),
-                  {"'w'", "needs 12 bytes", "span 8"});
-}
-
-TEST(SafetensorsFormat, NegativeShape) {
-  expect_bad_file("{\"w\":" + entry("U8", "[-1]", 0, 0) + "}", "", {"'w'", "'shape'"});
-}
-
-TEST(SafetensorsFormat, OffsetsReversed) {
-  expect_bad_file("{\"w\":" + entry("U8", "[0]", 4, 2) + "}", "", {"'w'", "data_offsets"});
-}
-
-TEST(SafetensorsFormat, GapBetweenTensors) {
-  expect_bad_file("{\"a\":" + entry("U8", "[2]", 0, 2) + ",\"b\":" + entry("U8", "[2]", 3, 5) + "}",
-                  "xxxxx", {"'b'", "starts at byte 3", "expected 2"});
-}
-
-TEST(SafetensorsFormat, OverlappingTensors) {
-  expect_bad_file("{\"a\":" + entry("U8", "[4]", 0, 4) + ",\"b\":" + entry("U8", "[4]", 2, 6) + "}",
-                  "xxxxxx", {"'b'", "starts at byte 2", "expected 4"});
-}
-
-TEST(SafetensorsFormat, DataNotStartingAtZero) {
-  expect_bad_file("{\"a\":" + entry("U8", "[2]", 1, 3) + "}", "xxx", {"'a'", "starts at byte 1"});
-}
-
-TEST(SafetensorsFormat, TrailingBytesAfterLastTensor) {
-  expect_bad_file("{\"a\":" + entry("U8", "[2]", 0, 2) + "}", "xxx", {"3 bytes", "cover 2"});
-}
-
-TEST(SafetensorsFormat, TruncatedData) {
-  expect_bad_file("{\"a\":" + entry("U8", "[4]", 0, 4) + "}", "xx", {"2 bytes", "cover 4"});
-}
-
-TEST(SafetensorsFormat, DuplicateTensorName) {
-  expect_bad_file("{\"a\":" + entry("U8", "[1]", 0, 1) + ",\"a\":" + entry("U8", "[1]", 1, 2) + "}",
-                  "xx", {"'a' twice"});
-}
-
-TEST(SafetensorsFormat, MetadataValuesMustBeStrings) {
-  expect_bad_file("{\"__metadata__\":{\"format\":1}}", "", {"__metadata__", "'format'"});
-}
-
-TEST(SafetensorsFormat, MissingOffsets) {
-  expect_bad_file("{\"w\":{\"dtype\":\"U8\",\"shape\":[1]}}", "x", {"'w'", "data_offsets"});
+// One table of malformed files, each crafted byte by byte, and the words its error must contain.
+TEST(SafetensorsFormat, EachMalformedFileIsRejectedWithItsReason) {
+  const std::string u8_2 = entry("U8", "[2]", 0, 2);
+  const std::vector<BadFile> cases = {
+      {"header length over the limit", "{}", "", {"exceeds the limit"}, 200'000'000},
+      {"header length past end of file", "{}", "", {"runs past the end"}, 64},
+      {"header not JSON", "{\"a\": ", "", {"not valid JSON"}},
+      {"header not an object", "[1, 2]", "", {"must be a JSON object"}},
+      {"unknown dtype", "{\"w\":" + entry("F7", "[1]", 0, 1) + "}", "x", {"'w'", "'F7'"}},
+      {"shape disagrees with span",
+       "{\"w\":" + entry("F32", "[3]", 0, 8) + "}",
+       std::string(8, '\0'),
+       {"'w'", "needs 12 bytes", "span 8"}},
+      {"negative dimension", "{\"w\":" + entry("U8", "[-1]", 0, 0) + "}", "", {"'w'", "'shape'"}},
+      {"offsets reversed", "{\"w\":" + entry("U8", "[0]", 4, 2) + "}", "", {"'w'", "data_offsets"}},
+      {"offsets missing", "{\"w\":{\"dtype\":\"U8\",\"shape\":[1]}}", "x", {"'w'", "data_offsets"}},
+      {"gap between tensors",
+       "{\"a\":" + u8_2 + ",\"b\":" + entry("U8", "[2]", 3, 5) + "}",
+       "xxxxx",
+       {"'b'", "starts at byte 3", "expected 2"}},
+      {"overlapping tensors",
+       "{\"a\":" + entry("U8", "[4]", 0, 4) + ",\"b\":" + entry("U8", "[4]", 2, 6) + "}",
+       "xxxxxx",
+       {"'b'", "starts at byte 2", "expected 4"}},
+      {"data not starting at 0",
+       "{\"a\":" + entry("U8", "[2]", 1, 3) + "}",
+       "xxx",
+       {"'a'", "starts at byte 1"}},
+      {"trailing bytes", "{\"a\":" + u8_2 + "}", "xxx", {"3 bytes", "cover 2"}},
+      {"truncated data", "{\"a\":" + entry("U8", "[4]", 0, 4) + "}", "xx", {"2 bytes", "cover 4"}},
+      {"duplicate name",
+       "{\"a\":" + entry("U8", "[1]", 0, 1) + ",\"a\":" + entry("U8", "[1]", 1, 2) + "}",
+       "xx",
+       {"'a' twice"}},
+      {"metadata value not a string",
+       "{\"__metadata__\":{\"format\":1}}",
+       "",
+       {"__metadata__", "'format'"}},
+      {"metadata not an object", "{\"__metadata__\":[]}", "", {"__metadata__"}},
+  };
+  for (const BadFile& c : cases) {
+    SCOPED_TRACE(c.what);
+    TempDir dir;
+    const stdfs::path path = dir / "bad.safetensors";
+    write_raw(path, c.header, c.data, c.declared_len);
+    try {
+      SafetensorsFile f(path);
+      ADD_FAILURE() << "accepted: " << c.header;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInput) << e.what();
+      EXPECT_NE(std::string(e.what()).find(path.string()), std::string::npos) << e.what();
+      for (const auto& p : c.message_parts)
+        EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
+            << "lacks '" << p << "': " << e.what();
+    }
+  }
 }
 
 TEST(SafetensorsFormat, HeaderWithTrailingSpacesAndNoTensorsIsValid) {
