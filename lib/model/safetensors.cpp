@@ -103,7 +103,7 @@ TensorInfo parse_entry(const std::string& name, const json& e, const std::string
       t.begin > t.end)
     bad("'data_offsets' must be [begin, end] with 0 <= begin <= end");
   // numel * element size must equal the byte span, computed without overflow.
-  unsigned __int128 bytes = torch::elementSize(t.scalar_type);
+  unsigned __int128 bytes = c10::elementSize(t.scalar_type);
   for (int64_t dim : t.shape) bytes = dim == 0 ? 0 : bytes * static_cast<uint64_t>(dim);
   if (bytes != t.end - t.begin)
     bad(fmt::format("shape {} of {} needs {} bytes but data_offsets span {}", e["shape"].dump(),
@@ -255,7 +255,7 @@ torch::Tensor SafetensorsFile::read_range(const std::string& name, int64_t begin
   if (begin_elem < 0 || begin_elem > end_elem || end_elem > t.numel())
     fail(ErrorKind::kInternal, "{}: tensor '{}' has {} elements; cannot read range [{}, {})",
          path_.string(), name, t.numel(), begin_elem, end_elem);
-  const size_t elem = torch::elementSize(t.scalar_type);
+  const size_t elem = c10::elementSize(t.scalar_type);
   torch::Tensor out =
       torch::empty({end_elem - begin_elem}, torch::TensorOptions().dtype(t.scalar_type));
   const size_t bytes = static_cast<size_t>(end_elem - begin_elem) * elem;

@@ -68,7 +68,7 @@ torch::ScalarType stored_type(const torch::Tensor& t, Dtype dtype) {
 }
 
 uint64_t byte_size(const torch::Tensor& t, Dtype dtype) {
-  return static_cast<uint64_t>(t.numel()) * torch::elementSize(stored_type(t, dtype));
+  return static_cast<uint64_t>(t.numel()) * c10::elementSize(stored_type(t, dtype));
 }
 
 std::string build_header(const stdfs::path& path, const NamedTensors& tensors, Dtype dtype,

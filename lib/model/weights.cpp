@@ -3,6 +3,8 @@
 #include <map>
 #include <set>
 
+#include <fmt/ranges.h>
+
 #include "core/error.h"
 #include "core/fs.h"
 #include "model/safetensors.h"

@@ -157,6 +157,8 @@ struct FamilyCase {
   json patch;
 };
 
+void PrintTo(const FamilyCase& f, std::ostream* os) { *os << f.name; }
+
 class Families : public ::testing::TestWithParam<FamilyCase> {};
 
 ModelConfig family_config(const FamilyCase& f) {
