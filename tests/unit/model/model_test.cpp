@@ -157,7 +157,9 @@ struct FamilyCase {
   json patch;
 };
 
-void PrintTo(const FamilyCase& f, std::ostream* os) { *os << f.name; }
+void PrintTo(const FamilyCase& f, std::ostream* os) {
+  *os << f.name;
+}
 
 class Families : public ::testing::TestWithParam<FamilyCase> {};
 
