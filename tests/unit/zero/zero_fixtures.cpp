@@ -52,6 +52,12 @@ torch::Tensor TinyMlpImpl::forward(const torch::Tensor& x) {
   return fc2(torch::tanh(fc1(x)) * norm_weight);
 }
 
+torch::Tensor TinyMlpImpl::forward_fp32(const torch::Tensor& x) {
+  auto f = [](const torch::Tensor& t) { return t.to(torch::kFloat32); };
+  torch::Tensor h = torch::tanh(torch::linear(f(x), f(fc1->weight), f(fc1->bias))) * f(norm_weight);
+  return torch::linear(h, f(fc2->weight), f(fc2->bias));
+}
+
 Problem make_problem(int steps, int64_t hidden, uint64_t seed) {
   Problem p;
   p.steps = steps;

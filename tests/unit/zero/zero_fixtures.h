@@ -37,6 +37,9 @@ OptimizerFactory adamw_factory(double weight_decay = 0.1);
 struct TinyMlpImpl : torch::nn::Module {
   TinyMlpImpl(int64_t in, int64_t hidden, int64_t out);
   torch::Tensor forward(const torch::Tensor& x);
+  // The same function computed in fp32 from parameters of any dtype (CPU LibTorch 1.13 has no
+  // fp16 matmul); gradients flow back to the parameters in their own dtype.
+  torch::Tensor forward_fp32(const torch::Tensor& x);
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
   torch::Tensor norm_weight;  // [hidden], named "norm_weight"
 };
