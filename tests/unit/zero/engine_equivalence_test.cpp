@@ -15,12 +15,13 @@ struct Case {
   double clip;
   bool overlap = true;
   bool contiguous = true;
+  bool real_adamw = false;  // lib/optim's AdamW instead of the test's reference one
 };
 
 std::string name_of(const Case& c) {
-  return fmt::format("stage{}_world{}_accum{}{}{}{}", c.stage, c.world, c.accum,
+  return fmt::format("stage{}_world{}_accum{}{}{}{}{}", c.stage, c.world, c.accum,
                      c.clip > 0 ? "_clip" : "", c.overlap ? "" : "_nooverlap",
-                     c.contiguous ? "" : "_noncontiguous");
+                     c.contiguous ? "" : "_noncontiguous", c.real_adamw ? "_optim_adamw" : "");
 }
 
 class ZeroMatchesSingleProcess : public ::testing::TestWithParam<Case> {};
@@ -42,6 +43,7 @@ TEST_P(ZeroMatchesSingleProcess, LossesGradNormsAndParametersOver20Steps) {
   config.options.reduce_bucket_size = 40;  // several buckets, parameters straddling them
   config.options.overlap_comm = c.overlap;
   config.options.contiguous_gradients = c.contiguous;
+  if (c.real_adamw) config.optimizer = real_adamw_factory();
   const RunResult got = run_engine(problem, config);
   const RunResult want = run_reference(problem, 20, c.clip);
   int clipped = 0;
@@ -76,6 +78,7 @@ std::vector<Case> cases() {
   out.push_back({2, 3, 2, 0.5, false});
   out.push_back({2, 2, 2, 0.0, true, false});
   out.push_back({2, 4, 2, 0.5, false, false});
+  for (int stage : {0, 1, 2}) out.push_back({stage, 3, 2, 0.5, true, true, true});
   return out;
 }
 

@@ -42,6 +42,15 @@ OptimizerFactory adamw_factory(double weight_decay) {
   };
 }
 
+OptimizerFactory real_adamw_factory(double weight_decay) {
+  return [weight_decay](int64_t numel, std::vector<optim::Range> no_decay) {
+    optim::AdamWOptions options;
+    options.weight_decay = weight_decay;
+    options.no_decay = std::move(no_decay);
+    return optim::make_adamw(numel, options);
+  };
+}
+
 TinyMlpImpl::TinyMlpImpl(int64_t in, int64_t hidden, int64_t out) {
   fc1 = register_module("fc1", torch::nn::Linear(in, hidden));
   norm_weight = register_parameter("norm_weight", torch::ones({hidden}));
@@ -102,7 +111,7 @@ RunResult run_engine(const Problem& problem, const RunConfig& config) {
   run_ranks(config.world, [&](ThreadCommunicator& comm) {
     const int rank = comm.rank();
     TinyMlp model = make_model(problem);
-    Engine engine(named_parameters(model), comm, adamw_factory(), config.options);
+    Engine engine(named_parameters(model), comm, config.optimizer, config.options);
     const torch::ScalarType dtype = config.options.compute_dtype;
     for (int s = 0; s < config.steps; ++s) {
       comm.reset_stats();

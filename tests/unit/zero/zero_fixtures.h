@@ -33,6 +33,8 @@ class TestAdamW : public optim::Optimizer {
 };
 
 OptimizerFactory adamw_factory(double weight_decay = 0.1);
+// The production AdamW (lib/optim) with the same hyper-parameters as TestAdamW.
+OptimizerFactory real_adamw_factory(double weight_decay = 0.1);
 
 struct TinyMlpImpl : torch::nn::Module {
   TinyMlpImpl(int64_t in, int64_t hidden, int64_t out);
@@ -63,6 +65,7 @@ struct RunConfig {
   EngineOptions options;
   int steps = 20;
   double lr = 1e-2;
+  OptimizerFactory optimizer = adamw_factory();
 };
 
 struct RunResult {
