@@ -45,16 +45,17 @@ torch::Tensor Engine::fp32_gradients() {
 // Σ g² over all ranks, each element counted once: a rank sums only the chunks it owns (at stage 0
 // every rank holds the full averaged gradient, but owns only its chunks of it).
 double Engine::global_grad_sq(const torch::Tensor& grad32) {
-  double local = 0;
+  const auto f64 = grad32.options().dtype(torch::kFloat64);
+  torch::Tensor total = torch::zeros({1}, f64);
   if (options_.stage == 0) {
     for (size_t b = 0; b < partition_.buckets().size(); ++b) {
       const Range mine = partition_.owned(b, comm_.rank());
-      local += grad32.narrow(0, mine.begin, mine.end - mine.begin).pow(2).sum().item<double>();
+      total += grad32.narrow(0, mine.begin, mine.end - mine.begin).pow(2).sum().to(torch::kFloat64);
     }
   } else {
-    local = grad32.pow(2).sum().item<double>();
+    total += grad32.pow(2).sum().to(torch::kFloat64);
   }
-  torch::Tensor total = torch::full({1}, local, grad32.options().dtype(torch::kFloat64));
+  // One device sync per step (item() below), none per bucket.
   comm_.all_reduce(total, comm::ReduceOp::kSum)->wait();
   return total.item<double>();
 }
