@@ -1,11 +1,11 @@
-#include "lib/zero/engine.h"
+#include "zero/engine.h"
 
 #include <cmath>
 #include <set>
 
-#include "lib/core/error.h"
-#include "lib/zero/grad_reducer.h"
-#include "lib/zero/no_decay.h"
+#include "core/error.h"
+#include "zero/grad_reducer.h"
+#include "zero/no_decay.h"
 
 namespace dstrain::zero {
 namespace {

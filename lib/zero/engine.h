@@ -43,11 +43,11 @@
 
 #include <torch/types.h>
 
-#include "lib/comm/communicator.h"
-#include "lib/optim/optimizer.h"
-#include "lib/zero/grad_hooks.h"
-#include "lib/zero/loss_scaler.h"
-#include "lib/zero/partition.h"
+#include "comm/communicator.h"
+#include "optim/optimizer.h"
+#include "zero/grad_hooks.h"
+#include "zero/loss_scaler.h"
+#include "zero/partition.h"
 
 namespace dstrain::zero {
 

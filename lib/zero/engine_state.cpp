@@ -1,7 +1,7 @@
 // Engine: memory accounting and checkpoint pieces.
-#include "lib/core/error.h"
-#include "lib/zero/engine.h"
-#include "lib/zero/grad_reducer.h"
+#include "core/error.h"
+#include "zero/engine.h"
+#include "zero/grad_reducer.h"
 
 namespace dstrain::zero {
 

@@ -2,9 +2,9 @@
 // the optimizer update and the parameter refresh.
 #include <cmath>
 
-#include "lib/core/error.h"
-#include "lib/zero/engine.h"
-#include "lib/zero/grad_reducer.h"
+#include "core/error.h"
+#include "zero/engine.h"
+#include "zero/grad_reducer.h"
 
 namespace dstrain::zero {
 

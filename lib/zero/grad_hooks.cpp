@@ -1,10 +1,10 @@
-#include "lib/zero/grad_hooks.h"
+#include "zero/grad_hooks.h"
 
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include "lib/core/error.h"
+#include "core/error.h"
 
 namespace dstrain::zero {
 namespace {

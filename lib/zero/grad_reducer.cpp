@@ -1,8 +1,8 @@
-#include "lib/zero/grad_reducer.h"
+#include "zero/grad_reducer.h"
 
 #include <algorithm>
 
-#include "lib/core/error.h"
+#include "core/error.h"
 
 namespace dstrain::zero {
 

@@ -25,8 +25,8 @@
 
 #include <torch/types.h>
 
-#include "lib/comm/communicator.h"
-#include "lib/zero/partition.h"
+#include "comm/communicator.h"
+#include "zero/partition.h"
 
 namespace dstrain::zero {
 

@@ -1,9 +1,9 @@
-#include "lib/zero/loss_scaler.h"
+#include "zero/loss_scaler.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "lib/core/error.h"
+#include "core/error.h"
 
 namespace dstrain::zero {
 

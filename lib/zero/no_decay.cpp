@@ -1,4 +1,4 @@
-#include "lib/zero/no_decay.h"
+#include "zero/no_decay.h"
 
 #include <algorithm>
 #include <cctype>

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/zero/partition.h"
+#include "zero/partition.h"
 
 namespace dstrain::zero {
 

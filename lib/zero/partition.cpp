@@ -1,8 +1,8 @@
-#include "lib/zero/partition.h"
+#include "zero/partition.h"
 
 #include <algorithm>
 
-#include "lib/core/error.h"
+#include "core/error.h"
 
 namespace dstrain::zero {
 

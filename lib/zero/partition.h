@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "lib/optim/optimizer.h"
+#include "optim/optimizer.h"
 
 namespace dstrain::zero {
 

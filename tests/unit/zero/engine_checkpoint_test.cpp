@@ -1,7 +1,7 @@
 // Checkpoint pieces are re-shardable: saved at one world size and stage, loaded at others.
 #include <gtest/gtest.h>
 
-#include "lib/core/error.h"
+#include "core/error.h"
 #include "tests/unit/zero/zero_fixtures.h"
 
 namespace dstrain::zero::testing {

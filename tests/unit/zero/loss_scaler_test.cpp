@@ -1,4 +1,4 @@
-#include "lib/zero/loss_scaler.h"
+#include "zero/loss_scaler.h"
 
 #include <gtest/gtest.h>
 

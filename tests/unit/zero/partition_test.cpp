@@ -1,11 +1,11 @@
-#include "lib/zero/partition.h"
+#include "zero/partition.h"
 
 #include <gtest/gtest.h>
 
 #include <numeric>
 
-#include "lib/core/error.h"
-#include "lib/zero/no_decay.h"
+#include "core/error.h"
+#include "zero/no_decay.h"
 
 namespace dstrain::zero {
 namespace {

@@ -4,7 +4,7 @@
 #include <exception>
 #include <thread>
 
-#include "lib/core/error.h"
+#include "core/error.h"
 
 namespace dstrain::zero::testing {
 

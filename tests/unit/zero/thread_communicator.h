@@ -18,7 +18,7 @@
 #include <mutex>
 #include <vector>
 
-#include "lib/comm/communicator.h"
+#include "comm/communicator.h"
 
 namespace dstrain::zero::testing {
 

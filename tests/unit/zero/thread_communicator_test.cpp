@@ -4,7 +4,7 @@
 
 #include <torch/torch.h>
 
-#include "lib/core/error.h"
+#include "core/error.h"
 
 namespace dstrain::zero::testing {
 namespace {

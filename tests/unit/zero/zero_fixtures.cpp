@@ -3,7 +3,7 @@
 #include <cmath>
 #include <mutex>
 
-#include "lib/zero/no_decay.h"
+#include "zero/no_decay.h"
 
 namespace dstrain::zero::testing {
 

@@ -10,8 +10,8 @@
 
 #include <torch/torch.h>
 
-#include "lib/optim/optimizer.h"
-#include "lib/zero/engine.h"
+#include "optim/optimizer.h"
+#include "zero/engine.h"
 #include "tests/unit/zero/thread_communicator.h"
 
 namespace dstrain::zero::testing {
