@@ -22,7 +22,7 @@ TEST(TrainRun, LossFallsOnTwoRanksAndSummaryIsWritten) {
   spec.max_length = 64;
   spec.save_final = true;
   const std::string cfg = write_job_config(dir.path(), spec);
-  const RunResult r = launch_job(cfg, 2, {"training.eval_interval=30"});
+  const RunResult r = launch_job(cfg, 2, {"training.eval_interval=30", "logging.progress=true"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const auto loss = read_metric(dir.file("run/metrics.jsonl"), "train/loss");
   ASSERT_EQ(loss.size(), 60u);

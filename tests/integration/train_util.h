@@ -29,7 +29,7 @@ std::string write_job_config(const std::string& dir, const JobSpec& spec);
 
 // `dstrain launch --nproc N <config> --set ...`, bounded by `timeout_s`.
 RunResult launch_job(const std::string& config, int nproc,
-                     const std::vector<std::string>& overrides = {}, double timeout_s = 120);
+                     const std::vector<std::string>& overrides = {}, double timeout_s = 300);
 
 // step → value of `key` from every line of a metrics.jsonl that has it.
 std::map<long, double> read_metric(const std::string& metrics_path, const std::string& key);
