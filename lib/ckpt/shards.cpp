@@ -110,7 +110,24 @@ void finalize(const std::string& dir, const std::string& tag, int world_size, js
            tag_dir.string(), r, p.filename().string());
     }
     const json rec = read_json_file(p);
-    files.push_back({{"name", rec.at("file")}, {"bytes", rec.at("bytes")}, {"crc32", rec.at("crc32")}});
+    files.push_back(
+        {{"name", rec.at("file")}, {"bytes", rec.at("bytes")}, {"crc32", rec.at("crc32")}});
+  }
+  // Every other file of the checkpoint (rank JSONs, config, tokenizer files) is small: record its
+  // size and checksum too, after the shards, so `files[r]` stays rank r's shard.
+  std::vector<stdfs::path> others;
+  for (const auto& e : stdfs::directory_iterator(tag_dir)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && name != kManifestFile &&
+        e.path().extension() != ".safetensors") {
+      others.push_back(e.path());
+    }
+  }
+  std::sort(others.begin(), others.end());
+  for (const auto& p : others) {
+    files.push_back({{"name", p.filename().string()},
+                     {"bytes", stdfs::file_size(p)},
+                     {"crc32", file_crc32(p.string())}});
   }
   manifest["format"] = "dstrain-checkpoint";
   manifest["version"] = 1;

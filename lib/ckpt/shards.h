@@ -49,8 +49,10 @@ using ExtraTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 void write_shard(const std::string& tag_dir, int rank, const std::vector<Piece>& pieces,
                  const ExtraTensors& extras, const nlohmann::json& rank_state);
 
-// Rank 0, after every rank's write_shard: writes manifest.json = `manifest` + {"tag", "world_size",
-// "files": [{name, bytes, crc32}]}, then `<dir>/latest`, then prunes to `keep_last` (0 = keep all).
+// Rank 0, after every rank's write_shard and after writing any other files of the tag directory:
+// writes manifest.json = `manifest` + {"tag", "world_size", "files": [{name, bytes, crc32}]} (the
+// shards first, in rank order, then every other file), then `<dir>/latest`, then prunes to
+// `keep_last` (0 = keep all).
 // Error(kIo) when a rank's shard JSON is missing (that rank did not finish).
 void finalize(const std::string& dir, const std::string& tag, int world_size,
               nlohmann::json manifest, int64_t keep_last);

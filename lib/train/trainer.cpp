@@ -89,6 +89,12 @@ void Trainer::init() {
 }
 
 void Trainer::build_model() {
+  if (cfg_.lora.enabled) {
+    fail(ErrorKind::kNotImplemented,
+         "{}: lora: LoRA fine-tuning is not available in this build yet; remove the lora section "
+         "(or set lora.enabled: false) to train all parameters",
+         cfg_.source_path);
+  }
   model_dir_ = model::resolve_model_dir(cfg_.model.name_or_path).string();
   model_config_ = model::load_model_config(model_dir_);
   const std::string tok = cfg_.model.tokenizer.empty() ? model_dir_ : cfg_.model.tokenizer;

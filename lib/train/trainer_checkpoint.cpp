@@ -92,6 +92,7 @@ std::string Trainer::save_checkpoint() {
          {{"scale", ls.scale}, {"good_steps", ls.good_steps}, {"hysteresis_left", ls.hysteresis_left}}},
         {"model", {{"name_or_path", cfg_.model.name_or_path}, {"dir", model_dir_}}},
         {"tokenizer", cfg_.model.tokenizer},
+        {"config", config::to_yaml(cfg_)},
         {"train_loss", last_loss_},
         {"created_unix",
          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
