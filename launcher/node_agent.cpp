@@ -6,20 +6,28 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "launcher/output.h"
 #include "launcher/supervisor.h"
 #include "launcher/text_util.h"
 
 namespace dstrain::launcher {
 namespace {
 
-// Reads (and discards) stdin until end of file or an error, then asks this process to stop the
-// way a user would. The thread is detached: a job that ends first simply exits under it.
-void stop_on_stdin_eof() {
+// Turns stdin control lines into signals to this process (handled by the supervisor's signal
+// pipe); end of file or an error means SIGTERM. Unknown lines are ignored. The thread is detached:
+// a job that ends first simply exits under it.
+void watch_stdin() {
   std::thread([] {
+    LineSplitter lines(256);
+    auto on_line = [](std::string_view line) {
+      if (line == kAgentUsr1Line) ::kill(::getpid(), SIGUSR1);
+      if (line == kAgentStopLine) ::kill(::getpid(), SIGTERM);
+    };
     char buf[256];
     while (true) {
       ssize_t n = ::read(0, buf, sizeof(buf));
       if (n == 0 || (n < 0 && errno != EINTR)) break;
+      if (n > 0) lines.feed(std::string_view(buf, static_cast<size_t>(n)), on_line);
     }
     ::kill(::getpid(), SIGTERM);
   }).detach();
@@ -77,7 +85,7 @@ int run_node_agent(const AgentOptions& options) {
   supervise.log_dir = options.launch.log_dir;
   supervise.targets.host = host;
   if (!options.launch.log_dir.empty()) fs::create_dirs(options.launch.log_dir);
-  if (options.watch_stdin) stop_on_stdin_eof();
+  if (options.watch_stdin) watch_stdin();
   JobOutcome outcome = run_local_job(ranks, supervise);
   write_all(2, format_summary(outcome, host));
   return outcome.exit_code;

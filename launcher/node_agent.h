@@ -5,9 +5,10 @@
 // ("[host:rank] " prefixes), first-failure teardown and summary as a local launch.
 //
 // Teardown from outside: SIGTERM/SIGINT/SIGHUP stop the ranks (supervisor.h). With watch_stdin,
-// end of file on stdin does the same: over SSH, stdin is the channel, so a root launcher that
-// closes the channel, exits or loses its connection stops this node's ranks, and only them (the
-// agent signals only the process groups it created). SIGUSR1 is forwarded to the ranks.
+// stdin is a control channel (over SSH it is the connection itself): a line kAgentStopLine or end
+// of file acts as SIGTERM, a line kAgentUsr1Line as SIGUSR1 (forwarded to the ranks). So a root
+// launcher that closes the channel, exits or loses its connection stops this node's ranks, and
+// only them (the agent signals only the process groups it created).
 
 #include <string>
 #include <vector>
@@ -16,6 +17,9 @@
 #include "launcher/plan.h"
 
 namespace dstrain::launcher {
+
+constexpr const char* kAgentStopLine = "dstrain-agent-stop";
+constexpr const char* kAgentUsr1Line = "dstrain-agent-usr1";
 
 struct AgentOptions {
   LocalLaunchOptions launch;     // program, master address/port, grace, log dir (nproc unused)

@@ -174,9 +174,9 @@ void SshSession::send_eof() {
     ssh_channel_send_eof(impl_->channel);
 }
 
-void SshSession::send_signal(const char* name) {
+void SshSession::write_stdin(const std::string& data) {
   if (impl_->channel != nullptr && ssh_channel_is_open(impl_->channel))
-    ssh_channel_request_send_signal(impl_->channel, name);
+    ssh_channel_write(impl_->channel, data.data(), static_cast<uint32_t>(data.size()));
 }
 
 void SshSession::keepalive_if_due() {

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "launcher/exit_status.h"
+#include "launcher/node_agent.h"
 #include "launcher/output.h"
 #include "launcher/shell_quote.h"
 #include "launcher/signals.h"
@@ -155,11 +156,11 @@ class SshJob {
     std::string out, err;
     while (true) {
       if (run.stop && deadline == 0) {
+        session.write_stdin(std::string(kAgentStopLine) + "\n");
         session.send_eof();
-        session.send_signal("TERM");
         deadline = clock_.seconds() + grace_ + kAfterGraceSeconds;
       }
-      for (; usr1_sent < run.usr1; ++usr1_sent) session.send_signal("USR1");
+      for (; usr1_sent < run.usr1; ++usr1_sent) session.write_stdin(std::string(kAgentUsr1Line) + "\n");
       bool open = session.read(&out, &err, kReadMillis);
       relay(run, out_lines, out, 1);
       relay(run, err_lines, err, 2);

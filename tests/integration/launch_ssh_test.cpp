@@ -4,6 +4,7 @@
 // the tests can check that nothing survives a teardown on any host.
 
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 
@@ -37,7 +38,7 @@ class LaunchSshTest : public ::testing::Test {
   std::vector<std::string> args(const std::string& script, std::vector<std::string> extra = {}) {
     std::vector<std::string> a = {"launch", "--hostfile", hostfile_, "--ssh-key",
                                   cluster_->client_key(), "--ssh-known-hosts",
-                                  cluster_->known_hosts(), "--ssh-timeout", "5", "--grace", "2"};
+                                  cluster_->known_hosts(), "--grace", "2"};
     a.insert(a.end(), extra.begin(), extra.end());
     a.insert(a.end(), {"--exec", "--", "/bin/sh", "-c", script});
     return a;
@@ -161,7 +162,7 @@ TEST_F(LaunchSshTest, Usr1IsForwardedToEveryRank) {
   ASSERT_GT(find_rank(3, "sleep"), 0);
   ::kill(child.pid, SIGUSR1);
   RunResult r = finish(child, 20);
-  ASSERT_FALSE(r.timed_out) << r.err;
+  ASSERT_FALSE(r.timed_out) << r.out << r.err << read_text(cluster_->dir() + "/sshd_0.log");
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   for (int rank = 0; rank < 4; ++rank) {
     std::string line = "[" + host(rank / 2) + ":" + std::to_string(rank) + "] got USR1";
