@@ -114,8 +114,8 @@ std::vector<SelectedNode> select_hosts(const std::vector<HostEntry>& hosts,
       if (!it->second.slots.empty()) slots = it->second.slots;
     }
     auto ex = exclude.find(host.host);
-    if (ex != exclude.end()) slots = ex->second.slots.empty() ? std::vector<int>{}
-                                                              : without(slots, ex->second.slots);
+    if (ex != exclude.end())
+      slots = ex->second.slots.empty() ? std::vector<int>{} : without(slots, ex->second.slots);
     if (!slots.empty()) out.push_back(SelectedNode{host, slots});
   }
   if (out.empty()) fail(ErrorKind::kUsage, "no host of {} is left to run on", hostfile_path);

@@ -76,8 +76,8 @@ void parse_setting(const std::string& word, HostEntry* entry, const LineRef& at)
     }
     entry->ssh_port = port;
   } else {
-    fail(ErrorKind::kInput, "{}:{}: unknown setting '{}' (expected slots=N or ssh_port=P)",
-         at.path, at.line, key);
+    fail(ErrorKind::kInput, "{}:{}: unknown setting '{}' (expected slots=N or ssh_port=P)", at.path,
+         at.line, key);
   }
 }
 

@@ -49,7 +49,8 @@ std::vector<std::string> expand_name(const std::string& name, const std::string&
   size_t pos = 0;
   while (pos < name.size()) {
     size_t open = name.find('[', pos);
-    std::string literal = name.substr(pos, open == std::string::npos ? std::string::npos : open - pos);
+    std::string literal =
+        name.substr(pos, open == std::string::npos ? std::string::npos : open - pos);
     if (literal.find(']') != std::string::npos) bad(expr, "']' without '['");
     for (std::string& p : prefixes) p += literal;
     if (open == std::string::npos) break;

@@ -26,7 +26,9 @@ std::string join_ints(const std::vector<int>& values) {
   return out;
 }
 
-std::string current_dir() { return std::filesystem::current_path().string(); }
+std::string current_dir() {
+  return std::filesystem::current_path().string();
+}
 
 // The options as the root resolves them: absolute config path (so it means the same file on every
 // host) and a concrete port.

@@ -1,8 +1,9 @@
 #pragma once
 // Rank output routing. Each rank's stdout and stderr arrive through pipes as arbitrary chunks; the
-// launcher re-emits them line by line with a "[rank K] " (or "[host:K] ") prefix on its own stdout/stderr (one write
-// per line, so lines of different ranks never interleave mid-line), copies the raw bytes to an
-// optional per-rank log file, and keeps the last lines of each rank for the failure summary.
+// launcher re-emits them line by line with a "[rank K] " (or "[host:K] ") prefix on its own
+// stdout/stderr (one write per line, so lines of different ranks never interleave mid-line), copies
+// the raw bytes to an optional per-rank log file, and keeps the last lines of each rank for the
+// failure summary.
 
 #include <cstddef>
 #include <deque>

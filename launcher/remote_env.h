@@ -34,8 +34,8 @@ void set_env(EnvList& env, const std::string& name, const std::string& value);
 
 struct RemoteEnvSources {
   const char* const* environ = nullptr;
-  std::string home;  // "" = skip ~/.dstrain_env
-  std::string cwd;   // "" = skip ./.dstrain_env
+  std::string home;                // "" = skip ~/.dstrain_env
+  std::string cwd;                 // "" = skip ./.dstrain_env
   std::vector<std::string> flags;  // --env values
 };
 

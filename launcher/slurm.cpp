@@ -64,8 +64,10 @@ int local_world_size(const EnvMap& env, int node_id) {
     int count = 0, repeat = 1;
     bool ok = parse_int(piece.substr(0, paren), &count);
     if (paren != std::string::npos)
-      ok = ok && piece.back() == ')' && parse_int(piece.substr(paren + 2, piece.size() - paren - 3), &repeat);
-    if (!ok) fail(ErrorKind::kInput, "Slurm variable SLURM_TASKS_PER_NODE='{}' is malformed", *spec);
+      ok = ok && piece.back() == ')' &&
+           parse_int(piece.substr(paren + 2, piece.size() - paren - 3), &repeat);
+    if (!ok)
+      fail(ErrorKind::kInput, "Slurm variable SLURM_TASKS_PER_NODE='{}' is malformed", *spec);
     if (node_id < node + repeat) return count;
     node += repeat;
   }
@@ -78,12 +80,15 @@ EnvMap current_environment() {
   EnvMap env;
   for (char** e = environ; *e != nullptr; ++e) {
     const char* eq = std::strchr(*e, '=');
-    if (eq != nullptr) env.emplace(std::string(*e, static_cast<size_t>(eq - *e)), std::string(eq + 1));
+    if (eq != nullptr)
+      env.emplace(std::string(*e, static_cast<size_t>(eq - *e)), std::string(eq + 1));
   }
   return env;
 }
 
-int slurm_master_port(long job_id) { return 15000 + static_cast<int>(job_id % 15000); }
+int slurm_master_port(long job_id) {
+  return 15000 + static_cast<int>(job_id % 15000);
+}
 
 EnvList torch_env_from_slurm(const EnvMap& env) {
   if (find(env, "RANK") != nullptr || find(env, "SLURM_PROCID") == nullptr) return {};
@@ -106,16 +111,27 @@ std::vector<std::string> srun_command(const SlurmLaunchOptions& o, const EnvMap&
   const std::string* nodes = find(env, "SLURM_JOB_NUM_NODES");
   if (nodes == nullptr) nodes = find(env, "SLURM_NNODES");
   if (nodes == nullptr) fail(ErrorKind::kInput, "Slurm variable SLURM_JOB_NUM_NODES is not set");
-  int num_nodes = int_var(env, find(env, "SLURM_JOB_NUM_NODES") ? "SLURM_JOB_NUM_NODES" : "SLURM_NNODES", 1);
+  int num_nodes =
+      int_var(env, find(env, "SLURM_JOB_NUM_NODES") ? "SLURM_JOB_NUM_NODES" : "SLURM_NNODES", 1);
   const LocalLaunchOptions& l = o.launch;
   std::string addr = o.master_addr_given ? l.master_addr : first_host(env);
   int port = l.master_port != 0 ? l.master_port : master_port(env);
-  std::vector<std::string> argv = {o.srun, "--kill-on-bad-exit=1", "--ntasks-per-node=1",
+  std::vector<std::string> argv = {o.srun,
+                                   "--kill-on-bad-exit=1",
+                                   "--ntasks-per-node=1",
                                    "--nodes=" + std::to_string(num_nodes),
-                                   "--ntasks=" + std::to_string(num_nodes), binary, "launch",
-                                   "--slurm-agent", "--nproc", std::to_string(l.nproc),
-                                   "--master-addr", addr, "--master-port", std::to_string(port),
-                                   "--grace", fmt::format("{}", l.grace_seconds)};
+                                   "--ntasks=" + std::to_string(num_nodes),
+                                   binary,
+                                   "launch",
+                                   "--slurm-agent",
+                                   "--nproc",
+                                   std::to_string(l.nproc),
+                                   "--master-addr",
+                                   addr,
+                                   "--master-port",
+                                   std::to_string(port),
+                                   "--grace",
+                                   fmt::format("{}", l.grace_seconds)};
   if (!l.log_dir.empty()) argv.insert(argv.end(), {"--log-dir", l.log_dir});
   for (const std::string& kv : l.overrides) argv.insert(argv.end(), {"--set", kv});
   if (l.exec) {
@@ -135,7 +151,8 @@ int run_slurm_launch(const SlurmLaunchOptions& options) {
   SlurmLaunchOptions resolved = options;
   if (!resolved.launch.exec) {
     resolved.launch.config_path = std::filesystem::absolute(resolved.launch.config_path).string();
-    int nodes = int_var(env, find(env, "SLURM_JOB_NUM_NODES") ? "SLURM_JOB_NUM_NODES" : "SLURM_NNODES", 1);
+    int nodes =
+        int_var(env, find(env, "SLURM_JOB_NUM_NODES") ? "SLURM_JOB_NUM_NODES" : "SLURM_NNODES", 1);
     validate_config(resolved.launch, nodes * resolved.launch.nproc);
   } else {
     resolved.launch.args[0] = resolve_program(resolved.launch.args[0]);

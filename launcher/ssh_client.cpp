@@ -103,10 +103,12 @@ struct SshSession::Impl {
     int rc = SSH_AUTH_DENIED;
     if (!settings.key_file.empty()) {
       ssh_key key = nullptr;
-      if (ssh_pki_import_privkey_file(settings.key_file.c_str(), nullptr, nullptr, nullptr,
-                                      &key) != SSH_OK) {
-        fail(ErrorKind::kUsage, "--ssh-key {}: cannot read the private key (missing, or "
-             "protected by a passphrase: load it into ssh-agent instead)", settings.key_file);
+      if (ssh_pki_import_privkey_file(settings.key_file.c_str(), nullptr, nullptr, nullptr, &key) !=
+          SSH_OK) {
+        fail(ErrorKind::kUsage,
+             "--ssh-key {}: cannot read the private key (missing, or "
+             "protected by a passphrase: load it into ssh-agent instead)",
+             settings.key_file);
       }
       rc = ssh_userauth_publickey(session, nullptr, key);
       ssh_key_free(key);
@@ -115,7 +117,8 @@ struct SshSession::Impl {
     }
     if (rc == SSH_AUTH_SUCCESS) return;
     if (rc == SSH_AUTH_ERROR) fail_ssh("authentication failed");
-    fail(ErrorKind::kComm, "ssh {}: public key authentication was refused (tried {}); check "
+    fail(ErrorKind::kComm,
+         "ssh {}: public key authentication was refused (tried {}); check "
          "authorized_keys on the host and the user name",
          name, settings.key_file.empty() ? "ssh-agent and ~/.ssh/id_*" : settings.key_file);
   }
@@ -164,8 +167,9 @@ bool SshSession::read(std::string* out, std::string* err, int timeout_ms) {
   if (n == SSH_ERROR) impl_->fail_ssh("connection lost");
   if (ssh_get_status(impl_->session) & (SSH_CLOSED | SSH_CLOSED_ERROR))
     impl_->fail_ssh("connection lost");
-  bool done = ssh_channel_is_closed(ch) ||
-              (ssh_channel_is_eof(ch) && ssh_channel_poll(ch, 0) <= 0 && ssh_channel_poll(ch, 1) <= 0);
+  bool done =
+      ssh_channel_is_closed(ch) ||
+      (ssh_channel_is_eof(ch) && ssh_channel_poll(ch, 0) <= 0 && ssh_channel_poll(ch, 1) <= 0);
   return !done;
 }
 

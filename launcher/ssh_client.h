@@ -49,10 +49,10 @@ class SshSession {
   // closed or at end of file on both streams. Throws Error(kComm) when the connection fails.
   bool read(std::string* out, std::string* err, int timeout_ms);
 
-  void send_eof();                         // the remote command sees end of file on stdin
+  void send_eof();                            // the remote command sees end of file on stdin
   void write_stdin(const std::string& data);  // to the remote command's stdin; best effort
-  void keepalive_if_due();              // call often; sends traffic every keepalive_seconds
-  int exit_status();                    // the command's exit code; -1 if none was sent (signal)
+  void keepalive_if_due();                    // call often; sends traffic every keepalive_seconds
+  int exit_status();  // the command's exit code; -1 if none was sent (signal)
 
  private:
   struct Impl;

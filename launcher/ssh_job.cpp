@@ -45,8 +45,8 @@ struct AgentRun {
   std::atomic<int> usr1{0};
   // thread → main (read after `done`)
   std::atomic<bool> done{false};
-  int exit_code = -1;   // the agent's exit status; -1 none
-  std::string error;    // SSH failure
+  int exit_code = -1;  // the agent's exit status; -1 none
+  std::string error;   // SSH failure
   double end_seconds = 0;
   bool stopped_by_launcher = false;
   TailBuffer report{kReportLines};
@@ -90,7 +90,8 @@ class SshJob {
       handle_signals();
       find_failure();
       if (stopping_ && give_up_at == 0) give_up_at = clock_.seconds() + grace_ + kAfterGraceSeconds;
-      if (give_up_at > 0 && clock_.seconds() > give_up_at) break;  // threads end on their own deadline
+      if (give_up_at > 0 && clock_.seconds() > give_up_at)
+        break;  // threads end on their own deadline
     }
   }
 
@@ -160,7 +161,8 @@ class SshJob {
         session.send_eof();
         deadline = clock_.seconds() + grace_ + kAfterGraceSeconds;
       }
-      for (; usr1_sent < run.usr1; ++usr1_sent) session.write_stdin(std::string(kAgentUsr1Line) + "\n");
+      for (; usr1_sent < run.usr1; ++usr1_sent)
+        session.write_stdin(std::string(kAgentUsr1Line) + "\n");
       bool open = session.read(&out, &err, kReadMillis);
       relay(run, out_lines, out, 1);
       relay(run, err_lines, err, 2);
@@ -171,11 +173,14 @@ class SshJob {
       }
       session.keepalive_if_due();
     }
-    auto emit = [&](int fd) { return [&, fd](std::string_view line) { emit_line(run, line, fd); }; };
+    auto emit = [&](int fd) {
+      return [&, fd](std::string_view line) { emit_line(run, line, fd); };
+    };
     out_lines.finish(emit(1));
     err_lines.finish(emit(2));
     run.exit_code = session.exit_status();
-    if (run.exit_code < 0) run.error = "the agent ended without an exit status (killed by a signal?)";
+    if (run.exit_code < 0)
+      run.error = "the agent ended without an exit status (killed by a signal?)";
   }
 
   void relay(AgentRun& run, LineSplitter& lines, std::string& bytes, int fd) {
@@ -195,7 +200,7 @@ class SshJob {
   }
 
   std::string node_state(const AgentRun& r) const {
-    std::string state = !r.error.empty() ? r.error
+    std::string state = !r.error.empty()  ? r.error
                         : r.exit_code < 0 ? "did not finish"
                                           : fmt::format("exit code {}", r.exit_code);
     if (r.node == failed_node_) return state + "  <- root cause";
@@ -210,13 +215,15 @@ class SshJob {
                          clock_.seconds());
     }
     if (interrupt_signal_ != 0) {
-      out += fmt::format("dstrain launch: interrupted by {} after {:.1f} s; all nodes were stopped\n",
-                         signal_name(interrupt_signal_), clock_.seconds());
+      out +=
+          fmt::format("dstrain launch: interrupted by {} after {:.1f} s; all nodes were stopped\n",
+                      signal_name(interrupt_signal_), clock_.seconds());
     } else {
       const AgentRun& r = *runs_[failed_node_];
-      out += fmt::format("dstrain launch: node {} (host {}, ranks {}-{}) failed first after {:.1f} s: {}\n",
-                         r.node, r.host, r.first_rank, r.last_rank, r.end_seconds,
-                         r.error.empty() ? fmt::format("exit code {}", r.exit_code) : r.error);
+      out += fmt::format(
+          "dstrain launch: node {} (host {}, ranks {}-{}) failed first after {:.1f} s: {}\n",
+          r.node, r.host, r.first_rank, r.last_rank, r.end_seconds,
+          r.error.empty() ? fmt::format("exit code {}", r.exit_code) : r.error);
       std::vector<std::string> report = r.report.lines();
       if (!report.empty()) out += fmt::format("  what host {} reported:\n", r.host);
       for (const std::string& line : report) out += "    | " + line + "\n";
@@ -267,9 +274,9 @@ int check_hosts(const MultiNodePlan& plan, const SshSettings& ssh, const std::st
         }
         int code = session.exit_status();
         std::string text = strip_newlines(code == 0 ? out : err);
-        lines[k] = fmt::format("check {}: reachable; {}", h.host,
-                               code == 0 ? text : fmt::format("'{} version' failed ({}): {}",
-                                                              binary, code, text));
+        lines[k] = fmt::format(
+            "check {}: reachable; {}", h.host,
+            code == 0 ? text : fmt::format("'{} version' failed ({}): {}", binary, code, text));
         if (code != 0) all_ok = false;
       } catch (const Error& e) {
         lines[k] = fmt::format("check {}: UNREACHABLE: {}", h.host, e.what());

@@ -122,7 +122,8 @@ void set_launch_command(CLI::App& root, int* exit_code) {
   cmd->callback([flags, exit_code] {
     launcher::LaunchOptions options = flags->options;
     if (options.launch.exec) {
-      if (!flags->first.empty()) options.launch.args.insert(options.launch.args.begin(), flags->first);
+      if (!flags->first.empty())
+        options.launch.args.insert(options.launch.args.begin(), flags->first);
     } else {
       options.launch.config_path = flags->first;
     }

@@ -27,8 +27,8 @@ class LaunchSlurmTest : public ::testing::Test {
   std::string submit(const std::string& exec_script, int nproc) {
     std::string cmd = "cd " + tmp_.path() + " && DSTRAIN=" + DSTRAIN_BINARY +
                       " NPROC=" + std::to_string(nproc) + " SBATCH_ARGS='--output=" + out_ +
-                      "' DSTRAIN_EXEC='" + exec_script + "' " DSTRAIN_SOURCE_DIR
-                      "/scripts/train.sbatch - 1";
+                      "' DSTRAIN_EXEC='" + exec_script +
+                      "' " DSTRAIN_SOURCE_DIR "/scripts/train.sbatch - 1";
     std::string reply = cluster_->run(cmd);
     std::smatch m;
     if (!std::regex_search(reply, m, std::regex("Submitted batch job ([0-9]+)"))) {
@@ -57,8 +57,8 @@ TEST_F(LaunchSlurmTest, SbatchStartsRanksWithTheirEnvironment) {
   std::string host = m[1];
   std::string port = std::to_string(15000 + std::stol(job) % 15000);
   for (int rank = 0; rank < 2; ++rank) {
-    std::string line = "[" + host + ":" + std::to_string(rank) + "] ENV rank=" +
-                       std::to_string(rank) + " local=" + std::to_string(rank) +
+    std::string line = "[" + host + ":" + std::to_string(rank) +
+                       "] ENV rank=" + std::to_string(rank) + " local=" + std::to_string(rank) +
                        " world=2 lws=2 node=0 master=" + host + ":" + port;
     EXPECT_NE(out.find(line), std::string::npos) << line << "\n" << out;
   }
@@ -73,10 +73,12 @@ TEST_F(LaunchSlurmTest, Usr1CheckpointsRequeuesAndRunsAgain) {
       "while :; do sleep 0.2; done",
       1);
   ASSERT_FALSE(job.empty());
-  ASSERT_TRUE(wait_until([&] { return read_text(out_).find(":0] waiting") != std::string::npos; }, 60))
+  ASSERT_TRUE(
+      wait_until([&] { return read_text(out_).find(":0] waiting") != std::string::npos; }, 60))
       << read_text(out_) << cluster_->logs();
   cluster_->run("scancel --batch --signal=USR1 " + job);  // what --signal=B:USR1@90 does
-  ASSERT_TRUE(wait_until([&] { return read_text(out_).find("requeueing") != std::string::npos; }, 30))
+  ASSERT_TRUE(
+      wait_until([&] { return read_text(out_).find("requeueing") != std::string::npos; }, 30))
       << read_text(out_);
   // Slurm holds a requeued job for about two minutes (Reason=BeginTime); lift that to stay quick.
   bool resumed = wait_until(

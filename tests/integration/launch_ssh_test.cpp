@@ -36,9 +36,15 @@ class LaunchSshTest : public ::testing::Test {
 
   // launch flags + --exec -- sh -c SCRIPT
   std::vector<std::string> args(const std::string& script, std::vector<std::string> extra = {}) {
-    std::vector<std::string> a = {"launch", "--hostfile", hostfile_, "--ssh-key",
-                                  cluster_->client_key(), "--ssh-known-hosts",
-                                  cluster_->known_hosts(), "--grace", "2"};
+    std::vector<std::string> a = {"launch",
+                                  "--hostfile",
+                                  hostfile_,
+                                  "--ssh-key",
+                                  cluster_->client_key(),
+                                  "--ssh-known-hosts",
+                                  cluster_->known_hosts(),
+                                  "--grace",
+                                  "2"};
     a.insert(a.end(), extra.begin(), extra.end());
     a.insert(a.end(), {"--exec", "--", "/bin/sh", "-c", script});
     return a;
@@ -77,19 +83,19 @@ TEST_F(LaunchSshTest, TwoNodesTwoRanksEachGetTheirEnvironmentOnTheirHost) {
       "node=$NODE_RANK group=$GROUP_RANK master=$MASTER_ADDR:$MASTER_PORT "
       "cvd=$CUDA_VISIBLE_DEVICES ns=$(ip netns identify $$) pwd=$PWD\"; "
       "printf 'NCCL=%s|EXTRA=%s\\n' \"$NCCL_TEST_VALUE\" \"$EXTRA\"";
-  RunResult r = run_dstrain(
-      args(script, {"--master-port", "29555", "--env", "EXTRA=x;y $(z)"}), env(), 60);
+  RunResult r =
+      run_dstrain(args(script, {"--master-port", "29555", "--env", "EXTRA=x;y $(z)"}), env(), 60);
   ASSERT_FALSE(r.timed_out) << r.err;
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   std::string cwd = std::filesystem::current_path().string();
   for (int rank = 0; rank < 4; ++rank) {
     int node = rank / 2;
     std::string prefix = "[" + host(node) + ":" + std::to_string(rank) + "] ";
-    std::string expected = prefix + "ENV rank=" + std::to_string(rank) +
-                           " local=" + std::to_string(rank % 2) + " world=4 lws=2 node=" +
-                           std::to_string(node) + " group=" + std::to_string(node) +
-                           " master=" + host(0) + ":29555 cvd=0,1 ns=" +
-                           cluster_->namespace_name(node) + " pwd=" + cwd + "\n";
+    std::string expected =
+        prefix + "ENV rank=" + std::to_string(rank) + " local=" + std::to_string(rank % 2) +
+        " world=4 lws=2 node=" + std::to_string(node) + " group=" + std::to_string(node) +
+        " master=" + host(0) + ":29555 cvd=0,1 ns=" + cluster_->namespace_name(node) +
+        " pwd=" + cwd + "\n";
     EXPECT_NE(r.out.find(expected), std::string::npos) << expected << "\n---\n" << r.out;
     EXPECT_NE(r.out.find(prefix + "NCCL=a b'c$d|EXTRA=x;y $(z)\n"), std::string::npos) << r.out;
   }
@@ -111,8 +117,7 @@ TEST_F(LaunchSshTest, KilledRankTearsDownEveryHost) {
       << processes_with_marker(token_).size() << " process(es) survived";
   EXPECT_NE(r.err.find("node 1 (host " + host(1) + ", ranks 2-3) failed first"), std::string::npos)
       << r.err;
-  EXPECT_NE(r.err.find("rank 3 failed on host " + host(1) + ": signal SIGKILL"),
-            std::string::npos)
+  EXPECT_NE(r.err.find("rank 3 failed on host " + host(1) + ": signal SIGKILL"), std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("(stopped by the launcher)"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("exit code 137"), std::string::npos) << r.err;
@@ -155,8 +160,7 @@ TEST_F(LaunchSshTest, LauncherKilledOutrightStillStopsRemoteRanks) {
 }
 
 TEST_F(LaunchSshTest, Usr1IsForwardedToEveryRank) {
-  std::string script =
-      "trap 'echo got USR1; exit 0' USR1; echo ready; while :; do sleep 0.1; done";
+  std::string script = "trap 'echo got USR1; exit 0' USR1; echo ready; while :; do sleep 0.1; done";
   Child child = start_dstrain(args(script), env());
   ASSERT_GT(find_rank(0, "sleep"), 0);
   ASSERT_GT(find_rank(3, "sleep"), 0);
@@ -172,8 +176,7 @@ TEST_F(LaunchSshTest, Usr1IsForwardedToEveryRank) {
 
 TEST_F(LaunchSshTest, UnreachableHostIsAClearErrorWithinTheTimeout) {
   std::ofstream(hostfile_) << host(0) << ":" << cluster_->port() << " slots=1\n"
-                           << cluster_->unused_address() << ":" << cluster_->port()
-                           << " slots=1\n";
+                           << cluster_->unused_address() << ":" << cluster_->port() << " slots=1\n";
   RunResult r = run_dstrain(args("exec sleep 1000", {"--ssh-timeout", "3"}), env(), 30);
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.exit_code, 255) << r.err;
@@ -211,8 +214,11 @@ TEST_F(LaunchSshTest, UnknownHostKeyIsRefusedUnlessAccepted) {
 TEST_F(LaunchSshTest, MissingRemoteDirectoryNamesTheHost) {
   RunResult r = run_dstrain(args("true", {"--remote-cwd", "/nonexistent/dstrain dir"}), env(), 30);
   EXPECT_EQ(r.exit_code, 126) << r.err;
-  EXPECT_NE(r.err.find("[" + host(0) + "] dstrain launch: the working directory /nonexistent/dstrain dir does not exist"),
-            std::string::npos) << r.err;
+  EXPECT_NE(
+      r.err.find("[" + host(0) +
+                 "] dstrain launch: the working directory /nonexistent/dstrain dir does not exist"),
+      std::string::npos)
+      << r.err;
 }
 
 TEST_F(LaunchSshTest, DryRunCheckReportsEveryHost) {

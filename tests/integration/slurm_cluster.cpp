@@ -37,7 +37,9 @@ void must(const std::string& command) {
   }
 }
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+std::string first_line(const std::string& text) {
+  return text.substr(0, text.find('\n'));
+}
 
 }  // namespace
 
@@ -66,7 +68,9 @@ SlurmCluster::SlurmCluster() {
   }
 }
 
-SlurmCluster::~SlurmCluster() { cleanup(); }
+SlurmCluster::~SlurmCluster() {
+  cleanup();
+}
 
 void SlurmCluster::cleanup() {
   if (dir_.empty()) return;
@@ -122,7 +126,8 @@ void SlurmCluster::start_daemons() {
   pid_files_.push_back(dir_ + "/slurmctld.pid");
   must("SLURM_CONF=" + conf + " /usr/sbin/slurmd");
   pid_files_.push_back(dir_ + "/slurmd.pid");
-  bool idle = wait_until([&] { return run("sinfo -h -o %t").find("idle") != std::string::npos; }, 30);
+  bool idle =
+      wait_until([&] { return run("sinfo -h -o %t").find("idle") != std::string::npos; }, 30);
   if (!idle) {
     ADD_FAILURE() << "the Slurm node did not become idle: " << run("sinfo") << logs();
     throw std::runtime_error("slurm did not start");
@@ -134,8 +139,11 @@ std::string SlurmCluster::run(const std::string& command) const {
 }
 
 bool SlurmCluster::wait_job_gone(const std::string& id, double timeout_s) const {
-  return wait_until([&] { return run("squeue -h -j " + id + " -o %i 2>/dev/null").find(id) == std::string::npos; },
-                    timeout_s);
+  return wait_until(
+      [&] {
+        return run("squeue -h -j " + id + " -o %i 2>/dev/null").find(id) == std::string::npos;
+      },
+      timeout_s);
 }
 
 std::string SlurmCluster::logs() const {

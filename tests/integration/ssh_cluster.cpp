@@ -74,7 +74,8 @@ void remove_stale_leftovers() {
     if (at == std::string::npos) continue;
     std::string name = line.substr(at, line.find(':', at) - at);
     int pid = std::atoi(name.substr(3).c_str());
-    if (pid > 0 && ::kill(pid, 0) != 0) std::system(("ip link del " + name + " 2>/dev/null").c_str());
+    if (pid > 0 && ::kill(pid, 0) != 0)
+      std::system(("ip link del " + name + " 2>/dev/null").c_str());
   }
 }
 
@@ -87,9 +88,11 @@ bool subnet_in_use(int subnet) {
 
 std::string SshCluster::skip_reason() {
   if (::geteuid() != 0) return "needs root (network namespaces, sshd)";
-  if (::access("/usr/sbin/sshd", X_OK) != 0) return "needs /usr/sbin/sshd (apt-get install openssh-server)";
+  if (::access("/usr/sbin/sshd", X_OK) != 0)
+    return "needs /usr/sbin/sshd (apt-get install openssh-server)";
   if (::access("/usr/bin/ssh-keygen", X_OK) != 0) return "needs ssh-keygen (openssh-client)";
-  if (std::system("ip netns list >/dev/null 2>&1") != 0) return "'ip netns' is unavailable (iproute2)";
+  if (std::system("ip netns list >/dev/null 2>&1") != 0)
+    return "'ip netns' is unavailable (iproute2)";
   return "";
 }
 
@@ -117,7 +120,9 @@ SshCluster::SshCluster(int hosts) {
   }
 }
 
-SshCluster::~SshCluster() { cleanup(); }
+SshCluster::~SshCluster() {
+  cleanup();
+}
 
 void SshCluster::cleanup() {
   for (const std::string& ns : namespaces_) remove_namespace(ns);
@@ -216,7 +221,8 @@ std::string environ_value(int pid, const std::string& name) {
   while (pos < text.size()) {
     size_t end = text.find('\0', pos);
     if (end == std::string::npos) end = text.size();
-    if (text.compare(pos, needle.size(), needle) == 0) return text.substr(pos + needle.size(), end - pos - needle.size());
+    if (text.compare(pos, needle.size(), needle) == 0)
+      return text.substr(pos + needle.size(), end - pos - needle.size());
     pos = end + 1;
   }
   return "";

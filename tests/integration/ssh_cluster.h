@@ -28,8 +28,8 @@ class SshCluster {
   SshCluster& operator=(const SshCluster&) = delete;
 
   int size() const { return static_cast<int>(namespaces_.size()); }
-  std::string address(int k) const;           // "10.77.S.(k+2)"
-  std::string unused_address() const;         // in the subnet, nobody answers
+  std::string address(int k) const;    // "10.77.S.(k+2)"
+  std::string unused_address() const;  // in the subnet, nobody answers
   int port() const { return port_; }
   const std::string& namespace_name(int k) const { return namespaces_[k]; }
   std::string dir() const { return dir_; }
@@ -46,8 +46,8 @@ class SshCluster {
   void cleanup();
 
   std::string dir_;
-  std::string tag_;     // unique per process: names of namespaces, bridge, veths
-  int subnet_ = 0;      // third octet
+  std::string tag_;  // unique per process: names of namespaces, bridge, veths
+  int subnet_ = 0;   // third octet
   int port_ = 22022;
   std::string bridge_;
   std::vector<std::string> namespaces_;

@@ -14,7 +14,8 @@ void expect_error(const std::string& text, std::vector<std::string> parts) {
     FAIL() << "no error for:\n" << text;
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kInput);
-    for (const std::string& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+    for (const std::string& p : parts)
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
   }
 }
 
@@ -34,8 +35,10 @@ TEST(Hostfile, ParsesDeepSpeedSyntaxWithCommentsAndBlankLines) {
 }
 
 TEST(Hostfile, ParsesUserPortAndSshPort) {
-  auto hosts = parse_hostfile("alice@10.0.0.1:2222 slots=1\nnode2 slots=2 ssh_port=2200\r\n"
-                              "bob@node3 ssh_port=22 slots=1\n", "h");
+  auto hosts = parse_hostfile(
+      "alice@10.0.0.1:2222 slots=1\nnode2 slots=2 ssh_port=2200\r\n"
+      "bob@node3 ssh_port=22 slots=1\n",
+      "h");
   ASSERT_EQ(hosts.size(), 3u);
   EXPECT_EQ(hosts[0].user, "alice");
   EXPECT_EQ(hosts[0].host, "10.0.0.1");

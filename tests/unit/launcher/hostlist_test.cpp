@@ -26,9 +26,9 @@ TEST(Hostlist, SeveralBracketGroupsExpandAsAProduct) {
 }
 
 TEST(Hostlist, MalformedExpressionsAreInputErrors) {
-  for (const char* bad : {"", "node[1-2", "node1-2]", "node[]", "node[a-b]", "node[3-1]",
-                          "node[1-2],,x", "node[[1]]", "node[1-]", "node[-3]", ",a",
-                          "n[0-99999999]"}) {
+  for (const char* bad :
+       {"", "node[1-2", "node1-2]", "node[]", "node[a-b]", "node[3-1]", "node[1-2],,x", "node[[1]]",
+        "node[1-]", "node[-3]", ",a", "n[0-99999999]"}) {
     try {
       expand_hostlist(bad);
       ADD_FAILURE() << "no error for '" << bad << "'";

@@ -15,7 +15,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::map<std::string, std::string> as_map(const EnvList& env) { return {env.begin(), env.end()}; }
+std::map<std::string, std::string> as_map(const EnvList& env) {
+  return {env.begin(), env.end()};
+}
 
 class MultiNodePlanTest : public ::testing::Test {
  protected:

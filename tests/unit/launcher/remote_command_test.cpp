@@ -59,11 +59,33 @@ int run_sh(const std::string& command) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-const std::vector<std::string> kHostile = {
-    "plain", "two words", "it's", "\"double\"", "$HOME", "${HOME}", "`id`", "$(touch PWNED)",
-    "new\nline", "back\\slash", ";touch PWNED;", "&& touch PWNED", "| cat", "*", "~", "-n", "",
-    "\ttab", "# not a comment", "!bang", "caf\xc3\xa9", "'\"'\"'", "a'b\"c$d`e\\f", "--", "=",
-    "trailing\\", "\x01\x7f"};
+const std::vector<std::string> kHostile = {"plain",
+                                           "two words",
+                                           "it's",
+                                           "\"double\"",
+                                           "$HOME",
+                                           "${HOME}",
+                                           "`id`",
+                                           "$(touch PWNED)",
+                                           "new\nline",
+                                           "back\\slash",
+                                           ";touch PWNED;",
+                                           "&& touch PWNED",
+                                           "| cat",
+                                           "*",
+                                           "~",
+                                           "-n",
+                                           "",
+                                           "\ttab",
+                                           "# not a comment",
+                                           "!bang",
+                                           "caf\xc3\xa9",
+                                           "'\"'\"'",
+                                           "a'b\"c$d`e\\f",
+                                           "--",
+                                           "=",
+                                           "trailing\\",
+                                           "\x01\x7f"};
 
 TEST(RemoteCommand, HostileValuesArriveByteExactThroughARealShell) {
   TempDir tmp;

@@ -14,11 +14,11 @@ namespace {
 namespace fs = std::filesystem;
 
 TEST(RemoteEnv, ForwardsOnlyKnownPrefixes) {
-  const char* environ[] = {"NCCL_DEBUG=INFO", "DSTRAIN_X=1",    "MLFLOW_TRACKING_URI=http://m",
-                           "WANDB_MODE=off",  "HF_HOME=/h",     "CUDA_LAUNCH_BLOCKING=1",
-                           "OMP_NUM_THREADS=4", "UCX_TLS=rc",   "FI_PROVIDER=efa",
-                           "PATH=/bin",       "HOME=/root",     "NCCLX=no",
-                           "MY_NCCL_Y=no",    "PYTHONPATH=/p",  nullptr};
+  const char* environ[] = {"NCCL_DEBUG=INFO",   "DSTRAIN_X=1",   "MLFLOW_TRACKING_URI=http://m",
+                           "WANDB_MODE=off",    "HF_HOME=/h",    "CUDA_LAUNCH_BLOCKING=1",
+                           "OMP_NUM_THREADS=4", "UCX_TLS=rc",    "FI_PROVIDER=efa",
+                           "PATH=/bin",         "HOME=/root",    "NCCLX=no",
+                           "MY_NCCL_Y=no",      "PYTHONPATH=/p", nullptr};
   EnvList env = forwarded_variables(environ);
   std::vector<std::string> names;
   for (const auto& kv : env) names.push_back(kv.first);
@@ -32,10 +32,10 @@ TEST(RemoteEnv, EnvFileAllowsCommentsBlankLinesAndLiteralValues) {
       "# comment\n\nNCCL_IB_HCA=mlx5_0,mlx5_1\n   # indented comment\nX=a b # not a comment\n"
       "EMPTY=\nQ='quoted'\r\nX=second\n",
       "f");
-  EXPECT_EQ(env, (EnvList{{"NCCL_IB_HCA", "mlx5_0,mlx5_1"},
-                          {"X", "second"},
-                          {"EMPTY", ""},
-                          {"Q", "'quoted'"}}));
+  EXPECT_EQ(
+      env,
+      (EnvList{
+          {"NCCL_IB_HCA", "mlx5_0,mlx5_1"}, {"X", "second"}, {"EMPTY", ""}, {"Q", "'quoted'"}}));
 }
 
 TEST(RemoteEnv, MalformedEnvFileLineNamesFileAndLine) {

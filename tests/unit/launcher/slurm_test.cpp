@@ -10,9 +10,12 @@ namespace dstrain::launcher {
 namespace {
 
 EnvMap srun_rank_env() {
-  return {{"SLURM_JOB_ID", "123456"},      {"SLURM_JOB_NODELIST", "gpu[07-08]"},
-          {"SLURM_PROCID", "5"},           {"SLURM_LOCALID", "1"},
-          {"SLURM_NTASKS", "8"},           {"SLURM_NODEID", "1"},
+  return {{"SLURM_JOB_ID", "123456"},
+          {"SLURM_JOB_NODELIST", "gpu[07-08]"},
+          {"SLURM_PROCID", "5"},
+          {"SLURM_LOCALID", "1"},
+          {"SLURM_NTASKS", "8"},
+          {"SLURM_NODEID", "1"},
           {"SLURM_TASKS_PER_NODE", "4(x2)"}};
 }
 
@@ -78,20 +81,36 @@ TEST(Slurm, SrunStartsOneAgentPerNode) {
   o.launch.nproc = 2;
   o.launch.exec = true;
   o.launch.args = {"/bin/sh", "-c", "env"};
-  EnvMap env = {{"SLURM_JOB_ID", "77"}, {"SLURM_JOB_NODELIST", "n[1-3]"},
-                {"SLURM_JOB_NUM_NODES", "3"}};
+  EnvMap env = {
+      {"SLURM_JOB_ID", "77"}, {"SLURM_JOB_NODELIST", "n[1-3]"}, {"SLURM_JOB_NUM_NODES", "3"}};
   std::vector<std::string> argv = srun_command(o, env, "/opt/dstrain");
-  std::vector<std::string> expected = {"srun", "--kill-on-bad-exit=1", "--ntasks-per-node=1",
-                                       "--nodes=3", "--ntasks=3", "/opt/dstrain", "launch",
-                                       "--slurm-agent", "--nproc", "2", "--master-addr", "n1",
-                                       "--master-port", std::to_string(slurm_master_port(77)),
-                                       "--grace", "5", "--exec", "--", "/bin/sh", "-c", "env"};
+  std::vector<std::string> expected = {"srun",
+                                       "--kill-on-bad-exit=1",
+                                       "--ntasks-per-node=1",
+                                       "--nodes=3",
+                                       "--ntasks=3",
+                                       "/opt/dstrain",
+                                       "launch",
+                                       "--slurm-agent",
+                                       "--nproc",
+                                       "2",
+                                       "--master-addr",
+                                       "n1",
+                                       "--master-port",
+                                       std::to_string(slurm_master_port(77)),
+                                       "--grace",
+                                       "5",
+                                       "--exec",
+                                       "--",
+                                       "/bin/sh",
+                                       "-c",
+                                       "env"};
   EXPECT_EQ(argv, expected);
 }
 
 TEST(Slurm, AgentPlacement) {
-  auto p = slurm_agent_placement({{"SLURM_NODEID", "1"}, {"SLURM_STEP_NUM_NODES", "2"},
-                                  {"SLURMD_NODENAME", "n2"}});
+  auto p = slurm_agent_placement(
+      {{"SLURM_NODEID", "1"}, {"SLURM_STEP_NUM_NODES", "2"}, {"SLURMD_NODENAME", "n2"}});
   EXPECT_EQ(p.node_rank, 1);
   EXPECT_EQ(p.num_nodes, 2);
   EXPECT_EQ(p.host, "n2");
