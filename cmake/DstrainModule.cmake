@@ -43,9 +43,12 @@ function(dstrain_module name)
   endif()
 endfunction()
 
-# dstrain_test(<name> SOURCES ... DEPS <module> ... [LABELS ...] [TORCH])
+# dstrain_test(<name> SOURCES ... DEPS <module> ... [LABELS ...] [LIBS ...] [TORCH] [PER_TEST])
+# Unit test binaries run as one ctest entry each (a process per gtest case would load LibTorch
+# hundreds of times); PER_TEST registers every gtest case on its own, for slow end-to-end suites
+# that gain from `ctest -j`. Exit code 77 means skipped.
 function(dstrain_test name)
-  cmake_parse_arguments(T "TORCH" "" "SOURCES;DEPS;LABELS;LIBS" ${ARGN})
+  cmake_parse_arguments(T "TORCH;PER_TEST" "" "SOURCES;DEPS;LABELS;LIBS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   target_compile_options(${name} PRIVATE ${DSTRAIN_WARNINGS})
   foreach(dep IN LISTS T_DEPS)
@@ -61,6 +64,12 @@ function(dstrain_test name)
   if(NOT T_LABELS)
     set(T_LABELS unit)
   endif()
-  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
-                       PROPERTIES LABELS "${T_LABELS}" SKIP_RETURN_CODE 77)
+  if(T_PER_TEST)
+    gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
+                         PROPERTIES LABELS "${T_LABELS}" SKIP_RETURN_CODE 77
+                                    SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+  else()
+    add_test(NAME ${name} COMMAND ${name})
+    set_tests_properties(${name} PROPERTIES LABELS "${T_LABELS}" SKIP_RETURN_CODE 77)
+  endif()
 endfunction()

@@ -4,12 +4,15 @@
 namespace dstrain::app {
 
 void set_estimate_command(CLI::App& root, int* exit_code) {
-  auto* cmd = root.add_subcommand("estimate", "(not available yet in this build)");
+  auto* cmd = root.add_subcommand(
+      "estimate", "Per-rank memory for each ZeRO stage and offload (not available yet)");
   cmd->allow_extras();
-  cmd->callback([exit_code] {
-    fail(ErrorKind::kNotImplemented, "'dstrain estimate' is not available in this build yet");
-    *exit_code = 3;
+  cmd->callback([] {
+    fail(ErrorKind::kNotImplemented,
+         "'dstrain estimate' is not available in this build yet (it comes with ZeRO-3 and "
+         "offload)");
   });
+  (void)exit_code;
 }
 
 }  // namespace dstrain::app

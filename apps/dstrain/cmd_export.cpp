@@ -1,15 +1,25 @@
+#include <memory>
+
 #include "apps/dstrain/commands.h"
-#include "core/error.h"
+#include "train/train.h"
 
 namespace dstrain::app {
 
 void set_export_command(CLI::App& root, int* exit_code) {
-  auto* cmd = root.add_subcommand("export", "(not available yet in this build)");
-  cmd->allow_extras();
-  cmd->callback([exit_code] {
-    fail(ErrorKind::kNotImplemented, "'dstrain export' is not available in this build yet");
-    *exit_code = 3;
-  });
+  auto* cmd = root.add_subcommand(
+      "export", "Consolidate a checkpoint into a Hugging Face model directory (safetensors)");
+  cmd->footer(
+      "Writes config.json, model.safetensors (or shards + model.safetensors.index.json) and the\n"
+      "run's tokenizer files. Works for checkpoints of any world size and ZeRO stage.\n"
+      "Example:\n"
+      "  dstrain export runs/tiny/checkpoints/latest --out runs/tiny/hf --dtype bfloat16");
+  auto o = std::make_shared<train::ExportOptions>();
+  cmd->add_option("CKPT", o->checkpoint, "The checkpoint to export")->required()->type_name("");
+  cmd->add_option("--out", o->out_dir, "Output directory")->required()->type_name("DIR");
+  cmd->add_option("--dtype", o->dtype, "auto (the run's compute dtype), float32, bfloat16, float16")
+      ->check(CLI::IsMember({"auto", "float32", "bfloat16", "float16"}))
+      ->default_val("auto");
+  cmd->callback([o, exit_code] { *exit_code = train::run_export(*o); });
 }
 
 }  // namespace dstrain::app

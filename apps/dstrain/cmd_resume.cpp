@@ -1,14 +1,39 @@
+#include <memory>
+
 #include "apps/dstrain/commands.h"
-#include "core/error.h"
+#include "train/train.h"
 
 namespace dstrain::app {
 
 void set_resume_command(CLI::App& root, int* exit_code) {
-  auto* cmd = root.add_subcommand("resume", "(not available yet in this build)");
-  cmd->allow_extras();
-  cmd->callback([exit_code] {
-    fail(ErrorKind::kNotImplemented, "'dstrain resume' is not available in this build yet");
-    *exit_code = 3;
+  auto* cmd = root.add_subcommand(
+      "resume", "Relaunch a run from a checkpoint with its saved config and state");
+  cmd->footer(
+      "CKPT is <dir>/latest, a checkpoint directory holding 'latest', or a tag directory.\n"
+      "Data paths in the saved config are relative to the directory the run was started from.\n"
+      "Examples:\n"
+      "  dstrain resume runs/tiny/checkpoints/latest\n"
+      "  dstrain resume runs/tiny/checkpoints/latest --nproc 3   # re-shard onto 3 ranks");
+  auto o = std::make_shared<train::ResumeOptions>();
+  o->launch.nproc = 0;
+  cmd->add_option("CKPT", o->checkpoint, "The checkpoint to resume")->required()->type_name("");
+  cmd->add_option("--nproc", o->launch.nproc,
+                  "Number of local ranks [default: the checkpoint's world size]")
+      ->type_name("N");
+  cmd->add_option("--set", o->launch.overrides, "Config override key.path=value (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+  cmd->add_option("--master-addr", o->launch.master_addr, "MASTER_ADDR given to every rank")
+      ->type_name("ADDR");
+  cmd->add_option("--master-port", o->launch.master_port,
+                  "MASTER_PORT given to every rank [default: a free port]")
+      ->type_name("PORT");
+  cmd->add_option("--log-dir", o->launch.log_dir, "Also write each rank's output to DIR/rank_K.log")
+      ->type_name("DIR");
+  cmd->add_flag("--dry-run", o->launch.dry_run, "Print the plan, start nothing");
+  cmd->callback([o, exit_code] {
+    if (o->launch.nproc < 0) o->launch.nproc = 0;
+    *exit_code = train::run_resume(*o);
   });
 }
 

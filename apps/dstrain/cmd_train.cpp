@@ -1,15 +1,30 @@
+#include <memory>
+
 #include "apps/dstrain/commands.h"
-#include "core/error.h"
+#include "train/train.h"
 
 namespace dstrain::app {
 
 void set_train_command(CLI::App& root, int* exit_code) {
-  auto* cmd = root.add_subcommand("train", "(not available yet in this build)");
-  cmd->allow_extras();
-  cmd->callback([exit_code] {
-    fail(ErrorKind::kNotImplemented, "'dstrain train' is not available in this build yet");
-    *exit_code = 3;
-  });
+  auto* cmd = root.add_subcommand(
+      "train", "Run one rank of a training job (started by 'dstrain launch', or alone)");
+  cmd->footer(
+      "The world comes from RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (a single process when\n"
+      "unset). SIGUSR1 saves a checkpoint at the next step boundary and stops cleanly.\n"
+      "Examples:\n"
+      "  dstrain train configs/tiny.yaml --set training.max_steps=20\n"
+      "  dstrain train --print-config run.yaml");
+  auto o = std::make_shared<train::TrainOptions>();
+  cmd->add_option("CONFIG", o->config_path, "The run's YAML config")->required()->type_name("");
+  cmd->add_option("--set", o->overrides, "Config override key.path=value (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+  cmd->add_flag("--print-config", o->print_config,
+                "Print the fully resolved config (defaults filled in) as YAML and exit");
+  cmd->add_option("--resume-from", o->resume_from,
+                  "Restore state from a checkpoint (<dir>/latest, <dir> or a tag directory)")
+      ->type_name("CKPT");
+  cmd->callback([o, exit_code] { *exit_code = train::run_train(*o); });
 }
 
 }  // namespace dstrain::app

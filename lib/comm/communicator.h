@@ -8,8 +8,8 @@
 //    that was never waited on is waited on in its destructor (errors are then logged, not thrown).
 //  - Buffers must stay alive and unmodified until wait() returns.
 //  - Byte counters count what this rank sends over the wire for each collective kind, computed from
-//    the algorithm's theory (ring: all_reduce 2(N-1)/N·S, reduce_scatter/all_gather (N-1)/N·S, where S
-//    is the full buffer size), so tests can check ZeRO's communication volume.
+//    the algorithm's theory (ring: all_reduce 2(N-1)/N·S, reduce_scatter/all_gather (N-1)/N·S,
+//    where S is the full buffer size), so tests can check ZeRO's communication volume.
 // Implementations: GlooCommunicator (CPU, LibTorch c10d + libgloo), NcclCommunicator (CUDA).
 
 #include <chrono>

@@ -1,10 +1,10 @@
 #pragma once
 // Optimizers update one flat fp32 shard of master weights in place, given the matching flat fp32
-// gradient shard. The ZeRO engine owns the shards; an optimizer never sees parameter structure, only
-// ranges of the shard (e.g. those that take no weight decay: norms and biases).
+// gradient shard. The ZeRO engine owns the shards; an optimizer never sees parameter structure,
+// only ranges of the shard (e.g. those that take no weight decay: norms and biases).
 //
-// Shapes: params, grads, and every state tensor are 1-D float32 of the same numel, contiguous, on the
-// same device. Not thread-safe; step() itself may use several threads.
+// Shapes: params, grads, and every state tensor are 1-D float32 of the same numel, contiguous, on
+// the same device. Not thread-safe; step() itself may use several threads.
 
 #include <cstdint>
 #include <map>
@@ -33,7 +33,8 @@ class Optimizer {
   // Named state tensors shaped like the shard (e.g. "exp_avg", "exp_avg_sq") for checkpoints, plus
   // the step count. load_state() checks names and sizes and throws Error(kInput) on mismatch.
   virtual std::map<std::string, torch::Tensor> state() const = 0;
-  virtual void load_state(const std::map<std::string, torch::Tensor>& state, int64_t step_count) = 0;
+  virtual void load_state(const std::map<std::string, torch::Tensor>& state,
+                          int64_t step_count) = 0;
 };
 
 struct AdamWOptions {

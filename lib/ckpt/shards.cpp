@@ -1,0 +1,237 @@
+#include "ckpt/shards.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "ckpt/layout.h"
+#include "core/error.h"
+#include "core/fs.h"
+#include "model/safetensors.h"
+
+namespace dstrain::ckpt {
+namespace stdfs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr char kSep = '|';
+
+std::string piece_name(const Piece& p) {
+  return fmt::format("{}{}{}{}{}{}{}", p.kind, kSep, p.param, kSep, p.begin, kSep, p.end);
+}
+
+// Splits "<kind>|<param>|<begin>|<end>"; false for extras and anything else.
+bool parse_piece_name(const std::string& name, std::string* kind, std::string* param,
+                      int64_t* begin, int64_t* end) {
+  const auto a = name.find(kSep);
+  const auto d = name.rfind(kSep);
+  if (a == std::string::npos || d == a) return false;
+  const auto c = name.rfind(kSep, d - 1);
+  if (c == std::string::npos || c <= a) return false;
+  try {
+    *kind = name.substr(0, a);
+    *param = name.substr(a + 1, c - a - 1);
+    *begin = std::stoll(name.substr(c + 1, d - c - 1));
+    *end = std::stoll(name.substr(d + 1));
+  } catch (const std::exception&) {
+    return false;
+  }
+  return *begin >= 0 && *end >= *begin;
+}
+
+std::string extra_name(const std::string& name) { return "extra" + std::string(1, kSep) + name; }
+
+json read_json_file(const stdfs::path& path) {
+  try {
+    return json::parse(fs::read_file(path));
+  } catch (const json::exception& e) {
+    fail(ErrorKind::kInput, "{}: not valid JSON: {}", path.string(), e.what());
+  }
+}
+
+}  // namespace
+
+std::string file_crc32(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) fail(ErrorKind::kIo, "cannot read {}", path);
+  std::vector<unsigned char> buf(1 << 20);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  size_t n = 0;
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) {
+    crc = crc32_z(crc, buf.data(), n);
+  }
+  const bool bad = std::ferror(f) != 0;
+  std::fclose(f);
+  if (bad) fail(ErrorKind::kIo, "cannot read {}", path);
+  return fmt::format("{:08x}", static_cast<uint32_t>(crc));
+}
+
+void write_shard(const std::string& tag_dir, int rank, const std::vector<Piece>& pieces,
+                 const ExtraTensors& extras, const json& rank_state) {
+  model::NamedTensors tensors;
+  json shapes = json::object();
+  json names = json::array();
+  for (const auto& p : pieces) {
+    if (p.data.numel() != p.end - p.begin) {
+      fail(ErrorKind::kInternal, "checkpoint piece {} has {} elements", piece_name(p),
+           p.data.numel());
+    }
+    tensors.emplace_back(piece_name(p), p.data.to(torch::kFloat32));
+    names.push_back(piece_name(p));
+    shapes[p.param] = p.shape;
+  }
+  for (const auto& [name, t] : extras) tensors.emplace_back(extra_name(name), t);
+  const stdfs::path shard = stdfs::path(tag_dir) / shard_file_name(rank);
+  model::write_safetensors(shard, tensors, std::nullopt, {{"format", "dstrain-shard"}});
+  json record = {{"rank", rank},
+                 {"file", shard_file_name(rank)},
+                 {"bytes", stdfs::file_size(shard)},
+                 {"crc32", file_crc32(shard.string())},
+                 {"shapes", shapes},
+                 {"pieces", names},
+                 {"state", rank_state}};
+  fs::write_file_atomic(stdfs::path(tag_dir) / shard_state_file_name(rank), record.dump(1));
+}
+
+void finalize(const std::string& dir, const std::string& tag, int world_size, json manifest,
+              int64_t keep_last) {
+  const stdfs::path tag_dir = stdfs::path(dir) / tag;
+  json files = json::array();
+  for (int r = 0; r < world_size; ++r) {
+    const stdfs::path p = tag_dir / shard_state_file_name(r);
+    if (!stdfs::is_regular_file(p)) {
+      fail(ErrorKind::kIo, "checkpoint {}: rank {} did not finish its shard ({} missing)",
+           tag_dir.string(), r, p.filename().string());
+    }
+    const json rec = read_json_file(p);
+    files.push_back({{"name", rec.at("file")}, {"bytes", rec.at("bytes")}, {"crc32", rec.at("crc32")}});
+  }
+  manifest["format"] = "dstrain-checkpoint";
+  manifest["version"] = 1;
+  manifest["tag"] = tag;
+  manifest["world_size"] = world_size;
+  manifest["files"] = files;
+  fs::write_file_atomic(tag_dir / kManifestFile, manifest.dump(1));
+  write_latest(dir, tag);
+  prune(dir, keep_last, tag);
+}
+
+CheckpointReader::CheckpointReader(std::string tag_dir) : dir_(std::move(tag_dir)) {
+  const stdfs::path mpath = stdfs::path(dir_) / kManifestFile;
+  manifest_ = read_json_file(mpath);
+  if (manifest_.value("format", "") != "dstrain-checkpoint" || !manifest_.contains("world_size") ||
+      !manifest_.contains("files")) {
+    fail(ErrorKind::kInput, "{}: not a dstrain checkpoint manifest (format/world_size/files)",
+         mpath.string());
+  }
+  world_size_ = manifest_.at("world_size").get<int>();
+  files_.resize(world_size_);
+  for (int r = 0; r < world_size_; ++r) index_rank(r);
+}
+
+CheckpointReader::~CheckpointReader() = default;
+
+void CheckpointReader::index_rank(int rank) {
+  const stdfs::path p = stdfs::path(dir_) / shard_state_file_name(rank);
+  if (!stdfs::is_regular_file(p)) {
+    fail(ErrorKind::kInput, "checkpoint {}: {} is missing", dir_, p.filename().string());
+  }
+  rank_json_.push_back(read_json_file(p));
+  const json& rec = rank_json_.back();
+  for (const auto& [param, shape] : rec.at("shapes").items()) {
+    if (shapes_.emplace(param, shape.get<std::vector<int64_t>>()).second) {
+      param_order_.push_back(param);
+    }
+  }
+  // The piece list is in the small JSON, so indexing opens no shard; a shard is opened (and its
+  // checksum verified) only when a read needs it.
+  for (const auto& jn : rec.at("pieces")) {
+    const auto name = jn.get<std::string>();
+    std::string kind, param;
+    int64_t begin = 0, end = 0;
+    if (parse_piece_name(name, &kind, &param, &begin, &end)) {
+      index_[{kind, param}].push_back(Entry{rank, name, begin, end});
+    }
+  }
+}
+
+const model::SafetensorsFile& CheckpointReader::shard(int rank) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!files_[rank]) {
+    const json& f = manifest_.at("files").at(rank);
+    const std::string path = (stdfs::path(dir_) / f.at("name").get<std::string>()).string();
+    if (!stdfs::is_regular_file(path)) {
+      fail(ErrorKind::kInput, "checkpoint {}: shard {} is missing", dir_, path);
+    }
+    const std::string crc = file_crc32(path);
+    if (crc != f.at("crc32").get<std::string>()) {
+      fail(ErrorKind::kInput,
+           "checkpoint shard {} is corrupted: crc32 {} but the manifest records {}", path, crc,
+           f.at("crc32").get<std::string>());
+    }
+    files_[rank] = std::make_unique<model::SafetensorsFile>(path);
+  }
+  return *files_[rank];
+}
+
+json CheckpointReader::rank_state(int rank) const {
+  if (rank < 0 || rank >= world_size_) {
+    fail(ErrorKind::kInput, "checkpoint {} has no rank {}", dir_, rank);
+  }
+  return rank_json_.at(rank).at("state");
+}
+
+torch::Tensor CheckpointReader::read(const std::string& kind, const std::string& param,
+                                     int64_t begin, int64_t end) const {
+  auto out = torch::empty({end - begin}, torch::kFloat32);
+  int64_t covered = 0;
+  const auto it = index_.find({kind, param});
+  if (it != index_.end()) {
+    for (const Entry& e : it->second) {
+      const int64_t lo = std::max(begin, e.begin);
+      const int64_t hi = std::min(end, e.end);
+      if (lo >= hi) continue;
+      auto part = shard(e.rank).read_range(e.tensor, lo - e.begin, hi - e.begin);
+      out.narrow(0, lo - begin, hi - lo).copy_(part);
+      covered += hi - lo;
+    }
+  }
+  // Pieces never overlap (each element is owned by exactly one rank), so a full count is coverage.
+  if (covered != end - begin) {
+    fail(ErrorKind::kInput, "checkpoint {} does not hold {} of {} elements [{}, {})", dir_, kind,
+         param, begin, end);
+  }
+  return out;
+}
+
+torch::Tensor CheckpointReader::read_full(const std::string& kind,
+                                          const std::string& param) const {
+  const auto it = shapes_.find(param);
+  if (it == shapes_.end()) fail(ErrorKind::kInput, "checkpoint {} has no parameter {}", dir_, param);
+  int64_t numel = 1;
+  for (int64_t d : it->second) numel *= d;
+  return read(kind, param, 0, numel).view(it->second);
+}
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> CheckpointReader::params(
+    const std::string& kind) const {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  for (const auto& p : param_order_) {
+    if (index_.count({kind, p}) != 0) out.emplace_back(p, shapes_.at(p));
+  }
+  return out;
+}
+
+torch::Tensor CheckpointReader::read_extra(int rank, const std::string& name) const {
+  const auto& f = shard(rank);
+  const std::string n = extra_name(name);
+  return f.contains(n) ? f.read(n) : torch::Tensor();
+}
+
+}  // namespace dstrain::ckpt

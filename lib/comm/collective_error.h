@@ -1,0 +1,25 @@
+#pragma once
+// Turns whatever Gloo/c10d threw during a collective into dstrain::Error: kTimeout when Gloo timed
+// out, kComm otherwise, with a message naming the collective, this rank, and (best effort, from the
+// heartbeats) the peers that stopped responding.
+
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+#include "comm/heartbeat.h"
+
+namespace dstrain::comm {
+
+struct FailureContext {
+  int rank = 0;
+  int world_size = 1;
+  std::chrono::milliseconds timeout{0};
+  std::shared_ptr<Heartbeat> heartbeat;  // null in a world of one
+};
+
+[[noreturn]] void throw_collective_error(CollectiveKind kind, const FailureContext& context,
+                                         std::exception_ptr cause);
+
+}  // namespace dstrain::comm

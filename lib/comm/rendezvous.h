@@ -1,0 +1,30 @@
+#pragma once
+// Rendezvous of a job's ranks through c10d's TCPStore, hosted by rank 0 at MASTER_ADDR:MASTER_PORT.
+// Every rank announces itself with the key `dstrain/rank/<r>/ready`; waiting for all of them
+// (rather than letting the store block) means a timeout can say exactly which ranks never joined.
+
+#include <string>
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "comm/communicator.h"
+
+namespace dstrain::comm {
+
+// "host:port" of the store, for messages.
+std::string store_endpoint(const RendezvousOptions& options);
+
+// Opens a store connection (rank 0 also hosts the server when `host_server`). Throws Error(kComm)
+// when the port cannot be bound, Error(kTimeout) when the store cannot be reached within the
+// timeout.
+c10::intrusive_ptr<c10d::TCPStore> connect_store(const RendezvousOptions& options,
+                                                 bool host_server);
+
+// Connects (rank 0 hosts) and returns once all world_size ranks have announced themselves.
+// Throws Error(kTimeout) "rendezvous at A:P timed out after T s: ranks 2, 3 of 4 never joined".
+c10::intrusive_ptr<c10d::TCPStore> rendezvous(const RendezvousOptions& options);
+
+// "2, 3" style list for messages.
+std::string join_ranks(const std::vector<int>& ranks);
+
+}  // namespace dstrain::comm

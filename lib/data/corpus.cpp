@@ -1,0 +1,17 @@
+#include "data/corpus.h"
+
+namespace dstrain::data {
+
+void Corpus::add_document(const int32_t* data, int64_t length) {
+  tokens.insert(tokens.end(), data, data + length);
+  offsets.push_back(static_cast<int64_t>(tokens.size()));
+}
+
+void Corpus::append(const Corpus& other) {
+  const int64_t base = num_tokens();
+  tokens.insert(tokens.end(), other.tokens.begin(), other.tokens.end());
+  offsets.reserve(offsets.size() + other.offsets.size() - 1);
+  for (size_t i = 1; i < other.offsets.size(); ++i) offsets.push_back(base + other.offsets[i]);
+}
+
+}  // namespace dstrain::data

@@ -1,0 +1,77 @@
+#include "data/samples.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace dstrain::data {
+
+SampleSet::SampleSet(std::shared_ptr<const Corpus> corpus, std::vector<int64_t> documents,
+                     const SampleOptions& options, std::string name)
+    : corpus_(std::move(corpus)), options_(options), name_(std::move(name)) {
+  if (options_.max_length < 1) {
+    fail(ErrorKind::kConfig, "data.max_length: must be at least 1, got {}", options_.max_length);
+  }
+  const int64_t t = options_.max_length;
+  if (!options_.packing) {
+    for (int64_t d : documents) {
+      if (sequence_length(d) >= 2) documents_.push_back(d);
+    }
+    num_samples_ = static_cast<int64_t>(documents_.size());
+    return;
+  }
+  documents_ = std::move(documents);
+  stream_start_.reserve(documents_.size() + 1);
+  stream_start_.push_back(0);
+  for (int64_t d : documents_) stream_start_.push_back(stream_start_.back() + sequence_length(d));
+  const int64_t labels = std::max<int64_t>(0, stream_start_.back() - 1);
+  num_samples_ = labels / t + ((options_.keep_partial_window && labels % t != 0) ? 1 : 0);
+}
+
+int64_t SampleSet::sequence_length(int64_t doc) const {
+  return corpus_->document_length(doc) + (options_.eos_id ? 1 : 0);
+}
+
+int64_t SampleSet::copy_document(int64_t doc, int64_t count, int64_t* out) const {
+  const int64_t n = std::min(count, sequence_length(doc));
+  const int64_t from_doc = std::min(n, corpus_->document_length(doc));
+  std::copy_n(corpus_->document_data(doc), from_doc, out);
+  if (n > from_doc) out[from_doc] = *options_.eos_id;
+  return n;
+}
+
+// Copies up to `count` stream tokens starting at stream position `pos`; returns how many there
+// were.
+int64_t SampleSet::copy_stream(int64_t pos, int64_t count, int64_t* out) const {
+  auto it = std::upper_bound(stream_start_.begin(), stream_start_.end(), pos);
+  int64_t j = static_cast<int64_t>(it - stream_start_.begin()) - 1;
+  int64_t skip = pos - stream_start_[j];
+  int64_t done = 0;
+  for (; done < count && j < num_documents(); ++j, skip = 0) {
+    const int64_t doc = documents_[j];
+    const int64_t len = sequence_length(doc);
+    for (int64_t k = skip; k < len && done < count; ++k, ++done) {
+      out[done] =
+          k < corpus_->document_length(doc) ? corpus_->document_data(doc)[k] : *options_.eos_id;
+    }
+  }
+  return done;
+}
+
+void SampleSet::fill(int64_t index, int64_t* input_ids, int64_t* labels) const {
+  if (index < 0 || index >= num_samples_) {
+    fail(ErrorKind::kInternal, "sample index {} out of range [0, {}) in {}", index, num_samples_,
+         name_);
+  }
+  const int64_t t = options_.max_length;
+  std::vector<int64_t> window(t + 1);
+  const int64_t n = options_.packing ? copy_stream(index * t, t + 1, window.data())
+                                     : copy_document(documents_[index], t + 1, window.data());
+  for (int64_t i = 0; i < t; ++i) {
+    const bool real = i + 1 < n;
+    input_ids[i] = real ? window[i] : options_.pad_id;
+    labels[i] = real ? window[i + 1] : kIgnoreIndex;
+  }
+}
+
+}  // namespace dstrain::data

@@ -1,0 +1,68 @@
+#pragma once
+// Training samples formed from a tokenized corpus, already shifted for causal language modelling:
+// sample i is input_ids[T] and labels[T] with labels[t] = the token that follows input_ids[t], and
+// -100 where there is nothing to predict (padding). Loss = CE(logits[:, t], labels[:, t]) ignoring
+// -100, so pad tokens are never trained on.
+//
+// Two ways to form samples (T = max_length; "eos" is appended only when the tokenizer has one):
+//  - pad:  one sample per document. The sequence doc + eos is cut to T+1 tokens; input_ids are its
+//          first n-1 tokens, labels its last n-1 (n = sequence length, at most T+1); positions past
+//          n-1 hold the pad id in input_ids and -100 in labels. Tokens beyond T+1 are dropped
+//          (truncation). Documents with fewer than 2 sequence tokens have no label and are skipped.
+//  - pack: the documents, each followed by eos, form one stream of L tokens. Window k is stream
+//          tokens [k*T, k*T + T] (T+1 tokens, consecutive windows overlap by one), so every stream
+//          token after the first is a label exactly once. Attention crosses document boundaries
+//          inside a window. There are floor((L-1)/T) full windows; the last incomplete one is
+//          dropped unless keep_partial_window (eval), where its missing labels are -100.
+// Samples are computed on demand from the corpus: nothing per sample is stored.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/corpus.h"
+
+namespace dstrain::data {
+
+inline constexpr int64_t kIgnoreIndex = -100;
+
+struct SampleOptions {
+  int64_t max_length = 1024;  // T, tokens per sample
+  bool packing = true;
+  bool keep_partial_window = false;  // pack only: also emit the last incomplete window
+  std::optional<int32_t> eos_id;     // appended after each document when set
+  int32_t pad_id = 0;                // input_ids value at padded positions (labels are -100 there)
+};
+
+class SampleSet {
+ public:
+  // `documents` are indices into `corpus`, in the order they are used. `name` (the data path)
+  // appears in error messages. Error(kConfig) if max_length < 1.
+  SampleSet(std::shared_ptr<const Corpus> corpus, std::vector<int64_t> documents,
+            const SampleOptions& options, std::string name);
+
+  int64_t size() const { return num_samples_; }
+  int64_t max_length() const { return options_.max_length; }
+  int32_t pad_id() const { return options_.pad_id; }
+  const std::string& name() const { return name_; }
+  int64_t num_documents() const { return static_cast<int64_t>(documents_.size()); }
+
+  // Writes sample `index` (0 <= index < size()) into input_ids[T] and labels[T].
+  void fill(int64_t index, int64_t* input_ids, int64_t* labels) const;
+
+ private:
+  int64_t sequence_length(int64_t doc) const;  // document tokens + eos
+  int64_t copy_stream(int64_t pos, int64_t count, int64_t* out) const;
+  int64_t copy_document(int64_t doc, int64_t count, int64_t* out) const;
+
+  std::shared_ptr<const Corpus> corpus_;
+  std::vector<int64_t> documents_;     // pad: documents with at least one label; pack: all given
+  std::vector<int64_t> stream_start_;  // pack: [documents + 1] stream offset of each document
+  SampleOptions options_;
+  std::string name_;
+  int64_t num_samples_ = 0;
+};
+
+}  // namespace dstrain::data

@@ -1,0 +1,35 @@
+#pragma once
+// `dstrain data tokenize`: tokenizes a text/JSONL source once and writes a token file
+// (token_file.h) atomically, so training start-up only reads tokens.
+
+#include <cstdint>
+#include <string>
+
+#include "tokenizer/tokenizer.h"
+
+namespace dstrain::data {
+
+struct TokenizeOptions {
+  std::string tokenizer;  // "byte" or a tokenizer directory (used by the overload without one)
+  std::string input;      // file or directory (see source.h)
+  std::string output;     // token file to write
+  std::string format = "auto";
+  std::string text_field = "text";
+  std::string document = "file";
+  int threads = 0;
+};
+
+struct TokenizeSummary {
+  int64_t documents = 0;
+  int64_t tokens = 0;
+  int token_bytes = 0;  // 2 or 4
+};
+
+// Error(kInput) for bad input (see source.h) or an input without tokens (nothing is written then).
+TokenizeSummary tokenize_to_file(const TokenizeOptions& options,
+                                 const tokenizer::Tokenizer& tokenizer);
+
+// Same, loading options.tokenizer with tokenizer::load_tokenizer.
+TokenizeSummary tokenize_to_file(const TokenizeOptions& options);
+
+}  // namespace dstrain::data

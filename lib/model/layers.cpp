@@ -1,0 +1,87 @@
+#include "model/layers.h"
+
+#include "core/torch_compat.h"
+#include "model/rope.h"
+
+namespace dstrain::model {
+namespace {
+
+torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+}
+
+// [B, KV, T, D] -> [B, KV·groups, T, D]: each key/value head serves `groups` consecutive query
+// heads.
+torch::Tensor repeat_kv(const torch::Tensor& x, int64_t groups) {
+  if (groups == 1) return x;
+  const auto B = x.size(0), KV = x.size(1), T = x.size(2), D = x.size(3);
+  return x.unsqueeze(2).expand({B, KV, groups, T, D}).reshape({B, KV * groups, T, D});
+}
+
+}  // namespace
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  const torch::Tensor xf = x.to(torch::kFloat);
+  const torch::Tensor normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  return weight * normed.to(x.scalar_type());
+}
+
+AttentionImpl::AttentionImpl(const ModelConfig& c)
+    : heads_(c.num_attention_heads), kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim) {
+  q_proj = register_module("q_proj", linear(c.hidden_size, heads_ * head_dim_, c.qkv_bias));
+  k_proj = register_module("k_proj", linear(c.hidden_size, kv_heads_ * head_dim_, c.qkv_bias));
+  v_proj = register_module("v_proj", linear(c.hidden_size, kv_heads_ * head_dim_, c.qkv_bias));
+  o_proj = register_module("o_proj", linear(heads_ * head_dim_, c.hidden_size, c.o_bias));
+  if (c.qk_norm) {
+    q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps));
+    k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps));
+  }
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
+                                     const torch::Tensor& sin) {
+  const int64_t B = x.size(0), T = x.size(1);
+  torch::Tensor q = q_proj(x).view({B, T, heads_, head_dim_});     // [B, T, H, D]
+  torch::Tensor k = k_proj(x).view({B, T, kv_heads_, head_dim_});  // [B, T, KV, D]
+  const torch::Tensor v = v_proj(x).view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
+  if (q_norm) {
+    q = q_norm(q);
+    k = k_norm(k);
+  }
+  q = apply_rope(q.transpose(1, 2), cos, sin);  // [B, H, T, D]
+  k = apply_rope(k.transpose(1, 2), cos, sin);  // [B, KV, T, D]
+  const int64_t groups = heads_ / kv_heads_;
+  const torch::Tensor out =
+      compat::scaled_dot_product_attention(q, repeat_kv(k, groups), repeat_kv(v, groups), true);
+  return o_proj(out.transpose(1, 2).reshape({B, T, heads_ * head_dim_}));
+}
+
+MlpImpl::MlpImpl(const ModelConfig& c) {
+  gate_proj = register_module("gate_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
+  up_proj = register_module("up_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
+  down_proj = register_module("down_proj", linear(c.intermediate_size, c.hidden_size, c.mlp_bias));
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
+}
+
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) {
+  self_attn = register_module("self_attn", Attention(c));
+  mlp = register_module("mlp", Mlp(c));
+  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+}
+
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& h, const torch::Tensor& cos,
+                                        const torch::Tensor& sin) {
+  const torch::Tensor x = h + self_attn(input_layernorm(h), cos, sin);
+  return x + mlp(post_attention_layernorm(x));
+}
+
+}  // namespace dstrain::model

@@ -1,0 +1,69 @@
+#pragma once
+// The building blocks of a decoder layer, as torch::nn modules whose registered names make
+// named_parameters() produce the Hugging Face state-dict names (q_proj, input_layernorm, ...).
+// Shapes: B batch, T sequence, C hidden_size, H query heads, KV key/value heads, D head_dim, I MLP
+// width.
+
+#include <torch/torch.h>
+
+#include "model/model_config.h"
+
+namespace dstrain::model {
+
+// RMSNorm with HF semantics: statistics in float32 whatever the input dtype, the normalised value
+// cast back to the input dtype and then scaled by `weight` [dim].
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);  // [..., dim] -> same
+
+  torch::Tensor weight;  // [dim]
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+// Causal grouped-query self-attention with RoPE (Qwen3: per-head q_norm/k_norm before RoPE).
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const ModelConfig& config);
+  // x: [B, T, C]; cos, sin: [T, D] in x's dtype. Returns [B, T, C].
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+
+  torch::nn::Linear q_proj{nullptr};  // weight [H·D, C]
+  torch::nn::Linear k_proj{nullptr};  // weight [KV·D, C]
+  torch::nn::Linear v_proj{nullptr};  // weight [KV·D, C]
+  torch::nn::Linear o_proj{nullptr};  // weight [C, H·D]
+  RMSNorm q_norm{nullptr};            // [D], qwen3 only
+  RMSNorm k_norm{nullptr};            // [D], qwen3 only
+ private:
+  int64_t heads_, kv_heads_, head_dim_;
+};
+TORCH_MODULE(Attention);
+
+// SwiGLU MLP: down(silu(gate(x)) * up(x)).
+class MlpImpl : public torch::nn::Module {
+ public:
+  explicit MlpImpl(const ModelConfig& config);
+  torch::Tensor forward(const torch::Tensor& x);  // [B, T, C] -> [B, T, C]
+
+  torch::nn::Linear gate_proj{nullptr};  // [I, C]
+  torch::nn::Linear up_proj{nullptr};    // [I, C]
+  torch::nn::Linear down_proj{nullptr};  // [C, I]
+};
+TORCH_MODULE(Mlp);
+
+// Pre-norm residual block: h + attn(norm(h)), then h + mlp(norm(h)).
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  explicit DecoderLayerImpl(const ModelConfig& config);
+  torch::Tensor forward(const torch::Tensor& h, const torch::Tensor& cos, const torch::Tensor& sin);
+
+  Attention self_attn{nullptr};
+  Mlp mlp{nullptr};
+  RMSNorm input_layernorm{nullptr};
+  RMSNorm post_attention_layernorm{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+}  // namespace dstrain::model

@@ -1,0 +1,74 @@
+#include "model/model.h"
+
+#include "core/error.h"
+#include "model/rope.h"
+
+namespace dstrain::model {
+
+DecoderBackboneImpl::DecoderBackboneImpl(const ModelConfig& c) {
+  auto opts = torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size);
+  // As in HF, the pad row gets no gradient from the lookup (it still does from a tied lm_head).
+  if (c.pad_token_id && *c.pad_token_id >= 0 && *c.pad_token_id < c.vocab_size)
+    opts.padding_idx(*c.pad_token_id);
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(opts));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c));
+  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+}
+
+DecoderModelImpl::DecoderModelImpl(ModelConfig config) : config_(std::move(config)) {
+  model = register_module("model", DecoderBackbone(config_));
+  if (!config_.tie_word_embeddings)
+    lm_head = register_module(
+        "lm_head",
+        torch::nn::Linear(
+            torch::nn::LinearOptions(config_.hidden_size, config_.vocab_size).bias(false)));
+  inv_freq_ = rope_inv_freq(config_);
+}
+
+DecoderLayer DecoderModelImpl::decoder_layer(int64_t index) const {
+  return DecoderLayer(model->layers->ptr<DecoderLayerImpl>(static_cast<size_t>(index)));
+}
+
+std::pair<torch::Tensor, torch::Tensor> DecoderModelImpl::rope(int64_t seq_len,
+                                                               const torch::Tensor& like) {
+  if (inv_freq_.device() != like.device()) inv_freq_ = inv_freq_.to(like.device());
+  auto [cos, sin] = rope_tables(inv_freq_, seq_len);
+  return {cos.to(like.scalar_type()), sin.to(like.scalar_type())};
+}
+
+torch::Tensor DecoderModelImpl::embed(const torch::Tensor& input_ids) {
+  return model->embed_tokens(input_ids);
+}
+
+torch::Tensor DecoderModelImpl::layer(int64_t index, const torch::Tensor& hidden,
+                                      const torch::Tensor& cos, const torch::Tensor& sin) {
+  if (hooks_.before) hooks_.before(index, hidden);
+  torch::Tensor out = decoder_layer(index)->forward(hidden, cos, sin);
+  if (hooks_.after) hooks_.after(index, out);
+  return out;
+}
+
+torch::Tensor DecoderModelImpl::head(const torch::Tensor& hidden) {
+  const torch::Tensor h = model->norm(hidden);
+  if (lm_head) return lm_head(h);
+  return torch::nn::functional::linear(h, model->embed_tokens->weight);
+}
+
+torch::Tensor DecoderModelImpl::forward(const torch::Tensor& input_ids) {
+  if (input_ids.dim() != 2)
+    fail(ErrorKind::kInternal, "DecoderModel::forward expects input_ids [B, T], got {} dims",
+         input_ids.dim());
+  const int64_t T = input_ids.size(1);
+  if (config_.sliding_window && T > *config_.sliding_window)
+    fail(ErrorKind::kNotImplemented,
+         "sequence length {} exceeds the model's sliding_window {}; windowed attention is not "
+         "implemented, use max_length <= {}",
+         T, *config_.sliding_window, *config_.sliding_window);
+  torch::Tensor h = embed(input_ids);
+  auto [cos, sin] = rope(T, h);
+  for (int64_t i = 0; i < num_layers(); ++i) h = layer(i, h, cos, sin);
+  return head(h);
+}
+
+}  // namespace dstrain::model

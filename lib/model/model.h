@@ -1,0 +1,112 @@
+#pragma once
+// DecoderModel: a decoder-only causal language model (Llama / Mistral / Qwen2 / Qwen3) built from a
+// ModelConfig. Its named_parameters() are exactly the Hugging Face state-dict names
+//   model.embed_tokens.weight                                  [V, C]
+//   model.layers.N.self_attn.{q,k,v,o}_proj.{weight,bias}      (bias per family, see
+//   model_config.h) model.layers.N.self_attn.{q,k}_norm.weight                 [D] (qwen3)
+//   model.layers.N.mlp.{gate,up,down}_proj.weight
+//   model.layers.N.{input,post_attention}_layernorm.weight     [C]
+//   model.norm.weight                                          [C]
+//   lm_head.weight                                             [V, C] (only when untied)
+// so loading and saving Hugging Face weights is a copy by name (see weights.h).
+//
+// The model knows nothing about parallelism. A ZeRO-3 engine that keeps parameters sharded can
+// either set LayerHooks (called around every decoder layer's forward; attach tensor hooks to
+// `hidden` to act around that layer's backward too), or drive the three stages itself: embed →
+// layer(i) for each i → head, gathering each unit's parameters (`layers[i]->named_parameters()`)
+// around it.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "model/layers.h"
+#include "model/model_config.h"
+
+namespace dstrain::model {
+
+// Called with the layer index and the layer's input (before) or output (after), [B, T, C]. Before a
+// layer's backward runs, the gradient of its output is computed: a hook registered on `hidden` in
+// `after` marks that point; one registered in `before` fires once the layer's backward has
+// finished.
+struct LayerHooks {
+  std::function<void(int64_t layer, const torch::Tensor& hidden)> before;
+  std::function<void(int64_t layer, const torch::Tensor& hidden)> after;
+};
+
+// Embedding, decoder layers and final norm: registered as "model" so names start with "model.".
+class DecoderBackboneImpl : public torch::nn::Module {
+ public:
+  explicit DecoderBackboneImpl(const ModelConfig& config);
+
+  torch::nn::Embedding embed_tokens{nullptr};  // [V, C]
+  torch::nn::ModuleList layers{nullptr};       // L × DecoderLayer
+  RMSNorm norm{nullptr};                       // [C]
+};
+TORCH_MODULE(DecoderBackbone);
+
+class DecoderModelImpl : public torch::nn::Module {
+ public:
+  // Builds the modules in float32 with LibTorch's default initialisation; call init_weights() or
+  // load_weights() next, then ->to(dtype/device).
+  explicit DecoderModelImpl(ModelConfig config);
+
+  // input_ids [B, T] int64 → logits [B, T, V] in the model's dtype. Ids must lie in [0, vocab_size)
+  // (not checked here: that would cost a device sync per step; the data pipeline guarantees it).
+  // Error(kNotImplemented) when T exceeds an enabled sliding window.
+  torch::Tensor forward(const torch::Tensor& input_ids);
+
+  // The three stages forward() runs, for engines that schedule units themselves.
+  torch::Tensor embed(const torch::Tensor& input_ids);  // [B, T] → [B, T, C]
+  torch::Tensor layer(int64_t index, const torch::Tensor& hidden, const torch::Tensor& cos,
+                      const torch::Tensor& sin);    // [B, T, C] → [B, T, C]
+  torch::Tensor head(const torch::Tensor& hidden);  // final norm + lm_head: [B, T, C] → [B, T, V]
+  // RoPE cos/sin [T, D] on `like`'s device, in its dtype.
+  std::pair<torch::Tensor, torch::Tensor> rope(int64_t seq_len, const torch::Tensor& like);
+
+  void set_layer_hooks(LayerHooks hooks) { hooks_ = std::move(hooks); }
+  const ModelConfig& config() const { return config_; }
+  int64_t num_layers() const { return config_.num_hidden_layers; }
+  DecoderLayer decoder_layer(int64_t index) const;
+
+  DecoderBackbone model{nullptr};
+  torch::nn::Linear lm_head{nullptr};  // null when tie_word_embeddings
+
+ private:
+  ModelConfig config_;
+  torch::Tensor inv_freq_;  // [D/2] float32, not a parameter or buffer (never cast, never saved)
+  LayerHooks hooks_;
+};
+TORCH_MODULE(DecoderModel);
+
+// float32 | bfloat16 | float16 → dtype; "auto" or "" → the config's torch_dtype, float32 if it has
+// none. Error(kInput) naming the value otherwise.
+torch::ScalarType resolve_dtype(const std::string& name, const ModelConfig& config);
+std::string dtype_name(torch::ScalarType type);  // inverse of the above for the three float dtypes
+
+// Hugging Face initialisation, deterministic for a seed and independent of dtype and device:
+// Linear and Embedding weights ~ normal(0, initializer_range) (the pad_token_id row of the
+// embedding zeroed), biases zero, RMSNorm weights one. Values are drawn in float32 on the CPU in
+// parameter order.
+void init_weights(DecoderModelImpl& model, uint64_t seed);
+
+// A model initialised from `seed` and cast to `dtype`.
+DecoderModel build_model(const ModelConfig& config, torch::ScalarType dtype, uint64_t seed);
+
+// Mean cross entropy, in float32, over positions whose label is not -100. logits [B, T, V], labels
+// [B, T] int64, already aligned with the positions (not shifted here). Returns 0 when every label
+// is -100 (so an empty micro-batch adds nothing instead of NaN).
+torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& labels);
+
+// Sum of the per-token losses and the number of counted tokens, for averaging over micro-batches.
+struct LossSum {
+  torch::Tensor sum;    // float32 scalar, differentiable
+  torch::Tensor count;  // int64 scalar (a tensor, so computing it does not sync with the device)
+};
+LossSum causal_lm_loss_sum(const torch::Tensor& logits, const torch::Tensor& labels);
+
+constexpr int64_t kIgnoreIndex = -100;
+
+}  // namespace dstrain::model

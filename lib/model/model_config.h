@@ -1,0 +1,84 @@
+#pragma once
+// ModelConfig: the architecture of a decoder-only transformer, read from a Hugging Face
+// `config.json`.
+//
+// Supported `model_type`s: llama (1/2/3.x), mistral, qwen2 (also Qwen2.5), qwen3. The families
+// differ only in small switches, so one struct describes them all:
+//   llama   q/k/v/o bias = attention_bias, MLP bias = mlp_bias, rope_scaling llama3|linear
+//   mistral no bias; sliding_window (forward refuses sequences longer than the window)
+//   qwen2   q/k/v bias always, o_proj and MLP without bias
+//   qwen3   explicit head_dim (HF default 128), q/k/o bias = attention_bias, per-head RMSNorm
+//           q_norm/k_norm applied before RoPE
+// Defaults for absent optional keys follow the Hugging Face config classes. Every error is
+// Error(kInput) whose message names the file (or "config.json"), the key and what was expected.
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dstrain::model {
+
+// RoPE frequency scaling (`rope_scaling`, or the scaling part of `rope_parameters`).
+struct RopeScaling {
+  std::string type = "default";                     // default | linear | llama3
+  double factor = 1.0;                              // linear and llama3
+  double low_freq_factor = 1.0;                     // llama3
+  double high_freq_factor = 4.0;                    // llama3
+  int64_t original_max_position_embeddings = 8192;  // llama3
+};
+
+struct ModelConfig {
+  std::string model_type;                  // llama | mistral | qwen2 | qwen3
+  std::vector<std::string> architectures;  // e.g. {"LlamaForCausalLM"}; informational
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;          // C
+  int64_t intermediate_size = 0;    // MLP width
+  int64_t num_hidden_layers = 0;    // L
+  int64_t num_attention_heads = 0;  // H
+  int64_t num_key_value_heads = 0;  // KV heads (GQA); divides H
+  int64_t head_dim = 0;             // Q; hidden_size / H unless given (qwen3: 128 unless given)
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  double initializer_range = 0.02;
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false;                  // bias on q_proj, k_proj, v_proj
+  bool o_bias = false;                    // bias on o_proj
+  bool mlp_bias = false;                  // bias on gate/up/down_proj (llama mlp_bias)
+  bool qk_norm = false;                   // qwen3 q_norm/k_norm
+  std::optional<int64_t> sliding_window;  // attention window when enabled (mistral, qwen2 opt-in)
+  std::string torch_dtype;  // "" when config.json names none; else float32|bfloat16|float16
+  std::optional<int64_t> bos_token_id;
+  std::vector<int64_t> eos_token_ids;  // config may hold one id or a list (Llama 3)
+  std::optional<int64_t> pad_token_id;
+  nlohmann::json raw;  // the parsed config.json, written back (updated) by to_json()
+
+  // Parameter count. include_embeddings=false leaves out model.embed_tokens.weight and
+  // lm_head.weight (tied or not); true counts every distinct parameter tensor once.
+  int64_t num_parameters(bool include_embeddings) const;
+
+  // Training FLOPs per token for sequence length T: 6·N + 12·L·H·Q·T with N = non-embedding
+  // parameters (forward + backward matmuls, plus attention scores and values).
+  double training_flops_per_token(int64_t seq_len) const;
+};
+
+// Parses a config.json document. `source` (the file name) prefixes every error message.
+ModelConfig parse_model_config(const nlohmann::json& doc,
+                               const std::string& source = "config.json");
+
+// Reads and parses `<dir>/config.json` (or the file itself when `path` is a file).
+ModelConfig load_model_config(const std::filesystem::path& path);
+
+// config.json contents for `config`: `raw` with every field above written over it, and
+// `torch_dtype` set to `dtype` when not empty.
+nlohmann::json to_json(const ModelConfig& config, const std::string& dtype = "");
+
+// The model_types this build understands, for error messages and docs.
+const std::vector<std::string>& supported_model_types();
+
+}  // namespace dstrain::model

@@ -1,0 +1,122 @@
+// AdamW over one flat fp32 shard, with torch.optim.AdamW's semantics (decoupled decay first, then
+// moments, bias corrections from the incremented step). On CPU the update is one fused pass
+// (adamw_kernel.cpp) split across ATen's intra-op threads; on other devices it is ATen ops per
+// segment (correct, not fused).
+
+#include <cmath>
+
+#include <ATen/Parallel.h>
+
+#include "core/error.h"
+#include "optim/adamw_kernel.h"
+#include "optim/optimizer.h"
+#include "optim/shard_checks.h"
+#include "optim/shard_segments.h"
+
+namespace dstrain::optim {
+namespace {
+
+constexpr int64_t kGrain = 1 << 15;  // elements per task: large enough to amortize thread wake-ups
+
+void validate(const AdamWOptions& o) {
+  auto in_unit = [](double b) { return b >= 0.0 && b < 1.0; };
+  if (!in_unit(o.beta1) || !in_unit(o.beta2)) {
+    fail(ErrorKind::kConfig, "AdamW betas ({}, {}) must each be in [0, 1)", o.beta1, o.beta2);
+  }
+  if (!(o.eps > 0.0)) fail(ErrorKind::kConfig, "AdamW eps {} must be positive", o.eps);
+  if (!(o.weight_decay >= 0.0)) {
+    fail(ErrorKind::kConfig, "AdamW weight_decay {} must not be negative", o.weight_decay);
+  }
+}
+
+class AdamW : public Optimizer {
+ public:
+  AdamW(int64_t numel, const AdamWOptions& options, torch::Device device)
+      : numel_(numel),
+        options_(options),
+        device_(device),
+        segments_(decay_segments(numel, options.no_decay)) {
+    validate(options);
+    auto zeros = torch::zeros({numel}, torch::TensorOptions().dtype(torch::kFloat).device(device));
+    state_["exp_avg"] = zeros;
+    state_["exp_avg_sq"] = zeros.clone();
+  }
+
+  void step(torch::Tensor& params, const torch::Tensor& grads, double lr) override {
+    check_shard("AdamW", params, grads, numel_, device_);
+    ++step_;
+    AdamWScalars s = scalars(lr);
+    if (device_.is_cpu()) {
+      update_cpu(params, grads, s);
+    } else {
+      update_aten(params, grads, s);
+    }
+  }
+
+  int64_t step_count() const override { return step_; }
+  std::map<std::string, torch::Tensor> state() const override { return state_; }
+  void load_state(const std::map<std::string, torch::Tensor>& state, int64_t step_count) override {
+    load_named_state("AdamW", state_, state, step_count);
+    step_ = step_count;
+  }
+
+ private:
+  AdamWScalars scalars(double lr) const {
+    const double t = static_cast<double>(step_);
+    AdamWScalars s;
+    s.beta1 = static_cast<float>(options_.beta1);
+    s.one_minus_beta1 = static_cast<float>(1.0 - options_.beta1);
+    s.beta2 = static_cast<float>(options_.beta2);
+    s.one_minus_beta2 = static_cast<float>(1.0 - options_.beta2);
+    s.eps = static_cast<float>(options_.eps);
+    s.decay_factor = static_cast<float>(1.0 - lr * options_.weight_decay);
+    s.step_size = static_cast<float>(lr / (1.0 - std::pow(options_.beta1, t)));
+    s.bias2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(options_.beta2, t)));
+    return s;
+  }
+
+  void update_cpu(torch::Tensor& params, const torch::Tensor& grads, const AdamWScalars& s) {
+    float* p = params.data_ptr<float>();
+    const float* g = grads.data_ptr<float>();
+    float* m = state_["exp_avg"].data_ptr<float>();
+    float* v = state_["exp_avg_sq"].data_ptr<float>();
+    at::parallel_for(0, numel_, kGrain, [&](int64_t begin, int64_t end) {
+      for_each_segment_in(segments_, begin, end, [&](const Segment& seg) {
+        AdamWScalars local = s;
+        if (!seg.decay) local.decay_factor = 1.0f;
+        const int64_t b = seg.begin;
+        adamw_update(p + b, g + b, m + b, v + b, seg.end - seg.begin, local);
+      });
+    });
+  }
+
+  void update_aten(torch::Tensor& params, const torch::Tensor& grads, const AdamWScalars& s) {
+    for (const Segment& seg : segments_) {
+      const int64_t n = seg.end - seg.begin;
+      auto p = params.narrow(0, seg.begin, n);
+      auto g = grads.narrow(0, seg.begin, n);
+      auto m = state_["exp_avg"].narrow(0, seg.begin, n);
+      auto v = state_["exp_avg_sq"].narrow(0, seg.begin, n);
+      if (seg.decay) p.mul_(s.decay_factor);
+      m.mul_(s.beta1).add_(g, s.one_minus_beta1);
+      v.mul_(s.beta2).addcmul_(g, g, s.one_minus_beta2);
+      p.addcdiv_(m, v.sqrt().div_(s.bias2_sqrt).add_(s.eps), -s.step_size);
+    }
+  }
+
+  int64_t numel_;
+  AdamWOptions options_;
+  torch::Device device_;
+  std::vector<Segment> segments_;
+  std::map<std::string, torch::Tensor> state_;  // "exp_avg", "exp_avg_sq": [numel] float32
+  int64_t step_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_adamw(int64_t numel, const AdamWOptions& options,
+                                      torch::Device device) {
+  return std::make_unique<AdamW>(numel, options, device);
+}
+
+}  // namespace dstrain::optim

@@ -1,0 +1,46 @@
+#include "optim/shard_checks.h"
+
+#include "core/error.h"
+
+namespace dstrain::optim {
+namespace {
+
+void check_one(const char* optimizer, const char* name, const torch::Tensor& t, int64_t numel,
+               torch::Device device) {
+  if (!t.defined() || t.dim() != 1 || t.scalar_type() != torch::kFloat || !t.is_contiguous() ||
+      t.numel() != numel || t.device() != device) {
+    fail(ErrorKind::kInternal,
+         "{}: {} must be a contiguous 1-D float32 tensor of {} elements on {}", optimizer, name,
+         numel, device.str());
+  }
+}
+
+}  // namespace
+
+void check_shard(const char* optimizer, const torch::Tensor& params, const torch::Tensor& grads,
+                 int64_t numel, torch::Device device) {
+  check_one(optimizer, "params", params, numel, device);
+  check_one(optimizer, "grads", grads, numel, device);
+}
+
+void load_named_state(const char* optimizer, std::map<std::string, torch::Tensor>& into,
+                      const std::map<std::string, torch::Tensor>& state, int64_t step_count) {
+  if (step_count < 0)
+    fail(ErrorKind::kInput, "{} state: step count {} is negative", optimizer, step_count);
+  for (const auto& [name, tensor] : state) {
+    if (into.count(name) == 0)
+      fail(ErrorKind::kInput, "{} state: unexpected tensor '{}'", optimizer, name);
+  }
+  for (auto& [name, mine] : into) {
+    auto it = state.find(name);
+    if (it == state.end())
+      fail(ErrorKind::kInput, "{} state: tensor '{}' is missing", optimizer, name);
+    if (it->second.numel() != mine.numel()) {
+      fail(ErrorKind::kInput, "{} state: '{}' has {} elements, the shard has {}", optimizer, name,
+           it->second.numel(), mine.numel());
+    }
+  }
+  for (auto& [name, mine] : into) mine.copy_(state.at(name).reshape({-1}));
+}
+
+}  // namespace dstrain::optim

@@ -1,0 +1,21 @@
+#pragma once
+// Shared argument checks for optimizers over flat shards.
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+namespace dstrain::optim {
+
+// params/grads: 1-D float32, contiguous, `numel` elements, on `device`. Error(kInternal) otherwise.
+void check_shard(const char* optimizer, const torch::Tensor& params, const torch::Tensor& grads,
+                 int64_t numel, torch::Device device);
+
+// Copies `state` into `into` after checking that the names match exactly and every tensor has the
+// shard's numel. Error(kInput) naming the first difference.
+void load_named_state(const char* optimizer, std::map<std::string, torch::Tensor>& into,
+                      const std::map<std::string, torch::Tensor>& state, int64_t step_count);
+
+}  // namespace dstrain::optim

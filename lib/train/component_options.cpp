@@ -1,0 +1,117 @@
+#include "train/component_options.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace dstrain::train {
+
+data::DataOptions data_options(const config::Config& c) {
+  data::DataOptions o;
+  o.train_path = c.data.train_path;
+  o.eval_path = c.data.eval_path;
+  o.format = c.data.format;
+  o.text_field = c.data.text_field;
+  o.document = c.data.document;
+  o.max_length = c.data.max_length;
+  o.packing = c.data.packing;
+  o.eval_split = c.data.eval_split;
+  o.seed = c.training.seed;
+  return o;
+}
+
+data::LoaderOptions loader_options(const config::Config& c, int world_size, int rank) {
+  data::LoaderOptions o;
+  o.micro_batch = c.training.per_device_train_batch_size;
+  o.accum_steps = c.training.gradient_accumulation_steps;
+  o.world_size = world_size;
+  o.rank = rank;
+  o.seed = c.training.seed;
+  o.shuffle = c.data.shuffle;
+  o.drop_last = c.data.drop_last;
+  return o;
+}
+
+torch::ScalarType compute_dtype(const config::Config& c) {
+  if (c.training.bf16) return torch::kBFloat16;
+  if (c.training.fp16) return torch::kHalf;
+  return torch::kFloat32;
+}
+
+zero::EngineOptions engine_options(const config::Config& c) {
+  if (c.zero.stage > 2) {
+    fail(ErrorKind::kNotImplemented,
+         "{}: zero.stage 3 is not available in this build yet; use stage 0, 1 or 2",
+         c.source_path);
+  }
+  if (c.zero.offload_optimizer.device != "none" || c.zero.offload_param.device != "none") {
+    fail(ErrorKind::kNotImplemented,
+         "{}: zero.offload_optimizer/offload_param are not available in this build yet; set "
+         "device: none",
+         c.source_path);
+  }
+  zero::EngineOptions o;
+  o.stage = c.zero.stage;
+  o.reduce_bucket_size = c.zero.reduce_bucket_size;
+  o.overlap_comm = c.zero.overlap_comm;
+  o.contiguous_gradients = c.zero.contiguous_gradients;
+  o.gradient_accumulation_steps = static_cast<int>(c.training.gradient_accumulation_steps);
+  o.gradient_clipping = c.training.gradient_clipping;
+  o.compute_dtype = compute_dtype(c);
+  if (c.training.fp16 && c.training.fp16_loss_scale > 0) {
+    fail(ErrorKind::kNotImplemented,
+         "{}: a static fp16 loss scale (fp16.loss_scale > 0) is not available yet; use 0 "
+         "(dynamic)",
+         c.source_path);
+  }
+  o.loss_scaling.initial_scale_power = static_cast<int>(c.training.fp16_initial_scale_power);
+  o.loss_scaling.loss_scale_window = c.training.fp16_loss_scale_window;
+  o.loss_scaling.hysteresis = static_cast<int>(c.training.fp16_hysteresis);
+  o.loss_scaling.min_loss_scale = c.training.fp16_min_loss_scale;
+  return o;
+}
+
+optim::LrScheduleOptions schedule_options(const config::Config& c, int64_t total_steps) {
+  const auto& s = c.training.scheduler;
+  optim::LrScheduleOptions o;
+  o.type = s.type;
+  o.warmup_ratio = s.warmup_ratio;
+  if (s.warmup_steps >= 0) o.warmup_steps = s.warmup_steps;
+  o.min_lr_ratio = s.min_lr_ratio;
+  o.warmup_min_lr = s.warmup_min_lr;
+  if (s.warmup_max_lr > 0) o.warmup_max_lr = s.warmup_max_lr;
+  o.warmup_type = s.warmup_type;
+  if (s.total_num_steps > 0) o.total_num_steps = s.total_num_steps;
+  o.warmup_min_ratio = s.warmup_min_ratio;
+  o.cos_min_ratio = s.cos_min_ratio;
+  // DeepSpeed's warmup length: warmup_steps when given, else the ratio of the run, else its default.
+  if (s.warmup_steps >= 0) {
+    o.warmup_num_steps = s.warmup_steps;
+  } else if (s.warmup_ratio > 0) {
+    o.warmup_num_steps =
+        static_cast<int64_t>(std::ceil(s.warmup_ratio * static_cast<double>(total_steps)));
+  }
+  return o;
+}
+
+zero::OptimizerFactory optimizer_factory(const config::Config& c) {
+  const auto opt = c.training.optimizer;
+  return [opt](int64_t numel, std::vector<optim::Range> no_decay) {
+    if (opt.type == "sgd") {
+      optim::SgdOptions o;
+      o.momentum = opt.momentum;
+      o.weight_decay = opt.weight_decay;
+      o.no_decay = std::move(no_decay);
+      return optim::make_sgd(numel, o);
+    }
+    optim::AdamWOptions o;
+    o.beta1 = opt.beta1;
+    o.beta2 = opt.beta2;
+    o.eps = opt.eps;
+    o.weight_decay = opt.weight_decay;
+    o.no_decay = std::move(no_decay);
+    return optim::make_adamw(numel, o);
+  };
+}
+
+}  // namespace dstrain::train

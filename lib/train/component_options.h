@@ -1,0 +1,22 @@
+#pragma once
+// The one place where the user's config becomes each component's own options. Pure functions.
+
+#include <cstdint>
+
+#include "config/config.h"
+#include "data/datasets.h"
+#include "data/loader.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+#include "zero/engine.h"
+
+namespace dstrain::train {
+
+data::DataOptions data_options(const config::Config& c);
+data::LoaderOptions loader_options(const config::Config& c, int world_size, int rank);
+zero::EngineOptions engine_options(const config::Config& c);
+optim::LrScheduleOptions schedule_options(const config::Config& c, int64_t total_steps);
+zero::OptimizerFactory optimizer_factory(const config::Config& c);
+torch::ScalarType compute_dtype(const config::Config& c);
+
+}  // namespace dstrain::train

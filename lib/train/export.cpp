@@ -1,0 +1,63 @@
+// `dstrain export`: checkpoint shards → a Hugging Face model directory. Parameters are assembled
+// one at a time from the fp32 master pieces of every shard (so shards written at any world size or
+// stage export the same way) and written in the chosen dtype.
+
+#include <filesystem>
+
+#include <torch/torch.h>
+
+#include "ckpt/layout.h"
+#include "ckpt/shards.h"
+#include "core/error.h"
+#include "core/fs.h"
+#include "core/log.h"
+#include "model/model.h"
+#include "model/model_config.h"
+#include "model/weights.h"
+#include "train/train.h"
+
+namespace dstrain::train {
+namespace stdfs = std::filesystem;
+
+namespace {
+
+const char* const kTokenizerFiles[] = {"tokenizer.json",      "tokenizer_config.json",
+                                       "vocab.json",          "merges.txt",
+                                       "added_tokens.json",   "special_tokens_map.json",
+                                       "generation_config.json"};
+
+}  // namespace
+
+int run_export(const ExportOptions& options) {
+  if (options.out_dir.empty()) fail(ErrorKind::kUsage, "export: --out DIR is required");
+  const std::string tag_dir = ckpt::resolve_checkpoint(options.checkpoint);
+  ckpt::CheckpointReader reader(tag_dir);
+  const model::ModelConfig mc =
+      model::load_model_config(stdfs::path(tag_dir) / ckpt::kModelConfigFile);
+  const std::string dtype_name = options.dtype == "auto"
+                                     ? reader.manifest().value("compute_dtype", "float32")
+                                     : options.dtype;
+  const torch::ScalarType dtype = model::resolve_dtype(dtype_name, mc);
+
+  torch::NoGradGuard no_grad;
+  model::DecoderModel m(mc);
+  for (auto& p : m->named_parameters()) {
+    p.value().copy_(reader.read_full("master", p.key()));
+  }
+  model::save_weights(*m, options.out_dir, dtype);
+  int copied = 0;
+  for (const char* name : kTokenizerFiles) {
+    const stdfs::path src = stdfs::path(tag_dir) / name;
+    if (stdfs::is_regular_file(src)) {
+      fs::write_file_atomic(stdfs::path(options.out_dir) / name, fs::read_file(src));
+      ++copied;
+    }
+  }
+  log::info("exported {} ({} parameters, {}) to {}{}", tag_dir, mc.num_parameters(true),
+            model::dtype_name(dtype), options.out_dir,
+            copied ? fmt::format(" with {} tokenizer file(s)", copied)
+                   : std::string(" (the run used no tokenizer files)"));
+  return 0;
+}
+
+}  // namespace dstrain::train

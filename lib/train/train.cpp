@@ -1,0 +1,75 @@
+#include "train/train.h"
+
+#include <signal.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/layout.h"
+#include "comm/communicator.h"
+#include "config/config.h"
+#include "core/error.h"
+#include "core/fs.h"
+#include "core/log.h"
+#include "train/trainer.h"
+
+namespace dstrain::train {
+namespace stdfs = std::filesystem;
+
+namespace {
+
+void on_sigusr1(int) { Trainer::stop_requested().store(true); }
+
+// SIGUSR1 (Slurm's pre-preemption signal, forwarded by the launcher) asks for a checkpoint at the
+// next step boundary and a clean stop.
+void install_stop_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = on_sigusr1;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &sa, nullptr);
+}
+
+}  // namespace
+
+int run_train(const TrainOptions& options) {
+  const comm::RendezvousOptions ro = comm::rendezvous_options_from_env();
+  log::set_rank(ro.rank);
+  config::LoadOptions lo;
+  lo.overrides = options.overrides;
+  lo.world_size = ro.world_size;
+  const config::Config cfg = config::load_config(options.config_path, lo);
+  if (options.print_config) {
+    if (ro.rank <= 0) std::fputs(config::to_yaml(cfg).c_str(), stdout);
+    return 0;
+  }
+  install_stop_handler();
+  Trainer trainer(cfg, options.resume_from.empty()
+                           ? std::string()
+                           : ckpt::resolve_checkpoint(options.resume_from));
+  const RunSummary s = trainer.run();
+  log::info("done: {} steps, train loss {:.4f}{}, {:.1f}s{}", s.steps, s.train_loss,
+            s.eval_loss >= 0 ? fmt::format(", eval loss {:.4f}", s.eval_loss) : std::string(),
+            s.seconds, s.checkpoint.empty() ? std::string() : ", checkpoint " + s.checkpoint);
+  return 0;
+}
+
+int run_resume(const ResumeOptions& options) {
+  const std::string tag_dir = ckpt::resolve_checkpoint(options.checkpoint);
+  const auto manifest = nlohmann::json::parse(
+      fs::read_file(stdfs::path(tag_dir) / ckpt::kManifestFile), nullptr, false);
+  if (manifest.is_discarded() || !manifest.contains("world_size")) {
+    fail(ErrorKind::kInput, "{}/{}: not a valid checkpoint manifest", tag_dir, ckpt::kManifestFile);
+  }
+  launcher::LocalLaunchOptions l = options.launch;
+  if (l.nproc <= 0) l.nproc = manifest.at("world_size").get<int>();
+  l.config_path = (stdfs::path(tag_dir) / "config.yaml").string();
+  l.exec = false;
+  l.args.insert(l.args.begin(), {"--resume-from", tag_dir});
+  log::info("resuming {} (step {}) on {} rank(s)", tag_dir, manifest.value("step", 0), l.nproc);
+  return launcher::run_local_launch(l);
+}
+
+}  // namespace dstrain::train

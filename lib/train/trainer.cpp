@@ -1,0 +1,269 @@
+#include "train/trainer.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include <torch/torch.h>
+
+#include "comm/gloo_communicator.h"
+#include "core/error.h"
+#include "core/fs.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "metrics/progress.h"
+#include "metrics/system.h"
+#include "model/hub.h"
+#include "model/weights.h"
+#include "train/component_options.h"
+
+namespace dstrain::train {
+namespace stdfs = std::filesystem;
+
+namespace {
+
+// Ranks on one machine share its cores: give each an equal part, so 2 ranks on 2 cores do not
+// oversubscribe (which costs far more than it gains).
+void set_intra_op_threads() {
+  int local_world = 1;
+  if (const char* v = std::getenv("LOCAL_WORLD_SIZE")) local_world = std::max(1, std::atoi(v));
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  torch::set_num_threads(std::max(1, cores / local_world));
+}
+
+}  // namespace
+
+std::atomic<bool>& Trainer::stop_requested() {
+  static std::atomic<bool> flag{false};
+  return flag;
+}
+
+Trainer::Trainer(config::Config config, std::string resume_from)
+    : cfg_(std::move(config)), resume_from_(std::move(resume_from)) {}
+
+Trainer::~Trainer() = default;
+
+void Trainer::init() {
+  const comm::RendezvousOptions ro = comm::rendezvous_options_from_env();
+  rank_ = ro.rank;
+  world_ = ro.world_size;
+  log::set_rank(rank_);
+  set_intra_op_threads();
+  comm_ = comm::make_gloo_communicator(ro);
+  log::info("dstrain: {} rank(s), rendezvous at {}:{} done", world_, ro.master_addr,
+            ro.master_port);
+
+  build_model();
+  build_data();
+
+  std::vector<zero::NamedParameter> params;
+  for (const auto& p : model_->named_parameters()) params.push_back({p.key(), p.value()});
+  engine_ = std::make_unique<zero::Engine>(std::move(params), *comm_, optimizer_factory(cfg_),
+                                           engine_options(cfg_));
+
+  total_steps_ = cfg_.training.max_steps > 0
+                     ? cfg_.training.max_steps
+                     : cfg_.training.epochs * loader_->steps_per_epoch();
+  schedule_ = optim::make_lr_schedule(schedule_options(cfg_, total_steps_),
+                                      cfg_.training.optimizer.lr, total_steps_);
+  tokens_per_step_ = loader_->global_batch() * cfg_.data.max_length;
+  flops_per_token_ = model_config_.training_flops_per_token(cfg_.data.max_length);
+
+  if (!resume_from_.empty()) restore(resume_from_);
+
+  if (rank_ == 0) {
+    metrics_ = std::make_unique<metrics::MetricsLogger>();
+    const std::string path = cfg_.logging.metrics_path.empty()
+                                 ? (stdfs::path(cfg_.logging.out_dir) / "metrics.jsonl").string()
+                                 : cfg_.logging.metrics_path;
+    metrics_->add_sink(std::make_unique<metrics::JsonlSink>(path, !resume_from_.empty()));
+    if (cfg_.logging.progress) {
+      metrics_->add_sink(std::make_unique<metrics::ProgressSink>(
+          total_steps_, metrics::stdout_is_terminal()));
+    }
+  }
+  log::info("model {}: {:.2f}M parameters, {} layers; {} steps of {} tokens; zero stage {}",
+            cfg_.model.name_or_path, model_config_.num_parameters(true) / 1e6,
+            model_config_.num_hidden_layers, total_steps_, tokens_per_step_, cfg_.zero.stage);
+}
+
+void Trainer::build_model() {
+  model_dir_ = model::resolve_model_dir(cfg_.model.name_or_path).string();
+  model_config_ = model::load_model_config(model_dir_);
+  const std::string tok = cfg_.model.tokenizer.empty() ? model_dir_ : cfg_.model.tokenizer;
+  tokenizer_ = tokenizer::load_tokenizer(tok);
+  if (tokenizer_->vocab_size() > model_config_.vocab_size) {
+    fail(ErrorKind::kConfig,
+         "{}: model.tokenizer: tokenizer {} has {} ids but the model's vocab_size is {}",
+         cfg_.source_path, tok, tokenizer_->vocab_size(), model_config_.vocab_size);
+  }
+  // Every rank builds the same fp32 model from the same seed (or the same files); the engine
+  // casts it to the compute dtype and keeps the fp32 master weights.
+  model_ = model::build_model(model_config_, torch::kFloat32, cfg_.training.seed);
+  if (cfg_.model.init == "pretrained") model::load_weights(*model_, model_dir_);
+  model_->train();
+}
+
+void Trainer::build_data() {
+  datasets_ = data::build_datasets(data_options(cfg_), *tokenizer_);
+  loader_ = std::make_unique<data::Loader>(datasets_.train, loader_options(cfg_, world_, rank_));
+}
+
+void Trainer::all_reduce_sum(std::vector<double>& values) {
+  auto t = torch::tensor(values, torch::kFloat64);
+  comm_->all_reduce(t, comm::ReduceOp::kSum)->wait();
+  for (size_t i = 0; i < values.size(); ++i) values[i] = t[static_cast<int64_t>(i)].item<double>();
+}
+
+double Trainer::train_step(double* fwd_bwd_s, double* data_s) {
+  const int64_t accum = cfg_.training.gradient_accumulation_steps;
+  double loss_sum = 0;
+  for (int64_t i = 0; i < accum; ++i) {
+    Stopwatch d;
+    data::Batch b = loader_->next();
+    *data_s += d.seconds();
+    Stopwatch f;
+    const torch::Tensor logits = model_->forward(b.input_ids);
+    const torch::Tensor loss = model::causal_lm_loss(logits, b.labels);
+    engine_->backward(loss);
+    loss_sum += loss.item<double>();
+    *fwd_bwd_s += f.seconds();
+  }
+  return loss_sum / static_cast<double>(accum);
+}
+
+EvalResult Trainer::evaluate() {
+  EvalResult r;
+  if (!datasets_.eval) return r;
+  torch::NoGradGuard no_grad;
+  model_->eval();
+  const int64_t micro = cfg_.training.per_device_eval_batch_size > 0
+                            ? cfg_.training.per_device_eval_batch_size
+                            : cfg_.training.per_device_train_batch_size;
+  data::EvalLoader eval(datasets_.eval, micro, world_, rank_);
+  int64_t batches = eval.num_batches();
+  if (cfg_.training.eval_max_batches > 0) {
+    batches = std::min(batches, cfg_.training.eval_max_batches);
+  }
+  std::vector<double> acc = {0.0, 0.0};
+  for (int64_t i = 0; i < batches; ++i) {
+    auto b = eval.next();
+    if (!b) break;
+    const auto ls = model::causal_lm_loss_sum(model_->forward(b->input_ids), b->labels);
+    acc[0] += ls.sum.item<double>();
+    acc[1] += static_cast<double>(ls.count.item<int64_t>());
+  }
+  model_->train();
+  all_reduce_sum(acc);
+  r.tokens = static_cast<int64_t>(acc[1]);
+  r.loss = acc[1] > 0 ? acc[0] / acc[1] : 0.0;
+  r.ppl = std::exp(r.loss);
+  return r;
+}
+
+void Trainer::log_step(double loss, const zero::StepResult& r, double lr, double interval_s,
+                       int64_t interval_steps, double fwd_bwd_s, double data_s, double step_s) {
+  if (!metrics_) return;
+  const double per_step = interval_s / static_cast<double>(std::max<int64_t>(1, interval_steps));
+  const double tps = static_cast<double>(tokens_per_step_) / per_step;
+  metrics::Record rec{step_, {}};
+  rec.add("train/loss", loss);
+  rec.add("train/ppl", std::exp(loss));
+  rec.add("lr", lr);
+  rec.add("grad_norm", r.grad_norm);
+  if (cfg_.training.fp16) rec.add("loss_scale", r.loss_scale);
+  if (r.skipped) rec.add("skipped", 1);
+  rec.add("tokens_per_s", tps);
+  const double peak = metrics::peak_flops_from_env(0.0);
+  if (peak > 0) rec.add("mfu", metrics::mfu(flops_per_token_, tps, peak));
+  rec.add("step_time_s", per_step);
+  rec.add("time/data_s", data_s);
+  rec.add("time/fwd_bwd_s", fwd_bwd_s);
+  rec.add("time/optimizer_s", step_s);
+  rec.add("tokens_seen", static_cast<double>(tokens_seen_));
+  rec.add("memory/rss_mb", static_cast<double>(metrics::current_rss_bytes()) / 1e6);
+  rec.add("memory/peak_rss_mb", static_cast<double>(metrics::peak_rss_bytes()) / 1e6);
+  rec.add("memory/model_states_mb", static_cast<double>(engine_->bytes().model_states()) / 1e6);
+  rec.add("eta_s", per_step * static_cast<double>(total_steps_ - step_));
+  metrics_->write(rec);
+}
+
+void Trainer::log_eval(const EvalResult& e) {
+  last_eval_loss_ = e.loss;
+  if (!metrics_) return;
+  metrics::Record rec{step_, {}};
+  rec.add("eval/loss", e.loss);
+  rec.add("eval/ppl", e.ppl);
+  rec.add("eval/tokens", static_cast<double>(e.tokens));
+  metrics_->write(rec);
+}
+
+RunSummary Trainer::run() {
+  Stopwatch total;
+  init();
+  RunSummary s;
+  const int64_t tokens_at_start = tokens_seen_;
+  const int64_t steps_per_epoch = loader_->steps_per_epoch();
+  int64_t last_eval_step = -1;
+  int64_t last_save_step = resume_from_.empty() ? -1 : step_;
+  Stopwatch interval;
+  int64_t interval_steps = 0;
+  double fwd_bwd = 0, data_t = 0, opt_t = 0;
+  while (step_ < total_steps_) {
+    const double lr = schedule_->lr(step_);
+    const double local_loss = train_step(&fwd_bwd, &data_t);
+    Stopwatch o;
+    const zero::StepResult r = engine_->step(lr);
+    opt_t += o.seconds();
+    ++step_;
+    ++interval_steps;
+    tokens_seen_ += tokens_per_step_;
+    std::vector<double> agreed = {local_loss, stop_requested().load() ? 1.0 : 0.0};
+    all_reduce_sum(agreed);
+    last_loss_ = agreed[0] / world_;
+    if (!std::isfinite(last_loss_)) {
+      fail(ErrorKind::kRuntime, "training diverged: loss is {} at step {}", last_loss_, step_);
+    }
+    if (step_ % cfg_.training.log_interval == 0 || step_ == 1 || step_ == total_steps_) {
+      const double n = static_cast<double>(interval_steps);
+      log_step(last_loss_, r, lr, interval.seconds(), interval_steps, fwd_bwd / n, data_t / n,
+               opt_t / n);
+      interval.reset();
+      interval_steps = 0;
+      fwd_bwd = data_t = opt_t = 0;
+    }
+    const bool epoch_end = step_ % steps_per_epoch == 0;
+    const bool eval_due = cfg_.training.eval_interval > 0 && step_ % cfg_.training.eval_interval == 0;
+    if (datasets_.eval && (eval_due || epoch_end)) {
+      log_eval(evaluate());
+      last_eval_step = step_;
+    }
+    if (agreed[1] > 0) {
+      last_checkpoint_ = save_checkpoint();
+      log::info("stop requested (SIGUSR1): checkpoint saved at step {}", step_);
+      s.preempted = true;
+      break;
+    }
+    if (cfg_.checkpoint.interval > 0 && step_ % cfg_.checkpoint.interval == 0) {
+      last_checkpoint_ = save_checkpoint();
+      last_save_step = step_;
+    }
+  }
+  if (!s.preempted) {
+    if (datasets_.eval && last_eval_step != step_) log_eval(evaluate());
+    if (cfg_.checkpoint.save_final && last_save_step != step_) last_checkpoint_ = save_checkpoint();
+  }
+  s.steps = step_;
+  s.tokens = tokens_seen_;
+  s.tokens_this_run = tokens_seen_ - tokens_at_start;
+  s.train_loss = last_loss_;
+  s.eval_loss = last_eval_loss_;
+  s.seconds = total.seconds();
+  s.checkpoint = last_checkpoint_;
+  if (rank_ == 0) write_summary(s);
+  comm_->barrier();
+  return s;
+}
+
+}  // namespace dstrain::train

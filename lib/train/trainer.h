@@ -1,0 +1,93 @@
+#pragma once
+// The Trainer runs one rank's lifetime: init (rendezvous, tokenizer, model, data, engine, restore)
+// → train (epochs or max_steps, eval every eval_interval steps and at each epoch end, checkpoints
+// every checkpoint.interval steps) → final eval → final checkpoint → summary.json (rank 0).
+// Every rank runs the same sequence of collectives; rank 0 alone writes metrics.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+#include "config/config.h"
+#include "data/datasets.h"
+#include "data/loader.h"
+#include "metrics/sinks.h"
+#include "model/model.h"
+#include "optim/lr_schedule.h"
+#include "tokenizer/tokenizer.h"
+#include "zero/engine.h"
+
+namespace dstrain::train {
+
+struct EvalResult {
+  double loss = 0;
+  double ppl = 0;
+  int64_t tokens = 0;
+};
+
+struct RunSummary {
+  int64_t steps = 0;
+  int64_t tokens = 0;             // tokens seen by the run, resumed ones included
+  int64_t tokens_this_run = 0;    // tokens trained by this process lifetime
+  double train_loss = 0;
+  double eval_loss = -1;  // -1: no eval set
+  double seconds = 0;
+  std::string checkpoint;  // the final checkpoint's tag directory ("" when none was written)
+  bool preempted = false;  // stopped early by SIGUSR1 after saving a checkpoint
+};
+
+class Trainer {
+ public:
+  // `resume_from`: a complete checkpoint tag directory, or "".
+  Trainer(config::Config config, std::string resume_from);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  RunSummary run();
+
+  // Set by the SIGUSR1 handler: save a checkpoint at the next step boundary and stop.
+  static std::atomic<bool>& stop_requested();
+
+ private:
+  void init();
+  void build_model();
+  void build_data();
+  double train_step(double* fwd_bwd_s, double* data_s);
+  EvalResult evaluate();
+  std::string save_checkpoint();
+  void restore(const std::string& tag_dir);
+  void log_step(double loss, const zero::StepResult& r, double lr, double interval_s,
+                int64_t interval_steps, double fwd_bwd_s, double data_s, double step_s);
+  void log_eval(const EvalResult& e);
+  void write_summary(const RunSummary& s);
+  // All-reduces `values` (sum) across ranks in place.
+  void all_reduce_sum(std::vector<double>& values);
+
+  config::Config cfg_;
+  std::string resume_from_;
+  int rank_ = 0;
+  int world_ = 1;
+  std::unique_ptr<comm::Communicator> comm_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::string model_dir_;
+  model::ModelConfig model_config_;
+  model::DecoderModel model_{nullptr};
+  data::Datasets datasets_;
+  std::unique_ptr<data::Loader> loader_;
+  std::unique_ptr<zero::Engine> engine_;
+  std::unique_ptr<optim::LrSchedule> schedule_;
+  std::unique_ptr<metrics::MetricsLogger> metrics_;
+  int64_t total_steps_ = 0;
+  int64_t step_ = 0;  // optimizer steps completed
+  int64_t tokens_seen_ = 0;
+  int64_t tokens_per_step_ = 0;
+  double flops_per_token_ = 0;
+  double last_loss_ = 0;
+  double last_eval_loss_ = -1;
+  std::string last_checkpoint_;
+};
+
+}  // namespace dstrain::train

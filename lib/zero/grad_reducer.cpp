@@ -1,0 +1,158 @@
+#include "zero/grad_reducer.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace dstrain::zero {
+
+GradReducer::GradReducer(const Partition& partition, comm::Communicator& comm,
+                         std::vector<torch::Tensor> params, GradReducerConfig config)
+    : partition_(partition), comm_(comm), params_(std::move(params)), config_(config) {
+  params_per_bucket_.assign(partition_.buckets().size(), 0);
+  for (size_t p = 0; p < partition_.num_params(); ++p) {
+    const auto [first, last] = partition_.buckets_of(p);
+    for (size_t b = first; b <= last && first <= last; ++b) ++params_per_bucket_[b];
+  }
+}
+
+void GradReducer::begin_backward(bool communicate, bool accumulate) {
+  // Collectives of the previous micro-step may still be in flight (they overlap this forward);
+  // only half-filled bucket buffers would be a bug.
+  if (!buffers_.empty()) {
+    fail(ErrorKind::kInternal, "gradient reducer: backward started with bucket buffers unsent");
+  }
+  active_ = communicate;
+  accumulate_ = accumulate;
+  waiting_ = params_per_bucket_;
+  next_launch_ = static_cast<int64_t>(partition_.buckets().size()) - 1;
+}
+
+void GradReducer::on_grad_ready(size_t param) {
+  if (!active_) return;
+  if (config_.stage == 2 && config_.contiguous_gradients) copy_grad_into_buffers(param);
+  const auto [first, last] = partition_.buckets_of(param);
+  for (size_t b = first; b <= last && first <= last; ++b) --waiting_[b];
+  if (config_.overlap_comm) launch_ready();
+}
+
+void GradReducer::end_backward() {
+  if (!active_) return;
+  while (next_launch_ >= 0) launch(static_cast<size_t>(next_launch_--));
+  active_ = false;
+}
+
+void GradReducer::finish() {
+  while (!in_flight_.empty()) retire_oldest();
+}
+
+void GradReducer::launch_ready() {
+  while (next_launch_ >= 0 && waiting_[static_cast<size_t>(next_launch_)] <= 0) {
+    launch(static_cast<size_t>(next_launch_--));
+  }
+}
+
+void GradReducer::launch(size_t bucket) {
+  while (in_flight_.size() >= config_.max_in_flight) retire_oldest();
+  const Range flat = partition_.buckets()[bucket];
+  const int64_t chunk = (flat.end - flat.begin) / partition_.world_size();
+  const Range in_shard{partition_.shard_offset(bucket), partition_.shard_offset(bucket) + chunk};
+  InFlight op;
+  if (config_.stage == 0) {
+    op.input = flat_grad_.narrow(0, flat.begin, flat.end - flat.begin);
+    op.work = comm_.all_reduce(op.input, comm::ReduceOp::kAvg);
+  } else if (config_.stage == 1) {
+    op.input = flat_grad_.narrow(0, flat.begin, flat.end - flat.begin);
+    op.output = grad_shard_.narrow(0, in_shard.begin, chunk);
+    op.work = comm_.reduce_scatter(op.output, op.input, comm::ReduceOp::kAvg);
+  } else {
+    launch_stage2(bucket, in_shard);
+    return;
+  }
+  in_flight_.push_back(std::move(op));
+  if (!config_.overlap_comm) finish();
+}
+
+void GradReducer::launch_stage2(size_t bucket, Range chunk_in_shard) {
+  if (!config_.contiguous_gradients) copy_bucket_from_grads(bucket);
+  InFlight op;
+  op.input = bucket_buffer(bucket);
+  buffers_.erase(bucket);
+  torch::Tensor shard_chunk =
+      grad_shard_.narrow(0, chunk_in_shard.begin, chunk_in_shard.end - chunk_in_shard.begin);
+  if (accumulate_) {
+    op.output = torch::empty_like(shard_chunk);
+    op.target = shard_chunk;
+  } else {
+    op.output = shard_chunk;
+  }
+  op.work = comm_.reduce_scatter(op.output, op.input, comm::ReduceOp::kAvg);
+  in_flight_.push_back(std::move(op));
+  note_allocation();
+  if (!config_.overlap_comm) finish();
+}
+
+torch::Tensor& GradReducer::bucket_buffer(size_t bucket) {
+  auto it = buffers_.find(bucket);
+  if (it != buffers_.end()) return it->second;
+  const Range flat = partition_.buckets()[bucket];
+  torch::Tensor& buffer = buffers_[bucket];
+  buffer = torch::zeros({flat.end - flat.begin}, grad_shard_.options());
+  note_allocation();
+  return buffer;
+}
+
+// Copies the parts of `param`'s gradient into the buffers of the buckets it overlaps, then releases
+// the gradient: from here on its only copy is in bucket buffers.
+void GradReducer::copy_grad_into_buffers(size_t param) {
+  torch::Tensor& grad = params_[param].mutable_grad();
+  if (!grad.defined()) return;
+  const torch::Tensor flat = grad.reshape({-1});
+  const auto [first, last] = partition_.buckets_of(param);
+  for (size_t b = first; b <= last && first <= last; ++b) {
+    const Range range = partition_.buckets()[b];
+    const int64_t offset = partition_.param_offset(param);
+    const int64_t begin = std::max(range.begin, offset);
+    const int64_t end = std::min(range.end, offset + partition_.param_numel(param));
+    bucket_buffer(b)
+        .narrow(0, begin - range.begin, end - begin)
+        .copy_(flat.narrow(0, begin - offset, end - begin));
+  }
+  grad = torch::Tensor();
+}
+
+// contiguous_gradients off: gradients stay in their own tensors until their bucket is launched.
+// Buckets launch in descending order, so a parameter's gradient is released at its first bucket.
+void GradReducer::copy_bucket_from_grads(size_t bucket) {
+  torch::Tensor& buffer = bucket_buffer(bucket);
+  for (const ParamPiece& piece : partition_.pieces(partition_.buckets()[bucket])) {
+    torch::Tensor& grad = params_[piece.param].mutable_grad();
+    if (!grad.defined()) continue;
+    const int64_t n = piece.elements.end - piece.elements.begin;
+    buffer.narrow(0, piece.offset, n).copy_(grad.reshape({-1}).narrow(0, piece.elements.begin, n));
+    if (partition_.buckets_of(piece.param).first == bucket) grad = torch::Tensor();
+  }
+}
+
+void GradReducer::retire_oldest() {
+  InFlight op = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  op.work->wait();
+  if (op.target.defined()) op.target.add_(op.output);
+}
+
+void GradReducer::note_allocation() {
+  peak_bytes_ = std::max(peak_bytes_, held_bytes());
+}
+
+int64_t GradReducer::held_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& [bucket, buffer] : buffers_) bytes += buffer.nbytes();
+  for (const InFlight& op : in_flight_) {
+    if (config_.stage == 2) bytes += op.input.nbytes();
+    if (op.target.defined()) bytes += op.output.nbytes();
+  }
+  return bytes;
+}
+
+}  // namespace dstrain::zero

@@ -1,0 +1,47 @@
+#pragma once
+// Dynamic loss scaling for fp16 compute. fp16 gradients underflow unless the loss is multiplied by
+// a large scale before backward; too large a scale overflows to inf/nan instead. The scaler starts
+// at 2^initial_scale_power, halves after an overflow (the step is skipped), and doubles again after
+// loss_scale_window consecutive good steps. `hysteresis` overflows are tolerated (step skipped,
+// scale kept) before the first halving; the budget refills when the scale grows. The scale never
+// goes below min_loss_scale. Every rank must feed the same overflow verdict (the engine agrees it
+// across ranks).
+
+#include <cstdint>
+
+namespace dstrain::zero {
+
+struct LossScalingOptions {
+  int initial_scale_power = 16;
+  int64_t loss_scale_window = 1000;
+  int hysteresis = 2;
+  double min_loss_scale = 1.0;
+};
+
+// What a checkpoint needs to continue scaling exactly where it stopped.
+struct LossScalerState {
+  double scale = 1.0;
+  int64_t good_steps = 0;   // consecutive steps without overflow since the last change
+  int hysteresis_left = 1;  // overflows still tolerated before the next halving
+};
+
+class LossScaler {
+ public:
+  // enabled == false: scale stays 1 and update() never changes it (fp32/bf16 compute).
+  LossScaler(bool enabled, const LossScalingOptions& options);
+
+  bool enabled() const { return enabled_; }
+  double scale() const { return state_.scale; }
+  // Records one step's verdict; returns true when the step must be skipped (overflow, enabled).
+  bool update(bool overflow);
+
+  const LossScalerState& state() const { return state_; }
+  void load_state(const LossScalerState& state) { state_ = state; }
+
+ private:
+  bool enabled_;
+  LossScalingOptions options_;
+  LossScalerState state_;
+};
+
+}  // namespace dstrain::zero

@@ -1,0 +1,178 @@
+// Checkpoints end to end: resume bit-identity, resume at another world size, a rank killed with
+// SIGKILL while checkpoints are being written, corrupted shards, export to Hugging Face files.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "tests/integration/train_util.h"
+
+namespace dstrain::testing {
+namespace {
+namespace stdfs = std::filesystem;
+
+std::string metrics(const TempDir& d) { return d.file("run/metrics.jsonl"); }
+
+TEST(Resume, SameWorldSizeContinuesBitIdentically) {
+  TempDir dir;
+  JobSpec spec;
+  spec.nproc = 2;
+  spec.stage = 2;
+  spec.accum = 2;
+  spec.clip = 1.0;
+  spec.checkpoint_interval = 10;
+  const std::string cfg = write_job_config(dir.path(), spec);
+  RunResult r = launch_job(cfg, 2);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto full = read_metric(metrics(dir), "train/loss");
+  ASSERT_EQ(full.size(), 20u);
+  stdfs::rename(metrics(dir), dir.file("full.jsonl"));
+
+  r = run_dstrain({"resume", dir.file("ckpt/step_00000010")}, {}, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto resumed = read_metric(metrics(dir), "train/loss");
+  ASSERT_EQ(resumed.size(), 10u);
+  for (const auto& [step, loss] : resumed) {
+    ASSERT_GT(step, 10);
+    EXPECT_EQ(loss, full.at(step)) << "step " << step << " differs after resume";
+  }
+}
+
+TEST(Resume, OtherWorldSizeAndStageContinuesTheCurve) {
+  TempDir dir;
+  JobSpec spec;
+  spec.nproc = 2;
+  spec.stage = 2;
+  spec.checkpoint_interval = 10;
+  const std::string cfg = write_job_config(dir.path(), spec);
+  RunResult r = launch_job(cfg, 2);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto full = read_metric(metrics(dir), "train/loss");
+  stdfs::rename(metrics(dir), dir.file("full.jsonl"));
+
+  r = run_dstrain({"resume", dir.file("ckpt/step_00000010"), "--nproc", "3", "--set",
+                   "zero.stage=1"},
+                  {}, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto resumed = read_metric(metrics(dir), "train/loss");
+  ASSERT_FALSE(resumed.empty());
+  EXPECT_EQ(resumed.begin()->first, 11);
+  // The restored weights carry on where step 10 left off: no jump back to the initial loss.
+  EXPECT_LT(resumed.begin()->second, full.at(1) - 0.5);
+  EXPECT_NEAR(resumed.begin()->second, full.at(11), 0.15 * full.at(11));
+}
+
+TEST(Resume, CorruptedShardIsAClearInputError) {
+  TempDir dir;
+  JobSpec spec;
+  spec.nproc = 2;
+  spec.max_steps = 4;
+  spec.save_final = true;
+  const std::string cfg = write_job_config(dir.path(), spec);
+  RunResult r = launch_job(cfg, 2);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string shard = dir.file("ckpt/step_00000004/shard_r00001.safetensors");
+  ASSERT_TRUE(file_exists(shard));
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(stdfs::file_size(shard) - 3));
+    f.put('\x5a');
+  }
+  r = run_dstrain({"resume", dir.file("ckpt/latest"), "--set", "training.max_steps=6"}, {}, 60);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE((r.out + r.err).find("corrupted"), std::string::npos) << r.out << r.err;
+  EXPECT_NE((r.out + r.err).find("shard_r00001.safetensors"), std::string::npos);
+}
+
+// The pid among `pids` whose environment has RANK=<rank>, or -1.
+pid_t rank_pid(const std::vector<pid_t>& pids, int rank) {
+  const std::string want = "RANK=" + std::to_string(rank);
+  for (pid_t p : pids) {
+    std::ifstream in("/proc/" + std::to_string(p) + "/environ", std::ios::binary);
+    std::string var;
+    while (std::getline(in, var, '\0')) {
+      if (var == want) return p;
+    }
+  }
+  return -1;
+}
+
+// SIGKILL to one rank at several instants of a run that checkpoints every step: whatever the
+// instant, `latest` names a complete checkpoint that resumes.
+TEST(Resume, RankKilledDuringSavesLeavesLoadableLatest) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    TempDir dir;
+    JobSpec spec;
+    spec.nproc = 2;
+    spec.stage = 1;
+    spec.max_steps = 400;
+    spec.checkpoint_interval = 1;
+    const std::string cfg = write_job_config(dir.path(), spec);
+    const std::string token = unique_token();
+    Child job = start_dstrain({"launch", "--nproc", "2", cfg, "--set", "checkpoint.keep_last=2"},
+                              {"DSTRAIN_TEST_MARKER=" + token});
+    // Wait for the first complete checkpoint, then a little more (different each attempt).
+    ASSERT_TRUE(wait_until([&] { return file_exists(dir.file("ckpt/latest")); }, 60));
+    std::this_thread::sleep_for(std::chrono::milliseconds(150 + 170 * attempt));
+    pid_t victim = -1;
+    ASSERT_TRUE(wait_until(
+        [&] {
+          victim = rank_pid(processes_with_marker(token), 1);
+          return victim > 0;
+        },
+        10));
+    ::kill(victim, SIGKILL);
+    RunResult r = finish(job, 30);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_TRUE(wait_until([&] { return processes_with_marker(token).empty(); }, 10));
+    const std::string tag = read_text(dir.file("ckpt/latest"));
+    ASSERT_EQ(tag.rfind("step_", 0), 0u) << tag;
+    const long step = std::stol(tag.substr(5));
+    r = run_dstrain({"resume", dir.file("ckpt/latest"), "--nproc", "1", "--set",
+                     "training.max_steps=" + std::to_string(step + 2), "--set",
+                     "checkpoint.save_final=false"},
+                    {}, 120);
+    EXPECT_EQ(r.exit_code, 0) << "attempt " << attempt << "\n" << r.out << r.err;
+    const auto resumed = read_metric(metrics(dir), "train/loss");
+    EXPECT_EQ(resumed.count(step + 1), 1u) << "attempt " << attempt;
+  }
+}
+
+TEST(Export, WritesHuggingFaceDirectoryThatTrainsOnFromTheCheckpoint) {
+  TempDir dir;
+  JobSpec spec;
+  spec.nproc = 2;
+  spec.stage = 2;
+  spec.max_steps = 12;
+  spec.save_final = true;
+  const std::string cfg = write_job_config(dir.path(), spec);
+  RunResult r = launch_job(cfg, 2);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto first = read_metric(metrics(dir), "train/loss");
+  r = run_dstrain({"export", dir.file("ckpt/latest"), "--out", dir.file("hf")}, {}, 60);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_TRUE(file_exists(dir.file("hf/config.json")));
+  ASSERT_TRUE(file_exists(dir.file("hf/model.safetensors")));
+  // Train on from the exported weights: the loss starts where the checkpoint left off, far below
+  // a fresh model's.
+  TempDir again;
+  JobSpec spec2;
+  spec2.max_steps = 2;
+  const std::string cfg2 = write_job_config(again.path(), spec2);
+  r = launch_job(cfg2, 1,
+                 {"model.name_or_path=" + dir.file("hf"), "model.init=pretrained"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto cont = read_metric(again.file("run/metrics.jsonl"), "train/loss");
+  ASSERT_FALSE(cont.empty());
+  EXPECT_LT(cont.begin()->second, first.at(1) - 1.0);
+  EXPECT_NEAR(cont.begin()->second, first.rbegin()->second, 0.2 * first.rbegin()->second);
+}
+
+}  // namespace
+}  // namespace dstrain::testing

@@ -1,0 +1,77 @@
+// The training job as a user runs it: the loss falls, metrics and summary are written, bad input
+// is one clear error with exit code 2.
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/integration/train_util.h"
+
+namespace dstrain::testing {
+namespace {
+
+TEST(TrainRun, LossFallsOnTwoRanksAndSummaryIsWritten) {
+  TempDir dir;
+  JobSpec spec;
+  spec.nproc = 2;
+  spec.stage = 2;
+  spec.max_steps = 60;
+  spec.micro = 4;
+  spec.max_length = 64;
+  spec.save_final = true;
+  const std::string cfg = write_job_config(dir.path(), spec);
+  const RunResult r = launch_job(cfg, 2, {"training.eval_interval=30"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto loss = read_metric(dir.file("run/metrics.jsonl"), "train/loss");
+  ASSERT_EQ(loss.size(), 60u);
+  EXPECT_GT(loss.at(1), 5.0);  // ln(258) ≈ 5.55 for a fresh model
+  EXPECT_LT(loss.at(60), loss.at(1) - 2.0);
+  const auto eval = read_metric(dir.file("run/metrics.jsonl"), "eval/loss");
+  EXPECT_EQ(eval.count(30), 1u);
+  EXPECT_EQ(eval.count(60), 1u);
+  for (const char* key : {"lr", "grad_norm", "tokens_per_s", "memory/rss_mb", "train/ppl"}) {
+    EXPECT_EQ(read_metric(dir.file("run/metrics.jsonl"), key).size(), 60u) << key;
+  }
+  const auto summary = nlohmann::json::parse(read_text(dir.file("run/summary.json")));
+  EXPECT_EQ(summary["status"], "completed");
+  EXPECT_EQ(summary["steps"], 60);
+  EXPECT_NEAR(summary["train_loss"].get<double>(), loss.at(60), 1e-9);
+  EXPECT_TRUE(file_exists(summary["checkpoint"].get<std::string>() + "/manifest.json"));
+  // Rank 0 alone prints progress; every line of it is prefixed by the launcher.
+  EXPECT_NE(r.out.find("[rank 0] step 60/60"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("[rank 1] step"), std::string::npos);
+}
+
+TEST(TrainRun, PrintConfigShowsResolvedValues) {
+  TempDir dir;
+  const std::string cfg = write_job_config(dir.path(), JobSpec{});
+  const RunResult r =
+      run_dstrain({"train", "--print-config", cfg, "--set", "training.lr=0.5"}, {}, 20);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("lr: 0.5"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("stage: 0"), std::string::npos) << r.out;
+}
+
+TEST(TrainRun, MissingDatasetIsOneClearErrorWithExitTwo) {
+  TempDir dir;
+  const std::string cfg = write_job_config(dir.path(), JobSpec{});
+  const RunResult r = launch_job(cfg, 2, {"data.train_path=" + dir.file("nope.txt")});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE((r.out + r.err).find(dir.file("nope.txt")), std::string::npos) << r.out << r.err;
+  EXPECT_FALSE(file_exists(dir.file("ckpt/latest")));
+}
+
+TEST(TrainRun, DatasetSmallerThanOneGlobalBatchIsExitTwo) {
+  TempDir dir;
+  std::ofstream(dir.file("small.txt")) << "just a few words\n";
+  const std::string cfg = write_job_config(dir.path(), JobSpec{});
+  const RunResult r = launch_job(
+      cfg, 2, {"data.train_path=" + dir.file("small.txt"), "data.eval_split=0"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE((r.out + r.err).find("global batch"), std::string::npos) << r.out << r.err;
+}
+
+}  // namespace
+}  // namespace dstrain::testing

@@ -1,0 +1,75 @@
+#include "tests/integration/train_util.h"
+
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace dstrain::testing {
+
+std::string write_job_config(const std::string& dir, const JobSpec& s) {
+  const std::string src = DSTRAIN_SOURCE_DIR;
+  const std::string yaml = fmt::format(
+      R"(model:
+  name_or_path: {src}/configs/models/tiny
+  init: random
+  tokenizer: byte
+data:
+  train_path: {src}/configs/data/tiny_corpus.txt
+  document: line
+  max_length: {max_length}
+  eval_split: 0.05
+training:
+  max_steps: {max_steps}
+  per_device_train_batch_size: {micro}
+  gradient_accumulation_steps: {accum}
+  lr: 3.0e-3
+  weight_decay: 0.01
+  lr_scheduler: cosine
+  warmup_ratio: 0.1
+  gradient_clipping: {clip}
+  seed: 7
+  log_interval: 1
+  eval_max_batches: 2
+zero:
+  stage: {stage}
+logging:
+  out_dir: {dir}/run
+  progress: false
+checkpoint:
+  dir: {dir}/ckpt
+  interval: {interval}
+  save_final: {save_final}
+)",
+      fmt::arg("src", src), fmt::arg("dir", dir), fmt::arg("max_length", s.max_length),
+      fmt::arg("max_steps", s.max_steps), fmt::arg("micro", s.micro), fmt::arg("accum", s.accum),
+      fmt::arg("clip", s.clip), fmt::arg("stage", s.stage),
+      fmt::arg("interval", s.checkpoint_interval), fmt::arg("save_final", s.save_final));
+  const std::string path = dir + "/run.yaml";
+  std::ofstream(path) << yaml;
+  return path;
+}
+
+RunResult launch_job(const std::string& config, int nproc,
+                     const std::vector<std::string>& overrides, double timeout_s) {
+  std::vector<std::string> args = {"launch", "--nproc", std::to_string(nproc), config};
+  for (const auto& o : overrides) {
+    args.push_back("--set");
+    args.push_back(o);
+  }
+  return run_dstrain(args, {}, timeout_s);
+}
+
+std::map<long, double> read_metric(const std::string& metrics_path, const std::string& key) {
+  std::map<long, double> out;
+  std::ifstream in(metrics_path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.contains(key) || !j[key].is_number()) continue;
+    out[j["step"].get<long>()] = j[key].get<double>();
+  }
+  return out;
+}
+
+}  // namespace dstrain::testing

@@ -1,0 +1,167 @@
+// One rank of a comm test world. The gtest (gloo_communicator_test.cpp) starts N of these with
+// RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set, naming a scenario:
+//   comm_test_worker <scenario> <result-dir>
+// Each rank writes <result-dir>/rank<r>.txt: "OK", or "ERROR [<kind>] <message>" when the scenario
+// expects a failure. A wrong collective result prints the mismatch and exits 1.
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "comm/gloo_communicator.h"
+#include "core/error.h"
+
+namespace {
+
+using dstrain::comm::CollectiveKind;
+using dstrain::comm::Communicator;
+using dstrain::comm::ReduceOp;
+
+int g_failures = 0;
+
+void expect_equal(const char* what, const at::Tensor& got, const at::Tensor& want) {
+  if (!got.to(at::kDouble).equal(want.to(at::kDouble))) {
+    std::cerr << what << ": mismatch\n got  " << got.slice(0, 0, 8) << "\n want "
+              << want.slice(0, 0, 8) << "\n";
+    ++g_failures;
+  }
+}
+
+void expect_bytes(const Communicator& comm, CollectiveKind kind, uint64_t want) {
+  uint64_t got = comm.stats().bytes_sent.count(kind) ? comm.stats().bytes_sent.at(kind) : 0;
+  if (got != want) {
+    std::cerr << to_string(kind) << " bytes_sent " << got << ", expected " << want << "\n";
+    ++g_failures;
+  }
+}
+
+// Rank r's contribution: distinct per rank and element, uneven, exactly representable in bf16 sums.
+at::Tensor rank_data(int rank, int64_t numel, at::ScalarType dtype) {
+  auto i = torch::arange(numel, at::kDouble);
+  return ((i.remainder(13) - 6) * (rank + 1) + rank * 3).to(dtype);
+}
+
+at::Tensor sum_over_ranks(int world, int64_t numel, at::ScalarType dtype) {
+  at::Tensor sum = torch::zeros({numel}, at::kDouble);
+  for (int r = 0; r < world; ++r) sum += rank_data(r, numel, at::kDouble);
+  return sum.to(dtype);
+}
+
+void check_all_reduce(Communicator& comm) {
+  const int n = comm.world_size(), r = comm.rank();
+  at::Tensor t = rank_data(r, 1003, at::kFloat);
+  comm.all_reduce(t, ReduceOp::kSum)->wait();
+  expect_equal("all_reduce sum", t, sum_over_ranks(n, 1003, at::kFloat));
+  t = rank_data(r, 1003, at::kFloat);
+  comm.all_reduce(t, ReduceOp::kAvg)->wait();
+  expect_equal("all_reduce avg", t, sum_over_ranks(n, 1003, at::kDouble).div(n).to(at::kFloat));
+  t = rank_data(r, 1003, at::kFloat);
+  comm.all_reduce(t, ReduceOp::kMax)->wait();
+  at::Tensor max = rank_data(0, 1003, at::kFloat);
+  for (int q = 1; q < n; ++q) max = at::maximum(max, rank_data(q, 1003, at::kFloat));
+  expect_equal("all_reduce max", t, max);
+}
+
+void check_reduce_scatter(Communicator& comm, at::ScalarType dtype) {
+  const int n = comm.world_size(), r = comm.rank();
+  const int64_t chunk = 1001;
+  comm.reset_stats();
+  at::Tensor input = rank_data(r, n * chunk, dtype);
+  at::Tensor output = torch::empty({chunk}, dtype);
+  comm.reduce_scatter(output, input, ReduceOp::kSum)->wait();
+  expect_equal("reduce_scatter", output,
+               sum_over_ranks(n, n * chunk, dtype).narrow(0, r * chunk, chunk));
+  expect_bytes(comm, CollectiveKind::kReduceScatter,
+               uint64_t(n - 1) * chunk * input.element_size());
+  // In place: the output is this rank's own chunk of the input.
+  input = rank_data(r, n * chunk, dtype);
+  at::Tensor own = input.narrow(0, r * chunk, chunk);
+  comm.reduce_scatter(own, input, ReduceOp::kAvg)->wait();
+  expect_equal(
+      "reduce_scatter avg in place", own,
+      sum_over_ranks(n, n * chunk, at::kDouble).div(n).to(dtype).narrow(0, r * chunk, chunk));
+}
+
+void check_all_gather(Communicator& comm, at::ScalarType dtype) {
+  const int n = comm.world_size(), r = comm.rank();
+  const int64_t chunk = 777;
+  comm.reset_stats();
+  at::Tensor input = rank_data(r, chunk, dtype);
+  at::Tensor output = torch::full({n * chunk}, -1, dtype);
+  comm.all_gather(output, input)->wait();
+  for (int q = 0; q < n; ++q) {
+    expect_equal("all_gather", output.narrow(0, q * chunk, chunk), rank_data(q, chunk, dtype));
+  }
+  expect_bytes(comm, CollectiveKind::kAllGather, uint64_t(n - 1) * chunk * input.element_size());
+}
+
+void check_broadcast_and_overlap(Communicator& comm) {
+  const int n = comm.world_size(), r = comm.rank();
+  at::Tensor t = rank_data(r, 555, at::kBFloat16);
+  comm.broadcast(t, n - 1)->wait();
+  expect_equal("broadcast bf16", t, rank_data(n - 1, 555, at::kBFloat16));
+  // Two collectives in flight before either is waited on.
+  at::Tensor rs_in = rank_data(r, n * 64, at::kFloat), rs_out = torch::empty({64});
+  at::Tensor ag_in = rank_data(r, 64, at::kFloat), ag_out = torch::empty({n * 64});
+  auto first = comm.reduce_scatter(rs_out, rs_in, ReduceOp::kSum);
+  auto second = comm.all_gather(ag_out, ag_in);
+  second->wait();
+  first->wait();
+  expect_equal("overlapped reduce_scatter", rs_out,
+               sum_over_ranks(n, n * 64, at::kFloat).narrow(0, r * 64, 64));
+  expect_equal("overlapped all_gather", ag_out.narrow(0, 0, 64), rank_data(0, 64, at::kFloat));
+  comm.barrier();
+}
+
+void collectives(Communicator& comm) {
+  check_all_reduce(comm);
+  check_reduce_scatter(comm, at::kFloat);
+  check_reduce_scatter(comm, at::kBFloat16);
+  check_all_gather(comm, at::kFloat);
+  check_all_gather(comm, at::kHalf);
+  check_broadcast_and_overlap(comm);
+  at::Tensor bf = rank_data(comm.rank(), 300, at::kBFloat16);
+  comm.all_reduce(bf, ReduceOp::kSum)->wait();
+  expect_equal("all_reduce bf16", bf, sum_over_ranks(comm.world_size(), 300, at::kBFloat16));
+}
+
+// The last rank dies after the barrier; the others must get an error from their all_reduce.
+void peer_dies(Communicator& comm) {
+  comm.barrier();
+  if (comm.rank() == comm.world_size() - 1) _exit(3);
+  at::Tensor t = torch::ones({1 << 20});
+  comm.all_reduce(t, ReduceOp::kSum)->wait();
+}
+
+void write_result(const std::string& dir, int rank, const std::string& line) {
+  std::ofstream(dir + "/rank" + std::to_string(rank) + ".txt") << line << "\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::cerr << "usage: comm_test_worker <collectives|rendezvous|peer_dies> <result-dir>\n";
+    return 2;
+  }
+  const std::string scenario = argv[1], dir = argv[2];
+  auto options = dstrain::comm::rendezvous_options_from_env();
+  try {
+    auto comm = dstrain::comm::make_gloo_communicator(options);
+    if (scenario == "collectives") collectives(*comm);
+    if (scenario == "peer_dies") peer_dies(*comm);
+  } catch (const dstrain::Error& e) {
+    write_result(dir, options.rank, std::string("ERROR [") + to_string(e.kind()) + "] " + e.what());
+    return 0;
+  } catch (const std::exception& e) {
+    write_result(dir, options.rank, std::string("UNTRANSLATED ") + e.what());
+    return 1;
+  }
+  write_result(dir, options.rank, g_failures == 0 ? "OK" : "MISMATCH");
+  return g_failures == 0 ? 0 : 1;
+}

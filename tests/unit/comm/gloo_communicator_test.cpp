@@ -1,0 +1,55 @@
+// Real Gloo between real processes: each test starts a world of comm_test_worker processes on
+// 127.0.0.1 and checks what every rank reported.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "world.h"
+
+namespace dstrain::comm::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+class GlooCollectives : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooCollectives, ResultsAndByteCountsMatchTheoryOnEveryRank) {
+  WorldSpec spec;
+  spec.scenario = "collectives";
+  spec.world_size = GetParam();
+  std::vector<RankResult> results = run_world(spec);
+  for (int r = 0; r < spec.world_size; ++r) {
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " of " << spec.world_size;
+    EXPECT_EQ(results[r].result, "OK\n") << "rank " << r << " of " << spec.world_size;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes1To4, GlooCollectives, ::testing::Values(1, 2, 3, 4));
+
+TEST(GlooRendezvous, TimeoutNamesTheRankThatNeverJoined) {
+  WorldSpec spec{"rendezvous", 3, {0, 1}, /*comm_timeout_s=*/2, /*deadline_s=*/20};
+  std::vector<RankResult> results = run_world(spec);
+  for (int r : {0, 1}) {
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r;
+    EXPECT_THAT(results[r].result, HasSubstr("ERROR [timeout] rendezvous at 127.0.0.1:"))
+        << "rank " << r;
+    EXPECT_THAT(results[r].result, HasSubstr("timed out after 2 s: rank 2 of 3 never joined"))
+        << "rank " << r;
+  }
+}
+
+TEST(GlooCollectiveFailure, PeerDyingMidCollectiveIsAnErrorNamingItNotAHang) {
+  WorldSpec spec{"peer_dies", 3, {}, /*comm_timeout_s=*/5, /*deadline_s=*/30};
+  std::vector<RankResult> results = run_world(spec);
+  EXPECT_EQ(results[2].exit_code, 3) << "the dying rank should exit with its own code";
+  for (int r : {0, 1}) {
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " hung or crashed";
+    EXPECT_THAT(results[r].result, HasSubstr("ERROR [")) << "rank " << r;
+    EXPECT_THAT(results[r].result,
+                HasSubstr("all_reduce failed on rank " + std::to_string(r) + " of 3"));
+    EXPECT_THAT(results[r].result, HasSubstr("rank 2 stopped responding")) << "rank " << r;
+  }
+}
+
+}  // namespace
+}  // namespace dstrain::comm::testing

@@ -1,0 +1,196 @@
+#include "model/model_config.h"
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace dstrain::model {
+namespace {
+
+using nlohmann::json;
+using testing::expect_error;
+using testing::small_config_json;
+
+TEST(ModelConfig, TinyConfigParsesEveryField) {
+  const ModelConfig c = load_model_config(testing::tiny_config_path());
+  EXPECT_EQ(c.model_type, "llama");
+  EXPECT_EQ(c.architectures, std::vector<std::string>{"LlamaForCausalLM"});
+  EXPECT_EQ(c.vocab_size, 258);
+  EXPECT_EQ(c.hidden_size, 128);
+  EXPECT_EQ(c.num_hidden_layers, 4);
+  EXPECT_EQ(c.num_attention_heads, 4);
+  EXPECT_EQ(c.num_key_value_heads, 2);
+  EXPECT_EQ(c.head_dim, 32);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int64_t>{256});
+  EXPECT_EQ(c.pad_token_id.value_or(-1), 257);
+  EXPECT_FALSE(c.bos_token_id.has_value());
+  EXPECT_EQ(c.torch_dtype, "float32");
+  EXPECT_EQ(c.rope_scaling.type, "default");
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-5);
+}
+
+TEST(ModelConfig, MissingKeyNamesFileAndKey) {
+  json doc = small_config_json();
+  doc.erase("hidden_size");
+  expect_error([&] { parse_model_config(doc, "/m/config.json"); }, ErrorKind::kInput,
+               {"/m/config.json", "'hidden_size'", "missing"});
+}
+
+TEST(ModelConfig, WrongTypeNamesKeyAndValue) {
+  json doc = small_config_json();
+  doc["num_attention_heads"] = "four";
+  expect_error([&] { parse_model_config(doc); }, ErrorKind::kInput,
+               {"config.json", "num_attention_heads", "\"four\""});
+}
+
+TEST(ModelConfig, UnknownModelTypeListsSupportedOnes) {
+  json doc = small_config_json("gpt2");
+  expect_error([&] { parse_model_config(doc); }, ErrorKind::kInput,
+               {"'gpt2'", "llama, mistral, qwen2, qwen3"});
+}
+
+TEST(ModelConfig, KeyValueHeadsMustDivideHeads) {
+  json doc = small_config_json();
+  doc["num_key_value_heads"] = 3;
+  expect_error([&] { parse_model_config(doc); }, ErrorKind::kInput, {"num_key_value_heads", "(3)"});
+}
+
+TEST(ModelConfig, MissingFileIsInputError) {
+  expect_error([&] { load_model_config("/nonexistent/dir/config.json"); }, ErrorKind::kInput,
+               {"/nonexistent/dir/config.json"});
+}
+
+TEST(ModelConfig, DefaultsFollowHuggingFace) {
+  json doc = small_config_json();
+  doc.erase("num_key_value_heads");
+  doc.erase("rope_theta");
+  const ModelConfig c = parse_model_config(doc);
+  EXPECT_EQ(c.num_key_value_heads, 4);
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 10000.0);
+  EXPECT_DOUBLE_EQ(c.initializer_range, 0.02);
+  EXPECT_FALSE(c.qkv_bias);
+}
+
+TEST(ModelConfig, FamilySwitches) {
+  const ModelConfig qwen2 = parse_model_config(small_config_json("qwen2"));
+  EXPECT_TRUE(qwen2.qkv_bias);
+  EXPECT_FALSE(qwen2.o_bias);
+  EXPECT_FALSE(qwen2.qk_norm);
+
+  json q3 = small_config_json("qwen3");
+  const ModelConfig qwen3 = parse_model_config(q3);
+  EXPECT_TRUE(qwen3.qk_norm);
+  EXPECT_FALSE(qwen3.qkv_bias);
+  EXPECT_EQ(qwen3.head_dim, 128);  // Qwen3Config's default, not hidden / heads
+
+  json llama = small_config_json("llama");
+  llama["attention_bias"] = true;
+  const ModelConfig lb = parse_model_config(llama);
+  EXPECT_TRUE(lb.qkv_bias);
+  EXPECT_TRUE(lb.o_bias);
+
+  json mistral = small_config_json("mistral");
+  mistral["sliding_window"] = 4096;
+  EXPECT_EQ(parse_model_config(mistral).sliding_window.value_or(0), 4096);
+  mistral["sliding_window"] = nullptr;
+  EXPECT_FALSE(parse_model_config(mistral).sliding_window.has_value());
+}
+
+TEST(ModelConfig, Llama3RopeScalingParsed) {
+  json doc = small_config_json();
+  doc["rope_theta"] = 500000.0;
+  doc["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 32.0},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 8192}};
+  const ModelConfig c = parse_model_config(doc);
+  EXPECT_EQ(c.rope_scaling.type, "llama3");
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 32.0);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 500000.0);
+}
+
+TEST(ModelConfig, RopeScalingAcceptsOldTypeKeyAndLinear) {
+  json doc = small_config_json();
+  doc["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  const ModelConfig c = parse_model_config(doc);
+  EXPECT_EQ(c.rope_scaling.type, "linear");
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 2.0);
+}
+
+TEST(ModelConfig, RopeParametersCarryTheta) {
+  json doc = small_config_json();
+  doc.erase("rope_theta");
+  doc["rope_parameters"] = {{"rope_theta", 1000000.0}, {"rope_type", "default"}};
+  const ModelConfig c = parse_model_config(doc);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.rope_scaling.type, "default");
+}
+
+TEST(ModelConfig, UnsupportedRopeTypeNamesKey) {
+  json doc = small_config_json();
+  doc["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  expect_error([&] { parse_model_config(doc); }, ErrorKind::kInput,
+               {"rope_scaling.rope_type", "'yarn'", "llama3"});
+}
+
+TEST(ModelConfig, Llama3ScalingWithoutOriginalContextIsError) {
+  json doc = small_config_json();
+  doc["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  expect_error([&] { parse_model_config(doc); }, ErrorKind::kInput,
+               {"rope_scaling.original_max_position_embeddings"});
+}
+
+TEST(ModelConfig, DtypeKeysAndEosList) {
+  json doc = small_config_json();
+  doc["dtype"] = "bfloat16";
+  doc["eos_token_id"] = {128001, 128008, 128009};
+  doc["bos_token_id"] = 128000;
+  const ModelConfig c = parse_model_config(doc);
+  EXPECT_EQ(c.torch_dtype, "bfloat16");
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int64_t>{128001, 128008, 128009}));
+  EXPECT_EQ(c.bos_token_id.value_or(0), 128000);
+  doc.erase("dtype");
+  doc["torch_dtype"] = "int8";
+  expect_error([&] { parse_model_config(doc); }, ErrorKind::kInput, {"torch_dtype", "'int8'"});
+}
+
+TEST(ModelConfig, OnlySiluActivationAccepted) {
+  json doc = small_config_json();
+  doc["hidden_act"] = "gelu";
+  expect_error([&] { parse_model_config(doc); }, ErrorKind::kInput, {"hidden_act", "gelu"});
+}
+
+TEST(ModelConfig, ParameterCountAndFlopsFormula) {
+  // Qwen2.5-0.5B: 494,032,768 parameters in total (tied), 357,898,112 without the embedding.
+  json doc = {{"model_type", "qwen2"},    {"vocab_size", 151936},
+              {"hidden_size", 896},       {"intermediate_size", 4864},
+              {"num_hidden_layers", 24},  {"num_attention_heads", 14},
+              {"num_key_value_heads", 2}, {"tie_word_embeddings", true}};
+  const ModelConfig c = parse_model_config(doc);
+  EXPECT_EQ(c.num_parameters(true), 494032768);
+  EXPECT_EQ(c.num_parameters(false), 494032768 - 151936 * 896);
+  const double n = static_cast<double>(c.num_parameters(false));
+  EXPECT_DOUBLE_EQ(c.training_flops_per_token(1024), 6 * n + 12.0 * 24 * 14 * 64 * 1024);
+}
+
+TEST(ModelConfig, ToJsonRoundTrips) {
+  json doc = small_config_json("qwen3");
+  doc["head_dim"] = 24;
+  doc["custom_key"] = "kept";
+  const ModelConfig c = parse_model_config(doc);
+  const json out = to_json(c, "bfloat16");
+  EXPECT_EQ(out["custom_key"], "kept");
+  EXPECT_EQ(out["torch_dtype"], "bfloat16");
+  const ModelConfig back = parse_model_config(out);
+  EXPECT_EQ(back.head_dim, 24);
+  EXPECT_EQ(back.num_parameters(true), c.num_parameters(true));
+}
+
+}  // namespace
+}  // namespace dstrain::model

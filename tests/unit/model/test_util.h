@@ -1,0 +1,67 @@
+#pragma once
+// Helpers shared by the model tests: a self-deleting temporary directory and small configs.
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "model/model_config.h"
+
+namespace dstrain::model::testing {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "dstrain_model_XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline std::filesystem::path tiny_config_path() {
+  return std::filesystem::path(DSTRAIN_SOURCE_DIR) / "configs/models/tiny/config.json";
+}
+
+// A small Llama-shaped config document; tests edit it per family.
+inline nlohmann::json small_config_json(const std::string& model_type = "llama") {
+  return {{"model_type", model_type},    {"vocab_size", 97},
+          {"hidden_size", 64},           {"intermediate_size", 96},
+          {"num_hidden_layers", 2},      {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},    {"max_position_embeddings", 128},
+          {"rms_norm_eps", 1e-6},        {"rope_theta", 10000.0},
+          {"tie_word_embeddings", false}};
+}
+
+inline ModelConfig small_config(const std::string& model_type = "llama") {
+  return parse_model_config(small_config_json(model_type));
+}
+
+// Runs `fn`, expecting Error of `kind` whose message contains every string of `parts`.
+template <typename Fn>
+void expect_error(Fn&& fn, ErrorKind kind, std::initializer_list<std::string> parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    for (const auto& p : parts)
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
+          << "message lacks '" << p << "': " << e.what();
+  }
+}
+
+}  // namespace dstrain::model::testing

@@ -1,0 +1,244 @@
+#include "tests/unit/zero/thread_communicator.h"
+
+#include <chrono>
+#include <exception>
+#include <thread>
+
+#include "core/error.h"
+
+namespace dstrain::zero::testing {
+
+using comm::CollectiveKind;
+using comm::ReduceOp;
+
+struct Slot {
+  bool issued = false;
+  torch::Tensor output;
+  torch::Tensor input;
+};
+
+struct PendingOp {
+  CollectiveKind kind{};
+  ReduceOp op{};
+  int root = 0;
+  std::vector<Slot> slots;
+  int issued = 0;
+  int read = 0;
+  int done = 0;
+  bool failed = false;  // a rank issued a mismatching call: every waiter fails at once
+};
+
+class ThreadGroup {
+ public:
+  explicit ThreadGroup(int world_size) : world_size_(world_size) {}
+  int world_size() const { return world_size_; }
+  void issue(uint64_t seq, int rank, CollectiveKind kind, ReduceOp op, int root, Slot slot);
+  void execute(uint64_t seq, int rank);
+
+ private:
+  torch::Tensor compute(const PendingOp& op, int rank) const;
+  // A peer that never arrives (a bug in the code under test) fails the test instead of hanging it.
+  template <typename Pred>
+  void wait_for(std::unique_lock<std::mutex>& lock, uint64_t seq, int rank, Pred ready) {
+    auto done = [&] { return ops_[seq].failed || ready(); };
+    if (!changed_.wait_for(lock, std::chrono::seconds(30), done)) {
+      fail(ErrorKind::kTimeout, "collective #{} on rank {}: peers did not arrive in 30 s", seq,
+           rank);
+    }
+    if (ops_[seq].failed) {
+      fail(ErrorKind::kComm, "collective #{} on rank {}: the ranks' calls do not match", seq, rank);
+    }
+  }
+  int world_size_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<uint64_t, PendingOp> ops_;
+};
+
+void ThreadGroup::issue(uint64_t seq, int rank, CollectiveKind kind, ReduceOp op, int root,
+                        Slot slot) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  PendingOp& pending = ops_[seq];
+  if (pending.slots.empty()) {
+    pending.slots.resize(world_size_);
+    pending.kind = kind;
+    pending.op = op;
+    pending.root = root;
+  }
+  const Slot* other = nullptr;
+  for (const Slot& s : pending.slots) other = s.issued ? &s : other;
+  const bool mismatch = pending.kind != kind || pending.op != op || pending.root != root ||
+                        (other && other->input.defined() &&
+                         (other->input.numel() != slot.input.numel() ||
+                          other->input.scalar_type() != slot.input.scalar_type()));
+  if (mismatch) {
+    pending.failed = true;
+    changed_.notify_all();
+    fail(ErrorKind::kComm,
+         "collective #{} on rank {}: kind {} does not match the other ranks' call", seq, rank,
+         static_cast<int>(kind));
+  }
+  slot.issued = true;
+  pending.slots[rank] = std::move(slot);
+  ++pending.issued;
+  changed_.notify_all();
+}
+
+// Two rendezvous: all issued → each reads all inputs into a private result; all read → each
+// writes its output (in-place all_reduce reads peers' tensors that the peers will overwrite).
+void ThreadGroup::execute(uint64_t seq, int rank) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  wait_for(lock, seq, rank, [&] { return ops_[seq].issued == world_size_; });
+  PendingOp& op = ops_[seq];
+  lock.unlock();
+  torch::Tensor result = compute(op, rank);
+  lock.lock();
+  ++op.read;
+  changed_.notify_all();
+  wait_for(lock, seq, rank, [&] { return op.read == world_size_; });
+  lock.unlock();
+  if (result.defined()) op.slots[rank].output.copy_(result);
+  lock.lock();
+  if (++op.done == world_size_) ops_.erase(seq);
+}
+
+torch::Tensor ThreadGroup::compute(const PendingOp& op, int rank) const {
+  const int n = world_size_;
+  auto reduce = [&](int64_t begin, int64_t count) {
+    torch::Tensor acc;
+    for (const Slot& s : op.slots) {
+      torch::Tensor part = s.input.reshape({-1}).narrow(0, begin, count).to(torch::kFloat64);
+      acc = !acc.defined()            ? part.clone()
+            : op.op == ReduceOp::kMax ? torch::maximum(acc, part)
+                                      : acc + part;
+    }
+    if (op.op == ReduceOp::kAvg) acc /= n;
+    return acc;
+  };
+  const Slot& mine = op.slots[rank];
+  switch (op.kind) {
+    case CollectiveKind::kAllReduce:
+      return reduce(0, mine.input.numel()).view(mine.output.sizes());
+    case CollectiveKind::kReduceScatter: {
+      const int64_t chunk = mine.output.numel();
+      return reduce(rank * chunk, chunk).view(mine.output.sizes());
+    }
+    case CollectiveKind::kAllGather: {
+      std::vector<torch::Tensor> parts;
+      for (const Slot& s : op.slots) parts.push_back(s.input.reshape({-1}).clone());
+      return torch::cat(parts).view(mine.output.sizes());
+    }
+    case CollectiveKind::kBroadcast:
+      return op.slots[op.root].input.clone();
+    case CollectiveKind::kBarrier:
+      return {};
+  }
+  return {};
+}
+
+namespace {
+
+class ThreadWork : public comm::Work {
+ public:
+  ThreadWork(std::shared_ptr<ThreadGroup> group, uint64_t seq, int rank)
+      : group_(std::move(group)), seq_(seq), rank_(rank) {}
+  ~ThreadWork() override {
+    try {
+      wait();
+    } catch (const std::exception&) {
+      // The header's contract: errors of an abandoned handle are logged, not thrown.
+    }
+  }
+  void wait() override {
+    if (waited_) return;
+    waited_ = true;
+    group_->execute(seq_, rank_);
+  }
+
+ private:
+  std::shared_ptr<ThreadGroup> group_;
+  uint64_t seq_;
+  int rank_;
+  bool waited_ = false;
+};
+
+uint64_t bytes_of(const torch::Tensor& t) {
+  return static_cast<uint64_t>(t.nbytes());
+}
+
+}  // namespace
+
+ThreadCommunicator::ThreadCommunicator(std::shared_ptr<ThreadGroup> group, int rank)
+    : group_(std::move(group)), rank_(rank) {}
+
+int ThreadCommunicator::world_size() const {
+  return group_->world_size();
+}
+
+std::unique_ptr<comm::Work> ThreadCommunicator::issue(CollectiveKind kind, torch::Tensor output,
+                                                      torch::Tensor input, ReduceOp op, int root) {
+  const uint64_t seq = next_seq_++;
+  group_->issue(seq, rank_, kind, op, root, Slot{false, std::move(output), std::move(input)});
+  return std::make_unique<ThreadWork>(group_, seq, rank_);
+}
+
+std::unique_ptr<comm::Work> ThreadCommunicator::all_reduce(torch::Tensor& tensor, ReduceOp op) {
+  const uint64_t n = world_size();
+  count(CollectiveKind::kAllReduce, 2 * (n - 1) * bytes_of(tensor) / n);
+  return issue(CollectiveKind::kAllReduce, tensor, tensor, op, 0);
+}
+
+std::unique_ptr<comm::Work> ThreadCommunicator::reduce_scatter(torch::Tensor& output,
+                                                               const torch::Tensor& input,
+                                                               ReduceOp op) {
+  const uint64_t n = world_size();
+  if (input.numel() != output.numel() * world_size() || !output.is_contiguous()) {
+    fail(ErrorKind::kInternal, "reduce_scatter: input numel {} != {} x output numel {}",
+         input.numel(), n, output.numel());
+  }
+  count(CollectiveKind::kReduceScatter, (n - 1) * bytes_of(input) / n);
+  return issue(CollectiveKind::kReduceScatter, output, input, op, 0);
+}
+
+std::unique_ptr<comm::Work> ThreadCommunicator::all_gather(torch::Tensor& output,
+                                                           const torch::Tensor& input) {
+  const uint64_t n = world_size();
+  if (output.numel() != input.numel() * world_size() || !output.is_contiguous()) {
+    fail(ErrorKind::kInternal, "all_gather: output numel {} != {} x input numel {}", output.numel(),
+         n, input.numel());
+  }
+  count(CollectiveKind::kAllGather, (n - 1) * bytes_of(output) / n);
+  return issue(CollectiveKind::kAllGather, output, input, ReduceOp::kSum, 0);
+}
+
+std::unique_ptr<comm::Work> ThreadCommunicator::broadcast(torch::Tensor& tensor, int root) {
+  count(CollectiveKind::kBroadcast, rank_ == root ? bytes_of(tensor) : 0);
+  return issue(CollectiveKind::kBroadcast, tensor, tensor, ReduceOp::kSum, root);
+}
+
+void ThreadCommunicator::barrier() {
+  count(CollectiveKind::kBarrier, 0);
+  issue(CollectiveKind::kBarrier, {}, {}, ReduceOp::kSum, 0)->wait();
+}
+
+void run_ranks(int world_size, const std::function<void(ThreadCommunicator&)>& body) {
+  auto group = std::make_shared<ThreadGroup>(world_size);
+  std::vector<std::exception_ptr> errors(world_size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world_size; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        ThreadCommunicator comm(group, r);
+        body(comm);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+}  // namespace dstrain::zero::testing

@@ -1,0 +1,54 @@
+#pragma once
+// An in-process Communicator for tests: N ranks are N threads of one process sharing a ThreadGroup.
+//
+// Semantics follow lib/comm/communicator.h exactly, deterministically: a collective is issued at
+// the call (kind, size, dtype and order are checked against the other ranks: a mismatch is
+// Error(kComm)), and executed in wait(): each rank waits until all ranks have issued it, reads
+// every rank's input, waits until all ranks have read, then writes its own output. Reading the
+// buffers only in wait() makes a caller that modifies a buffer before wait() see wrong results, as
+// it would with a real asynchronous backend. Reductions add in rank order in fp64 (so results do
+// not depend on thread timing). Byte counters use the header's ring formulas; broadcast counts S on
+// the root.
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace dstrain::zero::testing {
+
+class ThreadGroup;
+
+class ThreadCommunicator : public comm::Communicator {
+ public:
+  ThreadCommunicator(std::shared_ptr<ThreadGroup> group, int rank);
+  int rank() const override { return rank_; }
+  int world_size() const override;
+
+  std::unique_ptr<comm::Work> all_reduce(torch::Tensor& tensor, comm::ReduceOp op) override;
+  std::unique_ptr<comm::Work> reduce_scatter(torch::Tensor& output, const torch::Tensor& input,
+                                             comm::ReduceOp op) override;
+  std::unique_ptr<comm::Work> all_gather(torch::Tensor& output,
+                                         const torch::Tensor& input) override;
+  std::unique_ptr<comm::Work> broadcast(torch::Tensor& tensor, int root) override;
+  void barrier() override;
+
+ private:
+  std::unique_ptr<comm::Work> issue(comm::CollectiveKind kind, torch::Tensor output,
+                                    torch::Tensor input, comm::ReduceOp op, int root);
+  std::shared_ptr<ThreadGroup> group_;
+  int rank_;
+  uint64_t next_seq_ = 0;
+};
+
+// Runs `body(comm)` on world_size threads, one ThreadCommunicator each; rethrows the first
+// exception after all threads have ended (a rank that throws leaves its peers blocked only if they
+// wait on it, so tests keep ranks in lockstep).
+void run_ranks(int world_size, const std::function<void(ThreadCommunicator&)>& body);
+
+}  // namespace dstrain::zero::testing

@@ -1,0 +1,72 @@
+#include "tests/unit/zero/thread_communicator.h"
+
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include "core/error.h"
+
+namespace dstrain::zero::testing {
+namespace {
+
+using comm::CollectiveKind;
+using comm::ReduceOp;
+
+TEST(ThreadCommunicator, CollectivesMatchTheirDefinitions) {
+  run_ranks(3, [](ThreadCommunicator& comm) {
+    const int r = comm.rank();
+    torch::Tensor t = torch::full({4}, static_cast<float>(r + 1));
+    comm.all_reduce(t, ReduceOp::kSum)->wait();
+    EXPECT_TRUE(t.equal(torch::full({4}, 6.0f)));
+
+    torch::Tensor in = torch::arange(6, torch::kFloat32) * (r + 1);  // chunks of 2
+    torch::Tensor out = torch::empty({2});
+    comm.reduce_scatter(out, in, ReduceOp::kAvg)->wait();
+    EXPECT_TRUE(out.allclose(torch::arange(2 * r, 2 * r + 2, torch::kFloat32) * 2));
+
+    torch::Tensor gathered = torch::empty({3});
+    comm.all_gather(gathered, torch::full({1}, static_cast<float>(r)))->wait();
+    EXPECT_TRUE(gathered.equal(torch::arange(3, torch::kFloat32)));
+
+    torch::Tensor b = torch::full({2}, static_cast<float>(r));
+    comm.broadcast(b, 2)->wait();
+    EXPECT_TRUE(b.equal(torch::full({2}, 2.0f)));
+    comm.barrier();
+  });
+}
+
+TEST(ThreadCommunicator, CountsRingBytes) {
+  run_ranks(4, [](ThreadCommunicator& comm) {
+    torch::Tensor t = torch::zeros({100});  // 400 bytes
+    comm.all_reduce(t, ReduceOp::kSum)->wait();
+    torch::Tensor out = torch::empty({25});
+    comm.reduce_scatter(out, t, ReduceOp::kSum)->wait();
+    comm.all_gather(t, out)->wait();
+    EXPECT_EQ(comm.stats().bytes_sent.at(CollectiveKind::kAllReduce), 600u);
+    EXPECT_EQ(comm.stats().bytes_sent.at(CollectiveKind::kReduceScatter), 300u);
+    EXPECT_EQ(comm.stats().bytes_sent.at(CollectiveKind::kAllGather), 300u);
+  });
+}
+
+// Inputs are read in wait(), as an asynchronous backend may: changing them before wait() shows.
+TEST(ThreadCommunicator, ReadsBuffersOnlyWhenWaitedOn) {
+  run_ranks(2, [](ThreadCommunicator& comm) {
+    torch::Tensor t = torch::ones({2});
+    auto work = comm.all_reduce(t, ReduceOp::kSum);
+    t.fill_(5);
+    work->wait();
+    EXPECT_TRUE(t.equal(torch::full({2}, 10.0f)));
+  });
+}
+
+TEST(ThreadCommunicator, MismatchedCollectivesFail) {
+  EXPECT_THROW(run_ranks(2,
+                         [](ThreadCommunicator& comm) {
+                           torch::Tensor t = torch::ones({comm.rank() + 1});
+                           comm.all_reduce(t, ReduceOp::kSum)->wait();
+                         }),
+               Error);
+}
+
+}  // namespace
+}  // namespace dstrain::zero::testing

@@ -1,0 +1,86 @@
+#pragma once
+// Shared pieces of the engine tests: a reference AdamW over a flat shard, a tiny MLP with biases
+// and a 1-D "norm" weight, a fixed problem (initial weights + per-step global batches), and runners
+// for the engine at any world size / stage and for a plain single-process reference.
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "optim/optimizer.h"
+#include "zero/engine.h"
+#include "tests/unit/zero/thread_communicator.h"
+
+namespace dstrain::zero::testing {
+
+// torch.optim.AdamW semantics over a flat fp32 shard; `no_decay` ranges take no weight decay.
+class TestAdamW : public optim::Optimizer {
+ public:
+  TestAdamW(int64_t numel, double weight_decay, const std::vector<optim::Range>& no_decay);
+  void step(torch::Tensor& params, const torch::Tensor& grads, double lr) override;
+  int64_t step_count() const override { return steps_; }
+  std::map<std::string, torch::Tensor> state() const override;
+  void load_state(const std::map<std::string, torch::Tensor>& state, int64_t step_count) override;
+  const torch::Tensor& decay_mask() const { return decay_; }
+
+ private:
+  torch::Tensor exp_avg_, exp_avg_sq_, decay_;
+  double weight_decay_;
+  int64_t steps_ = 0;
+};
+
+OptimizerFactory adamw_factory(double weight_decay = 0.1);
+// The production AdamW (lib/optim) with the same hyper-parameters as TestAdamW.
+OptimizerFactory real_adamw_factory(double weight_decay = 0.1);
+
+struct TinyMlpImpl : torch::nn::Module {
+  TinyMlpImpl(int64_t in, int64_t hidden, int64_t out);
+  torch::Tensor forward(const torch::Tensor& x);
+  // The same function computed in fp32 from parameters of any dtype (CPU LibTorch 1.13 has no
+  // fp16 matmul); gradients flow back to the parameters in their own dtype.
+  torch::Tensor forward_fp32(const torch::Tensor& x);
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  torch::Tensor norm_weight;  // [hidden], named "norm_weight"
+};
+TORCH_MODULE(TinyMlp);
+
+struct Problem {
+  int64_t in = 8, hidden = 16, out = 5;  // 245 parameters: not divisible by 2, 3 or 4
+  int64_t batch = 24;                    // global batch, divisible by world × accumulation
+  int steps = 20;
+  std::vector<torch::Tensor> init;  // initial parameter values, in named_parameters order
+  torch::Tensor x, y;               // [steps, batch, in], [steps, batch, out]
+};
+Problem make_problem(int steps = 20, int64_t hidden = 16, uint64_t seed = 0);
+
+// A model with the problem's initial weights, in `dtype`.
+TinyMlp make_model(const Problem& problem, torch::ScalarType dtype = torch::kFloat32);
+std::vector<NamedParameter> named_parameters(TinyMlp& model);
+
+struct RunConfig {
+  int world = 1;
+  EngineOptions options;
+  int steps = 20;
+  double lr = 1e-2;
+  OptimizerFactory optimizer = adamw_factory();
+};
+
+struct RunResult {
+  std::vector<double> losses;         // global mean loss per step
+  std::vector<StepResult> steps;      // rank 0's step results
+  std::vector<torch::Tensor> params;  // rank 0's final parameters (fp32 copies)
+  std::vector<MemoryReport> memory;   // per rank, after the last step
+  std::vector<comm::CommStats> comm;  // per rank, over the last step
+};
+
+RunResult run_engine(const Problem& problem, const RunConfig& config);
+// Single process, full global batch per step, same optimizer and clipping rule.
+RunResult run_reference(const Problem& problem, int steps, double clip, double lr = 1e-2);
+
+// Mean of the rank's micro-batch rows: rank r, micro-step m of A, world N.
+torch::Tensor micro_batch(const torch::Tensor& batch, int world, int rank, int accum, int micro);
+
+}  // namespace dstrain::zero::testing
