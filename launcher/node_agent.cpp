@@ -77,6 +77,9 @@ WorldPlan plan_node_agent(const AgentOptions& o) {
 }
 
 int run_node_agent(const AgentOptions& options) {
+  // A SIGUSR1 that arrives before the ranks exist has nobody to checkpoint; it must not kill the
+  // agent (the supervisor installs its own handler once the ranks start).
+  std::signal(SIGUSR1, SIG_IGN);
   WorldPlan plan = plan_node_agent(options);
   std::vector<RankSpec> ranks = ranks_on_node(plan, options.node_rank);
   const std::string host = ranks.front().host;

@@ -12,6 +12,7 @@
 
 #include "tests/integration/process_util.h"
 #include "tests/integration/ssh_cluster.h"
+#include "tests/integration/train_util.h"
 
 namespace dstrain::testing {
 namespace {
@@ -219,6 +220,24 @@ TEST_F(LaunchSshTest, MissingRemoteDirectoryNamesTheHost) {
                  "] dstrain launch: the working directory /nonexistent/dstrain dir does not exist"),
       std::string::npos)
       << r.err;
+}
+
+// The real thing: `dstrain train` on two hosts, one rank each, rendezvous over the bridge.
+TEST_F(LaunchSshTest, TwoNodeTrainingJobRuns) {
+  std::ofstream(hostfile_) << host(0) << ":" << cluster_->port() << " slots=1\n"
+                           << host(1) << ":" << cluster_->port() << " slots=1\n";
+  JobSpec spec;
+  spec.nproc = 2;
+  spec.max_steps = 6;
+  std::string config = write_job_config(tmp_.path(), spec);
+  RunResult r = run_dstrain({"launch", "--hostfile", hostfile_, "--ssh-key", cluster_->client_key(),
+                             "--ssh-known-hosts", cluster_->known_hosts(), "--env",
+                             std::string("GLOO_SOCKET_IFNAME=") + SshCluster::kInterface, config},
+                            env(), 150);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(read_metric(tmp_.file("run/metrics.jsonl"), "train/loss").size(), 6u) << r.out;
+  EXPECT_NE(r.err.find("all 2 node(s) exited 0"), std::string::npos) << r.err;
 }
 
 TEST_F(LaunchSshTest, DryRunCheckReportsEveryHost) {

@@ -177,8 +177,9 @@ void SshCluster::create_network() {
     must("ip link set " + peer + " netns " + ns);
     must("ip link set " + veths_[k] + " master " + bridge_);
     must("ip link set " + veths_[k] + " up");
-    must("ip -n " + ns + " addr add " + address(k) + "/24 dev " + peer);
-    must("ip -n " + ns + " link set " + peer + " up");
+    must("ip -n " + ns + " link set " + peer + " name " + kInterface);
+    must("ip -n " + ns + " addr add " + address(k) + "/24 dev " + kInterface);
+    must("ip -n " + ns + " link set " + kInterface + " up");
     must("ip -n " + ns + " link set lo up");
   }
 }

@@ -20,6 +20,10 @@ namespace dstrain::testing {
 
 class SshCluster {
  public:
+  // The network interface of every host (the same name in each namespace), e.g. for
+  // GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME.
+  static constexpr const char* kInterface = "dseth0";
+
   static std::string skip_reason();
 
   explicit SshCluster(int hosts);  // aborts the test (ADD_FAILURE + throw) if setup fails
