@@ -15,9 +15,8 @@
 #include "launcher/supervisor.h"
 
 namespace dstrain::launcher {
-namespace {
 
-void check_options(const LocalLaunchOptions& o) {
+void check_local_options(const LocalLaunchOptions& o) {
   if (o.nproc < 1) fail(ErrorKind::kUsage, "--nproc must be >= 1, got {}", o.nproc);
   if (o.master_port != 0) check_port(o.master_port, "--master-port");
   if (!std::isfinite(o.grace_seconds) || o.grace_seconds < 0) {
@@ -42,11 +41,10 @@ void check_options(const LocalLaunchOptions& o) {
   }
 }
 
-// Loads the config once here, so an error is reported once instead of by every rank.
-void validate_config(const LocalLaunchOptions& o) {
+void validate_config(const LocalLaunchOptions& o, int world_size) {
   config::LoadOptions load;
   load.overrides = o.overrides;
-  load.world_size = o.nproc;
+  load.world_size = world_size;
   config::load_config(o.config_path, load);
 }
 
@@ -65,13 +63,11 @@ std::vector<std::string> rank_command(const LocalLaunchOptions& o) {
   return command;
 }
 
-}  // namespace
-
 WorldPlan plan_local_launch(const LocalLaunchOptions& options) {
-  check_options(options);
-  if (!options.exec) validate_config(options);
+  check_local_options(options);
+  if (!options.exec) validate_config(options, options.nproc);
   PlanRequest request;
-  request.nodes = {NodeSpec{"localhost", options.nproc}};
+  request.nodes = {NodeSpec{"localhost", options.nproc, {}}};
   request.master_addr = options.master_addr;
   request.master_port = options.master_port != 0 ? options.master_port : find_free_port();
   request.command = rank_command(options);

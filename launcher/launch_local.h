@@ -22,6 +22,17 @@ struct LocalLaunchOptions {
   std::vector<std::string> args;  // train mode: extra args for every rank; exec: program + args
 };
 
+// Checks the flags shared by every launch mode (ports, grace, --exec vs CONFIG, the config file
+// exists). Error(kUsage/kInput).
+void check_local_options(const LocalLaunchOptions& options);
+
+// The argv every rank runs: `dstrain train CONFIG --set ... ARGS` (this binary), or with --exec the
+// program resolved on PATH followed by its arguments.
+std::vector<std::string> rank_command(const LocalLaunchOptions& options);
+
+// Loads the config once (with `world_size` ranks), so an error is reported once, not per rank.
+void validate_config(const LocalLaunchOptions& options, int world_size);
+
 // Checks everything that can be checked before spawning (flags, the config via load_config, the
 // program for --exec) and builds the plan. Throws Error(kUsage/kConfig/kInput) for bad input.
 WorldPlan plan_local_launch(const LocalLaunchOptions& options);

@@ -53,7 +53,10 @@ bool write_all(int fd, std::string_view data) {
 
 RankOutput::RankOutput(int rank, const std::string& log_path, OutputTargets targets,
                        size_t tail_lines)
-    : prefix_("[rank " + std::to_string(rank) + "] "), targets_(targets), tail_(tail_lines) {
+    : prefix_((targets.host.empty() ? "[rank " : "[" + targets.host + ":") + std::to_string(rank) +
+              "] "),
+      targets_(targets),
+      tail_(tail_lines) {
   if (log_path.empty()) return;
   log_fd_ = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (log_fd_ < 0)

@@ -1,8 +1,9 @@
 #pragma once
 // Rank output routing. Each rank's stdout and stderr arrive through pipes as arbitrary chunks; the
-// launcher re-emits them line by line with a "[rank K] " prefix on its own stdout/stderr (one write
-// per line, so lines of different ranks never interleave mid-line), copies the raw bytes to an
-// optional per-rank log file, and keeps the last lines of each rank for the failure summary.
+// launcher re-emits them line by line with a "[rank K] " (or "[host:K] ") prefix on its own
+// stdout/stderr (one write per line, so lines of different ranks never interleave mid-line), copies
+// the raw bytes to an optional per-rank log file, and keeps the last lines of each rank for the
+// failure summary.
 
 #include <cstddef>
 #include <deque>
@@ -47,6 +48,7 @@ enum class Stream { kStdout, kStderr };
 struct OutputTargets {
   int stdout_fd = 1;  // prefixed copy of every rank's stdout
   int stderr_fd = 2;  // prefixed copy of every rank's stderr
+  std::string host;   // "" → lines are prefixed "[rank K] "; else "[host:K] " (multi-node runs)
 };
 
 // One rank's output. Not copyable (owns the log file descriptor).

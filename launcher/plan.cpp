@@ -12,6 +12,10 @@ void check_request(const PlanRequest& request) {
       fail(ErrorKind::kUsage, "node '{}': the number of processes must be >= 1, got {}", node.host,
            node.nproc);
     }
+    if (!node.devices.empty() && node.devices.size() != static_cast<size_t>(node.nproc)) {
+      fail(ErrorKind::kUsage, "node '{}': {} device(s) listed for {} process(es)", node.host,
+           node.devices.size(), node.nproc);
+    }
   }
   if (request.command.empty() || request.command[0].empty()) {
     fail(ErrorKind::kUsage, "the launch plan needs a program to run on every rank");
@@ -20,8 +24,15 @@ void check_request(const PlanRequest& request) {
   check_port(request.master_port, "--master-port");
 }
 
-EnvList rank_env(const WorldPlan& plan, const RankSpec& rank, int local_world_size) {
-  return {
+std::string device_list(const std::vector<int>& devices) {
+  std::string out;
+  for (int d : devices) out += (out.empty() ? "" : ",") + std::to_string(d);
+  return out;
+}
+
+EnvList rank_env(const WorldPlan& plan, const RankSpec& rank, const NodeSpec& node) {
+  const int local_world_size = node.nproc;
+  EnvList env = {
       {"RANK", std::to_string(rank.rank)},
       {"LOCAL_RANK", std::to_string(rank.local_rank)},
       {"WORLD_SIZE", std::to_string(plan.world_size)},
@@ -31,6 +42,8 @@ EnvList rank_env(const WorldPlan& plan, const RankSpec& rank, int local_world_si
       {"MASTER_ADDR", plan.master_addr},
       {"MASTER_PORT", std::to_string(plan.master_port)},
   };
+  if (!node.devices.empty()) env.emplace_back("CUDA_VISIBLE_DEVICES", device_list(node.devices));
+  return env;
 }
 
 }  // namespace
@@ -56,7 +69,7 @@ WorldPlan make_world_plan(const PlanRequest& request) {
       rank.node_rank = static_cast<int>(n);
       rank.host = node.host;
       rank.argv = request.command;
-      rank.env = rank_env(plan, rank, node.nproc);
+      rank.env = rank_env(plan, rank, node);
       plan.ranks.push_back(std::move(rank));
     }
   }

@@ -5,7 +5,8 @@
 //
 // Rank order follows node order: node 0 holds ranks [0, n0), node 1 the next n1 ranks, and so on.
 // Every rank gets the torchrun variables: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
-// GROUP_RANK, NODE_RANK (= GROUP_RANK), MASTER_ADDR, MASTER_PORT.
+// GROUP_RANK, NODE_RANK (= GROUP_RANK), MASTER_ADDR, MASTER_PORT, and CUDA_VISIBLE_DEVICES when
+// the node names its devices.
 
 #include <string>
 #include <utility>
@@ -19,6 +20,9 @@ using EnvList = std::vector<std::pair<std::string, std::string>>;
 struct NodeSpec {
   std::string host;  // how the node is reached/named ("localhost" for a local run)
   int nproc = 1;     // ranks on this node (>= 1)
+  // Device indices given to this node's ranks as CUDA_VISIBLE_DEVICES (LOCAL_RANK indexes into
+  // it). Empty: the variable is not set (local runs, Slurm-assigned devices). Else nproc entries.
+  std::vector<int> devices;
 };
 
 struct PlanRequest {
@@ -44,8 +48,8 @@ struct WorldPlan {
   std::vector<RankSpec> ranks;  // ranks[i].rank == i
 };
 
-// Builds the plan. Throws Error(kUsage) for an empty node list, nproc < 1, an empty command, an
-// empty master address or a port outside 1..65535.
+// Builds the plan. Throws Error(kUsage) for an empty node list, nproc < 1, devices not matching
+// nproc, an empty command, an empty master address or a port outside 1..65535.
 WorldPlan make_world_plan(const PlanRequest& request);
 
 // The ranks of one node, in rank order (what a node agent spawns).

@@ -11,7 +11,7 @@
 namespace dstrain::launcher {
 namespace {
 
-constexpr int kCaught[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
+constexpr int kCaught[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGCHLD};
 int g_write_fd = -1;
 struct sigaction g_saved[sizeof(kCaught) / sizeof(kCaught[0])];
 struct sigaction g_saved_pipe;

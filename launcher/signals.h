@@ -1,10 +1,10 @@
 #pragma once
 // Turns asynchronous signals into readable bytes (the self-pipe trick), so the supervisor's single
 // poll() loop handles rank output, rank exits and Ctrl-C in one place without races.
-// While a SignalPipe lives: SIGINT, SIGTERM, SIGHUP and SIGCHLD are caught (each delivery writes
-// its number as one byte to the pipe) and SIGPIPE is ignored (a closed console must not kill the
-// launcher and orphan the job). The destructor restores the previous dispositions. One instance at
-// a time.
+// While a SignalPipe lives: SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGCHLD are caught (each delivery
+// writes its number as one byte to the pipe) and SIGPIPE is ignored (a closed console must not kill
+// the launcher and orphan the job). The destructor restores the previous dispositions. One instance
+// at a time.
 
 #include <vector>
 

@@ -114,6 +114,10 @@ class LocalJob {
   void handle_signals() {
     for (int sig : signals_.drain()) {
       if (sig == SIGCHLD) continue;  // exits are collected by collect_exits()
+      if (sig == SIGUSR1) {          // "checkpoint now" (Slurm preemption): pass it on, keep going
+        if (!tearing_down_) signal_all(SIGUSR1);
+        continue;
+      }
       if (tearing_down_) {
         kill_all(SIGKILL);  // a second interrupt: stop waiting for the grace period
       } else {

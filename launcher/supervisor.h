@@ -7,6 +7,8 @@
 //  - The first rank to exit non-zero or by a signal is the root cause: every rank's process group
 //  gets
 //    SIGTERM, then SIGKILL after the grace period; exit code = that rank's code (128 + signal).
+//  - SIGUSR1 to the launcher is forwarded to every rank's process group and the job goes on (ranks
+//    are expected to save a checkpoint; see docs/launch.md, "Slurm").
 //  - SIGINT/SIGTERM/SIGHUP to the launcher: the same teardown, outcome kInterrupted, exit code
 //    128 + signal. A second signal during teardown escalates to SIGKILL at once.
 //  - When run_local_job returns, every rank's process group has been sent SIGKILL (so nothing a

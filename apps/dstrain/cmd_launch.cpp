@@ -1,73 +1,133 @@
 #include <memory>
 
 #include "apps/dstrain/commands.h"
-#include "launcher/launch_local.h"
+#include "launcher/launch.h"
 
 namespace dstrain::app {
 namespace {
 
 struct LaunchFlags {
-  launcher::LocalLaunchOptions options;
+  launcher::LaunchOptions options;
   std::string first;  // the first positional: CONFIG, or with --exec the program
 };
 
-void add_launch_flags(CLI::App* cmd, LaunchFlags* f) {
-  launcher::LocalLaunchOptions& o = f->options;
-  cmd->add_option("--nproc", o.nproc, "Number of ranks to start on this machine")
+void add_local_flags(CLI::App* cmd, LaunchFlags* f) {
+  launcher::LocalLaunchOptions& o = f->options.launch;
+  cmd->add_option("--nproc,--nproc-per-node,--nproc_per_node", o.nproc,
+                  "Ranks on this machine (with --slurm: per node)")
       ->type_name("N")
       ->default_val(1);
-  cmd->add_option("--set", o.overrides,
-                  "Config override key.path=value, passed to every rank "
-                  "(repeatable)")
+  cmd->add_option("--set", o.overrides, "Config override key.path=value, passed to every rank")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
-  cmd->add_option("--master-addr", o.master_addr, "MASTER_ADDR given to every rank")
-      ->type_name("ADDR")
-      ->default_val("127.0.0.1");
-  cmd->add_option("--master-port", o.master_port,
-                  "MASTER_PORT given to every rank [default: a free port]")
+  cmd->add_option_function<std::string>(
+         "--master-addr,--master_addr",
+         [f](const std::string& addr) {
+           f->options.launch.master_addr = addr;
+           f->options.master_addr_given = true;
+         },
+         "MASTER_ADDR of every rank [default: 127.0.0.1; with --hostfile the first host]")
+      ->type_name("ADDR");
+  cmd->add_option("--master-port,--master_port", o.master_port,
+                  "MASTER_PORT of every rank [default: a free port; 29500 with --hostfile]")
       ->type_name("PORT");
   cmd->add_option("--log-dir", o.log_dir, "Also write each rank's output to DIR/rank_K.log")
       ->type_name("DIR");
-  cmd->add_option("--grace", o.grace_seconds,
-                  "Seconds between SIGTERM and SIGKILL when stopping ranks")
+  cmd->add_option("--grace", o.grace_seconds, "Seconds between SIGTERM and SIGKILL when stopping")
       ->type_name("SECONDS")
       ->default_val(5.0);
-  cmd->add_flag("--dry-run", o.dry_run,
-                "Validate the config, print each rank's env and command, start nothing");
-  cmd->add_flag("--exec", o.exec,
-                "Run PROGRAM [ARGS...] (after --) on every rank instead of 'dstrain train'");
+  cmd->add_flag("--dry-run", o.dry_run, "Validate, print the plan, start nothing");
+  cmd->add_flag("--exec", o.exec, "Run PROGRAM [ARGS...] (after --) instead of 'dstrain train'");
   cmd->add_option("CONFIG", f->first, "The run's YAML config (with --exec: the program)")
       ->type_name("");
-  cmd->add_option("ARGS", o.args,
-                  "After --: extra arguments for 'dstrain train' (with --exec: the program's)")
+  cmd->add_option("ARGS", o.args, "After --: extra arguments for 'dstrain train' or the program")
       ->type_name("");
+}
+
+void add_multi_node_flags(CLI::App* cmd, LaunchFlags* f) {
+  launcher::LaunchOptions& o = f->options;
+  const char* group = "Multi-node (SSH)";
+  cmd->add_option("--hostfile", o.hostfile, "Hosts to run on: lines 'host slots=N'")
+      ->type_name("FILE")
+      ->group(group);
+  cmd->add_option("--include", o.selection.include, "Only these hosts/slots: host1:0,2@host2")
+      ->type_name("SPEC")
+      ->group(group);
+  cmd->add_option("--exclude", o.selection.exclude, "All but these hosts/slots: host1:0@host2")
+      ->type_name("SPEC")
+      ->group(group);
+  cmd->add_option("--num_nodes,--num-nodes", o.selection.num_nodes, "Use the first N hosts")
+      ->type_name("N")
+      ->group(group);
+  cmd->add_option("--num_gpus,--num-gpus", o.selection.num_gpus, "Use the first G slots per host")
+      ->type_name("G")
+      ->group(group);
+  cmd->add_option("--env", o.env, "Extra variable for remote ranks (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false)
+      ->group(group);
+  cmd->add_option("--remote-cwd", o.remote_cwd, "Working directory on the hosts [default: this]")
+      ->type_name("DIR")
+      ->group(group);
+  cmd->add_option("--ssh-key", o.ssh.key_file, "Private key [default: ssh-agent, ~/.ssh/id_*]")
+      ->type_name("FILE")
+      ->group(group);
+  cmd->add_option("--ssh-known-hosts", o.ssh.known_hosts, "known_hosts file to check keys against")
+      ->type_name("FILE")
+      ->group(group);
+  cmd->add_flag("--ssh-accept-new-host-keys", o.ssh.accept_new_host_keys,
+                "Add unknown host keys to known_hosts instead of failing")
+      ->group(group);
+  cmd->add_option("--ssh-timeout", o.ssh.connect_timeout, "SSH connect timeout in seconds")
+      ->type_name("SECONDS")
+      ->default_val(10.0)
+      ->group(group);
+  cmd->add_flag("--check", o.check, "With --dry-run: connect to each host, run 'dstrain version'")
+      ->group(group);
+}
+
+void add_slurm_and_agent_flags(CLI::App* cmd, LaunchFlags* f) {
+  launcher::LaunchOptions& o = f->options;
+  cmd->add_flag("--slurm", o.slurm, "Start one node agent per node of the allocation with srun")
+      ->group("Slurm");
+  cmd->add_flag("--no-slurm", o.no_slurm, "Run on this machine even inside a Slurm job")
+      ->group("Slurm");
+  const char* internal = "";  // set by the launcher on the agents' command lines; hidden
+  cmd->add_option("--node-rank", o.node_rank, "Run as node agent K")->group(internal);
+  cmd->add_flag("--slurm-agent", o.slurm_agent, "Run as node agent SLURM_NODEID")->group(internal);
+  cmd->add_option("--nodes-nproc", o.nodes_nproc, "Ranks per node")->group(internal);
+  cmd->add_option("--node-devices", o.node_devices, "CUDA_VISIBLE_DEVICES")->group(internal);
+  cmd->add_option("--node-host", o.node_host, "Host label")->group(internal);
+  cmd->add_flag("--watch-stdin", o.watch_stdin, "Stop at end of stdin")->group(internal);
 }
 
 }  // namespace
 
 void set_launch_command(CLI::App& root, int* exit_code) {
   auto* cmd = root.add_subcommand(
-      "launch", "Start N ranks of 'dstrain train CONFIG' on this machine and supervise them");
+      "launch", "Start the ranks of 'dstrain train CONFIG' (here, over SSH or with Slurm)");
   cmd->footer(
       "Every rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, NODE_RANK,\n"
-      "MASTER_ADDR and MASTER_PORT. Output is prefixed with [rank K]. If a rank fails, all ranks "
-      "are\n"
-      "stopped and the launcher exits with that rank's exit code (128+signal for a signal).\n"
+      "MASTER_ADDR and MASTER_PORT. If a rank fails, all ranks on all hosts are stopped and the\n"
+      "launcher exits with that rank's exit code (128+signal for a signal).\n"
       "Examples:\n"
       "  dstrain launch --nproc 4 run.yaml --set training.max_steps=10\n"
+      "  dstrain launch --hostfile hosts --include 'node1:0,1@node2' run.yaml\n"
       "  dstrain launch --nproc 2 --exec -- python3 train.py --lr 1e-4\n"
       "See docs/launch.md.");
   auto flags = std::make_shared<LaunchFlags>();
-  add_launch_flags(cmd, flags.get());
+  add_local_flags(cmd, flags.get());
+  add_multi_node_flags(cmd, flags.get());
+  add_slurm_and_agent_flags(cmd, flags.get());
   cmd->callback([flags, exit_code] {
-    launcher::LocalLaunchOptions options = flags->options;
-    if (options.exec) {
-      if (!flags->first.empty()) options.args.insert(options.args.begin(), flags->first);
+    launcher::LaunchOptions options = flags->options;
+    if (options.launch.exec) {
+      if (!flags->first.empty())
+        options.launch.args.insert(options.launch.args.begin(), flags->first);
     } else {
-      options.config_path = flags->first;
+      options.launch.config_path = flags->first;
     }
-    *exit_code = launcher::run_local_launch(options);
+    *exit_code = launcher::run_launch(options);
   });
 }
 

@@ -70,7 +70,7 @@ class RankOutputTest : public ::testing::Test {
 
 TEST_F(RankOutputTest, PrefixesConsoleAndWritesRawLog) {
   {
-    RankOutput output(7, (dir_ / "rank_7.log").string(), {out_fd_, err_fd_}, 2);
+    RankOutput output(7, (dir_ / "rank_7.log").string(), {out_fd_, err_fd_, ""}, 2);
     output.write(Stream::kStdout, "one\ntw");
     output.write(Stream::kStderr, "oops\n");
     output.write(Stream::kStdout, "o\nthree");

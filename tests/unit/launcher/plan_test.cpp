@@ -15,7 +15,7 @@ std::map<std::string, std::string> as_map(const EnvList& env) {
 
 PlanRequest local_request(int nproc) {
   PlanRequest r;
-  r.nodes = {{"localhost", nproc}};
+  r.nodes = {{"localhost", nproc, {}}};
   r.master_port = 29500;
   r.command = {"/bin/prog", "a"};
   return r;
@@ -42,7 +42,7 @@ TEST(WorldPlan, LocalRanksGetTorchrunVariables) {
 
 TEST(WorldPlan, RanksFollowNodeOrderAcrossNodes) {
   PlanRequest r = local_request(1);
-  r.nodes = {{"a", 2}, {"b", 3}};
+  r.nodes = {{"a", 2, {}}, {"b", 3, {}}};
   r.master_addr = "10.0.0.1";
   WorldPlan plan = make_world_plan(r);
   ASSERT_EQ(plan.world_size, 5);

@@ -1,0 +1,76 @@
+#include "launcher/launch.h"
+
+#include <cstdlib>
+
+#include "core/error.h"
+#include "launcher/multi_node.h"
+#include "launcher/node_agent.h"
+#include "launcher/slurm.h"
+
+namespace dstrain::launcher {
+namespace {
+
+int run_agent(const LaunchOptions& o) {
+  AgentOptions agent;
+  agent.launch = o.launch;
+  agent.watch_stdin = o.watch_stdin;
+  if (o.slurm_agent) {
+    SlurmAgentPlacement p = slurm_agent_placement(current_environment());
+    agent.node_rank = p.node_rank;
+    agent.host = p.host;
+    agent.nodes_nproc.assign(static_cast<size_t>(p.num_nodes), o.launch.nproc);
+  } else {
+    agent.node_rank = o.node_rank;
+    agent.host = o.node_host;
+    agent.nodes_nproc = parse_int_list(o.nodes_nproc, "--nodes-nproc", 1);
+    agent.devices = parse_int_list(o.node_devices, "--node-devices", 0);
+  }
+  return run_node_agent(agent);
+}
+
+void reject_multi_node_flags(const LaunchOptions& o) {
+  const HostSelection& s = o.selection;
+  bool given = !s.include.empty() || !s.exclude.empty() || s.num_nodes != -1 || s.num_gpus != -1 ||
+               !o.env.empty() || !o.remote_cwd.empty() || o.check || !o.ssh.key_file.empty();
+  if (given) {
+    fail(ErrorKind::kUsage,
+         "--include/--exclude/--num_nodes/--num_gpus/--env/--remote-cwd/--check/--ssh-key need "
+         "--hostfile");
+  }
+}
+
+bool in_slurm_allocation(const LaunchOptions& o) {
+  if (o.no_slurm) return false;
+  const char* job = std::getenv("SLURM_JOB_ID");
+  return o.slurm || (job != nullptr && *job != '\0');
+}
+
+}  // namespace
+
+int run_launch(const LaunchOptions& o) {
+  if (o.slurm && o.no_slurm) fail(ErrorKind::kUsage, "--slurm and --no-slurm exclude each other");
+  if (o.node_rank >= 0 || o.slurm_agent) return run_agent(o);
+  if (!o.hostfile.empty()) {
+    if (o.slurm) fail(ErrorKind::kUsage, "--hostfile and --slurm exclude each other");
+    MultiNodeOptions m;
+    m.launch = o.launch;
+    m.master_addr_given = o.master_addr_given;
+    m.hostfile = o.hostfile;
+    m.selection = o.selection;
+    m.env = o.env;
+    m.remote_cwd = o.remote_cwd;
+    m.ssh = o.ssh;
+    m.check = o.check;
+    return run_multi_node_launch(m);
+  }
+  reject_multi_node_flags(o);
+  if (in_slurm_allocation(o)) {
+    SlurmLaunchOptions s;
+    s.launch = o.launch;
+    s.master_addr_given = o.master_addr_given;
+    return run_slurm_launch(s);
+  }
+  return run_local_launch(o.launch);
+}
+
+}  // namespace dstrain::launcher

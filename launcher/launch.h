@@ -1,0 +1,40 @@
+#pragma once
+// `dstrain launch`: picks the mode from the flags and the environment, then runs it.
+//   --node-rank K / --slurm-agent   node agent (started by the launcher itself, over SSH or srun)
+//   --hostfile H                    multi-node over SSH (multi_node.h)
+//   --slurm, or SLURM_JOB_ID set    one agent per node with srun (slurm.h); --no-slurm opts out
+//   otherwise                       ranks on this machine (launch_local.h)
+
+#include <string>
+
+#include "launcher/host_select.h"
+#include "launcher/launch_local.h"
+#include "launcher/ssh_client.h"
+
+namespace dstrain::launcher {
+
+struct LaunchOptions {
+  LocalLaunchOptions launch;
+  bool master_addr_given = false;
+  // multi-node over SSH
+  std::string hostfile;
+  HostSelection selection;
+  std::vector<std::string> env;
+  std::string remote_cwd;
+  SshSettings ssh;
+  bool check = false;
+  // Slurm
+  bool slurm = false;
+  bool no_slurm = false;
+  // node agent (internal: set by the launcher on the command lines it builds)
+  int node_rank = -1;
+  bool slurm_agent = false;
+  std::string nodes_nproc;
+  std::string node_devices;
+  std::string node_host;
+  bool watch_stdin = false;
+};
+
+int run_launch(const LaunchOptions& options);
+
+}  // namespace dstrain::launcher

@@ -1,0 +1,163 @@
+#include "launcher/multi_node.h"
+
+#include <unistd.h>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "launcher/free_port.h"
+#include "launcher/program_path.h"
+#include "launcher/remote_command.h"
+#include "launcher/remote_env.h"
+#include "launcher/shell_quote.h"
+#include "launcher/ssh_job.h"
+
+extern char** environ;
+
+namespace dstrain::launcher {
+namespace {
+
+std::string join_ints(const std::vector<int>& values) {
+  std::string out;
+  for (int v : values) out += (out.empty() ? "" : ",") + std::to_string(v);
+  return out;
+}
+
+std::string current_dir() {
+  return std::filesystem::current_path().string();
+}
+
+// The options as the root resolves them: absolute config path (so it means the same file on every
+// host) and a concrete port.
+LocalLaunchOptions resolved_launch(const MultiNodeOptions& o) {
+  LocalLaunchOptions launch = o.launch;
+  if (!launch.exec && !launch.config_path.empty())
+    launch.config_path = std::filesystem::absolute(launch.config_path).string();
+  if (!launch.log_dir.empty()) launch.log_dir = std::filesystem::absolute(launch.log_dir).string();
+  if (launch.master_port == 0) launch.master_port = 29500;
+  return launch;
+}
+
+PlanRequest world_request(const MultiNodeOptions& o, const LocalLaunchOptions& launch,
+                          const std::vector<SelectedNode>& nodes) {
+  PlanRequest request;
+  for (const SelectedNode& node : nodes) {
+    request.nodes.push_back(
+        NodeSpec{node.entry.host, static_cast<int>(node.slots.size()), node.slots});
+  }
+  request.master_addr = o.master_addr_given ? launch.master_addr : nodes.front().entry.host;
+  request.master_port = launch.master_port;
+  request.command = rank_command(launch);
+  return request;
+}
+
+std::string remote_binary(const MultiNodeOptions& o) {
+  return o.remote_binary.empty() ? self_executable() : o.remote_binary;
+}
+
+}  // namespace
+
+std::vector<std::string> agent_argv(const MultiNodeOptions& options, const MultiNodePlan& plan,
+                                    int node_rank, const std::string& binary) {
+  LocalLaunchOptions launch = resolved_launch(options);
+  std::vector<int> nproc;
+  for (const SelectedNode& n : plan.nodes) nproc.push_back(static_cast<int>(n.slots.size()));
+  std::vector<std::string> argv = {binary,
+                                   "launch",
+                                   "--node-rank",
+                                   std::to_string(node_rank),
+                                   "--nodes-nproc",
+                                   join_ints(nproc),
+                                   "--node-devices",
+                                   join_ints(plan.nodes[node_rank].slots),
+                                   "--node-host",
+                                   plan.nodes[node_rank].entry.host,
+                                   "--watch-stdin",
+                                   "--master-addr",
+                                   plan.world.master_addr,
+                                   "--master-port",
+                                   std::to_string(plan.world.master_port),
+                                   "--grace",
+                                   fmt::format("{}", launch.grace_seconds)};
+  if (!launch.log_dir.empty()) argv.insert(argv.end(), {"--log-dir", launch.log_dir});
+  for (const std::string& kv : launch.overrides) argv.insert(argv.end(), {"--set", kv});
+  if (launch.exec) {
+    argv.insert(argv.end(), {"--exec", "--"});
+    argv.insert(argv.end(), plan.world.ranks.front().argv.begin(),
+                plan.world.ranks.front().argv.end());
+  } else {
+    argv.push_back(launch.config_path);
+    if (!launch.args.empty()) argv.push_back("--");
+    argv.insert(argv.end(), launch.args.begin(), launch.args.end());
+  }
+  return argv;
+}
+
+MultiNodePlan plan_multi_node(const MultiNodeOptions& o, const char* const* environ) {
+  check_local_options(o.launch);
+  LocalLaunchOptions launch = resolved_launch(o);
+  MultiNodePlan plan;
+  plan.nodes = select_hosts(read_hostfile(o.hostfile), o.selection, o.hostfile);
+  plan.world = make_world_plan(world_request(o, launch, plan.nodes));
+  if (!launch.exec) validate_config(launch, plan.world.world_size);
+  RemoteEnvSources sources;
+  sources.environ = environ;
+  const char* home = std::getenv("HOME");
+  sources.home = home != nullptr ? home : "";
+  sources.cwd = current_dir();
+  sources.flags = o.env;
+  RemoteCommand command;
+  command.env = collect_remote_env(sources);
+  command.cwd = o.remote_cwd.empty() ? current_dir() : o.remote_cwd;
+  const std::string binary = remote_binary(o);
+  for (size_t k = 0; k < plan.nodes.size(); ++k) {
+    command.argv = agent_argv(o, plan, static_cast<int>(k), binary);
+    plan.agent_commands.push_back(build_remote_command(command));
+  }
+  return plan;
+}
+
+std::string format_multi_node_plan(const MultiNodePlan& plan) {
+  std::string out = fmt::format("dstrain launch plan: {} rank(s) on {} host(s), master {}:{}\n",
+                                plan.world.world_size, plan.nodes.size(), plan.world.master_addr,
+                                plan.world.master_port);
+  for (size_t k = 0; k < plan.nodes.size(); ++k) {
+    const HostEntry& h = plan.nodes[k].entry;
+    SshTarget target{h.host, h.user, h.ssh_port};
+    out += fmt::format("host {} (node {}, ssh {}, devices {})\n", h.host, k,
+                       describe_target(target), join_ints(plan.nodes[k].slots));
+    for (const RankSpec& rank : ranks_on_node(plan.world, static_cast<int>(k))) {
+      std::string env;
+      for (const auto& kv : rank.env) env += " " + kv.first + "=" + shell_quote(kv.second);
+      out += fmt::format("  rank {}:{}\n", rank.rank, env);
+    }
+    out += "  remote command:\n";
+    std::string script = plan.agent_commands[k];
+    size_t pos = 0;
+    while (pos < script.size()) {
+      size_t nl = script.find('\n', pos);
+      if (nl == std::string::npos) nl = script.size();
+      out += "    " + script.substr(pos, nl - pos) + "\n";
+      pos = nl + 1;
+    }
+  }
+  return out;
+}
+
+int run_multi_node_launch(const MultiNodeOptions& options) {
+  MultiNodePlan plan = plan_multi_node(options, environ);
+  if (options.launch.dry_run) {
+    std::fputs(format_multi_node_plan(plan).c_str(), stdout);
+    std::fflush(stdout);
+    if (!options.check) return 0;
+    return check_hosts(plan, options.ssh, remote_binary(options));
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  return run_ssh_job(plan, options.ssh, options.launch.grace_seconds);
+}
+
+}  // namespace dstrain::launcher

@@ -1,0 +1,97 @@
+#include "launcher/node_agent.h"
+
+#include <unistd.h>
+#include <csignal>
+#include <thread>
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "launcher/output.h"
+#include "launcher/supervisor.h"
+#include "launcher/text_util.h"
+
+namespace dstrain::launcher {
+namespace {
+
+// Turns stdin control lines into signals to this process (handled by the supervisor's signal
+// pipe); end of file or an error means SIGTERM. Unknown lines are ignored. The thread is detached:
+// a job that ends first simply exits under it.
+void watch_stdin() {
+  std::thread([] {
+    LineSplitter lines(256);
+    auto on_line = [](std::string_view line) {
+      if (line == kAgentUsr1Line) ::kill(::getpid(), SIGUSR1);
+      if (line == kAgentStopLine) ::kill(::getpid(), SIGTERM);
+    };
+    char buf[256];
+    while (true) {
+      ssize_t n = ::read(0, buf, sizeof(buf));
+      if (n == 0 || (n < 0 && errno != EINTR)) break;
+      if (n > 0) lines.feed(std::string_view(buf, static_cast<size_t>(n)), on_line);
+    }
+    ::kill(::getpid(), SIGTERM);
+  }).detach();
+}
+
+void check_agent(const AgentOptions& o) {
+  if (o.nodes_nproc.empty()) fail(ErrorKind::kUsage, "--nodes-nproc is required with --node-rank");
+  if (o.node_rank < 0 || o.node_rank >= static_cast<int>(o.nodes_nproc.size())) {
+    fail(ErrorKind::kUsage, "--node-rank {} is outside 0..{}", o.node_rank,
+         o.nodes_nproc.size() - 1);
+  }
+  if (o.launch.master_port == 0) fail(ErrorKind::kUsage, "--node-rank needs --master-port");
+}
+
+}  // namespace
+
+std::vector<int> parse_int_list(const std::string& text, const char* flag, int min_value) {
+  std::vector<int> out;
+  if (text.empty()) return out;
+  for (const std::string& piece : split(text, ',')) {
+    int value = 0;
+    if (!parse_int(piece, &value) || value < min_value) {
+      fail(ErrorKind::kUsage, "{} expects a comma-separated list of integers >= {}, got '{}'", flag,
+           min_value, text);
+    }
+    out.push_back(value);
+  }
+  return out;
+}
+
+WorldPlan plan_node_agent(const AgentOptions& o) {
+  check_agent(o);
+  check_local_options(o.launch);
+  PlanRequest request;
+  for (size_t n = 0; n < o.nodes_nproc.size(); ++n) {
+    NodeSpec node{"node" + std::to_string(n), o.nodes_nproc[n], {}};
+    if (static_cast<int>(n) == o.node_rank) {
+      node.host = o.host.empty() ? local_hostname() : o.host;
+      node.devices = o.devices;
+    }
+    request.nodes.push_back(node);
+  }
+  request.master_addr = o.launch.master_addr;
+  request.master_port = o.launch.master_port;
+  request.command = rank_command(o.launch);
+  return make_world_plan(request);
+}
+
+int run_node_agent(const AgentOptions& options) {
+  // A SIGUSR1 that arrives before the ranks exist has nobody to checkpoint; it must not kill the
+  // agent (the supervisor installs its own handler once the ranks start).
+  std::signal(SIGUSR1, SIG_IGN);
+  WorldPlan plan = plan_node_agent(options);
+  std::vector<RankSpec> ranks = ranks_on_node(plan, options.node_rank);
+  const std::string host = ranks.front().host;
+  SupervisorOptions supervise;
+  supervise.grace_seconds = options.launch.grace_seconds;
+  supervise.log_dir = options.launch.log_dir;
+  supervise.targets.host = host;
+  if (!options.launch.log_dir.empty()) fs::create_dirs(options.launch.log_dir);
+  if (options.watch_stdin) watch_stdin();
+  JobOutcome outcome = run_local_job(ranks, supervise);
+  write_all(2, format_summary(outcome, host));
+  return outcome.exit_code;
+}
+
+}  // namespace dstrain::launcher

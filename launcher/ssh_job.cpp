@@ -1,0 +1,292 @@
+#include "launcher/ssh_job.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "launcher/exit_status.h"
+#include "launcher/node_agent.h"
+#include "launcher/output.h"
+#include "launcher/shell_quote.h"
+#include "launcher/signals.h"
+
+namespace dstrain::launcher {
+namespace {
+
+constexpr int kReadMillis = 100;
+constexpr double kAfterGraceSeconds = 10;  // how long a stopped agent may take beyond the grace
+constexpr size_t kReportLines = 40;
+
+// Output of a short remote command on one line.
+std::string strip_newlines(std::string text) {
+  for (char& c : text) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  return text;
+}
+
+// What one host's thread shares with the main thread.
+struct AgentRun {
+  int node = 0;
+  std::string host;
+  SshTarget target;
+  std::string command;
+  int first_rank = 0, last_rank = 0;
+  // main → thread
+  std::atomic<bool> stop{false};
+  std::atomic<int> usr1{0};
+  // thread → main (read after `done`)
+  std::atomic<bool> done{false};
+  int exit_code = -1;  // the agent's exit status; -1 none
+  std::string error;   // SSH failure
+  double end_seconds = 0;
+  bool stopped_by_launcher = false;
+  TailBuffer report{kReportLines};
+};
+
+class SshJob {
+ public:
+  SshJob(const MultiNodePlan& plan, const SshSettings& ssh, double grace)
+      : ssh_(ssh), grace_(grace) {
+    for (size_t k = 0; k < plan.nodes.size(); ++k) {
+      auto run = std::make_unique<AgentRun>();
+      const HostEntry& h = plan.nodes[k].entry;
+      run->node = static_cast<int>(k);
+      run->host = h.host;
+      run->target = SshTarget{h.host, h.user, h.ssh_port};
+      run->command = plan.agent_commands[k];
+      std::vector<RankSpec> ranks = ranks_on_node(plan.world, run->node);
+      run->first_rank = ranks.front().rank;
+      run->last_rank = ranks.back().rank;
+      runs_.push_back(std::move(run));
+    }
+  }
+
+  int run() {
+    for (auto& r : runs_) threads_.emplace_back([this, run = r.get()] { agent_thread(*run); });
+    supervise();
+    for (std::thread& t : threads_) t.join();
+    std::string summary = summarize();
+    write_all(2, summary);
+    return exit_code_;
+  }
+
+ private:
+  void supervise() {
+    double give_up_at = 0;
+    while (!all_done()) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        changed_.wait_for(lock, std::chrono::milliseconds(kReadMillis));
+      }
+      handle_signals();
+      find_failure();
+      if (stopping_ && give_up_at == 0) give_up_at = clock_.seconds() + grace_ + kAfterGraceSeconds;
+      if (give_up_at > 0 && clock_.seconds() > give_up_at)
+        break;  // threads end on their own deadline
+    }
+  }
+
+  void handle_signals() {
+    for (int sig : signals_.drain()) {
+      if (sig == SIGCHLD) continue;
+      if (sig == SIGUSR1) {
+        for (auto& r : runs_) r->usr1++;
+        continue;
+      }
+      if (!stopping_) {
+        interrupt_signal_ = sig;
+        exit_code_ = 128 + sig;
+      }
+      stop_all();
+    }
+  }
+
+  void find_failure() {
+    for (auto& r : runs_) {
+      if (!r->done || stopping_) continue;
+      if (!r->error.empty() || r->exit_code != 0) {
+        failed_node_ = r->node;
+        exit_code_ = r->error.empty() && r->exit_code > 0 ? r->exit_code : kSshFailureExit;
+        stop_all();
+      }
+    }
+  }
+
+  void stop_all() {
+    if (!stopping_) {
+      for (auto& r : runs_) r->stopped_by_launcher = !r->done;
+    }
+    stopping_ = true;
+    for (auto& r : runs_) r->stop = true;
+  }
+
+  bool all_done() const {
+    for (const auto& r : runs_) {
+      if (!r->done) return false;
+    }
+    return true;
+  }
+
+  void agent_thread(AgentRun& run) {
+    try {
+      talk_to_agent(run);
+    } catch (const Error& e) {
+      run.error = e.what();
+    }
+    run.end_seconds = clock_.seconds();
+    run.done = true;
+    changed_.notify_all();
+  }
+
+  void talk_to_agent(AgentRun& run) {
+    if (run.stop) return;
+    SshSession session(run.target, ssh_);
+    session.exec(run.command);
+    LineSplitter out_lines, err_lines;
+    double deadline = 0;
+    int usr1_sent = 0;
+    std::string out, err;
+    while (true) {
+      if (run.stop && deadline == 0) {
+        session.write_stdin(std::string(kAgentStopLine) + "\n");
+        session.send_eof();
+        deadline = clock_.seconds() + grace_ + kAfterGraceSeconds;
+      }
+      for (; usr1_sent < run.usr1; ++usr1_sent)
+        session.write_stdin(std::string(kAgentUsr1Line) + "\n");
+      bool open = session.read(&out, &err, kReadMillis);
+      relay(run, out_lines, out, 1);
+      relay(run, err_lines, err, 2);
+      if (!open) break;
+      if (deadline > 0 && clock_.seconds() > deadline) {
+        run.error = "the agent did not stop in time; the connection was closed";
+        return;
+      }
+      session.keepalive_if_due();
+    }
+    auto emit = [&](int fd) {
+      return [&, fd](std::string_view line) { emit_line(run, line, fd); };
+    };
+    out_lines.finish(emit(1));
+    err_lines.finish(emit(2));
+    run.exit_code = session.exit_status();
+    if (run.exit_code < 0)
+      run.error = "the agent ended without an exit status (killed by a signal?)";
+  }
+
+  void relay(AgentRun& run, LineSplitter& lines, std::string& bytes, int fd) {
+    lines.feed(bytes, [&](std::string_view line) { emit_line(run, line, fd); });
+    bytes.clear();
+  }
+
+  // Rank lines carry the agent's "[host:rank] " prefix already; other lines get "[host] ".
+  void emit_line(AgentRun& run, std::string_view line, int fd) {
+    std::string rank_prefix = "[" + run.host + ":";
+    bool rank_line = line.substr(0, rank_prefix.size()) == rank_prefix;
+    std::string text = rank_line ? std::string(line) : "[" + run.host + "] " + std::string(line);
+    text += '\n';
+    std::lock_guard<std::mutex> lock(output_mutex_);
+    if (!rank_line && fd == 2) run.report.push(line);
+    write_all(fd, text);
+  }
+
+  std::string node_state(const AgentRun& r) const {
+    std::string state = !r.error.empty()  ? r.error
+                        : r.exit_code < 0 ? "did not finish"
+                                          : fmt::format("exit code {}", r.exit_code);
+    if (r.node == failed_node_) return state + "  <- root cause";
+    if (r.stopped_by_launcher) return state + "  (stopped by the launcher)";
+    return state;
+  }
+
+  std::string summarize() const {
+    std::string out;
+    if (failed_node_ < 0 && interrupt_signal_ == 0) {
+      return fmt::format("dstrain launch: all {} node(s) exited 0 after {:.1f} s\n", runs_.size(),
+                         clock_.seconds());
+    }
+    if (interrupt_signal_ != 0) {
+      out +=
+          fmt::format("dstrain launch: interrupted by {} after {:.1f} s; all nodes were stopped\n",
+                      signal_name(interrupt_signal_), clock_.seconds());
+    } else {
+      const AgentRun& r = *runs_[failed_node_];
+      out += fmt::format(
+          "dstrain launch: node {} (host {}, ranks {}-{}) failed first after {:.1f} s: {}\n",
+          r.node, r.host, r.first_rank, r.last_rank, r.end_seconds,
+          r.error.empty() ? fmt::format("exit code {}", r.exit_code) : r.error);
+      std::vector<std::string> report = r.report.lines();
+      if (!report.empty()) out += fmt::format("  what host {} reported:\n", r.host);
+      for (const std::string& line : report) out += "    | " + line + "\n";
+    }
+    out += "  nodes:\n";
+    for (const auto& r : runs_) {
+      out += fmt::format("    node {:<3} {:<20} ranks {}-{}  {}\n", r->node, r->host, r->first_rank,
+                         r->last_rank, node_state(*r));
+    }
+    out += fmt::format("dstrain launch: exit code {}\n", exit_code_);
+    return out;
+  }
+
+  SshSettings ssh_;
+  double grace_;
+  SignalPipe signals_;
+  Stopwatch clock_;
+  std::vector<std::unique_ptr<AgentRun>> runs_;
+  std::vector<std::thread> threads_;
+  std::mutex mutex_, output_mutex_;
+  std::condition_variable changed_;
+  bool stopping_ = false;
+  int failed_node_ = -1;
+  int interrupt_signal_ = 0;
+  int exit_code_ = 0;
+};
+
+}  // namespace
+
+int run_ssh_job(const MultiNodePlan& plan, const SshSettings& ssh, double grace_seconds) {
+  SshJob job(plan, ssh, grace_seconds);
+  return job.run();
+}
+
+int check_hosts(const MultiNodePlan& plan, const SshSettings& ssh, const std::string& binary) {
+  std::vector<std::string> lines(plan.nodes.size());
+  std::vector<std::thread> threads;
+  std::atomic<bool> all_ok{true};
+  for (size_t k = 0; k < plan.nodes.size(); ++k) {
+    threads.emplace_back([&, k] {
+      const HostEntry& h = plan.nodes[k].entry;
+      SshTarget target{h.host, h.user, h.ssh_port};
+      try {
+        SshSession session(target, ssh);
+        session.exec(shell_quote(binary) + " version");
+        std::string out, err;
+        while (session.read(&out, &err, kReadMillis)) {
+        }
+        int code = session.exit_status();
+        std::string text = strip_newlines(code == 0 ? out : err);
+        lines[k] = fmt::format(
+            "check {}: reachable; {}", h.host,
+            code == 0 ? text : fmt::format("'{} version' failed ({}): {}", binary, code, text));
+        if (code != 0) all_ok = false;
+      } catch (const Error& e) {
+        lines[k] = fmt::format("check {}: UNREACHABLE: {}", h.host, e.what());
+        all_ok = false;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::string& line : lines) write_all(1, line + "\n");
+  return all_ok ? 0 : kSshFailureExit;
+}
+
+}  // namespace dstrain::launcher

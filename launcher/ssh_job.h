@@ -1,0 +1,33 @@
+#pragma once
+// Supervising node agents over SSH: one thread per host (a 64-host job connects in parallel), each
+// owning its SSH session; the main thread waits for the first failure or a signal.
+//
+// Contract:
+//  - Agent output is relayed line by line: rank lines arrive already prefixed "[host:rank] ";
+//    any other line of an agent (its own messages and summary) is prefixed "[host] ".
+//  - The first failure anywhere — an agent exiting non-zero, a connection that cannot be made,
+//    authenticated or kept — stops every other agent: a stop line, then end of file, on its stdin
+//    (node_agent.h); the agent stops its own ranks (and only those). A second failure is not a
+//    root cause. SIGINT/SIGTERM/SIGHUP to the launcher do the same; SIGUSR1 is forwarded to every
+//    agent as a line on its stdin (sshd refuses signal requests in some set-ups, e.g. for root)
+//    and by the agents to every rank, and the job goes on.
+//  - Exit code: 0; the failing agent's exit code (= its failed rank's code); 255 for an SSH
+//    failure; 128 + signal when interrupted. A summary naming host, rank, cause and last lines is
+//    printed on stderr.
+
+#include <string>
+
+#include "launcher/multi_node.h"
+#include "launcher/ssh_client.h"
+
+namespace dstrain::launcher {
+
+constexpr int kSshFailureExit = 255;
+
+int run_ssh_job(const MultiNodePlan& plan, const SshSettings& ssh, double grace_seconds);
+
+// `--dry-run --check`: connects to every host in parallel, runs `<binary> version`, prints one
+// line per host; returns 0 if every host answered, else kSshFailureExit.
+int check_hosts(const MultiNodePlan& plan, const SshSettings& ssh, const std::string& binary);
+
+}  // namespace dstrain::launcher

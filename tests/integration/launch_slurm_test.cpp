@@ -1,0 +1,99 @@
+// `scripts/train.sbatch` on a private one-node Slurm cluster (slurm_cluster.h): the job starts
+// one node agent with srun, which starts the ranks (`--exec` shell commands through DSTRAIN_EXEC
+// for now) with the torchrun variables; SIGUSR1 to the batch shell reaches the ranks and the job
+// requeues itself and runs again with SLURM_RESTART_COUNT=1.
+
+#include <memory>
+#include <regex>
+
+#include <gtest/gtest.h>
+
+#include "tests/integration/process_util.h"
+#include "tests/integration/slurm_cluster.h"
+
+namespace dstrain::testing {
+namespace {
+
+class LaunchSlurmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string reason = SlurmCluster::skip_reason();
+    if (!reason.empty()) GTEST_SKIP() << reason;
+    cluster_ = std::make_unique<SlurmCluster>();
+    out_ = tmp_.file("job.out");
+  }
+
+  // Submits scripts/train.sbatch with DSTRAIN_EXEC=`exec_script`; returns the job id.
+  std::string submit(const std::string& exec_script, int nproc) {
+    std::string cmd = "cd " + tmp_.path() + " && DSTRAIN=" + DSTRAIN_BINARY +
+                      " NPROC=" + std::to_string(nproc) + " SBATCH_ARGS='--output=" + out_ +
+                      "' DSTRAIN_EXEC='" + exec_script +
+                      "' " DSTRAIN_SOURCE_DIR "/scripts/train.sbatch - 1";
+    std::string reply = cluster_->run(cmd);
+    std::smatch m;
+    if (!std::regex_search(reply, m, std::regex("Submitted batch job ([0-9]+)"))) {
+      ADD_FAILURE() << "sbatch failed: " << reply;
+      return "";
+    }
+    return m[1];
+  }
+
+  TempDir tmp_;
+  std::unique_ptr<SlurmCluster> cluster_;
+  std::string out_;
+};
+
+TEST_F(LaunchSlurmTest, SbatchStartsRanksWithTheirEnvironment) {
+  std::string job = submit(
+      "echo \"ENV rank=$RANK local=$LOCAL_RANK world=$WORLD_SIZE lws=$LOCAL_WORLD_SIZE "
+      "node=$NODE_RANK master=$MASTER_ADDR:$MASTER_PORT\"",
+      2);
+  ASSERT_FALSE(job.empty());
+  ASSERT_TRUE(cluster_->wait_job_gone(job, 60)) << read_text(out_) << cluster_->logs();
+  std::string out = read_text(out_);
+  EXPECT_NE(out.find("restart count 0"), std::string::npos) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("\\[([^:\\]]+):0\\] ENV rank=0"))) << out;
+  std::string host = m[1];
+  std::string port = std::to_string(15000 + std::stol(job) % 15000);
+  for (int rank = 0; rank < 2; ++rank) {
+    std::string line = "[" + host + ":" + std::to_string(rank) +
+                       "] ENV rank=" + std::to_string(rank) + " local=" + std::to_string(rank) +
+                       " world=2 lws=2 node=0 master=" + host + ":" + port;
+    EXPECT_NE(out.find(line), std::string::npos) << line << "\n" << out;
+  }
+  EXPECT_NE(out.find("all 2 rank(s) exited 0"), std::string::npos) << out;
+  EXPECT_NE(out.find("srun --kill-on-bad-exit=1 --ntasks-per-node=1"), std::string::npos) << out;
+}
+
+TEST_F(LaunchSlurmTest, Usr1CheckpointsRequeuesAndRunsAgain) {
+  std::string job = submit(
+      "if [ \"${SLURM_RESTART_COUNT:-0}\" -gt 0 ]; then echo \"resumed $SLURM_RESTART_COUNT\"; "
+      "exit 0; fi; trap \"echo saving checkpoint; exit 0\" USR1; echo waiting; "
+      "while :; do sleep 0.2; done",
+      1);
+  ASSERT_FALSE(job.empty());
+  ASSERT_TRUE(
+      wait_until([&] { return read_text(out_).find(":0] waiting") != std::string::npos; }, 60))
+      << read_text(out_) << cluster_->logs();
+  cluster_->run("scancel --batch --signal=USR1 " + job);  // what --signal=B:USR1@90 does
+  ASSERT_TRUE(
+      wait_until([&] { return read_text(out_).find("requeueing") != std::string::npos; }, 30))
+      << read_text(out_);
+  // Slurm holds a requeued job for about two minutes (Reason=BeginTime); lift that to stay quick.
+  bool resumed = wait_until(
+      [&] {
+        cluster_->run("scontrol update JobId=" + job + " StartTime=now");
+        return read_text(out_).find("resumed 1") != std::string::npos;
+      },
+      60);
+  std::string out = read_text(out_);
+  ASSERT_TRUE(resumed) << out << cluster_->run("scontrol show job " + job);
+  EXPECT_NE(out.find("saving checkpoint"), std::string::npos) << out;
+  EXPECT_NE(out.find("requeueing job " + job), std::string::npos) << out;
+  EXPECT_NE(out.find("restart count 1"), std::string::npos) << out;
+  EXPECT_TRUE(cluster_->wait_job_gone(job, 30));
+}
+
+}  // namespace
+}  // namespace dstrain::testing

@@ -1,0 +1,253 @@
+// `dstrain launch --hostfile` over real SSH: a cluster of network namespaces, each with its own
+// sshd (ssh_cluster.h). Ranks are `sh -c` scripts (--exec) that print their environment, sleep or
+// fail; every process of a job carries DSTRAIN_TEST_MARKER (forwarded as a DSTRAIN_ variable), so
+// the tests can check that nothing survives a teardown on any host.
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include <gtest/gtest.h>
+
+#include "tests/integration/process_util.h"
+#include "tests/integration/ssh_cluster.h"
+#include "tests/integration/train_util.h"
+
+namespace dstrain::testing {
+namespace {
+
+class LaunchSshTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string reason = SshCluster::skip_reason();
+    if (!reason.empty()) GTEST_SKIP() << reason;
+    cluster_ = std::make_unique<SshCluster>(2);
+    hostfile_ = tmp_.file("hosts");
+    std::ofstream(hostfile_) << "# test cluster\n" << cluster_->hostfile(2);
+    token_ = unique_token();
+  }
+
+  void TearDown() override {
+    if (!token_.empty()) {
+      for (pid_t pid : processes_with_marker(token_)) ::kill(pid, SIGKILL);
+    }
+    cluster_.reset();
+  }
+
+  // launch flags + --exec -- sh -c SCRIPT
+  std::vector<std::string> args(const std::string& script, std::vector<std::string> extra = {}) {
+    std::vector<std::string> a = {"launch",
+                                  "--hostfile",
+                                  hostfile_,
+                                  "--ssh-key",
+                                  cluster_->client_key(),
+                                  "--ssh-known-hosts",
+                                  cluster_->known_hosts(),
+                                  "--grace",
+                                  "2"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    a.insert(a.end(), {"--exec", "--", "/bin/sh", "-c", script});
+    return a;
+  }
+
+  std::vector<std::string> env() const {
+    return {"DSTRAIN_TEST_MARKER=" + token_, "SSH_AUTH_SOCK=", "NCCL_TEST_VALUE=a b'c$d"};
+  }
+
+  std::string host(int k) const { return cluster_->address(k); }
+
+  // The pid of the rank `rank`'s process named `comm`, once it exists.
+  pid_t find_rank(int rank, const std::string& comm) {
+    pid_t found = -1;
+    wait_until(
+        [&] {
+          for (pid_t pid : processes_with_marker(token_)) {
+            if (comm_of(pid) == comm && environ_value(pid, "RANK") == std::to_string(rank))
+              found = pid;
+          }
+          return found > 0;
+        },
+        20);
+    return found;
+  }
+
+  TempDir tmp_;
+  std::unique_ptr<SshCluster> cluster_;
+  std::string hostfile_;
+  std::string token_;
+};
+
+TEST_F(LaunchSshTest, TwoNodesTwoRanksEachGetTheirEnvironmentOnTheirHost) {
+  std::string script =
+      "echo \"ENV rank=$RANK local=$LOCAL_RANK world=$WORLD_SIZE lws=$LOCAL_WORLD_SIZE "
+      "node=$NODE_RANK group=$GROUP_RANK master=$MASTER_ADDR:$MASTER_PORT "
+      "cvd=$CUDA_VISIBLE_DEVICES ns=$(ip netns identify $$) pwd=$PWD\"; "
+      "printf 'NCCL=%s|EXTRA=%s\\n' \"$NCCL_TEST_VALUE\" \"$EXTRA\"";
+  RunResult r =
+      run_dstrain(args(script, {"--master-port", "29555", "--env", "EXTRA=x;y $(z)"}), env(), 60);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::string cwd = std::filesystem::current_path().string();
+  for (int rank = 0; rank < 4; ++rank) {
+    int node = rank / 2;
+    std::string prefix = "[" + host(node) + ":" + std::to_string(rank) + "] ";
+    std::string expected =
+        prefix + "ENV rank=" + std::to_string(rank) + " local=" + std::to_string(rank % 2) +
+        " world=4 lws=2 node=" + std::to_string(node) + " group=" + std::to_string(node) +
+        " master=" + host(0) + ":29555 cvd=0,1 ns=" + cluster_->namespace_name(node) +
+        " pwd=" + cwd + "\n";
+    EXPECT_NE(r.out.find(expected), std::string::npos) << expected << "\n---\n" << r.out;
+    EXPECT_NE(r.out.find(prefix + "NCCL=a b'c$d|EXTRA=x;y $(z)\n"), std::string::npos) << r.out;
+  }
+  EXPECT_NE(r.err.find("all 2 node(s) exited 0"), std::string::npos) << r.err;
+  EXPECT_TRUE(wait_until([&] { return processes_with_marker(token_).empty(); }, 10));
+}
+
+TEST_F(LaunchSshTest, KilledRankTearsDownEveryHost) {
+  Child child = start_dstrain(args("echo up; exec sleep 1000"), env());
+  pid_t victim = find_rank(3, "sleep");
+  ASSERT_GT(victim, 0) << "rank 3 never started";
+  EXPECT_EQ(netns_of(victim), cluster_->namespace_name(1));
+  ASSERT_EQ(processes_with_marker(token_).size() >= 4u, true);
+  ::kill(victim, SIGKILL);
+  RunResult r = finish(child, 15);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r.err;
+  EXPECT_TRUE(wait_until([&] { return processes_with_marker(token_).empty(); }, 10))
+      << processes_with_marker(token_).size() << " process(es) survived";
+  EXPECT_NE(r.err.find("node 1 (host " + host(1) + ", ranks 2-3) failed first"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("rank 3 failed on host " + host(1) + ": signal SIGKILL"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("(stopped by the launcher)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("exit code 137"), std::string::npos) << r.err;
+}
+
+TEST_F(LaunchSshTest, FailingRankExitCodeAndLastLinesAreReported) {
+  Child child = start_dstrain(
+      args("if [ \"$RANK\" = 2 ]; then echo 'about to fail' >&2; sleep 1; exit 7; fi; "
+           "exec sleep 1000"),
+      env());
+  RunResult r = finish(child, 30);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  EXPECT_NE(r.err.find("[" + host(1) + ":2] about to fail"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 2 failed on host " + host(1) + ": exit code 7"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("about to fail"), r.err.rfind("about to fail")) << "tail not in summary";
+  EXPECT_TRUE(wait_until([&] { return processes_with_marker(token_).empty(); }, 10));
+}
+
+TEST_F(LaunchSshTest, InterruptStopsEveryHost) {
+  Child child = start_dstrain(args("exec sleep 1000"), env());
+  ASSERT_GT(find_rank(0, "sleep"), 0);
+  ASSERT_GT(find_rank(3, "sleep"), 0);
+  ::kill(child.pid, SIGINT);
+  RunResult r = finish(child, 15);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 128 + SIGINT) << r.err;
+  EXPECT_NE(r.err.find("interrupted by SIGINT"), std::string::npos) << r.err;
+  EXPECT_TRUE(wait_until([&] { return processes_with_marker(token_).empty(); }, 10));
+}
+
+TEST_F(LaunchSshTest, LauncherKilledOutrightStillStopsRemoteRanks) {
+  Child child = start_dstrain(args("exec sleep 1000"), env());
+  ASSERT_GT(find_rank(3, "sleep"), 0);
+  ::kill(child.pid, SIGKILL);  // no teardown by the launcher: the connections just drop
+  finish(child, 5);
+  EXPECT_TRUE(wait_until([&] { return processes_with_marker(token_).empty(); }, 10))
+      << processes_with_marker(token_).size() << " process(es) survived";
+}
+
+TEST_F(LaunchSshTest, Usr1IsForwardedToEveryRank) {
+  std::string script = "trap 'echo got USR1; exit 0' USR1; echo ready; while :; do sleep 0.1; done";
+  Child child = start_dstrain(args(script), env());
+  ASSERT_GT(find_rank(0, "sleep"), 0);
+  ASSERT_GT(find_rank(3, "sleep"), 0);
+  ::kill(child.pid, SIGUSR1);
+  RunResult r = finish(child, 20);
+  ASSERT_FALSE(r.timed_out) << r.out << r.err << read_text(cluster_->dir() + "/sshd_0.log");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (int rank = 0; rank < 4; ++rank) {
+    std::string line = "[" + host(rank / 2) + ":" + std::to_string(rank) + "] got USR1";
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+  }
+}
+
+TEST_F(LaunchSshTest, UnreachableHostIsAClearErrorWithinTheTimeout) {
+  std::ofstream(hostfile_) << host(0) << ":" << cluster_->port() << " slots=1\n"
+                           << cluster_->unused_address() << ":" << cluster_->port() << " slots=1\n";
+  RunResult r = run_dstrain(args("exec sleep 1000", {"--ssh-timeout", "3"}), env(), 30);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 255) << r.err;
+  EXPECT_NE(r.err.find("node 1 (host " + cluster_->unused_address()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cannot connect"), std::string::npos) << r.err;
+  EXPECT_TRUE(wait_until([&] { return processes_with_marker(token_).empty(); }, 10));
+}
+
+TEST_F(LaunchSshTest, WrongKeyIsAClearError) {
+  std::vector<std::string> a = args("true");
+  a[4] = cluster_->wrong_key();
+  RunResult r = run_dstrain(a, env(), 30);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 255) << r.err;
+  EXPECT_NE(r.err.find("public key authentication was refused"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(cluster_->wrong_key()), std::string::npos) << r.err;
+}
+
+TEST_F(LaunchSshTest, UnknownHostKeyIsRefusedUnlessAccepted) {
+  std::string known = tmp_.file("known_hosts");
+  std::ofstream(known).flush();
+  std::vector<std::string> a = args("true");
+  a[6] = known;
+  RunResult r = run_dstrain(a, env(), 30);
+  EXPECT_EQ(r.exit_code, 255) << r.err;
+  EXPECT_NE(r.err.find("is not in " + known), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--ssh-accept-new-host-keys"), std::string::npos) << r.err;
+
+  a.insert(a.begin() + 1, "--ssh-accept-new-host-keys");
+  r = run_dstrain(a, env(), 30);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(read_text(known).find(host(1)), std::string::npos);
+}
+
+TEST_F(LaunchSshTest, MissingRemoteDirectoryNamesTheHost) {
+  RunResult r = run_dstrain(args("true", {"--remote-cwd", "/nonexistent/dstrain dir"}), env(), 30);
+  EXPECT_EQ(r.exit_code, 126) << r.err;
+  EXPECT_NE(
+      r.err.find("[" + host(0) +
+                 "] dstrain launch: the working directory /nonexistent/dstrain dir does not exist"),
+      std::string::npos)
+      << r.err;
+}
+
+// The real thing: `dstrain train` on two hosts, one rank each, rendezvous over the bridge.
+TEST_F(LaunchSshTest, TwoNodeTrainingJobRuns) {
+  std::ofstream(hostfile_) << host(0) << ":" << cluster_->port() << " slots=1\n"
+                           << host(1) << ":" << cluster_->port() << " slots=1\n";
+  JobSpec spec;
+  spec.nproc = 2;
+  spec.max_steps = 6;
+  std::string config = write_job_config(tmp_.path(), spec);
+  RunResult r = run_dstrain({"launch", "--hostfile", hostfile_, "--ssh-key", cluster_->client_key(),
+                             "--ssh-known-hosts", cluster_->known_hosts(), "--env",
+                             std::string("GLOO_SOCKET_IFNAME=") + SshCluster::kInterface, config},
+                            env(), 150);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(read_metric(tmp_.file("run/metrics.jsonl"), "train/loss").size(), 6u) << r.out;
+  EXPECT_NE(r.err.find("all 2 node(s) exited 0"), std::string::npos) << r.err;
+}
+
+TEST_F(LaunchSshTest, DryRunCheckReportsEveryHost) {
+  RunResult r = run_dstrain(args("true", {"--dry-run", "--check"}), env(), 30);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_NE(r.out.find("check " + host(k) + ": reachable; dstrain "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("host " + host(k) + " (node " + std::to_string(k)), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace dstrain::testing

@@ -1,0 +1,238 @@
+#include "tests/integration/ssh_cluster.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <gtest/gtest.h>
+
+#include "tests/integration/process_util.h"
+
+namespace dstrain::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string run_capture(const std::string& command) {
+  std::string out;
+  FILE* p = ::popen(command.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  ::pclose(p);
+  return out;
+}
+
+void must(const std::string& command) {
+  int rc = std::system((command + " >/dev/null 2>&1").c_str());
+  if (rc != 0) {
+    ADD_FAILURE() << "setup command failed (" << rc << "): " << command;
+    throw std::runtime_error("ssh cluster setup failed");
+  }
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) out.push_back(line);
+  }
+  return out;
+}
+
+// Kills every process inside network namespace `ns` (all of them were started by this fixture or
+// by the job under test there), then deletes it.
+void remove_namespace(const std::string& ns) {
+  for (int round = 0; round < 20; ++round) {
+    std::vector<std::string> pids = lines_of(run_capture("ip netns pids " + ns + " 2>/dev/null"));
+    if (pids.empty()) break;
+    for (const std::string& pid : pids) ::kill(std::atoi(pid.c_str()), SIGKILL);
+    ::usleep(50 * 1000);
+  }
+  std::system(("ip netns del " + ns + " >/dev/null 2>&1").c_str());
+}
+
+// Namespaces and bridges left by a test process that no longer exists (killed by a timeout).
+void remove_stale_leftovers() {
+  for (const std::string& ns : lines_of(run_capture("ip netns list 2>/dev/null"))) {
+    std::string name = ns.substr(0, ns.find(' '));
+    if (name.rfind("dstrain_t", 0) != 0) continue;
+    int pid = std::atoi(name.substr(9).c_str());
+    if (pid > 0 && ::kill(pid, 0) != 0) remove_namespace(name);
+  }
+  for (const std::string& line : lines_of(run_capture("ip -o link show type bridge 2>/dev/null"))) {
+    size_t at = line.find("dsb");
+    if (at == std::string::npos) continue;
+    std::string name = line.substr(at, line.find(':', at) - at);
+    int pid = std::atoi(name.substr(3).c_str());
+    if (pid > 0 && ::kill(pid, 0) != 0)
+      std::system(("ip link del " + name + " 2>/dev/null").c_str());
+  }
+}
+
+bool subnet_in_use(int subnet) {
+  std::string needle = "10.77." + std::to_string(subnet) + ".";
+  return run_capture("ip -4 -o addr show 2>/dev/null").find(needle) != std::string::npos;
+}
+
+}  // namespace
+
+std::string SshCluster::skip_reason() {
+  if (::geteuid() != 0) return "needs root (network namespaces, sshd)";
+  if (::access("/usr/sbin/sshd", X_OK) != 0)
+    return "needs /usr/sbin/sshd (apt-get install openssh-server)";
+  if (::access("/usr/bin/ssh-keygen", X_OK) != 0) return "needs ssh-keygen (openssh-client)";
+  if (std::system("ip netns list >/dev/null 2>&1") != 0)
+    return "'ip netns' is unavailable (iproute2)";
+  return "";
+}
+
+SshCluster::SshCluster(int hosts) {
+  remove_stale_leftovers();
+  std::string pattern = fs::temp_directory_path().string() + "/dstrain_ssh_XXXXXX";
+  dir_ = ::mkdtemp(pattern.data());
+  ::chmod(dir_.c_str(), 0755);
+  tag_ = std::to_string(::getpid());
+  bridge_ = "dsb" + tag_;
+  subnet_ = 100 + ::getpid() % 150;
+  while (subnet_in_use(subnet_)) subnet_ = 100 + (subnet_ - 99) % 150;
+  port_ = 22022 + ::getpid() % 1000;
+  for (int k = 0; k < hosts; ++k) {
+    namespaces_.push_back("dstrain_t" + tag_ + "_" + std::to_string(k));
+    veths_.push_back("dsv" + tag_ + "_" + std::to_string(k));
+  }
+  try {
+    write_keys();
+    create_network();
+    for (int k = 0; k < hosts; ++k) start_sshd(k);
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+}
+
+SshCluster::~SshCluster() {
+  cleanup();
+}
+
+void SshCluster::cleanup() {
+  for (const std::string& ns : namespaces_) remove_namespace(ns);
+  namespaces_.clear();
+  if (!bridge_.empty()) std::system(("ip link del " + bridge_ + " >/dev/null 2>&1").c_str());
+  bridge_.clear();
+  std::error_code ignored;
+  if (!dir_.empty()) fs::remove_all(dir_, ignored);
+  dir_.clear();
+}
+
+std::string SshCluster::address(int k) const {
+  return "10.77." + std::to_string(subnet_) + "." + std::to_string(k + 2);
+}
+
+std::string SshCluster::unused_address() const {
+  return "10.77." + std::to_string(subnet_) + ".250";
+}
+
+std::string SshCluster::hostfile(int slots) const {
+  std::string out;
+  for (int k = 0; k < size(); ++k) {
+    out += address(k) + ":" + std::to_string(port_) + " slots=" + std::to_string(slots) + "\n";
+  }
+  return out;
+}
+
+void SshCluster::write_keys() {
+  for (const char* key : {"client_key", "wrong_key"}) {
+    must("ssh-keygen -q -t ed25519 -N '' -C dstrain-test -f " + dir_ + "/" + key);
+  }
+  fs::copy_file(dir_ + "/client_key.pub", dir_ + "/authorized_keys");
+  ::chmod((dir_ + "/authorized_keys").c_str(), 0600);
+  std::ofstream known(known_hosts());
+  for (int k = 0; k < size(); ++k) {
+    std::string key = dir_ + "/host_key_" + std::to_string(k);
+    must("ssh-keygen -q -t ed25519 -N '' -C host -f " + key);
+    std::string pub = read_text(key + ".pub");
+    known << "[" << address(k) << "]:" << port_ << " " << pub;
+  }
+}
+
+void SshCluster::create_network() {
+  must("ip link add " + bridge_ + " type bridge");
+  must("ip addr add 10.77." + std::to_string(subnet_) + ".1/24 dev " + bridge_);
+  must("ip link set " + bridge_ + " up");
+  for (int k = 0; k < size(); ++k) {
+    const std::string& ns = namespaces_[k];
+    std::string peer = "dsp" + tag_ + "_" + std::to_string(k);
+    must("ip netns add " + ns);
+    must("ip link add " + veths_[k] + " type veth peer name " + peer);
+    must("ip link set " + peer + " netns " + ns);
+    must("ip link set " + veths_[k] + " master " + bridge_);
+    must("ip link set " + veths_[k] + " up");
+    must("ip -n " + ns + " link set " + peer + " name " + kInterface);
+    must("ip -n " + ns + " addr add " + address(k) + "/24 dev " + kInterface);
+    must("ip -n " + ns + " link set " + kInterface + " up");
+    must("ip -n " + ns + " link set lo up");
+  }
+}
+
+void SshCluster::start_sshd(int k) {
+  std::string n = std::to_string(k);
+  std::string config = dir_ + "/sshd_config_" + n;
+  std::ofstream(config) << "ListenAddress " << address(k) << ":" << port_ << "\n"
+                        << "HostKey " << dir_ << "/host_key_" << n << "\n"
+                        << "AuthorizedKeysFile " << dir_ << "/authorized_keys\n"
+                        << "PidFile " << dir_ << "/sshd_" << n << ".pid\n"
+                        << "PermitRootLogin prohibit-password\n"
+                        << "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+                        << "UsePAM no\nStrictModes no\nLogLevel ERROR\nMaxStartups 100\n"
+                        << "MaxSessions 100\nAcceptEnv none\nPermitUserEnvironment no\n";
+  fs::create_directories("/run/sshd");  // sshd's privilege separation directory
+  must("ip netns exec " + namespaces_[k] + " /usr/sbin/sshd -t -f " + config);
+  std::string log = dir_ + "/sshd_" + n + ".log";
+  must("ip netns exec " + namespaces_[k] + " /usr/sbin/sshd -f " + config + " -E " + log);
+  // Daemonized sshd writes its pid file once it listens.
+  bool up = wait_until([&] { return file_exists(dir_ + "/sshd_" + n + ".pid"); }, 10);
+  if (!up) {
+    ADD_FAILURE() << "sshd " << k << " did not start: " << read_text(log);
+    throw std::runtime_error("sshd did not start");
+  }
+}
+
+std::string netns_of(int pid) {
+  return [&] {
+    std::string out = run_capture("ip netns identify " + std::to_string(pid) + " 2>/dev/null");
+    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+    return out;
+  }();
+}
+
+std::string environ_value(int pid, const std::string& name) {
+  std::string text = read_text("/proc/" + std::to_string(pid) + "/environ");
+  std::string needle = name + "=";
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\0', pos);
+    if (end == std::string::npos) end = text.size();
+    if (text.compare(pos, needle.size(), needle) == 0)
+      return text.substr(pos + needle.size(), end - pos - needle.size());
+    pos = end + 1;
+  }
+  return "";
+}
+
+std::string comm_of(int pid) {
+  std::string text = read_text("/proc/" + std::to_string(pid) + "/comm");
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
+
+}  // namespace dstrain::testing
