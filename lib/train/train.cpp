@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "launcher/slurm.h"
 #include "train/trainer.h"
 
 namespace dstrain::train {
@@ -32,9 +34,18 @@ void install_stop_handler() {
   sigaction(SIGUSR1, &sa, nullptr);
 }
 
+// A rank started directly by srun (`srun dstrain train CONFIG`) has SLURM_* but no RANK: map them
+// onto the torchrun variables before anything reads the world from the environment.
+void adopt_slurm_environment() {
+  for (const auto& [key, value] : launcher::torch_env_from_slurm(launcher::current_environment())) {
+    ::setenv(key.c_str(), value.c_str(), 1);
+  }
+}
+
 }  // namespace
 
 int run_train(const TrainOptions& options) {
+  adopt_slurm_environment();
   const comm::RendezvousOptions ro = comm::rendezvous_options_from_env();
   log::set_rank(ro.rank);
   config::LoadOptions lo;

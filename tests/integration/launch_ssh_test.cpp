@@ -224,10 +224,10 @@ TEST_F(LaunchSshTest, MissingRemoteDirectoryNamesTheHost) {
 
 // The real thing: `dstrain train` on two hosts, one rank each, rendezvous over the bridge.
 TEST_F(LaunchSshTest, TwoNodeTrainingJobRuns) {
-  std::ofstream(hostfile_) << host(0) << ":" << cluster_->port() << " slots=1\n"
-                           << host(1) << ":" << cluster_->port() << " slots=1\n";
+  std::ofstream(hostfile_) << host(0) << ":" << cluster_->port() << " slots=2\n"
+                           << host(1) << ":" << cluster_->port() << " slots=2\n";
   JobSpec spec;
-  spec.nproc = 2;
+  spec.nproc = 4;
   spec.max_steps = 6;
   std::string config = write_job_config(tmp_.path(), spec);
   RunResult r = run_dstrain({"launch", "--hostfile", hostfile_, "--ssh-key", cluster_->client_key(),
@@ -238,6 +238,8 @@ TEST_F(LaunchSshTest, TwoNodeTrainingJobRuns) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(read_metric(tmp_.file("run/metrics.jsonl"), "train/loss").size(), 6u) << r.out;
   EXPECT_NE(r.err.find("all 2 node(s) exited 0"), std::string::npos) << r.err;
+  // 2 nodes x 2 ranks: the world is 4 and rank 0 (on the first host) reports it.
+  EXPECT_NE(r.out.find("4 rank(s)"), std::string::npos) << r.out;
 }
 
 TEST_F(LaunchSshTest, DryRunCheckReportsEveryHost) {
