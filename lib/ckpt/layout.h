@@ -28,6 +28,17 @@ std::string shard_state_file_name(int rank);
 inline constexpr const char* kManifestFile = "manifest.json";
 inline constexpr const char* kLatestFile = "latest";
 inline constexpr const char* kModelConfigFile = "config.json";
+inline constexpr const char* kRunConfigFile = "config.yaml";
+
+// Tokenizer files a checkpoint carries over from the model directory, so that an export of it is
+// a complete Hugging Face model directory.
+inline constexpr const char* kTokenizerFiles[] = {"tokenizer.json",
+                                                  "tokenizer_config.json",
+                                                  "vocab.json",
+                                                  "merges.txt",
+                                                  "added_tokens.json",
+                                                  "special_tokens_map.json",
+                                                  "generation_config.json"};
 
 // Writes <dir>/latest = tag atomically (temp + fsync + rename + fsync dir).
 void write_latest(const std::string& dir, const std::string& tag);

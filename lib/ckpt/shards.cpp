@@ -45,7 +45,9 @@ bool parse_piece_name(const std::string& name, std::string* kind, std::string* p
   return *begin >= 0 && *end >= *begin;
 }
 
-std::string extra_name(const std::string& name) { return "extra" + std::string(1, kSep) + name; }
+std::string extra_name(const std::string& name) {
+  return "extra" + std::string(1, kSep) + name;
+}
 
 json read_json_file(const stdfs::path& path) {
   try {
@@ -118,8 +120,7 @@ void finalize(const std::string& dir, const std::string& tag, int world_size, js
   std::vector<stdfs::path> others;
   for (const auto& e : stdfs::directory_iterator(tag_dir)) {
     const std::string name = e.path().filename().string();
-    if (e.is_regular_file() && name != kManifestFile &&
-        e.path().extension() != ".safetensors") {
+    if (e.is_regular_file() && name != kManifestFile && e.path().extension() != ".safetensors") {
       others.push_back(e.path());
     }
   }
@@ -227,10 +228,10 @@ torch::Tensor CheckpointReader::read(const std::string& kind, const std::string&
   return out;
 }
 
-torch::Tensor CheckpointReader::read_full(const std::string& kind,
-                                          const std::string& param) const {
+torch::Tensor CheckpointReader::read_full(const std::string& kind, const std::string& param) const {
   const auto it = shapes_.find(param);
-  if (it == shapes_.end()) fail(ErrorKind::kInput, "checkpoint {} has no parameter {}", dir_, param);
+  if (it == shapes_.end())
+    fail(ErrorKind::kInput, "checkpoint {} has no parameter {}", dir_, param);
   int64_t numel = 1;
   for (int64_t d : it->second) numel *= d;
   return read(kind, param, 0, numel).view(it->second);

@@ -14,7 +14,8 @@
 // atomically, then `latest`, then prunes old checkpoints.
 //
 // Integrity: every shard's crc32 is recorded in the manifest and checked the first time the
-// reader opens that shard (only shards a read needs are opened); a mismatch or a missing file is Error(kInput) naming the file.
+// reader opens that shard (only shards a read needs are opened); a mismatch or a missing file is
+// Error(kInput) naming the file.
 
 #include <cstdint>
 #include <map>
@@ -24,8 +25,8 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <torch/types.h>
+#include <nlohmann/json.hpp>
 
 namespace dstrain::model {
 class SafetensorsFile;

@@ -41,8 +41,7 @@ torch::ScalarType compute_dtype(const config::Config& c) {
 zero::EngineOptions engine_options(const config::Config& c) {
   if (c.zero.stage > 2) {
     fail(ErrorKind::kNotImplemented,
-         "{}: zero.stage 3 is not available in this build yet; use stage 0, 1 or 2",
-         c.source_path);
+         "{}: zero.stage 3 is not available in this build yet; use stage 0, 1 or 2", c.source_path);
   }
   if (c.zero.offload_optimizer.device != "none" || c.zero.offload_param.device != "none") {
     fail(ErrorKind::kNotImplemented,
@@ -84,7 +83,8 @@ optim::LrScheduleOptions schedule_options(const config::Config& c, int64_t total
   if (s.total_num_steps > 0) o.total_num_steps = s.total_num_steps;
   o.warmup_min_ratio = s.warmup_min_ratio;
   o.cos_min_ratio = s.cos_min_ratio;
-  // DeepSpeed's warmup length: warmup_steps when given, else the ratio of the run, else its default.
+  // DeepSpeed's warmup length: warmup_steps when given, else the ratio of the run, else its
+  // default.
   if (s.warmup_steps >= 0) {
     o.warmup_num_steps = s.warmup_steps;
   } else if (s.warmup_ratio > 0) {

@@ -19,24 +19,14 @@
 namespace dstrain::train {
 namespace stdfs = std::filesystem;
 
-namespace {
-
-const char* const kTokenizerFiles[] = {"tokenizer.json",      "tokenizer_config.json",
-                                       "vocab.json",          "merges.txt",
-                                       "added_tokens.json",   "special_tokens_map.json",
-                                       "generation_config.json"};
-
-}  // namespace
-
 int run_export(const ExportOptions& options) {
   if (options.out_dir.empty()) fail(ErrorKind::kUsage, "export: --out DIR is required");
   const std::string tag_dir = ckpt::resolve_checkpoint(options.checkpoint);
   ckpt::CheckpointReader reader(tag_dir);
   const model::ModelConfig mc =
       model::load_model_config(stdfs::path(tag_dir) / ckpt::kModelConfigFile);
-  const std::string dtype_name = options.dtype == "auto"
-                                     ? reader.manifest().value("compute_dtype", "float32")
-                                     : options.dtype;
+  const std::string dtype_name =
+      options.dtype == "auto" ? reader.manifest().value("compute_dtype", "float32") : options.dtype;
   const torch::ScalarType dtype = model::resolve_dtype(dtype_name, mc);
 
   torch::NoGradGuard no_grad;
@@ -46,7 +36,7 @@ int run_export(const ExportOptions& options) {
   }
   model::save_weights(*m, options.out_dir, dtype);
   int copied = 0;
-  for (const char* name : kTokenizerFiles) {
+  for (const char* name : ckpt::kTokenizerFiles) {
     const stdfs::path src = stdfs::path(tag_dir) / name;
     if (stdfs::is_regular_file(src)) {
       fs::write_file_atomic(stdfs::path(options.out_dir) / name, fs::read_file(src));

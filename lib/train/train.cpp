@@ -22,7 +22,9 @@ namespace stdfs = std::filesystem;
 
 namespace {
 
-void on_sigusr1(int) { Trainer::stop_requested().store(true); }
+void on_sigusr1(int) {
+  Trainer::stop_requested().store(true);
+}
 
 // SIGUSR1 (Slurm's pre-preemption signal, forwarded by the launcher) asks for a checkpoint at the
 // next step boundary and a clean stop.
@@ -57,9 +59,8 @@ int run_train(const TrainOptions& options) {
     return 0;
   }
   install_stop_handler();
-  Trainer trainer(cfg, options.resume_from.empty()
-                           ? std::string()
-                           : ckpt::resolve_checkpoint(options.resume_from));
+  Trainer trainer(cfg, options.resume_from.empty() ? std::string()
+                                                   : ckpt::resolve_checkpoint(options.resume_from));
   const RunSummary s = trainer.run();
   log::info("done: {} steps, train loss {:.4f}{}, {:.1f}s{}", s.steps, s.train_loss,
             s.eval_loss >= 0 ? fmt::format(", eval loss {:.4f}", s.eval_loss) : std::string(),
@@ -76,7 +77,7 @@ int run_resume(const ResumeOptions& options) {
   }
   launcher::LocalLaunchOptions l = options.launch;
   if (l.nproc <= 0) l.nproc = manifest.at("world_size").get<int>();
-  l.config_path = (stdfs::path(tag_dir) / "config.yaml").string();
+  l.config_path = (stdfs::path(tag_dir) / ckpt::kRunConfigFile).string();
   l.exec = false;
   l.args.insert(l.args.begin(), {"--resume-from", tag_dir});
   log::info("resuming {} (step {}) on {} rank(s)", tag_dir, manifest.value("step", 0), l.nproc);

@@ -21,8 +21,8 @@ struct TrainOptions {
 int run_train(const TrainOptions& options);
 
 struct ResumeOptions {
-  std::string checkpoint;                  // <dir>/latest, <dir>, or a tag directory
-  launcher::LocalLaunchOptions launch;     // nproc 0 = the checkpoint's world size
+  std::string checkpoint;               // <dir>/latest, <dir>, or a tag directory
+  launcher::LocalLaunchOptions launch;  // nproc 0 = the checkpoint's world size
 };
 
 // `dstrain resume`: relaunches the saved config with the state of the checkpoint. A different

@@ -62,9 +62,8 @@ void Trainer::init() {
   engine_ = std::make_unique<zero::Engine>(std::move(params), *comm_, optimizer_factory(cfg_),
                                            engine_options(cfg_));
 
-  total_steps_ = cfg_.training.max_steps > 0
-                     ? cfg_.training.max_steps
-                     : cfg_.training.epochs * loader_->steps_per_epoch();
+  total_steps_ = cfg_.training.max_steps > 0 ? cfg_.training.max_steps
+                                             : cfg_.training.epochs * loader_->steps_per_epoch();
   schedule_ = optim::make_lr_schedule(schedule_options(cfg_, total_steps_),
                                       cfg_.training.optimizer.lr, total_steps_);
   tokens_per_step_ = loader_->global_batch() * cfg_.data.max_length;
@@ -79,8 +78,8 @@ void Trainer::init() {
                                  : cfg_.logging.metrics_path;
     metrics_->add_sink(std::make_unique<metrics::JsonlSink>(path, !resume_from_.empty()));
     if (cfg_.logging.progress) {
-      metrics_->add_sink(std::make_unique<metrics::ProgressSink>(
-          total_steps_, metrics::stdout_is_terminal()));
+      metrics_->add_sink(
+          std::make_unique<metrics::ProgressSink>(total_steps_, metrics::stdout_is_terminal()));
     }
   }
   log::info("model {}: {:.2f}M parameters, {} layers; {} steps of {} tokens; zero stage {}",
@@ -240,7 +239,8 @@ RunSummary Trainer::run() {
       fwd_bwd = data_t = opt_t = 0;
     }
     const bool epoch_end = step_ % steps_per_epoch == 0;
-    const bool eval_due = cfg_.training.eval_interval > 0 && step_ % cfg_.training.eval_interval == 0;
+    const bool eval_due =
+        cfg_.training.eval_interval > 0 && step_ % cfg_.training.eval_interval == 0;
     if (datasets_.eval && (eval_due || epoch_end)) {
       log_eval(evaluate());
       last_eval_step = step_;

@@ -29,8 +29,8 @@ struct EvalResult {
 
 struct RunSummary {
   int64_t steps = 0;
-  int64_t tokens = 0;             // tokens seen by the run, resumed ones included
-  int64_t tokens_this_run = 0;    // tokens trained by this process lifetime
+  int64_t tokens = 0;           // tokens seen by the run, resumed ones included
+  int64_t tokens_this_run = 0;  // tokens trained by this process lifetime
   double train_loss = 0;
   double eval_loss = -1;  // -1: no eval set
   double seconds = 0;

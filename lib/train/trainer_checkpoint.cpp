@@ -4,8 +4,8 @@
 #include <chrono>
 #include <filesystem>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include "ckpt/layout.h"
 #include "ckpt/shards.h"
@@ -21,12 +21,6 @@ namespace stdfs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-// Tokenizer files copied into every checkpoint, so `dstrain export` output is self-contained.
-const char* const kTokenizerFiles[] = {"tokenizer.json",      "tokenizer_config.json",
-                                       "vocab.json",          "merges.txt",
-                                       "added_tokens.json",   "special_tokens_map.json",
-                                       "generation_config.json"};
 
 torch::Tensor cpu_rng_state() {
   auto gen = at::detail::getDefaultCPUGenerator();
@@ -51,7 +45,7 @@ std::vector<ckpt::Piece> engine_pieces(const zero::Engine& engine) {
 }
 
 void copy_tokenizer_files(const std::string& from_dir, const stdfs::path& to_dir) {
-  for (const char* name : kTokenizerFiles) {
+  for (const char* name : ckpt::kTokenizerFiles) {
     const stdfs::path src = stdfs::path(from_dir) / name;
     if (stdfs::is_regular_file(src)) fs::write_file_atomic(to_dir / name, fs::read_file(src));
   }
@@ -72,31 +66,32 @@ std::string Trainer::save_checkpoint() {
     fs::create_dirs(tag_dir);
   }
   comm_->barrier();
-  ckpt::write_shard(tag_dir.string(), rank_, engine_pieces(*engine_), {{"rng_cpu", cpu_rng_state()}},
-                    json{{"rank", rank_}});
+  ckpt::write_shard(tag_dir.string(), rank_, engine_pieces(*engine_),
+                    {{"rng_cpu", cpu_rng_state()}}, json{{"rank", rank_}});
   comm_->barrier();
   if (rank_ == 0) {
-    fs::write_file_atomic(tag_dir / "config.yaml", config::to_yaml(cfg_));
+    fs::write_file_atomic(tag_dir / ckpt::kRunConfigFile, config::to_yaml(cfg_));
     fs::write_file_atomic(tag_dir / ckpt::kModelConfigFile,
                           model::to_json(model_config_).dump(2) + "\n");
     if (cfg_.model.tokenizer.empty()) copy_tokenizer_files(model_dir_, tag_dir);
     const auto ls = engine_->loss_scaler_state();
-    json manifest = {
-        {"step", step_},
-        {"tokens_seen", tokens_seen_},
-        {"zero_stage", cfg_.zero.stage},
-        {"compute_dtype", model::dtype_name(compute_dtype(cfg_))},
-        {"loader", json::parse(data::loader_state_to_json(loader_->state()))},
-        {"optimizer_steps", engine_->step_count()},
-        {"loss_scaler",
-         {{"scale", ls.scale}, {"good_steps", ls.good_steps}, {"hysteresis_left", ls.hysteresis_left}}},
-        {"model", {{"name_or_path", cfg_.model.name_or_path}, {"dir", model_dir_}}},
-        {"tokenizer", cfg_.model.tokenizer},
-        {"config", config::to_yaml(cfg_)},
-        {"train_loss", last_loss_},
-        {"created_unix",
-         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-             .count()}};
+    json manifest = {{"step", step_},
+                     {"tokens_seen", tokens_seen_},
+                     {"zero_stage", cfg_.zero.stage},
+                     {"compute_dtype", model::dtype_name(compute_dtype(cfg_))},
+                     {"loader", json::parse(data::loader_state_to_json(loader_->state()))},
+                     {"optimizer_steps", engine_->step_count()},
+                     {"loss_scaler",
+                      {{"scale", ls.scale},
+                       {"good_steps", ls.good_steps},
+                       {"hysteresis_left", ls.hysteresis_left}}},
+                     {"model", {{"name_or_path", cfg_.model.name_or_path}, {"dir", model_dir_}}},
+                     {"tokenizer", cfg_.model.tokenizer},
+                     {"config", config::to_yaml(cfg_)},
+                     {"train_loss", last_loss_},
+                     {"created_unix", std::chrono::duration<double>(
+                                          std::chrono::system_clock::now().time_since_epoch())
+                                          .count()}};
     ckpt::finalize(dir, tag, world_, manifest, cfg_.checkpoint.keep_last);
   }
   comm_->barrier();
@@ -113,8 +108,7 @@ void Trainer::restore(const std::string& tag_dir) {
   for (const auto& p : model_->named_parameters()) {
     const auto it = saved.find(p.key());
     if (it == saved.end() || it->second != p.value().sizes().vec()) {
-      fail(ErrorKind::kInput,
-           "checkpoint {} does not match the model: parameter {} is {} there",
+      fail(ErrorKind::kInput, "checkpoint {} does not match the model: parameter {} is {} there",
            tag_dir, p.key(), it == saved.end() ? "missing" : "of another shape");
     }
   }
@@ -122,19 +116,17 @@ void Trainer::restore(const std::string& tag_dir) {
   ls.scale = m.at("loss_scaler").at("scale").get<double>();
   ls.good_steps = m.at("loss_scaler").at("good_steps").get<int64_t>();
   ls.hysteresis_left = m.at("loss_scaler").at("hysteresis_left").get<int>();
-  engine_->load_state(
-      [&reader](const std::string& kind, const std::string& param, zero::Range r) {
-        return reader.read(kind, param, r.begin, r.end);
-      },
-      m.at("optimizer_steps").get<int64_t>(), ls);
+  engine_->load_state([&reader](const std::string& kind, const std::string& param,
+                                zero::Range r) { return reader.read(kind, param, r.begin, r.end); },
+                      m.at("optimizer_steps").get<int64_t>(), ls);
 
   data::LoaderState st =
       data::loader_state_from_json(m.at("loader").dump(), tag_dir + "/manifest.json");
   if (st.global_batch != loader_->global_batch()) {
     // Another world size (or batch): continue the epoch at the step that has seen as many samples.
     const int64_t seen = st.step * st.global_batch;
-    log::warn("global batch changed from {} to {}: continuing epoch {} after {} samples", st.global_batch,
-              loader_->global_batch(), st.epoch, seen);
+    log::warn("global batch changed from {} to {}: continuing epoch {} after {} samples",
+              st.global_batch, loader_->global_batch(), st.epoch, seen);
     st.step = seen / loader_->global_batch();
     st.micro_step = 0;
     st.global_batch = loader_->global_batch();
@@ -152,15 +144,16 @@ void Trainer::restore(const std::string& tag_dir) {
 }
 
 void Trainer::write_summary(const RunSummary& s) {
-  json j = {{"status", s.preempted ? "preempted" : "completed"},
-            {"steps", s.steps},
-            {"tokens", s.tokens},
-            {"train_loss", s.train_loss},
-            {"seconds", s.seconds},
-            {"tokens_per_s", s.seconds > 0 ? static_cast<double>(s.tokens_this_run) / s.seconds : 0.0},
-            {"checkpoint", s.checkpoint},
-            {"world_size", world_},
-            {"config", cfg_.source_path}};
+  json j = {
+      {"status", s.preempted ? "preempted" : "completed"},
+      {"steps", s.steps},
+      {"tokens", s.tokens},
+      {"train_loss", s.train_loss},
+      {"seconds", s.seconds},
+      {"tokens_per_s", s.seconds > 0 ? static_cast<double>(s.tokens_this_run) / s.seconds : 0.0},
+      {"checkpoint", s.checkpoint},
+      {"world_size", world_},
+      {"config", cfg_.source_path}};
   if (s.eval_loss >= 0) {
     j["eval_loss"] = s.eval_loss;
     j["eval_ppl"] = std::exp(s.eval_loss);

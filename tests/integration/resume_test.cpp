@@ -17,7 +17,9 @@ namespace dstrain::testing {
 namespace {
 namespace stdfs = std::filesystem;
 
-std::string metrics(const TempDir& d) { return d.file("run/metrics.jsonl"); }
+std::string metrics(const TempDir& d) {
+  return d.file("run/metrics.jsonl");
+}
 
 TEST(Resume, SameWorldSizeContinuesBitIdentically) {
   TempDir dir;
@@ -56,9 +58,8 @@ TEST(Resume, OtherWorldSizeAndStageContinuesTheCurve) {
   const auto full = read_metric(metrics(dir), "train/loss");
   stdfs::rename(metrics(dir), dir.file("full.jsonl"));
 
-  r = run_dstrain({"resume", dir.file("ckpt/step_00000010"), "--nproc", "3", "--set",
-                   "zero.stage=1"},
-                  {}, 120);
+  r = run_dstrain(
+      {"resume", dir.file("ckpt/step_00000010"), "--nproc", "3", "--set", "zero.stage=1"}, {}, 120);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const auto resumed = read_metric(metrics(dir), "train/loss");
   ASSERT_FALSE(resumed.empty());
@@ -134,10 +135,10 @@ TEST(Resume, RankKilledDuringSavesLeavesLoadableLatest) {
     const std::string tag = read_text(dir.file("ckpt/latest"));
     ASSERT_EQ(tag.rfind("step_", 0), 0u) << tag;
     const long step = std::stol(tag.substr(5));
-    r = run_dstrain({"resume", dir.file("ckpt/latest"), "--nproc", "1", "--set",
-                     "training.max_steps=" + std::to_string(step + 2), "--set",
-                     "checkpoint.save_final=false"},
-                    {}, 120);
+    r = run_dstrain(
+        {"resume", dir.file("ckpt/latest"), "--nproc", "1", "--set",
+         "training.max_steps=" + std::to_string(step + 2), "--set", "checkpoint.save_final=false"},
+        {}, 120);
     EXPECT_EQ(r.exit_code, 0) << "attempt " << attempt << "\n" << r.out << r.err;
     const auto resumed = read_metric(metrics(dir), "train/loss");
     EXPECT_EQ(resumed.count(step + 1), 1u) << "attempt " << attempt;
@@ -165,8 +166,7 @@ TEST(Export, WritesHuggingFaceDirectoryThatTrainsOnFromTheCheckpoint) {
   JobSpec spec2;
   spec2.max_steps = 2;
   const std::string cfg2 = write_job_config(again.path(), spec2);
-  r = launch_job(cfg2, 1,
-                 {"model.name_or_path=" + dir.file("hf"), "model.init=pretrained"});
+  r = launch_job(cfg2, 1, {"model.name_or_path=" + dir.file("hf"), "model.init=pretrained"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const auto cont = read_metric(again.file("run/metrics.jsonl"), "train/loss");
   ASSERT_FALSE(cont.empty());

@@ -66,15 +66,17 @@ TEST_P(StageEquivalence, LossesMatchSingleProcessWithin1e5) {
   EXPECT_LT(got.rbegin()->second, got.begin()->second - 0.5);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Zero, StageEquivalence,
-    ::testing::Values(Case{0, 2, 1, 0.0}, Case{1, 2, 1, 0.0}, Case{2, 2, 1, 0.0},
-                      Case{2, 1, 2, 1.0}, Case{0, 3, 1, 1.0}, Case{1, 3, 2, 1.0},
-                      Case{2, 3, 2, 1.0}, Case{2, 2, 2, 0.0}),
-    [](const ::testing::TestParamInfo<Case>& i) {
-      return "Stage" + std::to_string(i.param.stage) + "World" + std::to_string(i.param.world) +
-             "Accum" + std::to_string(i.param.accum) + (i.param.clip > 0 ? "Clip" : "NoClip");
-    });
+INSTANTIATE_TEST_SUITE_P(Zero, StageEquivalence,
+                         ::testing::Values(Case{0, 2, 1, 0.0}, Case{1, 2, 1, 0.0},
+                                           Case{2, 2, 1, 0.0}, Case{2, 1, 2, 1.0},
+                                           Case{0, 3, 1, 1.0}, Case{1, 3, 2, 1.0},
+                                           Case{2, 3, 2, 1.0}, Case{2, 2, 2, 0.0}),
+                         [](const ::testing::TestParamInfo<Case>& i) {
+                           return "Stage" + std::to_string(i.param.stage) + "World" +
+                                  std::to_string(i.param.world) + "Accum" +
+                                  std::to_string(i.param.accum) +
+                                  (i.param.clip > 0 ? "Clip" : "NoClip");
+                         });
 
 }  // namespace
 }  // namespace dstrain::testing

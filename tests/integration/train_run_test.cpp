@@ -67,8 +67,8 @@ TEST(TrainRun, DatasetSmallerThanOneGlobalBatchIsExitTwo) {
   TempDir dir;
   std::ofstream(dir.file("small.txt")) << "just a few words\n";
   const std::string cfg = write_job_config(dir.path(), JobSpec{});
-  const RunResult r = launch_job(
-      cfg, 2, {"data.train_path=" + dir.file("small.txt"), "data.eval_split=0"});
+  const RunResult r =
+      launch_job(cfg, 2, {"data.train_path=" + dir.file("small.txt"), "data.eval_split=0"});
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_NE((r.out + r.err).find("global batch"), std::string::npos) << r.out << r.err;
 }
