@@ -39,21 +39,33 @@ torch::ScalarType compute_dtype(const config::Config& c) {
 }
 
 zero::EngineOptions engine_options(const config::Config& c) {
-  if (c.zero.stage > 2) {
+  const std::string& opt_dev = c.zero.offload_optimizer.device;
+  const std::string& param_dev = c.zero.offload_param.device;
+  if ((opt_dev != "none" && opt_dev != "cpu") || (param_dev != "none" && param_dev != "cpu")) {
     fail(ErrorKind::kNotImplemented,
-         "{}: zero.stage 3 is not available in this build yet; use stage 0, 1 or 2", c.source_path);
+         "{}: zero.offload_optimizer.device '{}' / offload_param.device '{}': only none and cpu "
+         "are available",
+         c.source_path, opt_dev, param_dev);
   }
-  if (c.zero.offload_optimizer.device != "none" || c.zero.offload_param.device != "none") {
+  if (opt_dev == "cpu" && c.zero.stage != 3) {
     fail(ErrorKind::kNotImplemented,
-         "{}: zero.offload_optimizer/offload_param are not available in this build yet; set "
-         "device: none",
-         c.source_path);
+         "{}: zero.offload_optimizer.device cpu is available with zero.stage 3 only so far (stage "
+         "is {})",
+         c.source_path, c.zero.stage);
+  }
+  if (param_dev == "cpu" && c.zero.stage != 3) {
+    fail(ErrorKind::kConfig, "{}: zero.offload_param.device cpu needs zero.stage 3 (stage is {})",
+         c.source_path, c.zero.stage);
   }
   zero::EngineOptions o;
   o.stage = c.zero.stage;
   o.reduce_bucket_size = c.zero.reduce_bucket_size;
   o.overlap_comm = c.zero.overlap_comm;
   o.contiguous_gradients = c.zero.contiguous_gradients;
+  o.prefetch_bucket_size = c.zero.stage3_prefetch_bucket_size;
+  o.param_persistence_threshold = c.zero.stage3_param_persistence_threshold;
+  o.offload_optimizer = opt_dev == "cpu";
+  o.offload_param = param_dev == "cpu";
   o.gradient_accumulation_steps = static_cast<int>(c.training.gradient_accumulation_steps);
   o.gradient_clipping = c.training.gradient_clipping;
   o.compute_dtype = compute_dtype(c);
@@ -83,8 +95,7 @@ optim::LrScheduleOptions schedule_options(const config::Config& c, int64_t total
   if (s.total_num_steps > 0) o.total_num_steps = s.total_num_steps;
   o.warmup_min_ratio = s.warmup_min_ratio;
   o.cos_min_ratio = s.cos_min_ratio;
-  // DeepSpeed's warmup length: warmup_steps when given, else the ratio of the run, else its
-  // default.
+  // DeepSpeed's warmup length: warmup_steps when given, else the ratio of the run, else its default.
   if (s.warmup_steps >= 0) {
     o.warmup_num_steps = s.warmup_steps;
   } else if (s.warmup_ratio > 0) {

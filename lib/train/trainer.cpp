@@ -17,6 +17,7 @@
 #include "model/hub.h"
 #include "model/weights.h"
 #include "train/component_options.h"
+#include "train/stage3_setup.h"
 
 namespace dstrain::train {
 namespace stdfs = std::filesystem;
@@ -57,10 +58,10 @@ void Trainer::init() {
   build_model();
   build_data();
 
-  std::vector<zero::NamedParameter> params;
-  for (const auto& p : model_->named_parameters()) params.push_back({p.key(), p.value()});
-  engine_ = std::make_unique<zero::Engine>(std::move(params), *comm_, optimizer_factory(cfg_),
-                                           engine_options(cfg_));
+  zero::EngineOptions engine_opts = engine_options(cfg_);
+  engine_opts.segments = forward_segments(*model_);
+  engine_ = std::make_unique<zero::Engine>(engine_parameters(*model_), *comm_,
+                                           optimizer_factory(cfg_), engine_opts);
 
   total_steps_ = cfg_.training.max_steps > 0 ? cfg_.training.max_steps
                                              : cfg_.training.epochs * loader_->steps_per_epoch();
@@ -129,7 +130,7 @@ double Trainer::train_step(double* fwd_bwd_s, double* data_s) {
     data::Batch b = loader_->next();
     *data_s += d.seconds();
     Stopwatch f;
-    const torch::Tensor logits = model_->forward(b.input_ids);
+    const torch::Tensor logits = forward_with_engine(*model_, *engine_, b.input_ids);
     const torch::Tensor loss = model::causal_lm_loss(logits, b.labels);
     engine_->backward(loss);
     loss_sum += loss.item<double>();
@@ -155,7 +156,8 @@ EvalResult Trainer::evaluate() {
   for (int64_t i = 0; i < batches; ++i) {
     auto b = eval.next();
     if (!b) break;
-    const auto ls = model::causal_lm_loss_sum(model_->forward(b->input_ids), b->labels);
+    const auto ls =
+        model::causal_lm_loss_sum(forward_with_engine(*model_, *engine_, b->input_ids), b->labels);
     acc[0] += ls.sum.item<double>();
     acc[1] += static_cast<double>(ls.count.item<int64_t>());
   }

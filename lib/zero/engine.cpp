@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "zero/grad_reducer.h"
 #include "zero/no_decay.h"
+#include "zero/stage3.h"
 
 namespace dstrain::zero {
 namespace {
@@ -29,6 +30,10 @@ Engine::Engine(std::vector<NamedParameter> params, comm::Communicator& comm,
       partition_(numels_of(params), comm.world_size(), options.reduce_bucket_size),
       scaler_(is_half(options.compute_dtype), options.loss_scaling) {
   validate();
+  if (options_.stage == 3) {
+    stage3_ = std::make_unique<Stage3Engine>(std::move(params), comm, make_optimizer, options_);
+    return;
+  }
   std::set<std::string> names;
   for (const NamedParameter& p : params) {
     if (!p.tensor.defined() || !p.tensor.requires_grad() || !p.tensor.is_leaf()) {
@@ -61,12 +66,20 @@ Engine::Engine(std::vector<NamedParameter> params, comm::Communicator& comm,
 Engine::~Engine() = default;
 
 void Engine::validate() const {
-  if (options_.stage == 3) {
-    fail(ErrorKind::kNotImplemented,
-         "zero_optimization.stage 3 is not supported yet; use 0, 1 or 2");
-  }
   if (options_.stage < 0 || options_.stage > 3) {
-    fail(ErrorKind::kConfig, "zero_optimization.stage is {}; expected 0, 1 or 2", options_.stage);
+    fail(ErrorKind::kConfig, "zero_optimization.stage is {}; expected 0, 1, 2 or 3",
+         options_.stage);
+  }
+  if (options_.offload_param && options_.stage != 3) {
+    fail(ErrorKind::kConfig, "offload_param needs zero_optimization.stage 3 (stage is {})",
+         options_.stage);
+  }
+  if (options_.offload_optimizer && options_.stage == 0) {
+    fail(ErrorKind::kConfig, "offload_optimizer needs zero_optimization.stage 1, 2 or 3");
+  }
+  if (options_.offload_optimizer && options_.stage < 3) {
+    fail(ErrorKind::kNotImplemented,
+         "offload_optimizer is implemented for zero_optimization.stage 3 only so far");
   }
   if (options_.gradient_accumulation_steps < 1) {
     fail(ErrorKind::kConfig, "gradient_accumulation_steps is {}; expected >= 1",
@@ -150,7 +163,16 @@ int64_t Engine::master_offset(const ParamPiece& piece) const {
   return piece.offset;
 }
 
+void Engine::pre_forward(size_t segment) {
+  if (stage3_) stage3_->pre_forward(segment);
+}
+
+void Engine::post_forward(size_t segment, const torch::Tensor& output) {
+  if (stage3_) stage3_->post_forward(segment, output);
+}
+
 void Engine::backward(const torch::Tensor& loss) {
+  if (stage3_) return stage3_->backward(loss);
   const int steps = options_.gradient_accumulation_steps;
   if (micro_step_ >= steps) {
     fail(ErrorKind::kInternal, "zero engine: backward() called {} times without step()",

@@ -52,10 +52,12 @@
 namespace dstrain::zero {
 
 class GradReducer;
+class Stage3Engine;
 
 struct NamedParameter {
   std::string name;
   torch::Tensor tensor;  // a leaf that requires grad; all on one device
+  int unit = 0;          // stage 3: the unit (e.g. decoder block) it is gathered with
 };
 
 // Builds the optimizer for a master shard of `shard_numel` fp32 elements; `no_decay` are the shard
@@ -64,7 +66,7 @@ using OptimizerFactory = std::function<std::unique_ptr<optim::Optimizer>(
     int64_t shard_numel, std::vector<optim::Range> no_decay)>;
 
 struct EngineOptions {
-  int stage = 0;                             // 0, 1 or 2
+  int stage = 0;                             // 0, 1, 2 or 3
   int64_t reduce_bucket_size = 500'000'000;  // elements per communication bucket
   bool overlap_comm = true;                  // launch buckets during backward as they fill
   bool contiguous_gradients = true;          // stage 2: copy grads into buckets as they arrive
@@ -72,6 +74,13 @@ struct EngineOptions {
   double gradient_clipping = 0.0;                     // max global L2 norm; 0 disables
   torch::ScalarType compute_dtype = torch::kFloat32;  // kFloat32, kBFloat16 or kHalf
   LossScalingOptions loss_scaling;                    // used only with kHalf
+  // Stage 3 (see stage3.h). `segments[k]`: the units forward segment k reads, in forward order;
+  // empty: one segment per unit, in unit order.
+  std::vector<std::vector<int>> segments;
+  int64_t prefetch_bucket_size = 50'000'000;      // elements gathered ahead of use
+  int64_t param_persistence_threshold = 100'000;  // smaller parameters stay gathered
+  bool offload_optimizer = false;  // master, optimizer state and the update on the host
+  bool offload_param = false;      // stage 3: parameter shards on the host
 };
 
 struct StepResult {
@@ -82,15 +91,20 @@ struct StepResult {
 
 // Bytes of the tensors the engine holds now, by category.
 struct MemoryReport {
-  int64_t compute_params = 0;     // flat parameter buffer (compute dtype)
-  int64_t gradients = 0;          // flat gradient buffer or gradient shard (compute dtype)
-  int64_t master_weights = 0;     // fp32 master (0 when it aliases the parameter buffer)
-  int64_t optimizer_state = 0;    // the optimizer's state tensors
-  int64_t comm_buffers = 0;       // transient bucket buffers held now (0 between steps)
-  int64_t comm_buffers_peak = 0;  // most transient bucket bytes ever held at once
+  int64_t compute_params = 0;        // flat parameter buffer (compute dtype)
+  int64_t gradients = 0;             // flat gradient buffer or gradient shard (compute dtype)
+  int64_t master_weights = 0;        // fp32 master (0 when it aliases the parameter buffer)
+  int64_t optimizer_state = 0;       // the optimizer's state tensors
+  int64_t comm_buffers = 0;          // transient bucket buffers held now (0 between steps)
+  int64_t comm_buffers_peak = 0;     // most transient bucket bytes ever held at once
+  int64_t gathered_params = 0;       // stage 3: gathered unit buffers held now (transient)
+  int64_t gathered_params_peak = 0;  // stage 3: most gathered bytes ever held at once
+  int64_t persistent_params = 0;     // stage 3: part of compute_params kept gathered for good
+  int64_t host_bytes = 0;            // part of model_states() held in host memory (offload)
   int64_t model_states() const {
     return compute_params + gradients + master_weights + optimizer_state;
   }
+  int64_t device_model_states() const { return model_states() - host_bytes; }
 };
 
 // One piece of fp32 training state this rank owns: elements [elements.begin, elements.end) of the
@@ -117,6 +131,11 @@ class Engine {
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
+
+  // Stage 3: bracket forward segment k (EngineOptions::segments) with these; `output` is the
+  // segment's output. No-ops at stages 0-2, so one forward serves every stage.
+  void pre_forward(size_t segment);
+  void post_forward(size_t segment, const torch::Tensor& output);
 
   // One micro-step: autograd on loss · loss_scale / accumulation_steps, gradient communication.
   void backward(const torch::Tensor& loss);
@@ -175,6 +194,7 @@ class Engine {
   std::unique_ptr<GradReducer> reducer_;
   std::vector<AccumulatorHandle> hooks_;
   int micro_step_ = 0;
+  std::unique_ptr<Stage3Engine> stage3_;  // stage 3: does everything
 };
 
 }  // namespace dstrain::zero

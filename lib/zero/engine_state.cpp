@@ -2,10 +2,12 @@
 #include "core/error.h"
 #include "zero/engine.h"
 #include "zero/grad_reducer.h"
+#include "zero/stage3.h"
 
 namespace dstrain::zero {
 
 MemoryReport Engine::bytes() const {
+  if (stage3_) return stage3_->bytes();
   MemoryReport report;
   report.compute_params = flat_params_.nbytes();
   if (flat_grad_.defined()) report.gradients += flat_grad_.nbytes();
@@ -18,20 +20,24 @@ MemoryReport Engine::bytes() const {
 }
 
 std::vector<std::string> Engine::state_kinds() const {
+  if (stage3_) return stage3_->state_kinds();
   std::vector<std::string> kinds{"master"};
   for (const auto& [name, tensor] : optimizer_->state()) kinds.push_back(name);
   return kinds;
 }
 
 int64_t Engine::step_count() const {
+  if (stage3_) return stage3_->step_count();
   return optimizer_->step_count();
 }
 
 LossScalerState Engine::loss_scaler_state() const {
+  if (stage3_) return stage3_->loss_scaler_state();
   return scaler_.state();
 }
 
 std::vector<StatePiece> Engine::owned_state() const {
+  if (stage3_) return stage3_->owned_state();
   const std::map<std::string, torch::Tensor> state = optimizer_->state();
   std::vector<StatePiece> out;
   for (const ParamPiece& piece : partition_.owned_pieces(comm_.rank())) {
@@ -52,6 +58,7 @@ std::vector<StatePiece> Engine::owned_state() const {
 
 void Engine::load_state(const StateSource& source, int64_t step_count,
                         const LossScalerState& scaler) {
+  if (stage3_) return stage3_->load_state(source, step_count, scaler);
   torch::NoGradGuard no_grad;
   const std::vector<std::string> kinds = state_kinds();
   std::map<std::string, torch::Tensor> loaded;

@@ -5,10 +5,12 @@
 #include "core/error.h"
 #include "zero/engine.h"
 #include "zero/grad_reducer.h"
+#include "zero/stage3.h"
 
 namespace dstrain::zero {
 
 StepResult Engine::step(double lr) {
+  if (stage3_) return stage3_->step(lr);
   if (micro_step_ != options_.gradient_accumulation_steps) {
     fail(ErrorKind::kInternal, "zero engine: step() after {} of {} backward() calls", micro_step_,
          options_.gradient_accumulation_steps);

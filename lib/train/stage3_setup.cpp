@@ -1,0 +1,61 @@
+#include "train/stage3_setup.h"
+
+#include <string>
+
+#include "core/error.h"
+
+namespace dstrain::train {
+
+std::vector<zero::NamedParameter> engine_parameters(model::DecoderModelImpl& model) {
+  const int head_unit = static_cast<int>(model.num_layers()) + 1;
+  const std::string layer_prefix = "model.layers.";
+  std::vector<zero::NamedParameter> out;
+  for (const auto& item : model.named_parameters()) {
+    const std::string& name = item.key();
+    int unit = head_unit;
+    if (name.rfind("model.embed_tokens.", 0) == 0) unit = 0;
+    if (name.rfind(layer_prefix, 0) == 0) {
+      unit = 1 + std::stoi(name.substr(layer_prefix.size()));
+    }
+    out.push_back({name, item.value(), unit});
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> forward_segments(const model::DecoderModelImpl& model) {
+  std::vector<std::vector<int>> segments{{0}};
+  for (int64_t i = 0; i < model.num_layers(); ++i) segments.push_back({static_cast<int>(1 + i)});
+  const int head = static_cast<int>(model.num_layers()) + 1;
+  segments.push_back(model.config().tie_word_embeddings ? std::vector<int>{head, 0}
+                                                        : std::vector<int>{head});
+  return segments;
+}
+
+torch::Tensor forward_with_engine(model::DecoderModelImpl& model, zero::Engine& engine,
+                                  const torch::Tensor& input_ids) {
+  const auto& config = model.config();
+  const int64_t T = input_ids.size(1);
+  if (config.sliding_window && T > *config.sliding_window) {
+    fail(ErrorKind::kNotImplemented,
+         "sequence length {} exceeds the model's sliding_window {}; windowed attention is not "
+         "implemented, use max_length <= {}",
+         T, *config.sliding_window, *config.sliding_window);
+  }
+  engine.pre_forward(0);
+  torch::Tensor h = model.embed(input_ids);
+  engine.post_forward(0, h);
+  auto [cos, sin] = model.rope(T, h);
+  for (int64_t i = 0; i < model.num_layers(); ++i) {
+    const auto segment = static_cast<size_t>(1 + i);
+    engine.pre_forward(segment);
+    h = model.layer(i, h, cos, sin);
+    engine.post_forward(segment, h);
+  }
+  const auto last = static_cast<size_t>(model.num_layers() + 1);
+  engine.pre_forward(last);
+  torch::Tensor logits = model.head(h);
+  engine.post_forward(last, logits);
+  return logits;
+}
+
+}  // namespace dstrain::train

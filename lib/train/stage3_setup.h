@@ -1,0 +1,30 @@
+#pragma once
+// How the trainer hands a decoder model to the ZeRO engine: parameters grouped into units (used by
+// stage 3: one per decoder block, the embedding, and the final norm with an untied lm_head) and
+// the forward pass cut into segments bracketed by the engine (embed → layer 0..L-1 → head). The
+// brackets are no-ops at stages 0-2, so the same forward serves every stage; the model itself
+// knows nothing of them.
+
+#include <vector>
+
+#include <torch/types.h>
+
+#include "model/model.h"
+#include "zero/engine.h"
+
+namespace dstrain::train {
+
+// named_parameters() in order, each with its unit: embed_tokens 0, model.layers.i.* 1 + i,
+// model.norm and lm_head L + 1.
+std::vector<zero::NamedParameter> engine_parameters(model::DecoderModelImpl& model);
+
+// Units read by each forward segment: {0}, {1}, ..., {L}, {L + 1} — plus the embedding unit for
+// the head when the embeddings are tied (lm_head is embed_tokens).
+std::vector<std::vector<int>> forward_segments(const model::DecoderModelImpl& model);
+
+// model.forward(input_ids) with every segment bracketed by engine.pre_forward/post_forward.
+// input_ids [B, T] int64 → logits [B, T, V].
+torch::Tensor forward_with_engine(model::DecoderModelImpl& model, zero::Engine& engine,
+                                  const torch::Tensor& input_ids);
+
+}  // namespace dstrain::train

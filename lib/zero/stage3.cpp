@@ -1,0 +1,173 @@
+// Stage 3: construction, the forward/backward unit schedule and gradient reduce-scatter.
+#include "zero/stage3.h"
+
+#include <algorithm>
+#include <set>
+
+#include "core/error.h"
+#include "zero/no_decay.h"
+#include "zero/storage.h"
+
+namespace dstrain::zero {
+namespace {
+
+// One bucket per unit: the whole unit is one all-gather and one reduce-scatter.
+constexpr int64_t kWholeUnit = int64_t{1} << 62;
+
+torch::Device host_for(bool offload, const torch::Device& device) {
+  return offload ? torch::Device(torch::kCPU) : device;
+}
+
+// Host memory for offloaded state: pinned when CUDA is there, so copies can be asynchronous.
+torch::TensorOptions state_options(const torch::Device& where, torch::ScalarType dtype,
+                                   const torch::Device& compute_device) {
+  auto options = torch::TensorOptions().dtype(dtype).device(where);
+  if (where.is_cpu() && compute_device.is_cuda()) options = options.pinned_memory(true);
+  return options;
+}
+
+}  // namespace
+
+Stage3Engine::Stage3Engine(std::vector<NamedParameter> params, comm::Communicator& comm,
+                           const OptimizerFactory& make_optimizer, const EngineOptions& options)
+    : comm_(comm),
+      options_(options),
+      device_(params.empty() ? torch::Device(torch::kCPU) : params.front().tensor.device()),
+      host_device_(host_for(options.offload_optimizer, device_)),
+      scaler_(options.compute_dtype == torch::kHalf, options.loss_scaling) {
+  validate(params);
+  torch::NoGradGuard no_grad;
+  build_units(params);
+  build_shards(params);
+  optimizer_ = make_optimizer(shard_numel_, no_decay_ranges());
+  if (!optimizer_) fail(ErrorKind::kInternal, "zero engine: the optimizer factory returned null");
+  for (size_t i = 0; i < params_.size(); ++i) {
+    hooks_.push_back(add_post_accumulate_hook(params_[i].tensor, [this, i] { on_grad_ready(i); }));
+  }
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (!units_[u].persistent) release(u);
+  }
+}
+
+Stage3Engine::~Stage3Engine() {
+  for (Reduction& r : in_flight_) r.work->wait();
+  for (Unit& unit : units_) {
+    if (unit.gather) unit.gather->wait();
+  }
+}
+
+void Stage3Engine::validate(const std::vector<NamedParameter>& params) const {
+  std::set<std::string> names;
+  for (const NamedParameter& p : params) {
+    if (!p.tensor.defined() || !p.tensor.requires_grad() || !p.tensor.is_leaf()) {
+      fail(ErrorKind::kInternal, "zero engine: parameter '{}' is not a leaf that requires grad",
+           p.name);
+    }
+    if (!names.insert(p.name).second) {
+      fail(ErrorKind::kInternal, "zero engine: parameter name '{}' appears twice", p.name);
+    }
+    if (p.tensor.device() != device_) {
+      fail(ErrorKind::kInternal, "zero engine: parameters on different devices ('{}')", p.name);
+    }
+    if (p.unit < 0) fail(ErrorKind::kInternal, "zero engine: '{}' has unit {}", p.name, p.unit);
+  }
+  if (options_.prefetch_bucket_size < 0 || options_.param_persistence_threshold < 0) {
+    fail(
+        ErrorKind::kConfig,
+        "stage3_prefetch_bucket_size ({}) and stage3_param_persistence_threshold ({}) must be >= 0",
+        options_.prefetch_bucket_size, options_.param_persistence_threshold);
+  }
+}
+
+// Units in the caller's numbering, then the persistent unit (always last, possibly empty).
+void Stage3Engine::build_units(const std::vector<NamedParameter>& params) {
+  int num = 0;
+  for (const NamedParameter& p : params) num = std::max(num, p.unit + 1);
+  std::vector<std::vector<size_t>> members(static_cast<size_t>(num) + 1);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const bool small = params[i].tensor.numel() < options_.param_persistence_threshold;
+    members[small ? static_cast<size_t>(num) : static_cast<size_t>(params[i].unit)].push_back(i);
+  }
+  params_ = params;
+  unit_of_.resize(params.size());
+  const int world = comm_.world_size();
+  for (size_t u = 0; u < members.size(); ++u) {
+    std::vector<int64_t> numels;
+    for (size_t i : members[u]) {
+      numels.push_back(params[i].tensor.numel());
+      unit_of_[i] = u;
+    }
+    Unit unit(members[u], Partition(numels, world, kWholeUnit));
+    unit.persistent = u == static_cast<size_t>(num);
+    unit.shard_offset = shard_numel_;
+    shard_numel_ += unit.partition.shard_numel();
+    units_.push_back(std::move(unit));
+  }
+  if (options_.segments.empty()) {
+    for (int u = 0; u < num; ++u) options_.segments.push_back({u});
+  }
+  for (const auto& segment : options_.segments) {
+    for (int u : segment) {
+      if (u < 0 || u >= num) {
+        fail(ErrorKind::kInternal, "zero engine: a segment reads unit {} of {}", u, num);
+      }
+    }
+  }
+}
+
+// Gathered buffers hold the original values (every rank holds the full model at this point, built
+// or loaded slice by slice by the caller); the shards are cut from them.
+void Stage3Engine::build_shards(const std::vector<NamedParameter>& params) {
+  const auto compute = torch::TensorOptions().dtype(options_.compute_dtype).device(device_);
+  const torch::Device param_home = host_for(options_.offload_param, device_);
+  param_shard_ =
+      torch::zeros({shard_numel_}, state_options(param_home, options_.compute_dtype, device_));
+  grad_shard_ = torch::zeros({shard_numel_}, compute);
+  master_aliases_params_ = options_.compute_dtype == torch::kFloat32 &&
+                           options_.offload_param == options_.offload_optimizer;
+  master_ =
+      master_aliases_params_
+          ? param_shard_
+          : torch::zeros({shard_numel_}, state_options(host_device_, torch::kFloat32, device_));
+  const int rank = comm_.rank();
+  for (Unit& unit : units_) {
+    // The master first, from the original fp32 values: compute-dtype rounding never reaches it.
+    for (const ParamPiece& piece : unit.partition.owned_pieces(rank)) {
+      const int64_t n = piece.elements.end - piece.elements.begin;
+      const torch::Tensor src =
+          params[unit.params[piece.param]].tensor.detach().reshape({-1}).narrow(
+              0, piece.elements.begin, n);
+      master_.narrow(0, unit.shard_offset + piece.offset, n).copy_(src);
+    }
+    unit.full = torch::zeros({unit.partition.padded_numel()}, compute);
+    for (size_t k = 0; k < unit.params.size(); ++k) {
+      torch::Tensor& p = params_[unit.params[k]].tensor;
+      const int64_t offset = unit.partition.param_offset(k);
+      const int64_t n = unit.partition.param_numel(k);
+      unit.full.narrow(0, offset, n).copy_(p.detach().reshape({-1}));
+      p.mutable_grad() = torch::Tensor();
+      p.set_data(unit.full.narrow(0, offset, n).view(p.sizes()));
+    }
+    unit.state = UnitState::kGathered;
+  }
+  if (!master_aliases_params_) param_shard_.copy_(master_);
+}
+
+std::vector<Range> Stage3Engine::no_decay_ranges() const {
+  std::vector<Range> ranges;
+  for (const Unit& unit : units_) {
+    for (const ParamPiece& piece : unit.partition.owned_pieces(comm_.rank())) {
+      const NamedParameter& p = params_[unit.params[piece.param]];
+      if (!takes_no_decay(p.name, p.tensor.dim())) continue;
+      const int64_t begin = unit.shard_offset + piece.offset;
+      ranges.push_back({begin, begin + piece.elements.end - piece.elements.begin});
+    }
+  }
+  return merge_ranges(std::move(ranges));
+}
+
+torch::Tensor Stage3Engine::shard_of(const Unit& unit, const torch::Tensor& shards) const {
+  return shards.narrow(0, unit.shard_offset, unit.partition.shard_numel());
+}
+
+}  // namespace dstrain::zero

@@ -1,0 +1,137 @@
+#pragma once
+// ZeRO stage 3: parameters, gradients, fp32 master weights and optimizer state all partitioned.
+// Internal to the engine (engine.h is the public interface; stage 3 is EngineOptions::stage = 3).
+//
+// Units. Parameters are grouped into units (NamedParameter::unit; the trainer makes one per
+// decoder block, one for the embedding and one for the final norm/head). Each unit has its own flat
+// buffer `full` [padded numel] in the compute dtype; the parameters are views of it. A unit's
+// buffer holds memory only while the unit is gathered (storage.h): rank r keeps chunk r of it
+// (`param_shard_`), and before the unit is used the chunks are all-gathered into `full`.
+// Parameters with fewer than `param_persistence_threshold` elements form one extra persistent unit
+// that is always gathered (refreshed by one all-gather after each step), so norms and biases cost
+// no gather per segment.
+//
+// Segments. The forward pass is a fixed sequence of segments (embed, layer 0..L-1, head), each
+// reading a set of units (EngineOptions::segments). The caller brackets each segment:
+//   pre_forward(k)          gathers the units of segment k (waiting for a prefetch), then starts
+//                           gathers of the following segments' units within prefetch_bucket_size
+//   post_forward(k, out)    releases units the next segment does not read; with grad mode on,
+//                           hooks `out` so that, in backward, the gradient of `out` arriving — the
+//                           moment before segment k's backward — gathers segment k's units again
+//                           and prefetches segment k-1's.
+// A unit used by two segments (the tied embedding: embed and head) is gathered for each. Gradients:
+// when every parameter of a unit has accumulated its gradient (post-accumulate hooks, so a tied
+// weight reports once, after both uses), the gradients are copied into a transient unit-sized
+// buffer, reduce-scattered (average) into this rank's gradient shard (added: micro-steps
+// accumulate) and the unit is released. Collectives are issued from the autograd thread in graph
+// order, identical on every rank.
+//
+// Communication per micro-step (Ψ elements): every unit is gathered once for forward and once for
+// backward and reduce-scattered once: 3Ψ in the ring model; a unit read by two segments adds one
+// gather (tied embedding: +Ψ_embed). The persistent unit: one reduce-scatter per micro-step and one
+// all-gather per step.
+//
+// Offload. offload_optimizer: master shard, optimizer state and the fp32 gradient copy live in host
+// memory (pinned when CUDA is available); the gradient shard is copied to the host, the optimizer
+// runs there, the updated values are copied back into the compute-dtype parameter shard.
+// offload_param: the compute-dtype parameter shard lives in host memory too and is copied to the
+// device as the all-gather input. On a CPU-only build the copies are host to host, through the
+// same code path.
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "comm/communicator.h"
+#include "zero/engine.h"
+
+namespace dstrain::zero {
+
+class Stage3Engine {
+ public:
+  Stage3Engine(std::vector<NamedParameter> params, comm::Communicator& comm,
+               const OptimizerFactory& make_optimizer, const EngineOptions& options);
+  ~Stage3Engine();
+
+  void pre_forward(size_t segment);
+  void post_forward(size_t segment, const torch::Tensor& output);
+  void backward(const torch::Tensor& loss);
+  StepResult step(double lr);
+
+  MemoryReport bytes() const;
+  std::vector<StatePiece> owned_state() const;
+  std::vector<std::string> state_kinds() const;
+  int64_t step_count() const;
+  LossScalerState loss_scaler_state() const;
+  void load_state(const StateSource& source, int64_t step_count, const LossScalerState& scaler);
+
+  size_t num_units() const { return units_.size(); }
+  // Elements of unit `unit` (without padding); the persistent unit is the last one.
+  int64_t unit_numel(size_t unit) const { return units_[unit].partition.numel(); }
+  bool unit_gathered(size_t unit) const { return units_[unit].state != UnitState::kFree; }
+
+ private:
+  enum class UnitState { kFree, kGathering, kGathered };
+  struct Unit {
+    Unit(std::vector<size_t> members, Partition layout)
+        : params(std::move(members)), partition(std::move(layout)) {}
+    std::vector<size_t> params;  // indices into params_, in flat order
+    Partition partition;         // the unit's own flat layout: one bucket, N chunks
+    int64_t shard_offset = 0;    // where this rank's chunk starts in the shards
+    bool persistent = false;
+    torch::Tensor full;  // [padded numel] compute dtype, on the device; storage only when gathered
+    UnitState state = UnitState::kFree;
+    std::unique_ptr<comm::Work> gather;
+    torch::Tensor gather_input;  // the chunk sent, kept alive until the gather completes
+    int waiting = 0;             // parameters whose gradient has not arrived in this backward
+    bool reduced = false;        // gradients reduce-scattered in this backward
+    torch::Tensor grad_full;     // transient [padded numel] while gradients arrive
+  };
+  struct Reduction {
+    std::unique_ptr<comm::Work> work;
+    torch::Tensor input, output, target;  // target += output on completion
+  };
+
+  void validate(const std::vector<NamedParameter>& params) const;
+  void build_units(const std::vector<NamedParameter>& params);
+  void build_shards(const std::vector<NamedParameter>& params);
+  std::vector<Range> no_decay_ranges() const;
+  torch::Tensor shard_of(const Unit& unit, const torch::Tensor& shards) const;
+  void launch_gather(size_t unit);
+  void wait_gathered(size_t unit);
+  void release(size_t unit);
+  void prefetch_after(size_t segment, int direction);
+  void pre_backward(size_t segment);
+  void on_grad_ready(size_t param);
+  void reduce_unit(size_t unit);
+  void retire_oldest();
+  void finish_backward();
+  void refresh_params();
+  void note_gathered();
+  int64_t gathered_bytes() const;
+
+  comm::Communicator& comm_;
+  EngineOptions options_;
+  torch::Device device_;
+  torch::Device host_device_;  // where offloaded state lives
+  std::vector<NamedParameter> params_;
+  std::vector<size_t> unit_of_;  // parameter → unit
+  std::vector<Unit> units_;
+  int64_t shard_numel_ = 0;    // Σ units' chunks
+  torch::Tensor param_shard_;  // [shard_numel] compute dtype (host when offload_param)
+  torch::Tensor grad_shard_;   // [shard_numel] compute dtype, on the device
+  torch::Tensor master_;       // [shard_numel] fp32 (host when offload_optimizer)
+  bool master_aliases_params_ = false;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  LossScaler scaler_;
+  std::vector<AccumulatorHandle> hooks_;
+  std::deque<Reduction> in_flight_;
+  int micro_step_ = 0;
+  bool in_backward_ = false;
+  int64_t gathered_peak_ = 0;
+};
+
+}  // namespace dstrain::zero
