@@ -57,9 +57,7 @@ void Trainer::init() {
   build_model();
   build_data();
 
-  std::vector<zero::NamedParameter> params;
-  for (const auto& p : model_->named_parameters()) params.push_back({p.key(), p.value()});
-  engine_ = std::make_unique<zero::Engine>(std::move(params), *comm_, optimizer_factory(cfg_),
+  engine_ = std::make_unique<zero::Engine>(trainable_parameters(), *comm_, optimizer_factory(cfg_),
                                            engine_options(cfg_));
 
   total_steps_ = cfg_.training.max_steps > 0
@@ -102,6 +100,7 @@ void Trainer::build_model() {
   // casts it to the compute dtype and keeps the fp32 master weights.
   model_ = model::build_model(model_config_, torch::kFloat32, cfg_.training.seed);
   if (cfg_.model.init == "pretrained") model::load_weights(*model_, model_dir_);
+  if (cfg_.lora.enabled) attach_lora();
   model_->train();
 }
 
@@ -253,6 +252,7 @@ RunSummary Trainer::run() {
   if (!s.preempted) {
     if (datasets_.eval && last_eval_step != step_) log_eval(evaluate());
     if (cfg_.checkpoint.save_final && last_save_step != step_) last_checkpoint_ = save_checkpoint();
+    if (lora_) save_lora_adapter();
   }
   s.steps = step_;
   s.tokens = tokens_seen_;

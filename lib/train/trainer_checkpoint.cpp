@@ -96,6 +96,7 @@ std::string Trainer::save_checkpoint() {
         {"created_unix",
          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
              .count()}};
+    add_lora_manifest(manifest);
     ckpt::finalize(dir, tag, world_, manifest, cfg_.checkpoint.keep_last);
   }
   comm_->barrier();
@@ -106,15 +107,16 @@ std::string Trainer::save_checkpoint() {
 void Trainer::restore(const std::string& tag_dir) {
   ckpt::CheckpointReader reader(tag_dir);
   const json& m = reader.manifest();
+  check_lora_checkpoint(m, tag_dir);
   // Same architecture: every parameter present with the same shape.
   std::map<std::string, std::vector<int64_t>> saved;
   for (auto& [name, shape] : reader.params("master")) saved[name] = shape;
-  for (const auto& p : model_->named_parameters()) {
-    const auto it = saved.find(p.key());
-    if (it == saved.end() || it->second != p.value().sizes().vec()) {
+  for (const auto& p : trainable_parameters()) {
+    const auto it = saved.find(p.name);
+    if (it == saved.end() || it->second != p.tensor.sizes().vec()) {
       fail(ErrorKind::kInput,
            "checkpoint {} does not match the model: parameter {} is {} there",
-           tag_dir, p.key(), it == saved.end() ? "missing" : "of another shape");
+           tag_dir, p.name, it == saved.end() ? "missing" : "of another shape");
     }
   }
   zero::LossScalerState ls;
