@@ -81,5 +81,27 @@ TEST(LoraConfig, BiasOtherThanNoneIsRefusedClearly) {
                {"test.yaml", "lora.bias 'all'", "only none"});
 }
 
+// lora.init_from: the adapter's shape-defining settings win over the config's; the training ones
+// (dropout, seed, init) stay the config's.
+TEST(LoraConfig, InitFromTakesRankAlphaTargetsAndRsLoraFromTheAdapter) {
+  LoraOptions config = small_options();
+  config.dropout = 0.1;
+  Adapter adapter;
+  adapter.options.r = 32;
+  adapter.options.alpha = 64;
+  adapter.options.dropout = 0.0;
+  adapter.options.target_modules = {R"(.*\.o_proj)"};
+  adapter.options.target_regex = true;
+  adapter.options.use_rslora = true;
+  const LoraOptions o = train::options_from_adapter(config, adapter, "adapter_dir");
+  EXPECT_EQ(o.r, 32);
+  EXPECT_EQ(o.alpha, 64);
+  EXPECT_EQ(o.target_modules, adapter.options.target_modules);
+  EXPECT_TRUE(o.target_regex);
+  EXPECT_TRUE(o.use_rslora);
+  EXPECT_EQ(o.dropout, 0.1);
+  EXPECT_EQ(o.seed, config.seed);
+}
+
 }  // namespace
 }  // namespace dstrain::lora::testing
