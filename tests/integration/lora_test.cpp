@@ -186,6 +186,37 @@ TEST(LoraTrain, ResumeContinuesBitIdenticallyAndRefusesAnotherBase) {
   EXPECT_NE((r.out + r.err).find("checksum"), std::string::npos) << r.out << r.err;
 }
 
+// A pretrained base (Hugging Face files): the checkpoint refers to it by checksum, so replacing the
+// files is caught by resume and by export --merge-lora alike.
+TEST(LoraTrain, PretrainedBaseThatChangedIsRefusedOnResumeAndMerge) {
+  TempDir dir;
+  const std::string base_dir = dir.file("base");
+  model::save_weights(*model::build_model(tiny_config(), torch::kFloat, 3), base_dir,
+                      torch::kFloat);
+  JobSpec spec;
+  spec.nproc = 2;
+  spec.stage = 1;
+  spec.max_steps = 6;
+  spec.checkpoint_interval = 3;
+  const std::string cfg = write_lora_job(dir, spec);
+  const std::vector<std::string> base = {"model.name_or_path=" + base_dir, "model.init=pretrained"};
+  RunResult r = launch_job(cfg, 2, base);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  r = run_dstrain({"export", dir.file("ckpt/latest"), "--merge-lora", "--out", dir.file("merged")});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+
+  model::save_weights(*model::build_model(tiny_config(), torch::kFloat, 4), base_dir,
+                      torch::kFloat);
+  r = run_dstrain({"resume", dir.file("ckpt/step_00000003")}, {}, 120);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE((r.out + r.err).find("resume with the same base model"), std::string::npos)
+      << r.out << r.err;
+  r = run_dstrain(
+      {"export", dir.file("ckpt/latest"), "--merge-lora", "--out", dir.file("merged2")});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("use the same base model"), std::string::npos) << r.err;
+}
+
 TEST(LoraTrain, UnknownTargetModuleIsAConfigErrorListingTheModules) {
   TempDir dir;
   JobSpec spec;
