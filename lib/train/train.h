@@ -42,5 +42,4 @@ struct ExportOptions {
 // (config.json, model.safetensors or shards + index, tokenizer files when the run had them).
 int run_export(const ExportOptions& options);
 
-
 }  // namespace dstrain::train

@@ -57,8 +57,8 @@ void Trainer::init() {
   build_model();
   build_data();
 
-  engine_ = std::make_unique<zero::Engine>(trainable_parameters(), *comm_, optimizer_factory(cfg_),
-                                           engine_options(cfg_));
+  engine_ = std::make_unique<zero::Engine>(trainable_parameters(), *comm_,
+                                           optimizer_factory(cfg_), engine_options(cfg_));
 
   total_steps_ = cfg_.training.max_steps > 0
                      ? cfg_.training.max_steps
