@@ -118,6 +118,9 @@ void Trainer::attach_lora() {
     options = options_from_adapter(options, adapter, cfg_.lora.init_from);
     key = (stdfs::path(cfg_.lora.init_from) / lora::kAdapterConfigFile).string();
   }
+  // LibTorch seeds its default CPU generator nondeterministically, and LoRA dropout draws from it
+  // (its state is part of every checkpoint): seed it, per rank, so that a run is reproducible.
+  torch::manual_seed(cfg_.training.seed + static_cast<uint64_t>(rank_));
   base_checksum_ = lora::base_checksum(*model_);
   for (auto& p : model_->parameters()) p.set_requires_grad(false);
   model_->to(compute_dtype(cfg_));

@@ -121,7 +121,7 @@ TEST(LoraTrain, SeedSectionTrainsOnTwoRanksAndExportsAdapterAndMergedModel) {
   EXPECT_EQ(config.at("lora_alpha"), 32);
   EXPECT_EQ(config.at("peft_type"), "LORA");
   r = run_dstrain(
-      {"export", dir.file("ckpt/latest"), "--adapter-only", "--out", dir.file("adapter")});
+      {"export", dir.file("ckpt/latest"), "--adapter-only", "--out", dir.file("adapter")}, {}, 120);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const lora::Adapter a = lora::read_adapter(run_adapter);
   const lora::Adapter b = lora::read_adapter(dir.file("adapter"));
@@ -132,11 +132,12 @@ TEST(LoraTrain, SeedSectionTrainsOnTwoRanksAndExportsAdapterAndMergedModel) {
   }
 
   r = run_dstrain({"export", dir.file("ckpt/latest"), "--merge-lora", "--dtype", "float32", "--out",
-                   dir.file("merged")});
+                   dir.file("merged")},
+                  {}, 120);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   expect_merged_is_base_plus_delta(dir.file("merged"), run_adapter);
 
-  r = run_dstrain({"export", dir.file("ckpt/latest"), "--out", dir.file("plain")});
+  r = run_dstrain({"export", dir.file("ckpt/latest"), "--out", dir.file("plain")}, {}, 120);
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_NE(r.err.find("--adapter-only"), std::string::npos) << r.err;
 
@@ -171,6 +172,11 @@ TEST(LoraTrain, ResumeContinuesBitIdenticallyAndRefusesAnotherBase) {
   ASSERT_EQ(full.size(), 20u);
   stdfs::rename(metrics, dir.file("full.jsonl"));
 
+  // Dropout draws random numbers: a second run of the same config must still repeat the first.
+  r = launch_job(cfg, 2, {"logging.out_dir=" + dir.file("again"), "checkpoint.interval=0"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(read_metric(dir.file("again/metrics.jsonl"), "train/loss"), full);
+
   r = run_dstrain({"resume", dir.file("ckpt/step_00000010")}, {}, 120);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const auto resumed = read_metric(metrics, "train/loss");
@@ -202,7 +208,8 @@ TEST(LoraTrain, PretrainedBaseThatChangedIsRefusedOnResumeAndMerge) {
   const std::vector<std::string> base = {"model.name_or_path=" + base_dir, "model.init=pretrained"};
   RunResult r = launch_job(cfg, 2, base);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  r = run_dstrain({"export", dir.file("ckpt/latest"), "--merge-lora", "--out", dir.file("merged")});
+  r = run_dstrain({"export", dir.file("ckpt/latest"), "--merge-lora", "--out", dir.file("merged")},
+                  {}, 120);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
 
   model::save_weights(*model::build_model(tiny_config(), torch::kFloat, 4), base_dir,
@@ -211,8 +218,8 @@ TEST(LoraTrain, PretrainedBaseThatChangedIsRefusedOnResumeAndMerge) {
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_NE((r.out + r.err).find("resume with the same base model"), std::string::npos)
       << r.out << r.err;
-  r = run_dstrain(
-      {"export", dir.file("ckpt/latest"), "--merge-lora", "--out", dir.file("merged2")});
+  r = run_dstrain({"export", dir.file("ckpt/latest"), "--merge-lora", "--out", dir.file("merged2")},
+                  {}, 120);
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_NE(r.err.find("use the same base model"), std::string::npos) << r.err;
 }
