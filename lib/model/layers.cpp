@@ -20,6 +20,24 @@ torch::Tensor repeat_kv(const torch::Tensor& x, int64_t groups) {
 
 }  // namespace
 
+void ProjectionAdapters::set(const std::string& projection,
+                             std::shared_ptr<LinearAdapter> adapter) {
+  if (adapter) {
+    by_name_[projection] = std::move(adapter);
+  } else {
+    by_name_.erase(projection);
+  }
+}
+
+torch::Tensor ProjectionAdapters::apply(const std::string& projection, torch::nn::Linear& linear,
+                                        const torch::Tensor& x, bool training) const {
+  torch::Tensor y = linear(x);
+  if (by_name_.empty()) return y;
+  const auto it = by_name_.find(projection);
+  if (it == by_name_.end()) return y;
+  return y + it->second->delta(x, training);
+}
+
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
@@ -45,9 +63,11 @@ AttentionImpl::AttentionImpl(const ModelConfig& c)
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
                                      const torch::Tensor& sin) {
   const int64_t B = x.size(0), T = x.size(1);
-  torch::Tensor q = q_proj(x).view({B, T, heads_, head_dim_});     // [B, T, H, D]
-  torch::Tensor k = k_proj(x).view({B, T, kv_heads_, head_dim_});  // [B, T, KV, D]
-  const torch::Tensor v = v_proj(x).view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
+  const bool train = is_training();
+  torch::Tensor q = adapters.apply("q_proj", q_proj, x, train).view({B, T, heads_, head_dim_});
+  torch::Tensor k = adapters.apply("k_proj", k_proj, x, train).view({B, T, kv_heads_, head_dim_});
+  const torch::Tensor v =
+      adapters.apply("v_proj", v_proj, x, train).view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
   if (q_norm) {
     q = q_norm(q);
     k = k_norm(k);
@@ -57,7 +77,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   const int64_t groups = heads_ / kv_heads_;
   const torch::Tensor out =
       compat::scaled_dot_product_attention(q, repeat_kv(k, groups), repeat_kv(v, groups), true);
-  return o_proj(out.transpose(1, 2).reshape({B, T, heads_ * head_dim_}));
+  return adapters.apply("o_proj", o_proj, out.transpose(1, 2).reshape({B, T, heads_ * head_dim_}),
+                        train);
 }
 
 MlpImpl::MlpImpl(const ModelConfig& c) {
@@ -67,7 +88,10 @@ MlpImpl::MlpImpl(const ModelConfig& c) {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
+  const bool train = is_training();
+  const torch::Tensor h = torch::silu(adapters.apply("gate_proj", gate_proj, x, train)) *
+                          adapters.apply("up_proj", up_proj, x, train);
+  return adapters.apply("down_proj", down_proj, h, train);
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) {

@@ -4,11 +4,40 @@
 // Shapes: B batch, T sequence, C hidden_size, H query heads, KV key/value heads, D head_dim, I MLP
 // width.
 
+#include <map>
+#include <memory>
+#include <string>
+
 #include <torch/torch.h>
 
 #include "model/model_config.h"
 
 namespace dstrain::model {
+
+// Something added to a projection's output, computed from the same input: LoRA's
+// B·A·dropout(x)·scale (lib/lora). x [..., in] → [..., out] in x's dtype. `training` is the owning
+// module's mode, so dropout-like adapters act only in training.
+class LinearAdapter {
+ public:
+  virtual ~LinearAdapter() = default;
+  virtual torch::Tensor delta(const torch::Tensor& x, bool training) = 0;
+};
+
+// The adapters of one module's projections, by projection name ("q_proj", ...). The model never
+// creates adapters; whoever sets one keeps its parameters (they are not the module's parameters,
+// so named_parameters() stays the Hugging Face state dict).
+class ProjectionAdapters {
+ public:
+  // A null adapter removes the projection's adapter.
+  void set(const std::string& projection, std::shared_ptr<LinearAdapter> adapter);
+  bool empty() const { return by_name_.empty(); }
+  // linear(x) plus the projection's adapter delta, if it has one.
+  torch::Tensor apply(const std::string& projection, torch::nn::Linear& linear,
+                      const torch::Tensor& x, bool training) const;
+
+ private:
+  std::map<std::string, std::shared_ptr<LinearAdapter>> by_name_;
+};
 
 // RMSNorm with HF semantics: statistics in float32 whatever the input dtype, the normalised value
 // cast back to the input dtype and then scaled by `weight` [dim].
@@ -36,6 +65,8 @@ class AttentionImpl : public torch::nn::Module {
   torch::nn::Linear o_proj{nullptr};  // weight [C, H·D]
   RMSNorm q_norm{nullptr};            // [D], qwen3 only
   RMSNorm k_norm{nullptr};            // [D], qwen3 only
+  ProjectionAdapters adapters;        // keyed q_proj, k_proj, v_proj, o_proj
+
  private:
   int64_t heads_, kv_heads_, head_dim_;
 };
@@ -50,6 +81,7 @@ class MlpImpl : public torch::nn::Module {
   torch::nn::Linear gate_proj{nullptr};  // [I, C]
   torch::nn::Linear up_proj{nullptr};    // [I, C]
   torch::nn::Linear down_proj{nullptr};  // [C, I]
+  ProjectionAdapters adapters;           // keyed gate_proj, up_proj, down_proj
 };
 TORCH_MODULE(Mlp);
 

@@ -14,6 +14,7 @@
 #include "model/model.h"
 #include "model/model_config.h"
 #include "model/weights.h"
+#include "train/lora_export.h"
 #include "train/train.h"
 
 namespace dstrain::train {
@@ -30,11 +31,15 @@ int run_export(const ExportOptions& options) {
   const torch::ScalarType dtype = model::resolve_dtype(dtype_name, mc);
 
   torch::NoGradGuard no_grad;
-  model::DecoderModel m(mc);
-  for (auto& p : m->named_parameters()) {
-    p.value().copy_(reader.read_full("master", p.key()));
+  if (options.adapter_only || options.merge_lora || reader.manifest().contains("lora")) {
+    export_lora(options, reader, mc);
+  } else {
+    model::DecoderModel m(mc);
+    for (auto& p : m->named_parameters()) {
+      p.value().copy_(reader.read_full("master", p.key()));
+    }
+    model::save_weights(*m, options.out_dir, dtype);
   }
-  model::save_weights(*m, options.out_dir, dtype);
   int copied = 0;
   for (const char* name : ckpt::kTokenizerFiles) {
     const stdfs::path src = stdfs::path(tag_dir) / name;

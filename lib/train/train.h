@@ -33,6 +33,9 @@ struct ExportOptions {
   std::string checkpoint;
   std::string out_dir;
   std::string dtype = "auto";  // auto (the run's compute dtype) | float32 | bfloat16 | float16
+  // LoRA checkpoints (see docs/lora.md): exactly one of the two.
+  bool adapter_only = false;  // a PEFT adapter directory (auto dtype: float32)
+  bool merge_lora = false;    // the base model with B·A·scale added, in Hugging Face format
 };
 
 // `dstrain export`: consolidates a checkpoint into a Hugging Face model directory

@@ -51,6 +51,9 @@ void Trainer::init() {
   world_ = ro.world_size;
   log::set_rank(rank_);
   set_intra_op_threads();
+  // Anything random during training (dropout) draws from LibTorch's default generator, which is
+  // otherwise seeded at random: seed it so runs repeat exactly.
+  torch::manual_seed(cfg_.training.seed + static_cast<uint64_t>(rank_));
   comm_ = comm::make_gloo_communicator(ro);
   log::info("dstrain: {} rank(s), rendezvous at {}:{} done", world_, ro.master_addr,
             ro.master_port);
@@ -59,9 +62,19 @@ void Trainer::init() {
   build_data();
 
   zero::EngineOptions engine_opts = engine_options(cfg_);
-  engine_opts.segments = forward_segments(*model_);
-  engine_ = std::make_unique<zero::Engine>(engine_parameters(*model_), *comm_,
-                                           optimizer_factory(cfg_), engine_opts);
+  std::vector<zero::NamedParameter> params = trainable_parameters();
+  if (cfg_.zero.stage == 3) {
+    if (lora_) {
+      fail(ErrorKind::kNotImplemented,
+           "{}: LoRA with zero.stage 3 is not available yet; use stage 0, 1 or 2 (the frozen base "
+           "is not sharded, only the adapters are)",
+           cfg_.source_path);
+    }
+    params = engine_parameters(*model_);
+    engine_opts.segments = forward_segments(*model_);
+  }
+  engine_ = std::make_unique<zero::Engine>(std::move(params), *comm_, optimizer_factory(cfg_),
+                                           engine_opts);
 
   total_steps_ = cfg_.training.max_steps > 0 ? cfg_.training.max_steps
                                              : cfg_.training.epochs * loader_->steps_per_epoch();
@@ -89,12 +102,6 @@ void Trainer::init() {
 }
 
 void Trainer::build_model() {
-  if (cfg_.lora.enabled) {
-    fail(ErrorKind::kNotImplemented,
-         "{}: lora: LoRA fine-tuning is not available in this build yet; remove the lora section "
-         "(or set lora.enabled: false) to train all parameters",
-         cfg_.source_path);
-  }
   model_dir_ = model::resolve_model_dir(cfg_.model.name_or_path).string();
   model_config_ = model::load_model_config(model_dir_);
   const std::string tok = cfg_.model.tokenizer.empty() ? model_dir_ : cfg_.model.tokenizer;
@@ -108,6 +115,7 @@ void Trainer::build_model() {
   // casts it to the compute dtype and keeps the fp32 master weights.
   model_ = model::build_model(model_config_, torch::kFloat32, cfg_.training.seed);
   if (cfg_.model.init == "pretrained") model::load_weights(*model_, model_dir_);
+  if (cfg_.lora.enabled) attach_lora();
   model_->train();
 }
 
@@ -261,6 +269,7 @@ RunSummary Trainer::run() {
   if (!s.preempted) {
     if (datasets_.eval && last_eval_step != step_) log_eval(evaluate());
     if (cfg_.checkpoint.save_final && last_save_step != step_) last_checkpoint_ = save_checkpoint();
+    if (lora_) save_lora_adapter();
   }
   s.steps = step_;
   s.tokens = tokens_seen_;

@@ -9,10 +9,13 @@
 #include <memory>
 #include <string>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "comm/communicator.h"
 #include "config/config.h"
 #include "data/datasets.h"
 #include "data/loader.h"
+#include "lora/lora_model.h"
 #include "metrics/sinks.h"
 #include "model/model.h"
 #include "optim/lr_schedule.h"
@@ -66,6 +69,16 @@ class Trainer {
   // All-reduces `values` (sum) across ranks in place.
   void all_reduce_sum(std::vector<double>& values);
 
+  // LoRA (lora_setup.cpp). attach_lora freezes the base in the compute dtype and adds adapters.
+  void attach_lora();
+  // What the engine trains: the LoRA matrices with LoRA on, else every model parameter.
+  std::vector<zero::NamedParameter> trainable_parameters() const;
+  void add_lora_manifest(nlohmann::json& manifest) const;
+  // Error(kInput) when a checkpoint's LoRA-ness or base model differs from this run's.
+  void check_lora_checkpoint(const nlohmann::json& manifest, const std::string& tag_dir) const;
+  // Collective: rank 0 writes logging.out_dir/lora_adapter/ from the fp32 master weights.
+  void save_lora_adapter();
+
   config::Config cfg_;
   std::string resume_from_;
   int rank_ = 0;
@@ -77,6 +90,8 @@ class Trainer {
   model::DecoderModel model_{nullptr};
   data::Datasets datasets_;
   std::unique_ptr<data::Loader> loader_;
+  std::unique_ptr<lora::LoraModel> lora_;  // null without LoRA; outlives engine_ (declared first)
+  std::string base_checksum_;              // LoRA: lora::base_checksum of the fp32 base weights
   std::unique_ptr<zero::Engine> engine_;
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::unique_ptr<metrics::MetricsLogger> metrics_;

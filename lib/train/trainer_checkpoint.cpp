@@ -75,23 +75,23 @@ std::string Trainer::save_checkpoint() {
                           model::to_json(model_config_).dump(2) + "\n");
     if (cfg_.model.tokenizer.empty()) copy_tokenizer_files(model_dir_, tag_dir);
     const auto ls = engine_->loss_scaler_state();
-    json manifest = {{"step", step_},
-                     {"tokens_seen", tokens_seen_},
-                     {"zero_stage", cfg_.zero.stage},
-                     {"compute_dtype", model::dtype_name(compute_dtype(cfg_))},
-                     {"loader", json::parse(data::loader_state_to_json(loader_->state()))},
-                     {"optimizer_steps", engine_->step_count()},
-                     {"loss_scaler",
-                      {{"scale", ls.scale},
-                       {"good_steps", ls.good_steps},
-                       {"hysteresis_left", ls.hysteresis_left}}},
-                     {"model", {{"name_or_path", cfg_.model.name_or_path}, {"dir", model_dir_}}},
-                     {"tokenizer", cfg_.model.tokenizer},
-                     {"config", config::to_yaml(cfg_)},
-                     {"train_loss", last_loss_},
-                     {"created_unix", std::chrono::duration<double>(
-                                          std::chrono::system_clock::now().time_since_epoch())
-                                          .count()}};
+    json manifest = {
+        {"step", step_},
+        {"tokens_seen", tokens_seen_},
+        {"zero_stage", cfg_.zero.stage},
+        {"compute_dtype", model::dtype_name(compute_dtype(cfg_))},
+        {"loader", json::parse(data::loader_state_to_json(loader_->state()))},
+        {"optimizer_steps", engine_->step_count()},
+        {"loss_scaler",
+         {{"scale", ls.scale}, {"good_steps", ls.good_steps}, {"hysteresis_left", ls.hysteresis_left}}},
+        {"model", {{"name_or_path", cfg_.model.name_or_path}, {"dir", model_dir_}}},
+        {"tokenizer", cfg_.model.tokenizer},
+        {"config", config::to_yaml(cfg_)},
+        {"train_loss", last_loss_},
+        {"created_unix",
+         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+             .count()}};
+    add_lora_manifest(manifest);
     ckpt::finalize(dir, tag, world_, manifest, cfg_.checkpoint.keep_last);
   }
   comm_->barrier();
@@ -102,14 +102,16 @@ std::string Trainer::save_checkpoint() {
 void Trainer::restore(const std::string& tag_dir) {
   ckpt::CheckpointReader reader(tag_dir);
   const json& m = reader.manifest();
+  check_lora_checkpoint(m, tag_dir);
   // Same architecture: every parameter present with the same shape.
   std::map<std::string, std::vector<int64_t>> saved;
   for (auto& [name, shape] : reader.params("master")) saved[name] = shape;
-  for (const auto& p : model_->named_parameters()) {
-    const auto it = saved.find(p.key());
-    if (it == saved.end() || it->second != p.value().sizes().vec()) {
-      fail(ErrorKind::kInput, "checkpoint {} does not match the model: parameter {} is {} there",
-           tag_dir, p.key(), it == saved.end() ? "missing" : "of another shape");
+  for (const auto& p : trainable_parameters()) {
+    const auto it = saved.find(p.name);
+    if (it == saved.end() || it->second != p.tensor.sizes().vec()) {
+      fail(ErrorKind::kInput,
+           "checkpoint {} does not match the model: parameter {} is {} there",
+           tag_dir, p.name, it == saved.end() ? "missing" : "of another shape");
     }
   }
   zero::LossScalerState ls;

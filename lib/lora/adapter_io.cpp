@@ -1,0 +1,176 @@
+#include "lora/adapter_io.h"
+
+#include <cmath>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "model/safetensors.h"
+
+namespace dstrain::lora {
+namespace stdfs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kPrefix = "base_model.model.";
+
+json number(double v) {
+  if (std::floor(v) == v && std::abs(v) < 1e15) return static_cast<int64_t>(v);
+  return v;
+}
+
+json config_json(const Adapter& a) {
+  const LoraOptions& o = a.options;
+  json targets = o.target_regex ? json(o.target_modules.at(0)) : json(o.target_modules);
+  return {{"peft_type", "LORA"},
+          {"task_type", "CAUSAL_LM"},
+          {"r", o.r},
+          {"lora_alpha", number(o.alpha)},
+          {"lora_dropout", o.dropout},
+          {"target_modules", targets},
+          {"bias", "none"},
+          {"base_model_name_or_path", a.base_model},
+          {"use_rslora", o.use_rslora},
+          {"use_dora", false},
+          {"init_lora_weights", o.init == "gaussian" ? json("gaussian") : json(true)},
+          {"fan_in_fan_out", false},
+          {"inference_mode", true},
+          {"modules_to_save", nullptr},
+          {"layers_to_transform", nullptr},
+          {"layers_pattern", nullptr},
+          {"rank_pattern", json::object()},
+          {"alpha_pattern", json::object()},
+          {"revision", nullptr}};
+}
+
+// Error(kInput) unless `j[key]` is absent, null, false, or empty.
+void require_unset(const json& j, const char* key, const stdfs::path& file) {
+  if (!j.contains(key)) return;
+  const json& v = j.at(key);
+  if (v.is_null() || (v.is_boolean() && !v.get<bool>()) ||
+      ((v.is_object() || v.is_array()) && v.empty()))
+    return;
+  fail(ErrorKind::kInput, "{}: \"{}\" is {}; this build supports plain LoRA adapters without it",
+       file.string(), key, v.dump());
+}
+
+LoraOptions parse_options(const json& j, const stdfs::path& file) {
+  if (j.value("peft_type", "LORA") != "LORA") {
+    fail(ErrorKind::kInput, "{}: peft_type is {}; expected \"LORA\"", file.string(),
+         j.at("peft_type").dump());
+  }
+  if (j.contains("bias") && j.at("bias") != "none") {
+    fail(ErrorKind::kInput, "{}: bias is {}; only \"none\" is supported", file.string(),
+         j.at("bias").dump());
+  }
+  for (const char* key : {"use_dora", "rank_pattern", "alpha_pattern", "modules_to_save"}) {
+    require_unset(j, key, file);
+  }
+  LoraOptions o;
+  o.r = j.at("r").get<int64_t>();
+  o.alpha = j.at("lora_alpha").get<double>();
+  o.dropout = j.value("lora_dropout", 0.0);
+  o.use_rslora = j.value("use_rslora", false);
+  const json& t = j.at("target_modules");
+  if (t.is_string()) {
+    o.target_modules = {t.get<std::string>()};
+    o.target_regex = true;
+  } else {
+    o.target_modules = t.get<std::vector<std::string>>();
+  }
+  if (j.contains("init_lora_weights") && j.at("init_lora_weights") == "gaussian")
+    o.init = "gaussian";
+  if (o.r <= 0 || o.alpha <= 0) {
+    fail(ErrorKind::kInput, "{}: r ({}) and lora_alpha ({}) must be positive", file.string(), o.r,
+         o.alpha);
+  }
+  return o;
+}
+
+// "base_model.model.<module>.lora_A[.default].weight" → (<module>, 'A'); Error(kInput) otherwise.
+std::pair<std::string, char> split_tensor_name(const std::string& name, const stdfs::path& file) {
+  const std::string prefix = kPrefix;
+  if (name.compare(0, prefix.size(), prefix) == 0) {
+    std::string rest = name.substr(prefix.size());
+    for (const char* which : {"A", "B"}) {
+      for (const char* infix : {"", ".default"}) {
+        const std::string suffix = fmt::format(".lora_{}{}.weight", which, infix);
+        if (rest.size() > suffix.size() &&
+            rest.compare(rest.size() - suffix.size(), suffix.size(), suffix) == 0) {
+          return {rest.substr(0, rest.size() - suffix.size()), which[0]};
+        }
+      }
+    }
+  }
+  fail(ErrorKind::kInput,
+       "{}: tensor {} is not a LoRA weight; expected base_model.model.<module>.lora_A.weight or "
+       "lora_B.weight",
+       file.string(), name);
+}
+
+std::vector<LoraWeights> read_weights(const stdfs::path& file, int64_t r) {
+  model::SafetensorsFile st(file);
+  std::map<std::string, LoraWeights> by_module;
+  for (const auto& name : st.names()) {
+    const auto [module, which] = split_tensor_name(name, file);
+    LoraWeights& w = by_module[module];
+    w.module = module;
+    (which == 'A' ? w.A : w.B) = st.read(name);
+  }
+  std::vector<LoraWeights> out;
+  for (auto& [module, w] : by_module) {
+    if (!w.A.defined() || !w.B.defined()) {
+      fail(ErrorKind::kInput, "{}: module {} has lora_{} but not lora_{}", file.string(), module,
+           w.A.defined() ? "A" : "B", w.A.defined() ? "B" : "A");
+    }
+    if (w.A.dim() != 2 || w.B.dim() != 2 || w.A.size(0) != r || w.B.size(1) != r) {
+      fail(ErrorKind::kInput,
+           "{}: module {}: lora_A must be [r, in] and lora_B [out, r] with r = {} from "
+           "adapter_config.json",
+           file.string(), module, r);
+    }
+    out.push_back(std::move(w));
+  }
+  if (out.empty()) fail(ErrorKind::kInput, "{}: holds no LoRA weights", file.string());
+  return out;
+}
+
+}  // namespace
+
+void write_adapter(const stdfs::path& dir, const Adapter& adapter, torch::ScalarType dtype) {
+  fs::create_dirs(dir);
+  model::NamedTensors tensors;
+  for (const auto& w : adapter.weights) {
+    tensors.emplace_back(kPrefix + lora_a_name(w.module), w.A.detach());
+    tensors.emplace_back(kPrefix + lora_b_name(w.module), w.B.detach());
+  }
+  model::write_safetensors(dir / kAdapterWeightsFile, tensors, dtype);
+  fs::write_file_atomic(dir / kAdapterConfigFile, config_json(adapter).dump(2) + "\n");
+}
+
+Adapter read_adapter(const stdfs::path& dir) {
+  const stdfs::path config_file = dir / kAdapterConfigFile;
+  const stdfs::path weights_file = dir / kAdapterWeightsFile;
+  for (const auto& f : {config_file, weights_file}) {
+    if (!stdfs::is_regular_file(f)) {
+      fail(ErrorKind::kInput, "{} is not a PEFT LoRA adapter: {} is missing", dir.string(),
+           f.filename().string());
+    }
+  }
+  Adapter a;
+  try {
+    const json j = json::parse(fs::read_file(config_file));
+    a.options = parse_options(j, config_file);
+    const auto base = j.find("base_model_name_or_path");
+    if (base != j.end() && base->is_string()) a.base_model = base->get<std::string>();
+  } catch (const json::exception& e) {
+    fail(ErrorKind::kInput, "{}: not a valid adapter config: {}", config_file.string(), e.what());
+  }
+  a.weights = read_weights(weights_file, a.options.r);
+  return a;
+}
+
+}  // namespace dstrain::lora

@@ -1,0 +1,170 @@
+#include "lora/lora_model.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <map>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+
+namespace dstrain::lora {
+
+// The adapter installed in a projection: B·A·dropout(x)·scale. Holds the same tensor objects as
+// LoraModel::named_parameters(), so storage moved by the engine is seen here.
+class LoraAdapter : public model::LinearAdapter {
+ public:
+  LoraAdapter(torch::Tensor a, torch::Tensor b, double scale, double dropout)
+      : A(std::move(a)), B(std::move(b)), scale_(scale), dropout_(dropout) {}
+
+  // x [..., in] → [..., out]
+  torch::Tensor delta(const torch::Tensor& x, bool training) override {
+    const torch::Tensor h = training && dropout_ > 0 ? torch::dropout(x, dropout_, true) : x;
+    namespace F = torch::nn::functional;
+    return F::linear(F::linear(h, A), B) * scale_;
+  }
+
+  torch::Tensor A;  // [r, in]
+  torch::Tensor B;  // [out, r]
+
+ private:
+  double scale_;
+  double dropout_;
+};
+
+namespace {
+
+std::string shape_str(torch::IntArrayRef sizes) {
+  return fmt::format("[{}]", fmt::join(sizes, ", "));
+}
+
+// A [r, in] float32 from `gen`, as PEFT initialises it.
+torch::Tensor initial_a(int64_t r, int64_t in, const std::string& init, at::Generator& gen) {
+  torch::Tensor a = torch::empty({r, in}, torch::kFloat);
+  if (init == "gaussian") {
+    a.normal_(0.0, 1.0 / static_cast<double>(r), gen);
+  } else {
+    // kaiming_uniform_(a=√5): gain √(2/(1+5)), bound = gain·√(3/fan_in) = 1/√fan_in.
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+    a.uniform_(-bound, bound, gen);
+  }
+  return a;
+}
+
+}  // namespace
+
+std::string lora_a_name(const std::string& module) {
+  return module + ".lora_A.weight";
+}
+std::string lora_b_name(const std::string& module) {
+  return module + ".lora_B.weight";
+}
+
+LoraModel::LoraModel(model::DecoderModel model, LoraOptions options, const std::string& key)
+    : model_(std::move(model)), options_(std::move(options)) {
+  if (options_.init != "default" && options_.init != "gaussian") {
+    fail(ErrorKind::kConfig, "{}: lora.init '{}' is not supported; expected default or gaussian",
+         key, options_.init);
+  }
+  targets_ = resolve_targets(*model_, options_.target_modules, options_.target_regex,
+                             key + ": lora.target_modules");
+  // A generator of its own: the adapters' values depend on the seed alone, not on what else
+  // drew from the global generator.
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(options_.seed);
+  torch::NoGradGuard no_grad;
+  for (const auto& t : targets_) {
+    torch::Tensor a = initial_a(options_.r, t.in_features, options_.init, gen);
+    torch::Tensor b = torch::zeros({t.out_features, options_.r}, torch::kFloat);
+    a.set_requires_grad(true);
+    b.set_requires_grad(true);
+    auto adapter = std::make_shared<LoraAdapter>(a, b, options_.scale(), options_.dropout);
+    t.adapters->set(t.projection, adapter);
+    adapters_.push_back(std::move(adapter));
+  }
+}
+
+LoraModel::~LoraModel() {
+  for (const auto& t : targets_) t.adapters->set(t.projection, nullptr);
+}
+
+std::vector<std::string> LoraModel::modules() const {
+  std::vector<std::string> out;
+  for (const auto& t : targets_) out.push_back(t.path);
+  return out;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> LoraModel::named_parameters() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (size_t i = 0; i < targets_.size(); ++i) {
+    out.emplace_back(lora_a_name(targets_[i].path), adapters_[i]->A);
+    out.emplace_back(lora_b_name(targets_[i].path), adapters_[i]->B);
+  }
+  return out;
+}
+
+std::vector<LoraWeights> LoraModel::weights() const {
+  std::vector<LoraWeights> out;
+  for (size_t i = 0; i < targets_.size(); ++i) {
+    out.push_back({targets_[i].path, adapters_[i]->A, adapters_[i]->B});
+  }
+  return out;
+}
+
+int64_t LoraModel::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& a : adapters_) n += a->A.numel() + a->B.numel();
+  return n;
+}
+
+void LoraModel::load(const std::vector<LoraWeights>& from, const std::string& source) {
+  std::map<std::string, const LoraWeights*> by_module;
+  for (const auto& w : from) by_module[w.module] = &w;
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < targets_.size(); ++i) {
+    const auto it = by_module.find(targets_[i].path);
+    if (it == by_module.end()) {
+      fail(ErrorKind::kInput, "{}: the adapter has no weights for module {}", source,
+           targets_[i].path);
+    }
+    LoraAdapter& a = *adapters_[i];
+    if (it->second->A.sizes() != a.A.sizes() || it->second->B.sizes() != a.B.sizes()) {
+      fail(ErrorKind::kInput,
+           "{}: module {}: lora_A {} / lora_B {} do not fit this model, which needs {} / {}",
+           source, targets_[i].path, shape_str(it->second->A.sizes()),
+           shape_str(it->second->B.sizes()), shape_str(a.A.sizes()), shape_str(a.B.sizes()));
+    }
+    a.A.copy_(it->second->A);
+    a.B.copy_(it->second->B);
+    by_module.erase(it);
+  }
+  if (!by_module.empty()) {
+    fail(ErrorKind::kInput,
+         "{}: the adapter has weights for module {}, which this run does not adapt", source,
+         by_module.begin()->first);
+  }
+}
+
+void merge_lora(model::DecoderModelImpl& model, const std::vector<LoraWeights>& weights,
+                double scale) {
+  std::map<std::string, TargetModule> by_path;
+  for (auto& t : targetable_modules(model)) by_path[t.path] = t;
+  torch::NoGradGuard no_grad;
+  for (const auto& w : weights) {
+    const auto it = by_path.find(w.module);
+    if (it == by_path.end()) {
+      fail(ErrorKind::kInput, "LoRA module {} is not a projection of this model", w.module);
+    }
+    torch::Tensor& W = it->second.weight;
+    const torch::Tensor delta =
+        torch::matmul(w.B.to(torch::kFloat), w.A.to(torch::kFloat)) * scale;  // [out, in]
+    if (delta.sizes() != W.sizes()) {
+      fail(ErrorKind::kInput, "LoRA module {}: B·A is {} but the weight is {}", w.module,
+           shape_str(delta.sizes()), shape_str(W.sizes()));
+    }
+    W.copy_(W.to(torch::kFloat) + delta);
+  }
+}
+
+}  // namespace dstrain::lora

@@ -1,0 +1,77 @@
+#pragma once
+// LoRA on a DecoderModel: y = W·x + B·A·dropout(x)·scale for each targeted projection, with
+//   A [r, in]  (lora_A.weight)   B [out, r]  (lora_B.weight)   scale = alpha/r (rsLoRA: alpha/√r)
+// as PEFT defines it, so ΔW = B·A·scale.
+//
+// The adapters live beside the model, not inside it: the model's named_parameters() stay the
+// Hugging Face base weights, and LoraModel::named_parameters() are the only trainable tensors.
+// A and B are created float32 on the CPU: A from `seed` (default: kaiming-uniform with a=√5, i.e.
+// U(-1/√in, 1/√in); gaussian: N(0, (1/r)²)), drawn module by module in forward order from a
+// generator of its own (the global RNG is not touched), and B = 0, so the adapted model starts
+// equal to the base. Callers may move A and B into other storage (set_data, as the ZeRO engine
+// does): the adapters keep using the same tensor objects.
+//
+// Lifetime: the LoraModel must outlive every forward of the model; its destructor removes the
+// adapters from the model.
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "lora/options.h"
+#include "lora/targets.h"
+#include "model/model.h"
+
+namespace dstrain::lora {
+
+// The two matrices of one adapted module.
+struct LoraWeights {
+  std::string module;  // module path, e.g. "model.layers.0.self_attn.q_proj"
+  torch::Tensor A;     // [r, in]
+  torch::Tensor B;     // [out, r]
+};
+
+// Parameter names used for the trainable tensors (in checkpoints and the engine).
+std::string lora_a_name(const std::string& module);  // "<module>.lora_A.weight"
+std::string lora_b_name(const std::string& module);  // "<module>.lora_B.weight"
+
+class LoraAdapter;
+
+class LoraModel {
+ public:
+  // Resolves options.target_modules (Error(kConfig) as in targets.h, `key` names the config key),
+  // creates and initialises A and B, and installs the adapters. Error(kConfig) for an unknown init.
+  LoraModel(model::DecoderModel model, LoraOptions options, const std::string& key);
+  ~LoraModel();
+  LoraModel(const LoraModel&) = delete;
+  LoraModel& operator=(const LoraModel&) = delete;
+
+  const LoraOptions& options() const { return options_; }
+  // Adapted module paths in forward order.
+  std::vector<std::string> modules() const;
+  // (lora_A name, A), (lora_B name, B) per module, in forward order: the trainable parameters.
+  std::vector<std::pair<std::string, torch::Tensor>> named_parameters() const;
+  std::vector<LoraWeights> weights() const;
+  int64_t num_parameters() const;
+
+  // Copies `from` into A and B (any dtype). Error(kInput) naming the module when a module of this
+  // model is missing from `from`, `from` has a module this model does not adapt, or a shape
+  // differs; `source` names where `from` came from.
+  void load(const std::vector<LoraWeights>& from, const std::string& source);
+
+ private:
+  model::DecoderModel model_;
+  LoraOptions options_;
+  std::vector<TargetModule> targets_;
+  std::vector<std::shared_ptr<LoraAdapter>> adapters_;
+};
+
+// W += B·A·scale for every module of `weights` (computed in float32, stored in W's dtype).
+// Error(kInput) when a module is not a targetable projection of `model` or a shape differs.
+void merge_lora(model::DecoderModelImpl& model, const std::vector<LoraWeights>& weights,
+                double scale);
+
+}  // namespace dstrain::lora

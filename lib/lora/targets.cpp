@@ -1,0 +1,127 @@
+#include "lora/targets.h"
+
+#include <regex>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+
+namespace dstrain::lora {
+namespace {
+
+TargetModule make_target(const std::string& prefix, const std::string& projection, int64_t layer,
+                         torch::nn::Linear& linear, model::ProjectionAdapters& adapters) {
+  TargetModule t;
+  t.path = prefix + projection;
+  t.projection = projection;
+  t.layer = layer;
+  t.in_features = linear->options.in_features();
+  t.out_features = linear->options.out_features();
+  t.adapters = &adapters;
+  t.weight = linear->weight;
+  return t;
+}
+
+bool ends_with_dotted(const std::string& path, const std::string& name) {
+  return path.size() > name.size() &&
+         path.compare(path.size() - name.size(), name.size(), name) == 0 &&
+         path[path.size() - name.size() - 1] == '.';
+}
+
+std::regex compile(const std::string& pattern, const std::string& key) {
+  try {
+    return std::regex(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    fail(ErrorKind::kConfig, "{}: '{}' is not a valid regular expression: {}", key, pattern,
+         e.what());
+  }
+}
+
+}  // namespace
+
+std::vector<TargetModule> targetable_modules(model::DecoderModelImpl& model) {
+  std::vector<TargetModule> out;
+  for (int64_t i = 0; i < model.num_layers(); ++i) {
+    model::DecoderLayer layer = model.decoder_layer(i);
+    const std::string attn = fmt::format("model.layers.{}.self_attn.", i);
+    const std::string mlp = fmt::format("model.layers.{}.mlp.", i);
+    auto& a = *layer->self_attn;
+    auto& m = *layer->mlp;
+    out.push_back(make_target(attn, "q_proj", i, a.q_proj, a.adapters));
+    out.push_back(make_target(attn, "k_proj", i, a.k_proj, a.adapters));
+    out.push_back(make_target(attn, "v_proj", i, a.v_proj, a.adapters));
+    out.push_back(make_target(attn, "o_proj", i, a.o_proj, a.adapters));
+    out.push_back(make_target(mlp, "gate_proj", i, m.gate_proj, m.adapters));
+    out.push_back(make_target(mlp, "up_proj", i, m.up_proj, m.adapters));
+    out.push_back(make_target(mlp, "down_proj", i, m.down_proj, m.adapters));
+  }
+  return out;
+}
+
+std::string targetable_names(model::DecoderModelImpl& model) {
+  std::vector<std::string> names;
+  for (const auto& t : targetable_modules(model)) {
+    if (t.layer == 0) names.push_back(t.projection);
+  }
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+bool is_regex_target(const std::vector<std::string>& targets) {
+  return targets.size() == 1 && targets[0].find_first_of("*+?()[]{}|^$\\") != std::string::npos;
+}
+
+bool target_matches(const std::vector<std::string>& targets, bool regex, const std::string& path) {
+  if (regex) return std::regex_match(path, std::regex(targets.at(0), std::regex::ECMAScript));
+  for (const auto& name : targets) {
+    if (path == name || ends_with_dotted(path, name)) return true;
+  }
+  return false;
+}
+
+std::vector<TargetModule> resolve_targets(model::DecoderModelImpl& model,
+                                          const std::vector<std::string>& targets, bool regex,
+                                          const std::string& key) {
+  if (targets.empty())
+    fail(ErrorKind::kConfig, "{}: the list is empty; name modules such as q_proj", key);
+  std::vector<TargetModule> all = targetable_modules(model);
+  std::set<std::string> targetable;
+  for (const auto& t : all) targetable.insert(t.path);
+  const std::regex re = regex ? compile(targets[0], key) : std::regex();
+  // Every module of the model, so that a name selecting a norm or lm_head is told apart from a
+  // name selecting nothing.
+  std::set<std::string> used;
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    const std::string& path = item.key();
+    for (const auto& name : targets) {
+      const bool hit =
+          regex ? std::regex_match(path, re) : (path == name || ends_with_dotted(path, name));
+      if (!hit) continue;
+      used.insert(name);
+      if (!targetable.count(path)) {
+        fail(ErrorKind::kConfig,
+             "{}: '{}' selects module {}, which cannot carry a LoRA adapter; targetable modules "
+             "are the projections {}",
+             key, name, path, targetable_names(model));
+      }
+    }
+  }
+  for (const auto& name : targets) {
+    if (!used.count(name)) {
+      fail(ErrorKind::kConfig,
+           "{}: '{}' matches no module of the model (module paths look like "
+           "model.layers.0.self_attn.q_proj); targetable modules: {}",
+           key, name, targetable_names(model));
+    }
+  }
+  std::vector<TargetModule> out;
+  for (auto& t : all) {
+    if (regex ? std::regex_match(t.path, re) : target_matches(targets, false, t.path)) {
+      out.push_back(std::move(t));
+    }
+  }
+  return out;
+}
+
+}  // namespace dstrain::lora

@@ -1,0 +1,53 @@
+#pragma once
+// Which projections of a DecoderModel carry an adapter, chosen as PEFT chooses them.
+//
+// Module paths are the dotted names of named_modules(), e.g. "model.layers.3.self_attn.q_proj".
+// PEFT's rule: a list of names selects a module when its path equals a name or ends with "." + name
+// ("q_proj", "self_attn.q_proj"); a single string is a regular expression that must match the
+// whole path (Python's re.fullmatch). The config turns a single string into a one-element list, so
+// a one-element list whose entry holds a regex metacharacter (one of `*+?()[]{}|^$\`, none of
+// which occur in module names) is taken as the regex form; see is_regex_target().
+//
+// Only the decoder layers' projections can carry an adapter: q_proj k_proj v_proj o_proj
+// gate_proj up_proj down_proj. A target that selects nothing, or selects another kind of module
+// (a norm, an embedding, lm_head), is Error(kConfig) listing the names that can be targeted.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+
+namespace dstrain::lora {
+
+struct TargetModule {
+  std::string path;        // "model.layers.0.self_attn.q_proj"
+  std::string projection;  // "q_proj"
+  int64_t layer = 0;
+  int64_t in_features = 0;
+  int64_t out_features = 0;
+  model::ProjectionAdapters* adapters = nullptr;  // the owning module's adapter slots
+  torch::Tensor weight;                           // the projection's weight [out, in]
+};
+
+// Every projection that can carry an adapter, in forward order (layer by layer; q k v o, then
+// gate up down).
+std::vector<TargetModule> targetable_modules(model::DecoderModelImpl& model);
+
+// The projection names of targetable modules, for error messages: "q_proj, k_proj, ...".
+std::string targetable_names(model::DecoderModelImpl& model);
+
+// True when `targets` is the regex form (see above).
+bool is_regex_target(const std::vector<std::string>& targets);
+
+// PEFT's match of one module path against `targets` (`regex`: targets[0] is a full-match regex).
+bool target_matches(const std::vector<std::string>& targets, bool regex, const std::string& path);
+
+// The targetable modules selected by `targets`, in forward order. Error(kConfig) naming `key` (the
+// config key, e.g. "train.yaml: lora.target_modules") when a name selects no module, when the regex
+// is invalid or selects nothing, or when a selected module cannot carry an adapter.
+std::vector<TargetModule> resolve_targets(model::DecoderModelImpl& model,
+                                          const std::vector<std::string>& targets, bool regex,
+                                          const std::string& key);
+
+}  // namespace dstrain::lora

@@ -1,0 +1,210 @@
+// LoRA wiring of the trainer: the base model is frozen and kept in the compute dtype only (no
+// master copy, gradient or optimizer state: the engine sees only the adapters), checkpoints carry
+// the adapters plus a checksum of the base, and the run ends with a PEFT adapter directory.
+
+#include <filesystem>
+#include <map>
+
+#include <torch/torch.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "lora/base_checksum.h"
+#include "model/hub.h"
+#include "model/weights.h"
+#include "train/component_options.h"
+#include "train/lora_setup.h"
+#include "train/trainer.h"
+
+namespace dstrain::train {
+namespace stdfs = std::filesystem;
+using nlohmann::json;
+
+lora::LoraOptions lora_options(const config::Config& c) {
+  const auto& s = c.lora;
+  if (s.bias != "none") {
+    fail(ErrorKind::kNotImplemented,
+         "{}: lora.bias '{}' is not supported; only none (biases stay frozen) is", c.source_path,
+         s.bias);
+  }
+  lora::LoraOptions o;
+  o.r = s.r;
+  o.alpha = s.alpha;
+  o.dropout = s.dropout;
+  o.target_modules = s.target_modules;
+  o.target_regex = lora::is_regex_target(s.target_modules);
+  o.use_rslora = s.use_rslora;
+  o.init = s.init;
+  o.seed = c.training.seed;
+  return o;
+}
+
+lora::LoraOptions options_from_adapter(const lora::LoraOptions& from_config,
+                                       const lora::Adapter& adapter, const std::string& source) {
+  lora::LoraOptions o = from_config;
+  const lora::LoraOptions& a = adapter.options;
+  auto differs = [&](const char* key, const std::string& config, const std::string& adapter_v) {
+    if (config != adapter_v) {
+      log::warn("lora.init_from {}: using the adapter's {} = {} instead of the config's {}", source,
+                key, adapter_v, config);
+    }
+  };
+  differs("r", std::to_string(o.r), std::to_string(a.r));
+  differs("alpha", fmt::format("{}", o.alpha), fmt::format("{}", a.alpha));
+  differs("target_modules", json(o.target_modules).dump(), json(a.target_modules).dump());
+  differs("use_rslora", o.use_rslora ? "true" : "false", a.use_rslora ? "true" : "false");
+  o.r = a.r;
+  o.alpha = a.alpha;
+  o.target_modules = a.target_modules;
+  o.target_regex = a.target_regex;
+  o.use_rslora = a.use_rslora;
+  return o;
+}
+
+json lora_options_json(const lora::LoraOptions& o) {
+  return {{"r", o.r},
+          {"alpha", o.alpha},
+          {"dropout", o.dropout},
+          {"target_modules", o.target_modules},
+          {"target_regex", o.target_regex},
+          {"use_rslora", o.use_rslora},
+          {"init", o.init},
+          {"seed", o.seed}};
+}
+
+lora::LoraOptions lora_options_from_json(const json& j) {
+  lora::LoraOptions o;
+  o.r = j.at("r").get<int64_t>();
+  o.alpha = j.at("alpha").get<double>();
+  o.dropout = j.at("dropout").get<double>();
+  o.target_modules = j.at("target_modules").get<std::vector<std::string>>();
+  o.target_regex = j.at("target_regex").get<bool>();
+  o.use_rslora = j.at("use_rslora").get<bool>();
+  o.init = j.at("init").get<std::string>();
+  o.seed = j.at("seed").get<uint64_t>();
+  return o;
+}
+
+model::DecoderModel rebuild_base_model(const model::ModelConfig& config, const json& lora,
+                                       const std::string& checkpoint) {
+  const json& base = lora.at("base");
+  model::DecoderModel m =
+      model::build_model(config, torch::kFloat, base.at("seed").get<uint64_t>());
+  std::string from = fmt::format("random init with seed {}", base.at("seed").get<uint64_t>());
+  if (base.at("init") == "pretrained") {
+    std::string dir = base.at("dir").get<std::string>();
+    if (!stdfs::is_directory(dir))
+      dir = model::resolve_model_dir(base.at("name_or_path").get<std::string>()).string();
+    model::load_weights(*m, dir);
+    from = dir;
+  }
+  const std::string want = base.at("checksum").get<std::string>();
+  const std::string got = lora::base_checksum(*m);
+  if (got != want) {
+    fail(ErrorKind::kInput,
+         "{}: the base model ({}) has checksum {} but the adapter was trained on a base with "
+         "checksum {}; use the same base model",
+         checkpoint, from, got, want);
+  }
+  return m;
+}
+
+void Trainer::attach_lora() {
+  lora::LoraOptions options = lora_options(cfg_);
+  std::string key = cfg_.source_path;
+  lora::Adapter adapter;
+  if (!cfg_.lora.init_from.empty()) {
+    adapter = lora::read_adapter(cfg_.lora.init_from);
+    options = options_from_adapter(options, adapter, cfg_.lora.init_from);
+    key = (stdfs::path(cfg_.lora.init_from) / lora::kAdapterConfigFile).string();
+  }
+  // LibTorch seeds its default CPU generator nondeterministically, and LoRA dropout draws from it
+  // (its state is part of every checkpoint): seed it, per rank, so that a run is reproducible.
+  torch::manual_seed(cfg_.training.seed + static_cast<uint64_t>(rank_));
+  base_checksum_ = lora::base_checksum(*model_);
+  for (auto& p : model_->parameters()) p.set_requires_grad(false);
+  model_->to(compute_dtype(cfg_));
+  lora_ = std::make_unique<lora::LoraModel>(model_, options, key);
+  if (!cfg_.lora.init_from.empty()) lora_->load(adapter.weights, cfg_.lora.init_from);
+  const double base_n = static_cast<double>(model_config_.num_parameters(true));
+  log::info("LoRA r={} alpha={} on {} modules: {} trainable parameters ({:.3f}% of the base){}",
+            options.r, options.alpha, lora_->modules().size(), lora_->num_parameters(),
+            100.0 * static_cast<double>(lora_->num_parameters()) / base_n,
+            cfg_.lora.init_from.empty() ? std::string() : ", from " + cfg_.lora.init_from);
+}
+
+std::vector<zero::NamedParameter> Trainer::trainable_parameters() const {
+  std::vector<zero::NamedParameter> params;
+  if (lora_) {
+    for (auto& [name, t] : lora_->named_parameters()) params.push_back({name, t});
+  } else {
+    for (const auto& p : model_->named_parameters()) params.push_back({p.key(), p.value()});
+  }
+  return params;
+}
+
+void Trainer::add_lora_manifest(json& manifest) const {
+  if (!lora_) return;
+  json j = lora_options_json(lora_->options());
+  j["modules"] = lora_->modules();
+  j["base"] = {{"name_or_path", cfg_.model.name_or_path},
+               {"dir", model_dir_},
+               {"init", cfg_.model.init},
+               {"seed", cfg_.training.seed},
+               {"checksum", base_checksum_}};
+  manifest["lora"] = j;
+}
+
+void Trainer::check_lora_checkpoint(const json& manifest, const std::string& tag_dir) const {
+  const bool saved_lora = manifest.contains("lora");
+  if (saved_lora != static_cast<bool>(lora_)) {
+    fail(ErrorKind::kInput, "checkpoint {} is from a {} run but this run {}", tag_dir,
+         saved_lora ? "LoRA" : "full fine-tuning",
+         lora_ ? "trains LoRA adapters" : "has no lora section");
+  }
+  if (!lora_) return;
+  const std::string saved = manifest.at("lora").at("base").at("checksum").get<std::string>();
+  if (saved != base_checksum_) {
+    fail(ErrorKind::kInput,
+         "checkpoint {} holds a LoRA adapter for a base model with checksum {}, but this run's "
+         "base model ({}) has checksum {}; resume with the same base model",
+         tag_dir, saved, cfg_.model.name_or_path, base_checksum_);
+  }
+}
+
+void Trainer::save_lora_adapter() {
+  // Every rank owns some elements of the fp32 master (stages 1/2 shard it): each fills its pieces
+  // into a zeroed full copy and one all-reduce adds them. Adapters are small.
+  const auto params = lora_->named_parameters();
+  std::map<std::string, int64_t> offset;
+  int64_t total = 0;
+  for (const auto& [name, t] : params) {
+    offset[name] = total;
+    total += t.numel();
+  }
+  torch::Tensor flat = torch::zeros({total}, torch::kFloat);
+  for (const auto& piece : engine_->owned_state()) {
+    flat.narrow(0, offset.at(piece.param) + piece.elements.begin,
+                piece.elements.end - piece.elements.begin)
+        .copy_(piece.tensors.at("master"));
+  }
+  comm_->all_reduce(flat, comm::ReduceOp::kSum)->wait();
+  if (rank_ == 0) {
+    lora::Adapter adapter;
+    adapter.options = lora_->options();
+    adapter.base_model = cfg_.model.name_or_path;
+    for (const auto& w : lora_->weights()) {
+      auto full = [&](const std::string& name, const torch::Tensor& like) {
+        return flat.narrow(0, offset.at(name), like.numel()).view(like.sizes());
+      };
+      adapter.weights.push_back({w.module, full(lora::lora_a_name(w.module), w.A),
+                                 full(lora::lora_b_name(w.module), w.B)});
+    }
+    const stdfs::path dir = stdfs::path(cfg_.logging.out_dir) / "lora_adapter";
+    lora::write_adapter(dir, adapter, torch::kFloat);
+    log::info("LoRA adapter written to {}", dir.string());
+  }
+  comm_->barrier();
+}
+
+}  // namespace dstrain::train

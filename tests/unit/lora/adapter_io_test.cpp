@@ -1,0 +1,157 @@
+// PEFT adapter directories: what we write is what PEFT writes, and reading gives it back exactly.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/fs.h"
+#include "lora/adapter_io.h"
+#include "model/safetensors.h"
+#include "tests/unit/lora/lora_test_util.h"
+
+namespace dstrain::lora::testing {
+namespace {
+using nlohmann::json;
+
+Adapter sample_adapter(LoraOptions o = small_options()) {
+  auto m = small_model();
+  LoraModel lora(m, o, "k");
+  randomize_b(lora, 3);
+  Adapter a;
+  a.options = o;
+  a.base_model = "Qwen/Qwen2.5-0.5B";
+  for (const auto& w : lora.weights())
+    a.weights.push_back({w.module, w.A.detach().clone(), w.B.detach().clone()});
+  return a;
+}
+
+json read_json(const std::filesystem::path& p) {
+  return json::parse(fs::read_file(p));
+}
+
+TEST(AdapterIo, RoundTripGivesIdenticalTensorsAndConfig) {
+  TempDir dir;
+  LoraOptions o = small_options();
+  o.dropout = 0.05;
+  o.use_rslora = true;
+  const Adapter a = sample_adapter(o);
+  write_adapter(dir.path(), a);
+  const Adapter b = read_adapter(dir.path());
+  EXPECT_EQ(b.options.r, 4);
+  EXPECT_EQ(b.options.alpha, 8);
+  EXPECT_EQ(b.options.dropout, 0.05);
+  EXPECT_EQ(b.options.target_modules, o.target_modules);
+  EXPECT_FALSE(b.options.target_regex);
+  EXPECT_TRUE(b.options.use_rslora);
+  EXPECT_EQ(b.base_model, "Qwen/Qwen2.5-0.5B");
+  ASSERT_EQ(b.weights.size(), a.weights.size());
+  for (size_t i = 0; i < a.weights.size(); ++i) {
+    EXPECT_EQ(b.weights[i].module, a.weights[i].module);
+    EXPECT_TRUE(torch::equal(b.weights[i].A, a.weights[i].A)) << a.weights[i].module;
+    EXPECT_TRUE(torch::equal(b.weights[i].B, a.weights[i].B)) << a.weights[i].module;
+  }
+}
+
+TEST(AdapterIo, FilesHavePeftNamesShapesAndConfigKeys) {
+  TempDir dir;
+  write_adapter(dir.path(), sample_adapter());
+  model::SafetensorsFile st(dir / kAdapterWeightsFile);
+  const auto& a = st.info("base_model.model.model.layers.1.self_attn.v_proj.lora_A.weight");
+  EXPECT_EQ(a.shape, (std::vector<int64_t>{4, 64}));  // [r, in]
+  EXPECT_EQ(a.dtype, "F32");
+  const auto& b = st.info("base_model.model.model.layers.1.self_attn.v_proj.lora_B.weight");
+  EXPECT_EQ(b.shape, (std::vector<int64_t>{32, 4}));  // [out, r]
+  EXPECT_EQ(st.names().size(), 8u);
+  const json c = read_json(dir / kAdapterConfigFile);
+  EXPECT_EQ(c.at("peft_type"), "LORA");
+  EXPECT_EQ(c.at("task_type"), "CAUSAL_LM");
+  EXPECT_EQ(c.at("r"), 4);
+  EXPECT_EQ(c.at("lora_alpha"), 8);
+  EXPECT_EQ(c.at("target_modules"), json({"q_proj", "v_proj"}));
+  EXPECT_EQ(c.at("bias"), "none");
+  EXPECT_EQ(c.at("base_model_name_or_path"), "Qwen/Qwen2.5-0.5B");
+  EXPECT_EQ(c.at("use_rslora"), false);
+  EXPECT_EQ(c.at("fan_in_fan_out"), false);
+  EXPECT_EQ(c.at("inference_mode"), true);
+  EXPECT_TRUE(c.at("modules_to_save").is_null());
+}
+
+TEST(AdapterIo, RegexTargetIsWrittenAsOneStringAndReadBackAsRegex) {
+  TempDir dir;
+  LoraOptions o = small_options({R"(.*\.(q|v)_proj)"});
+  o.target_regex = true;
+  write_adapter(dir.path(), sample_adapter(o));
+  EXPECT_EQ(read_json(dir / kAdapterConfigFile).at("target_modules"), R"(.*\.(q|v)_proj)");
+  const Adapter b = read_adapter(dir.path());
+  EXPECT_TRUE(b.options.target_regex);
+  EXPECT_EQ(b.options.target_modules, o.target_modules);
+}
+
+// PEFT keeps an adapter-name infix in memory ("lora_A.default.weight"); files written from a
+// state dict taken at that point carry it.
+TEST(AdapterIo, AcceptsTheDefaultAdapterNameInfix) {
+  TempDir dir;
+  const Adapter a = sample_adapter();
+  write_adapter(dir.path(), a);
+  model::NamedTensors tensors;
+  for (const auto& w : a.weights) {
+    tensors.emplace_back("base_model.model." + w.module + ".lora_A.default.weight", w.A);
+    tensors.emplace_back("base_model.model." + w.module + ".lora_B.default.weight", w.B);
+  }
+  model::write_safetensors(dir / kAdapterWeightsFile, tensors, torch::kBFloat16);
+  const Adapter b = read_adapter(dir.path());
+  ASSERT_EQ(b.weights.size(), 4u);
+  EXPECT_EQ(b.weights[0].module, "model.layers.0.self_attn.q_proj");
+  EXPECT_EQ(b.weights[0].A.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(b.weights[0].A, a.weights[0].A.to(torch::kBFloat16)));
+}
+
+TEST(AdapterIo, UnsupportedOrBrokenAdaptersAreInputErrors) {
+  TempDir dir;
+  const Adapter a = sample_adapter();
+  write_adapter(dir.path(), a);
+  const auto cfg = dir / kAdapterConfigFile;
+  const json good = read_json(cfg);
+  auto with = [&](const char* key, json v) {
+    json j = good;
+    j[key] = std::move(v);
+    fs::write_file_atomic(cfg, j.dump());
+  };
+  with("bias", "all");
+  expect_error([&] { read_adapter(dir.path()); }, ErrorKind::kInput, {"bias", "none"});
+  with("use_dora", true);
+  expect_error([&] { read_adapter(dir.path()); }, ErrorKind::kInput, {"use_dora"});
+  with("peft_type", "IA3");
+  expect_error([&] { read_adapter(dir.path()); }, ErrorKind::kInput, {"peft_type"});
+  fs::write_file_atomic(cfg, good.dump());
+
+  model::write_safetensors(
+      dir / kAdapterWeightsFile,
+      {{"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", a.weights[0].A}});
+  expect_error([&] { read_adapter(dir.path()); }, ErrorKind::kInput,
+               {"model.layers.0.self_attn.q_proj has lora_A but not lora_B"});
+  model::write_safetensors(dir / kAdapterWeightsFile, {{"lm_head.weight", a.weights[0].A}});
+  expect_error([&] { read_adapter(dir.path()); }, ErrorKind::kInput,
+               {"lm_head.weight is not a LoRA weight"});
+  std::filesystem::remove(dir / kAdapterWeightsFile);
+  expect_error([&] { read_adapter(dir.path()); }, ErrorKind::kInput,
+               {"adapter_model.safetensors is missing"});
+}
+
+TEST(AdapterIo, LoadingIntoAModelChecksModulesAndShapes) {
+  const Adapter a = sample_adapter();
+  auto m = small_model();
+  LoraModel lora(m, small_options(), "k");
+  lora.load(a.weights, "adapter");
+  EXPECT_TRUE(torch::equal(lora.weights()[2].B, a.weights[2].B));
+  std::vector<LoraWeights> missing(a.weights.begin() + 1, a.weights.end());
+  expect_error([&] { lora.load(missing, "adapter"); }, ErrorKind::kInput,
+               {"adapter", "no weights for module model.layers.0.self_attn.q_proj"});
+  auto m2 = small_model();
+  LoraModel fewer(m2, small_options({"q_proj"}), "k");
+  expect_error([&] { fewer.load(a.weights, "adapter"); }, ErrorKind::kInput, {"does not adapt"});
+}
+
+}  // namespace
+}  // namespace dstrain::lora::testing
