@@ -10,6 +10,7 @@
 
 #include "tests/integration/process_util.h"
 #include "tests/integration/slurm_cluster.h"
+#include "tests/integration/train_util.h"
 
 namespace dstrain::testing {
 namespace {
@@ -29,6 +30,21 @@ class LaunchSlurmTest : public ::testing::Test {
                       " NPROC=" + std::to_string(nproc) + " SBATCH_ARGS='--output=" + out_ +
                       "' DSTRAIN_EXEC='" + exec_script +
                       "' " DSTRAIN_SOURCE_DIR "/scripts/train.sbatch - 1";
+    std::string reply = cluster_->run(cmd);
+    std::smatch m;
+    if (!std::regex_search(reply, m, std::regex("Submitted batch job ([0-9]+)"))) {
+      ADD_FAILURE() << "sbatch failed: " << reply;
+      return "";
+    }
+    return m[1];
+  }
+
+  // Submits scripts/train.sbatch running the real trainer on `config`; returns the job id.
+  std::string submit_training(const std::string& config, int nproc, const std::string& ckpt_dir) {
+    std::string cmd = "cd " + tmp_.path() + " && DSTRAIN=" + DSTRAIN_BINARY +
+                      " NPROC=" + std::to_string(nproc) + " CHECKPOINT_DIR=" + ckpt_dir +
+                      " SBATCH_ARGS='--output=" + out_ +
+                      "' " DSTRAIN_SOURCE_DIR "/scripts/train.sbatch " + config + " 1";
     std::string reply = cluster_->run(cmd);
     std::smatch m;
     if (!std::regex_search(reply, m, std::regex("Submitted batch job ([0-9]+)"))) {
@@ -92,6 +108,48 @@ TEST_F(LaunchSlurmTest, Usr1CheckpointsRequeuesAndRunsAgain) {
   EXPECT_NE(out.find("saving checkpoint"), std::string::npos) << out;
   EXPECT_NE(out.find("requeueing job " + job), std::string::npos) << out;
   EXPECT_NE(out.find("restart count 1"), std::string::npos) << out;
+  EXPECT_TRUE(cluster_->wait_job_gone(job, 30));
+}
+
+// The real trainer under Slurm: 2 ranks train, SIGUSR1 (what --signal=B:USR1@90 sends) makes them
+// save a checkpoint and stop, the job requeues itself, and the second run resumes from `latest`
+// and finishes the remaining steps.
+TEST_F(LaunchSlurmTest, PreemptedTrainingSavesRequeuesAndResumesFromLatest) {
+  JobSpec spec;
+  spec.nproc = 2;
+  spec.stage = 2;
+  spec.max_steps = 150;
+  spec.save_final = true;
+  const std::string config = write_job_config(tmp_.path(), spec);
+  const std::string metrics = tmp_.file("run/metrics.jsonl");
+  std::string job = submit_training(config, 2, tmp_.file("ckpt"));
+  ASSERT_FALSE(job.empty());
+  ASSERT_TRUE(wait_until([&] { return read_metric(metrics, "train/loss").size() >= 5; }, 90))
+      << read_text(out_) << cluster_->logs();
+  cluster_->run("scancel --batch --signal=USR1 " + job);
+  ASSERT_TRUE(
+      wait_until([&] { return read_text(out_).find("requeueing") != std::string::npos; }, 60))
+      << read_text(out_);
+  const std::string tag = read_text(tmp_.file("ckpt/latest"));
+  ASSERT_EQ(tag.rfind("step_", 0), 0u) << read_text(out_);
+  const long saved_step = std::stol(tag.substr(5));
+  EXPECT_LT(saved_step, 150);
+  bool done = wait_until(
+      [&] {
+        cluster_->run("scontrol update JobId=" + job + " StartTime=now");
+        return read_text(tmp_.file("run/summary.json")).find("\"completed\"") != std::string::npos;
+      },
+      180);
+  const std::string out = read_text(out_);
+  ASSERT_TRUE(done) << out << cluster_->run("scontrol show job " + job);
+  EXPECT_NE(out.find("restart count 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("resuming from " + tmp_.file("ckpt/latest")), std::string::npos) << out;
+  EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
+  // Every step trained exactly once across the two runs, the second starting after the save.
+  const auto loss = read_metric(metrics, "train/loss");
+  EXPECT_EQ(loss.size(), 150u);
+  EXPECT_EQ(loss.count(saved_step + 1), 1u);
+  EXPECT_LT(loss.at(150), loss.at(1) - 1.0);
   EXPECT_TRUE(cluster_->wait_job_gone(job, 30));
 }
 
