@@ -1,6 +1,7 @@
 // Trainer's checkpoint save/restore and the end-of-run summary. File names and the save protocol
 // live in lib/ckpt; this file only maps the engine's and the loader's state onto it.
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 
@@ -57,12 +58,22 @@ std::string Trainer::save_checkpoint() {
   const std::string& dir = cfg_.checkpoint.dir;
   const std::string tag = ckpt::tag_for_step(step_);
   const stdfs::path tag_dir = stdfs::path(dir) / tag;
-  // A resumed run that saves again at the step it resumed from has nothing new to write.
-  if (ckpt::read_latest(dir) == tag) return tag_dir.string();
   comm_->barrier();
   if (rank_ == 0) {
     std::error_code ec;
-    stdfs::remove_all(tag_dir, ec);  // leftovers of a crashed save at this step
+    // The directory may hold an older run's checkpoint of the same step. If `latest` names it,
+    // point `latest` at the newest other complete checkpoint (or drop it) before deleting, so that
+    // `latest` never names an incomplete checkpoint, even if this save is interrupted.
+    if (ckpt::read_latest(dir) == tag) {
+      auto tags = ckpt::list_complete_tags(dir);
+      tags.erase(std::remove(tags.begin(), tags.end(), tag), tags.end());
+      if (tags.empty()) {
+        stdfs::remove(stdfs::path(dir) / ckpt::kLatestFile, ec);
+      } else {
+        ckpt::write_latest(dir, tags.back());
+      }
+    }
+    stdfs::remove_all(tag_dir, ec);  // leftovers of a crashed save, or an older run's checkpoint
     fs::create_dirs(tag_dir);
   }
   comm_->barrier();
@@ -75,22 +86,23 @@ std::string Trainer::save_checkpoint() {
                           model::to_json(model_config_).dump(2) + "\n");
     if (cfg_.model.tokenizer.empty()) copy_tokenizer_files(model_dir_, tag_dir);
     const auto ls = engine_->loss_scaler_state();
-    json manifest = {
-        {"step", step_},
-        {"tokens_seen", tokens_seen_},
-        {"zero_stage", cfg_.zero.stage},
-        {"compute_dtype", model::dtype_name(compute_dtype(cfg_))},
-        {"loader", json::parse(data::loader_state_to_json(loader_->state()))},
-        {"optimizer_steps", engine_->step_count()},
-        {"loss_scaler",
-         {{"scale", ls.scale}, {"good_steps", ls.good_steps}, {"hysteresis_left", ls.hysteresis_left}}},
-        {"model", {{"name_or_path", cfg_.model.name_or_path}, {"dir", model_dir_}}},
-        {"tokenizer", cfg_.model.tokenizer},
-        {"config", config::to_yaml(cfg_)},
-        {"train_loss", last_loss_},
-        {"created_unix",
-         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-             .count()}};
+    json manifest = {{"step", step_},
+                     {"tokens_seen", tokens_seen_},
+                     {"zero_stage", cfg_.zero.stage},
+                     {"compute_dtype", model::dtype_name(compute_dtype(cfg_))},
+                     {"loader", json::parse(data::loader_state_to_json(loader_->state()))},
+                     {"optimizer_steps", engine_->step_count()},
+                     {"loss_scaler",
+                      {{"scale", ls.scale},
+                       {"good_steps", ls.good_steps},
+                       {"hysteresis_left", ls.hysteresis_left}}},
+                     {"model", {{"name_or_path", cfg_.model.name_or_path}, {"dir", model_dir_}}},
+                     {"tokenizer", cfg_.model.tokenizer},
+                     {"config", config::to_yaml(cfg_)},
+                     {"train_loss", last_loss_},
+                     {"created_unix", std::chrono::duration<double>(
+                                          std::chrono::system_clock::now().time_since_epoch())
+                                          .count()}};
     add_lora_manifest(manifest);
     ckpt::finalize(dir, tag, world_, manifest, cfg_.checkpoint.keep_last);
   }
@@ -109,8 +121,7 @@ void Trainer::restore(const std::string& tag_dir) {
   for (const auto& p : trainable_parameters()) {
     const auto it = saved.find(p.name);
     if (it == saved.end() || it->second != p.tensor.sizes().vec()) {
-      fail(ErrorKind::kInput,
-           "checkpoint {} does not match the model: parameter {} is {} there",
+      fail(ErrorKind::kInput, "checkpoint {} does not match the model: parameter {} is {} there",
            tag_dir, p.name, it == saved.end() ? "missing" : "of another shape");
     }
   }

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/integration/train_util.h"
 
 namespace dstrain::testing {
@@ -89,6 +91,27 @@ TEST(Resume, CorruptedShardIsAClearInputError) {
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_NE((r.out + r.err).find("corrupted"), std::string::npos) << r.out << r.err;
   EXPECT_NE((r.out + r.err).find("shard_r00001.safetensors"), std::string::npos);
+}
+
+// A fresh run writing into a directory that holds an older run's checkpoint of the same step
+// replaces it: `latest` ends up naming the new run's state, never the old one.
+TEST(Checkpoint, FreshRunReplacesAnOlderRunsCheckpointOfTheSameStep) {
+  TempDir dir;
+  JobSpec spec;
+  spec.nproc = 2;
+  spec.max_steps = 4;
+  spec.save_final = true;
+  const std::string cfg = write_job_config(dir.path(), spec);
+  RunResult r = launch_job(cfg, 2);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  r = launch_job(cfg, 2, {"training.seed=8"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto loss = read_metric(metrics(dir), "train/loss");
+  const auto manifest =
+      nlohmann::json::parse(read_text(dir.file("ckpt/step_00000004/manifest.json")));
+  EXPECT_EQ(read_text(dir.file("ckpt/latest")), "step_00000004\n");
+  EXPECT_EQ(manifest["train_loss"].get<double>(), loss.at(4));
+  EXPECT_NE(manifest["config"].get<std::string>().find("seed: 8"), std::string::npos);
 }
 
 // The pid among `pids` whose environment has RANK=<rank>, or -1.
