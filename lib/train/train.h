@@ -2,6 +2,7 @@
 // Entry points of the rank worker and of the commands built on checkpoints. Each returns the
 // process exit code or throws dstrain::Error; the CLI only fills the option structs.
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@ struct ExportOptions {
   std::string checkpoint;
   std::string out_dir;
   std::string dtype = "auto";  // auto (the run's compute dtype) | float32 | bfloat16 | float16
+  uint64_t max_shard_bytes = 5'000'000'000;  // larger models: shards + index (HF's "5GB")
 };
 
 // `dstrain export`: consolidates a checkpoint into a Hugging Face model directory
