@@ -90,8 +90,8 @@ std::string format_estimate(const EstimateInput& in, const std::string& model_na
   }
   std::string out = fmt::format(
       "Model states per rank for {}: {} trainable parameters, {} ranks, {}-byte parameters and "
-      "gradients, {} bytes of optimizer state per parameter; stage 3 keeps {} parameters in "
-      "tensors under {} elements gathered.\n\n",
+      "gradients, {} bytes of optimizer state per parameter; stage 3 keeps {} parameters (those "
+      "in tensors under {} elements) gathered on every rank.\n\n",
       model_name, psi, in.world_size, in.compute_bytes, in.optimizer_bytes, persistent,
       in.param_persistence_threshold);
   out += fmt::format("{:<6}{:<19}{:>12}{:>12}{:>12}{:>12}{:>12}{:>12}\n", "stage", "offload",
