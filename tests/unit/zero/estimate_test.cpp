@@ -41,6 +41,33 @@ TEST(Estimate, ParameterShapesAreTheModelsParametersInOrder) {
   }
 }
 
+// Qwen2.5-0.5B's config.json (the seed train.yaml's model): 494,032,768 parameters as published.
+// In bf16 with AdamW on 8 ranks: stage 0 holds 16 bytes per parameter, stage 2 + optimizer offload
+// keeps 2Ψ + 2Ψ/8 on the device.
+TEST(Estimate, Qwen25HalfBillionMatchesThePublishedCountAndFormulas) {
+  const model::ModelConfig c =
+      model::parse_model_config(nlohmann::json{{"model_type", "qwen2"},
+                                               {"vocab_size", 151936},
+                                               {"hidden_size", 896},
+                                               {"intermediate_size", 4864},
+                                               {"num_hidden_layers", 24},
+                                               {"num_attention_heads", 14},
+                                               {"num_key_value_heads", 2},
+                                               {"tie_word_embeddings", true},
+                                               {"rms_norm_eps", 1e-6},
+                                               {"max_position_embeddings", 32768}});
+  EstimateInput in;
+  in.params = parameter_shapes(c);
+  in.world_size = 8;
+  int64_t psi = 0;
+  for (const ParamShape& p : in.params) psi += p.numel;
+  EXPECT_EQ(psi, 494'032'768);
+  EXPECT_EQ(estimate_row(in, 0, false, false).device(), 16 * psi);
+  const EstimateRow offload = estimate_row(in, 2, true, false);
+  EXPECT_EQ(offload.device(), 2 * psi + 2 * psi / 8);
+  EXPECT_EQ(offload.host, 12 * psi / 8);
+}
+
 // The engine's MemoryReport for the tiny model, rank 0, with Adam and bf16 or fp32 compute.
 MemoryReport engine_bytes(int stage, int world, bool offload_opt, bool offload_param,
                           torch::ScalarType dtype, int64_t threshold) {
