@@ -1,18 +1,42 @@
+#include <iostream>
+#include <memory>
+
 #include "apps/dstrain/commands.h"
-#include "core/error.h"
+#include "zero/estimate.h"
 
 namespace dstrain::app {
+namespace {
+
+struct EstimateArgs {
+  std::string config;
+  int nodes = 1;
+  int gpus = 1;
+  std::vector<std::string> overrides;
+};
+
+}  // namespace
 
 void set_estimate_command(CLI::App& root, int* exit_code) {
   auto* cmd = root.add_subcommand(
-      "estimate", "Per-rank memory for each ZeRO stage and offload (not available yet)");
-  cmd->allow_extras();
-  cmd->callback([] {
-    fail(ErrorKind::kNotImplemented,
-         "'dstrain estimate' is not available in this build yet (it comes with ZeRO-3 and "
-         "offload)");
+      "estimate", "Per-rank memory of model states for each ZeRO stage, with and without offload");
+  cmd->footer(
+      "Parameters, gradients, fp32 master weights and optimizer state per rank, on the device and\n"
+      "in host memory, for the config's model (its config.json) on NODES x GPUS ranks.\n"
+      "Example:\n"
+      "  dstrain estimate configs/tiny.yaml --nodes 2 --gpus 8");
+  auto a = std::make_shared<EstimateArgs>();
+  cmd->add_option("CONFIG", a->config, "The run's YAML config")->required()->type_name("");
+  cmd->add_option("--nodes", a->nodes, "Nodes")->check(CLI::PositiveNumber)->default_val(1);
+  cmd->add_option("--gpus", a->gpus, "Ranks (GPUs) per node")
+      ->check(CLI::PositiveNumber)
+      ->default_val(1);
+  cmd->add_option("--set", a->overrides, "Config override key.path=value (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+  cmd->callback([a, exit_code] {
+    std::cout << zero::estimate_report(a->config, a->overrides, a->nodes * a->gpus);
+    *exit_code = 0;
   });
-  (void)exit_code;
 }
 
 }  // namespace dstrain::app

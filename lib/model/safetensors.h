@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -127,5 +128,21 @@ void write_safetensors(const std::filesystem::path& path, const NamedTensors& te
 std::vector<std::filesystem::path> write_safetensors_dir(
     const std::filesystem::path& dir, const NamedTensors& tensors, uint64_t max_shard_bytes,
     std::optional<torch::ScalarType> dtype = std::nullopt);
+
+// A tensor written by write_safetensors_dir_streamed(): its name and full shape.
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+// Produces the values of `spec` (that shape, any float dtype, any device) when they are written.
+using TensorSource = std::function<torch::Tensor(const TensorSpec& spec)>;
+
+// As write_safetensors_dir(), with every tensor stored as `dtype`, but the values are asked from
+// `source` one tensor at a time, in order, as each is written (headers and the shard plan come
+// from the specs alone), so the caller never holds more than one tensor. Error(kInternal) when
+// `source` returns a tensor of another shape.
+std::vector<std::filesystem::path> write_safetensors_dir_streamed(
+    const std::filesystem::path& dir, const std::vector<TensorSpec>& specs, torch::ScalarType dtype,
+    const TensorSource& source, uint64_t max_shard_bytes);
 
 }  // namespace dstrain::model

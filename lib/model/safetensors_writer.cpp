@@ -118,6 +118,45 @@ void remove_if_present(const stdfs::path& p) {
   stdfs::remove(p, ec);
 }
 
+uint64_t spec_bytes(const TensorSpec& spec, torch::ScalarType dtype) {
+  uint64_t n = 1;
+  for (int64_t d : spec.shape) n *= static_cast<uint64_t>(d);
+  return n * c10::elementSize(dtype);
+}
+
+// One streamed file: header from the specs, then each tensor's bytes as `source` produces it.
+void write_streamed_file(const stdfs::path& path, const std::vector<TensorSpec>& specs,
+                         torch::ScalarType dtype, const TensorSource& source) {
+  json header = json::object();
+  header["__metadata__"] = {{"format", "pt"}};
+  uint64_t offset = 0;
+  for (const TensorSpec& spec : specs) {
+    if (spec.name.empty() || spec.name == "__metadata__" || header.contains(spec.name))
+      fail(ErrorKind::kInput, "{}: tensor name '{}' is empty, reserved or repeated", path.string(),
+           spec.name);
+    const uint64_t n = spec_bytes(spec, dtype);
+    header[spec.name] = {{"dtype", safetensors_dtype_name(dtype)},
+                         {"shape", spec.shape},
+                         {"data_offsets", {offset, offset + n}}};
+    offset += n;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  AtomicFile out(path);
+  const uint64_t len = text.size();
+  out.write(&len, 8);
+  out.write(text.data(), text.size());
+  for (const TensorSpec& spec : specs) {
+    const torch::Tensor t = source(spec);
+    if (!t.defined() || t.sizes().vec() != spec.shape)
+      fail(ErrorKind::kInternal, "{}: the values of '{}' do not have its declared shape ({} dims)",
+           path.string(), spec.name, spec.shape.size());
+    const torch::Tensor c = t.detach().to(torch::kCPU, dtype).contiguous();
+    if (c.numel() > 0) out.write(c.data_ptr(), spec_bytes(spec, dtype));
+  }
+  out.commit();
+}
+
 }  // namespace
 
 void write_safetensors(const stdfs::path& path, const NamedTensors& tensors, Dtype dtype,
@@ -154,6 +193,48 @@ std::vector<stdfs::path> write_safetensors_dir(const stdfs::path& dir, const Nam
     for (const auto& [name, t] : shards[i]) {
       weight_map[name] = file;
       total += byte_size(t, dtype);
+    }
+  }
+  const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  fs::write_file_atomic(dir / kSafetensorsIndexFile, index.dump(2) + "\n");
+  remove_if_present(dir / kSafetensorsFile);
+  written.push_back(dir / kSafetensorsIndexFile);
+  return written;
+}
+
+std::vector<stdfs::path> write_safetensors_dir_streamed(const stdfs::path& dir,
+                                                        const std::vector<TensorSpec>& specs,
+                                                        torch::ScalarType dtype,
+                                                        const TensorSource& source,
+                                                        uint64_t max_shard_bytes) {
+  fs::create_dirs(dir);
+  // Shards filled in order, a tensor larger than the limit alone in its own (as plan_shards).
+  std::vector<std::vector<TensorSpec>> shards(1);
+  uint64_t used = 0;
+  for (const TensorSpec& spec : specs) {
+    const uint64_t n = spec_bytes(spec, dtype);
+    if (!shards.back().empty() && used + n > max_shard_bytes) {
+      shards.emplace_back();
+      used = 0;
+    }
+    shards.back().push_back(spec);
+    used += n;
+  }
+  if (shards.size() == 1) {
+    write_streamed_file(dir / kSafetensorsFile, specs, dtype, source);
+    remove_if_present(dir / kSafetensorsIndexFile);
+    return {dir / kSafetensorsFile};
+  }
+  std::vector<stdfs::path> written;
+  json weight_map = json::object();
+  uint64_t total = 0;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string file = shard_name(i, shards.size());
+    write_streamed_file(dir / file, shards[i], dtype, source);
+    written.push_back(dir / file);
+    for (const TensorSpec& spec : shards[i]) {
+      weight_map[spec.name] = file;
+      total += spec_bytes(spec, dtype);
     }
   }
   const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};

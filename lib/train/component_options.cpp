@@ -47,11 +47,9 @@ zero::EngineOptions engine_options(const config::Config& c) {
          "are available",
          c.source_path, opt_dev, param_dev);
   }
-  if (opt_dev == "cpu" && c.zero.stage != 3) {
-    fail(ErrorKind::kNotImplemented,
-         "{}: zero.offload_optimizer.device cpu is available with zero.stage 3 only so far (stage "
-         "is {})",
-         c.source_path, c.zero.stage);
+  if (opt_dev == "cpu" && c.zero.stage == 0) {
+    fail(ErrorKind::kConfig, "{}: zero.offload_optimizer.device cpu needs zero.stage 1, 2 or 3",
+         c.source_path);
   }
   if (param_dev == "cpu" && c.zero.stage != 3) {
     fail(ErrorKind::kConfig, "{}: zero.offload_param.device cpu needs zero.stage 3 (stage is {})",
@@ -95,7 +93,8 @@ optim::LrScheduleOptions schedule_options(const config::Config& c, int64_t total
   if (s.total_num_steps > 0) o.total_num_steps = s.total_num_steps;
   o.warmup_min_ratio = s.warmup_min_ratio;
   o.cos_min_ratio = s.cos_min_ratio;
-  // DeepSpeed's warmup length: warmup_steps when given, else the ratio of the run, else its default.
+  // DeepSpeed's warmup length: warmup_steps when given, else the ratio of the run, else its
+  // default.
   if (s.warmup_steps >= 0) {
     o.warmup_num_steps = s.warmup_steps;
   } else if (s.warmup_ratio > 0) {

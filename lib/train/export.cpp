@@ -1,8 +1,11 @@
-// `dstrain export`: checkpoint shards → a Hugging Face model directory. Parameters are assembled
-// one at a time from the fp32 master pieces of every shard (so shards written at any world size or
-// stage export the same way) and written in the chosen dtype.
+// `dstrain export`: checkpoint shards → a Hugging Face model directory. The model is never built:
+// each parameter is assembled from the fp32 master pieces of every checkpoint shard (so shards
+// written at any world size or stage export the same way) only when the safetensors writer
+// reaches it, cast to the chosen dtype, written and dropped, so memory holds one parameter at a
+// time. Large models are split into shards with an index, as save_weights() does.
 
 #include <filesystem>
+#include <map>
 
 #include <torch/torch.h>
 
@@ -13,12 +16,39 @@
 #include "core/log.h"
 #include "model/model.h"
 #include "model/model_config.h"
+#include "model/safetensors.h"
 #include "model/weights.h"
 #include "train/lora_export.h"
 #include "train/train.h"
+#include "zero/estimate.h"
 
 namespace dstrain::train {
 namespace stdfs = std::filesystem;
+namespace {
+
+// The model's parameters in its named_parameters() order (the order Hugging Face writes), with
+// the shapes the checkpoint stored. Error(kInput) when the checkpoint lacks one or disagrees.
+std::vector<model::TensorSpec> export_specs(const ckpt::CheckpointReader& reader,
+                                            const model::ModelConfig& mc) {
+  std::map<std::string, std::vector<int64_t>> stored;
+  for (auto& [name, shape] : reader.params("master")) stored[name] = shape;
+  std::vector<model::TensorSpec> specs;
+  for (const zero::ParamShape& p : zero::parameter_shapes(mc)) {
+    const auto it = stored.find(p.name);
+    int64_t numel = 1;
+    if (it != stored.end()) {
+      for (int64_t d : it->second) numel *= d;
+    }
+    if (it == stored.end() || numel != p.numel) {
+      fail(ErrorKind::kInput, "{}: the checkpoint has no master weights of '{}' with {} elements",
+           reader.dir(), p.name, p.numel);
+    }
+    specs.push_back({p.name, it->second});
+  }
+  return specs;
+}
+
+}  // namespace
 
 int run_export(const ExportOptions& options) {
   if (options.out_dir.empty()) fail(ErrorKind::kUsage, "export: --out DIR is required");
@@ -31,20 +61,22 @@ int run_export(const ExportOptions& options) {
   const torch::ScalarType dtype = model::resolve_dtype(dtype_name, mc);
 
   torch::NoGradGuard no_grad;
+  const stdfs::path out(options.out_dir);
   if (options.adapter_only || options.merge_lora || reader.manifest().contains("lora")) {
     export_lora(options, reader, mc);
   } else {
-    model::DecoderModel m(mc);
-    for (auto& p : m->named_parameters()) {
-      p.value().copy_(reader.read_full("master", p.key()));
-    }
-    model::save_weights(*m, options.out_dir, dtype);
+    model::write_safetensors_dir_streamed(
+        out, export_specs(reader, mc), dtype,
+        [&](const model::TensorSpec& spec) { return reader.read_full("master", spec.name); },
+        options.max_shard_bytes);
+    fs::write_file_atomic(out / "config.json",
+                          model::to_json(mc, model::dtype_name(dtype)).dump(2) + "\n");
   }
   int copied = 0;
   for (const char* name : ckpt::kTokenizerFiles) {
     const stdfs::path src = stdfs::path(tag_dir) / name;
     if (stdfs::is_regular_file(src)) {
-      fs::write_file_atomic(stdfs::path(options.out_dir) / name, fs::read_file(src));
+      fs::write_file_atomic(out / name, fs::read_file(src));
       ++copied;
     }
   }

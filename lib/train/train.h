@@ -2,6 +2,7 @@
 // Entry points of the rank worker and of the commands built on checkpoints. Each returns the
 // process exit code or throws dstrain::Error; the CLI only fills the option structs.
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,7 @@ struct ExportOptions {
   // LoRA checkpoints (see docs/lora.md): exactly one of the two.
   bool adapter_only = false;  // a PEFT adapter directory (auto dtype: float32)
   bool merge_lora = false;    // the base model with B·A·scale added, in Hugging Face format
+  uint64_t max_shard_bytes = 5'000'000'000;  // larger models: shards + index (HF's "5GB")
 };
 
 // `dstrain export`: consolidates a checkpoint into a Hugging Face model directory

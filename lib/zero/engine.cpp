@@ -21,6 +21,16 @@ bool is_half(torch::ScalarType dtype) {
   return dtype == torch::kHalf;
 }
 
+// Where the master shard lives: host memory with offload (pinned when the parameters are on a CUDA
+// device, so the per-step copies can be asynchronous), else next to the parameters.
+torch::TensorOptions master_options(const torch::Tensor& param, bool offload) {
+  auto options = param.options().dtype(torch::kFloat32);
+  if (!offload) return options;
+  options = options.device(torch::kCPU);
+  if (param.is_cuda()) options = options.pinned_memory(true);
+  return options;
+}
+
 }  // namespace
 
 Engine::Engine(std::vector<NamedParameter> params, comm::Communicator& comm,
@@ -77,10 +87,6 @@ void Engine::validate() const {
   if (options_.offload_optimizer && options_.stage == 0) {
     fail(ErrorKind::kConfig, "offload_optimizer needs zero_optimization.stage 1, 2 or 3");
   }
-  if (options_.offload_optimizer && options_.stage < 3) {
-    fail(ErrorKind::kNotImplemented,
-         "offload_optimizer is implemented for zero_optimization.stage 3 only so far");
-  }
   if (options_.gradient_accumulation_steps < 1) {
     fail(ErrorKind::kConfig, "gradient_accumulation_steps is {}; expected >= 1",
          options_.gradient_accumulation_steps);
@@ -100,7 +106,7 @@ void Engine::validate() const {
 // The master is built from the original (fp32) parameter values, before they are cast to the
 // compute dtype, so that bf16/fp16 rounding never reaches it.
 void Engine::build_master(const std::vector<NamedParameter>& params) {
-  const auto options = params.front().tensor.options().dtype(torch::kFloat32);
+  const auto options = master_options(params.front().tensor, options_.offload_optimizer);
   const bool alias = options_.stage == 0 && options_.compute_dtype == torch::kFloat32;
   if (alias) return;  // master_ becomes the flat parameter buffer in build_flat_buffers()
   master_ = torch::zeros(

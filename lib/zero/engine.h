@@ -33,6 +33,10 @@
 // fp32, because a rank's elements are spread over all buckets. Transient buffers (bucket buffers
 // during backward, the fp32 gradient copy and the all-gather inputs inside step()) are freed before
 // step() returns and are reported separately.
+//
+// offload_optimizer (stages 1-3): the master shard and the optimizer state live in host memory
+// (pinned with CUDA parameters); step() copies the gradient shard to the host, updates there and
+// streams each bucket's updated chunk back as its all-gather input. MemoryReport::host_bytes.
 
 #include <cstdint>
 #include <functional>
@@ -79,7 +83,7 @@ struct EngineOptions {
   std::vector<std::vector<int>> segments;
   int64_t prefetch_bucket_size = 50'000'000;      // elements gathered ahead of use
   int64_t param_persistence_threshold = 100'000;  // smaller parameters stay gathered
-  bool offload_optimizer = false;  // master, optimizer state and the update on the host
+  bool offload_optimizer = false;  // stages 1-3: master, optimizer state and the update on the host
   bool offload_param = false;      // stage 3: parameter shards on the host
 };
 

@@ -16,6 +16,9 @@ MemoryReport Engine::bytes() const {
   for (const auto& [name, tensor] : optimizer_->state()) report.optimizer_state += tensor.nbytes();
   report.comm_buffers = reducer_->held_bytes();
   report.comm_buffers_peak = reducer_->peak_bytes();
+  // Counted by intent, as at stage 3: on a CPU-only machine host and device are one memory.
+  if (options_.offload_optimizer)
+    report.host_bytes = report.master_weights + report.optimizer_state;
   return report;
 }
 

@@ -37,16 +37,18 @@ StepResult Engine::step(double lr) {
   return result;
 }
 
-// The reduced gradient in master coordinates as fp32: stage 0 the full flat buffer, stages 1/2 the
-// shard. In fp32 compute this is the gradient buffer itself (scaled in place, zeroed afterwards).
+// The reduced gradient in master coordinates as fp32, where the master lives: stage 0 the full
+// flat buffer, stages 1/2 the shard (streamed to the host with offload_optimizer). In fp32 compute
+// without offload this is the gradient buffer itself (scaled in place, zeroed afterwards).
 torch::Tensor Engine::fp32_gradients() {
   const torch::Tensor& grads = options_.stage == 0 ? flat_grad_ : grad_shard_;
-  return grads.scalar_type() == torch::kFloat32 ? grads : grads.to(torch::kFloat32);
+  return grads.to(master_.device(), torch::kFloat32);
 }
 
 // Σ g² over all ranks, each element counted once: a rank sums only the chunks it owns (at stage 0
 // every rank holds the full averaged gradient, but owns only its chunks of it).
 double Engine::global_grad_sq(const torch::Tensor& grad32) {
+  // Summed where the gradient is (the host with offload), all-reduced on the communicator's device.
   const auto f64 = grad32.options().dtype(torch::kFloat64);
   torch::Tensor total = torch::zeros({1}, f64);
   if (options_.stage == 0) {
@@ -58,12 +60,14 @@ double Engine::global_grad_sq(const torch::Tensor& grad32) {
     total += grad32.pow(2).sum().to(torch::kFloat64);
   }
   // One device sync per step (item() below), none per bucket.
+  total = total.to(flat_params_.device());
   comm_.all_reduce(total, comm::ReduceOp::kSum)->wait();
   return total.item<double>();
 }
 
 // Copies the updated master weights into the compute parameters: a cast at stage 0 (nothing when
-// they alias), one all-gather per bucket at stages 1/2 (all launched, then all completed).
+// they alias), one all-gather per bucket at stages 1/2 (all launched, then all completed); with
+// offload each bucket's chunk is cast on the host and streamed back to the device as its input.
 void Engine::refresh_params() {
   if (master_aliases_params_) return;
   if (options_.stage == 0) {
@@ -76,7 +80,7 @@ void Engine::refresh_params() {
     const Range flat = partition_.buckets()[b];
     const int64_t chunk = (flat.end - flat.begin) / partition_.world_size();
     torch::Tensor input = master_.narrow(0, partition_.shard_offset(b), chunk);
-    if (input.scalar_type() != flat_params_.scalar_type()) input = input.to(flat_params_.dtype());
+    input = input.to(flat_params_.device(), flat_params_.scalar_type());
     torch::Tensor output = flat_params_.narrow(0, flat.begin, flat.end - flat.begin);
     works.push_back(comm_.all_gather(output, input));
     keep.push_back(input);

@@ -1,0 +1,113 @@
+#include "zero/estimate.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace dstrain::zero {
+namespace {
+
+int64_t round_up(int64_t n, int64_t m) {
+  return (n + m - 1) / m * m;
+}
+
+// Stage 3: elements of this rank's shard (every unit padded to a multiple of N, the persistent
+// tensors forming one more unit) and elements of the persistent unit, gathered for good.
+struct Stage3Layout {
+  int64_t shard = 0;
+  int64_t persistent = 0;
+};
+
+Stage3Layout stage3_layout(const EstimateInput& in) {
+  int units = 0;
+  for (const ParamShape& p : in.params) units = std::max(units, p.unit + 1);
+  std::vector<int64_t> numel(static_cast<size_t>(units) + 1, 0);
+  for (const ParamShape& p : in.params) {
+    const bool small = p.numel < in.param_persistence_threshold;
+    numel[small ? static_cast<size_t>(units) : static_cast<size_t>(p.unit)] += p.numel;
+  }
+  Stage3Layout layout;
+  for (int64_t n : numel) layout.shard += round_up(n, in.world_size) / in.world_size;
+  layout.persistent = round_up(numel.back(), in.world_size);
+  return layout;
+}
+
+std::string human(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.2f} {}", v, units[u]);
+}
+
+}  // namespace
+
+EstimateRow estimate_row(const EstimateInput& in, int stage, bool offload_optimizer,
+                         bool offload_param) {
+  int64_t psi = 0;
+  for (const ParamShape& p : in.params) psi += p.numel;
+  const int64_t n = in.world_size;
+  const int64_t padded = round_up(psi, n);
+  const int64_t cb = in.compute_bytes;
+  EstimateRow r{stage, offload_optimizer, offload_param};
+  if (stage < 3) {
+    const int64_t master = stage == 0 ? padded : padded / n;
+    r.params = cb * padded;
+    r.gradients = cb * (stage < 2 ? padded : padded / n);
+    // Stage 0 in fp32: the master is the parameter buffer itself.
+    r.master = stage == 0 && cb == 4 ? 0 : 4 * master;
+    r.optimizer = in.optimizer_bytes * master;
+    if (offload_optimizer) r.host = r.master + r.optimizer;
+    return r;
+  }
+  const Stage3Layout layout = stage3_layout(in);
+  r.params = cb * (layout.shard + layout.persistent);
+  r.gradients = cb * layout.shard;
+  // fp32 compute with master and parameters in the same memory: the shard is the master.
+  r.master = cb == 4 && offload_param == offload_optimizer ? 0 : 4 * layout.shard;
+  r.optimizer = in.optimizer_bytes * layout.shard;
+  if (offload_optimizer) r.host += r.master + r.optimizer;
+  if (offload_param) r.host += cb * layout.shard;
+  return r;
+}
+
+std::vector<EstimateRow> estimate_all(const EstimateInput& in) {
+  return {estimate_row(in, 0, false, false), estimate_row(in, 1, false, false),
+          estimate_row(in, 1, true, false),  estimate_row(in, 2, false, false),
+          estimate_row(in, 2, true, false),  estimate_row(in, 3, false, false),
+          estimate_row(in, 3, true, false),  estimate_row(in, 3, true, true)};
+}
+
+std::string format_estimate(const EstimateInput& in, const std::string& model_name) {
+  int64_t psi = 0;
+  int64_t persistent = 0;
+  for (const ParamShape& p : in.params) {
+    psi += p.numel;
+    if (p.numel < in.param_persistence_threshold) persistent += p.numel;
+  }
+  std::string out = fmt::format(
+      "Model states per rank for {}: {} trainable parameters, {} ranks, {}-byte parameters and "
+      "gradients, {} bytes of optimizer state per parameter; stage 3 keeps {} parameters (those "
+      "in tensors under {} elements) gathered on every rank.\n\n",
+      model_name, psi, in.world_size, in.compute_bytes, in.optimizer_bytes, persistent,
+      in.param_persistence_threshold);
+  out += fmt::format("{:<6}{:<19}{:>12}{:>12}{:>12}{:>12}{:>12}{:>12}\n", "stage", "offload",
+                     "params", "gradients", "master", "optimizer", "device", "host");
+  for (const EstimateRow& r : estimate_all(in)) {
+    const std::string offload = r.offload_param       ? "optimizer+param"
+                                : r.offload_optimizer ? "optimizer"
+                                                      : "none";
+    out += fmt::format("{:<6}{:<19}{:>12}{:>12}{:>12}{:>12}{:>12}{:>12}\n", r.stage, offload,
+                       human(r.params), human(r.gradients), human(r.master), human(r.optimizer),
+                       human(r.device()), human(r.host));
+  }
+  out +=
+      "\nNot included: activations, transient communication buffers, the CUDA context and "
+      "allocator caching.\n";
+  return out;
+}
+
+}  // namespace dstrain::zero

@@ -1,0 +1,91 @@
+// offload_optimizer at stages 1 and 2: the same training as without offload, with master weights
+// and optimizer state counted in host memory.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "tests/unit/zero/zero_fixtures.h"
+
+namespace dstrain::zero::testing {
+namespace {
+
+struct Case {
+  int stage;
+  int world;
+  torch::ScalarType dtype;
+};
+
+RunConfig offload_config(const Case& c, bool offload, int steps) {
+  RunConfig config;
+  config.world = c.world;
+  config.steps = steps;
+  config.options.stage = c.stage;
+  config.options.compute_dtype = c.dtype;
+  config.options.gradient_accumulation_steps = 2;
+  config.options.gradient_clipping = 0.5;
+  config.options.reduce_bucket_size = 40;
+  config.options.offload_optimizer = offload;
+  config.optimizer = real_adamw_factory();
+  return config;
+}
+
+// The update runs on a host copy of the same fp32 values with the same optimizer, so the runs are
+// identical, not just close.
+TEST(ZeroOffload, Stages1And2GiveTheSameTrainingAsWithoutOffload) {
+  torch::set_num_threads(1);
+  const Problem problem = make_problem(10);
+  for (const Case& c : {Case{1, 1, torch::kFloat32}, Case{1, 3, torch::kBFloat16},
+                        Case{2, 2, torch::kFloat32}, Case{2, 4, torch::kBFloat16}}) {
+    const auto what = fmt::format("stage {} world {} {}", c.stage, c.world, c10::toString(c.dtype));
+    const RunResult off = run_engine(problem, offload_config(c, false, 10));
+    const RunResult on = run_engine(problem, offload_config(c, true, 10));
+    ASSERT_EQ(on.losses.size(), off.losses.size());
+    for (size_t s = 0; s < off.losses.size(); ++s) {
+      EXPECT_EQ(on.losses[s], off.losses[s]) << what << " step " << s;
+      EXPECT_EQ(on.steps[s].grad_norm, off.steps[s].grad_norm) << what << " step " << s;
+    }
+    EXPECT_LT(off.losses.back(), off.losses.front()) << what << ": training does not train";
+    ASSERT_EQ(on.params.size(), off.params.size());
+    for (size_t i = 0; i < off.params.size(); ++i) {
+      EXPECT_TRUE(torch::equal(on.params[i], off.params[i])) << what << " parameter " << i;
+    }
+  }
+}
+
+// bf16 compute with Adam, Ψ elements, N ranks: offload moves the master and the optimizer state
+// (12Ψ/N) to the host; the device keeps 2Ψ + 2Ψ (stage 1) or 2Ψ + 2Ψ/N (stage 2).
+TEST(ZeroOffload, DeviceBytesDropByMasterAndOptimizerState) {
+  torch::set_num_threads(1);
+  const Problem problem = make_problem(1, /*hidden=*/256);
+  const double psi = 8 * 256 + 256 + 256 + 256 * 5 + 5;
+  for (int stage : {1, 2}) {
+    for (int world = 1; world <= 4; ++world) {
+      RunConfig config = offload_config(Case{stage, world, torch::kBFloat16}, true, 1);
+      config.options.gradient_accumulation_steps = 1;
+      config.options.reduce_bucket_size = 500;
+      const RunResult run = run_engine(problem, config);
+      const double host = 12 * psi / world;
+      const double device = stage == 1 ? 4 * psi : 2 * psi + 2 * psi / world;
+      for (int r = 0; r < world; ++r) {
+        const MemoryReport& m = run.memory[r];
+        const auto what = fmt::format("stage {} world {} rank {}", stage, world, r);
+        EXPECT_NEAR(m.host_bytes / host, 1.0, 0.02) << what;
+        EXPECT_NEAR(m.device_model_states() / device, 1.0, 0.02) << what;
+        EXPECT_EQ(m.host_bytes, m.master_weights + m.optimizer_state) << what;
+      }
+    }
+  }
+}
+
+TEST(ZeroOffload, StageZeroRefusesOffloadAsAConfigError) {
+  const Problem problem = make_problem(1);
+  RunConfig config = offload_config(Case{0, 1, torch::kFloat32}, true, 1);
+  try {
+    run_engine(problem, config);
+    FAIL() << "stage 0 accepted offload_optimizer";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+  }
+}
+
+}  // namespace
+}  // namespace dstrain::zero::testing
