@@ -141,7 +141,7 @@ TEST_F(LaunchSlurmTest, PreemptedTrainingSavesRequeuesAndResumesFromLatest) {
       },
       180);
   const std::string out = read_text(out_);
-  ASSERT_TRUE(done) << out << cluster_->run("scontrol show job " + job);
+  ASSERT_TRUE(done) << out << cluster_->run("scontrol show job " + job) << cluster_->logs();
   EXPECT_NE(out.find("restart count 1"), std::string::npos) << out;
   EXPECT_NE(out.find("resuming from " + tmp_.file("ckpt/latest")), std::string::npos) << out;
   EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
