@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -42,6 +44,37 @@ TEST(TrainRun, LossFallsOnTwoRanksAndSummaryIsWritten) {
   // Rank 0 alone prints progress; every line of it is prefixed by the launcher.
   EXPECT_NE(r.out.find("[rank 0] step 60/60"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("[rank 1] step"), std::string::npos);
+}
+
+// SIGUSR1 to the launcher reaches every rank: they agree to stop, save a checkpoint at the next
+// step boundary and exit 0; `dstrain resume` then trains exactly the remaining steps.
+TEST(TrainRun, Usr1SavesACheckpointStopsAndResumeFinishesTheRun) {
+  TempDir dir;
+  JobSpec spec;
+  spec.nproc = 2;
+  spec.stage = 1;
+  spec.max_steps = 400;
+  spec.save_final = true;
+  const std::string cfg = write_job_config(dir.path(), spec);
+  const std::string metrics = dir.file("run/metrics.jsonl");
+  Child job = start_dstrain({"launch", "--nproc", "2", cfg});
+  ASSERT_TRUE(wait_until([&] { return read_metric(metrics, "train/loss").size() >= 5; }, 120));
+  ::kill(job.pid, SIGUSR1);
+  RunResult r = finish(job, 60);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto summary = nlohmann::json::parse(read_text(dir.file("run/summary.json")));
+  EXPECT_EQ(summary["status"], "preempted");
+  const long stopped = summary["steps"].get<long>();
+  ASSERT_LT(stopped, 400);
+  EXPECT_EQ(read_text(dir.file("ckpt/latest")),
+            "step_" + std::string(8 - std::to_string(stopped).size(), '0') +
+                std::to_string(stopped) + "\n");
+  r = run_dstrain({"resume", dir.file("ckpt/latest")}, {}, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto loss = read_metric(metrics, "train/loss");
+  EXPECT_EQ(loss.size(), 400u);
+  EXPECT_EQ(loss.count(stopped + 1), 1u);
+  EXPECT_EQ(nlohmann::json::parse(read_text(dir.file("run/summary.json")))["status"], "completed");
 }
 
 TEST(TrainRun, PrintConfigShowsResolvedValues) {
