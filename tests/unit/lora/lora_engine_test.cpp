@@ -77,7 +77,10 @@ TEST(LoraEngine, TrainingLowersTheLossAndLeavesTheBaseBitIdentical) {
     std::vector<torch::Tensor> before;
     for (const auto& p : m->parameters()) before.push_back(p.detach().clone());
     LoraOptions o = small_options({"q_proj", "k_proj", "v_proj", "o_proj"});
-    o.dropout = 0.1;
+    // No dropout here: both ranks are threads drawing from LibTorch's one default generator, so
+    // dropout masks would depend on thread timing and the run would not repeat. Dropout itself is
+    // tested in lora_model_test.cpp.
+    o.dropout = 0.0;
     LoraModel lora(m, o, "k");
     zero::EngineOptions options;
     options.stage = 2;
