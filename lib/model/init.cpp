@@ -1,5 +1,8 @@
 // Random initialisation, dtype helpers and the causal LM loss.
+#include <algorithm>
+
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/accumulate.h>
 
 #include "core/error.h"
 #include "model/model.h"
@@ -31,25 +34,74 @@ std::string dtype_name(torch::ScalarType type) {
        c10::toString(type));
 }
 
+namespace {
+
+// Values are drawn in blocks of kInitBlock elements, each from its own generator seeded by (seed,
+// parameter name, block index): any range of a parameter can be produced without drawing the
+// elements before it, and a full init is the concatenation of the blocks.
+constexpr int64_t kInitBlock = int64_t{1} << 16;
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (const unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+// normal(0, std) elements [begin, end) of the parameter's block stream.
+// A block is always drawn whole (how normal_ maps the generator's output to values depends on the
+// tensor's length), then the wanted part is cut out.
+torch::Tensor normal_range(const std::string& name, int64_t numel, uint64_t seed, double std,
+                           int64_t begin, int64_t end) {
+  torch::Tensor out = torch::empty({end - begin}, torch::kFloat);
+  const uint64_t base = splitmix64(seed ^ fnv1a(name));
+  for (int64_t block = begin / kInitBlock; block * kInitBlock < end; ++block) {
+    const int64_t b0 = block * kInitBlock;
+    const int64_t lo = std::max(begin, b0), hi = std::min(end, b0 + kInitBlock);
+    auto gen =
+        at::make_generator<at::CPUGeneratorImpl>(splitmix64(base + static_cast<uint64_t>(block)));
+    torch::Tensor values = torch::empty({std::min(kInitBlock, numel - b0)}, torch::kFloat);
+    values.normal_(0.0, std, gen);
+    out.narrow(0, lo - begin, hi - lo).copy_(values.narrow(0, lo - b0, hi - lo));
+  }
+  return out;
+}
+
+}  // namespace
+
+torch::Tensor init_values(const ModelConfig& config, const std::string& name,
+                          c10::IntArrayRef shape, uint64_t seed, int64_t begin, int64_t end) {
+  const int64_t numel = c10::multiply_integers(shape);
+  if (begin < 0 || end < begin || end > numel) {
+    fail(ErrorKind::kInternal, "init_values: range [{}, {}) outside '{}' of {} elements", begin,
+         end, name, numel);
+  }
+  if (ends_with(name, "norm.weight")) return torch::ones({end - begin}, torch::kFloat);
+  if (ends_with(name, ".bias")) return torch::zeros({end - begin}, torch::kFloat);
+  torch::Tensor values = normal_range(name, numel, seed, config.initializer_range, begin, end);
+  // The pad row of the embedding is zero, as in HF.
+  const auto& pad = config.pad_token_id;
+  if (name == "model.embed_tokens.weight" && pad && *pad >= 0 && *pad < config.vocab_size) {
+    const int64_t row_begin = *pad * config.hidden_size;
+    const int64_t lo = std::max(begin, row_begin);
+    const int64_t hi = std::min(end, row_begin + config.hidden_size);
+    if (lo < hi) values.narrow(0, lo - begin, hi - lo).zero_();
+  }
+  return values;
+}
+
 void init_weights(DecoderModelImpl& model, uint64_t seed) {
   torch::NoGradGuard no_grad;
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  const double std = model.config().initializer_range;
   for (auto& item : model.named_parameters()) {
-    const std::string& name = item.key();
     torch::Tensor& p = item.value();
-    if (ends_with(name, "norm.weight")) {
-      p.fill_(1.0);
-    } else if (ends_with(name, ".bias")) {
-      p.zero_();
-    } else {
-      torch::Tensor values = torch::empty(p.sizes(), torch::kFloat);
-      values.normal_(0.0, std, gen);
-      p.copy_(values);
-    }
+    p.copy_(init_values(model.config(), item.key(), p.sizes(), seed, 0, p.numel()).view(p.sizes()));
   }
-  const auto pad = model.model->embed_tokens->options.padding_idx();
-  if (pad) model.model->embed_tokens->weight[*pad].zero_();
 }
 
 DecoderModel build_model(const ModelConfig& config, torch::ScalarType dtype, uint64_t seed) {

@@ -2,27 +2,48 @@
 
 #include "core/error.h"
 #include "model/rope.h"
+#include "model/storage.h"
 
 namespace dstrain::model {
 
-DecoderBackboneImpl::DecoderBackboneImpl(const ModelConfig& c) {
+namespace {
+
+// Drops the memory of every parameter of `module` (shapes are kept).
+void release_parameters(torch::nn::Module& module) {
+  for (auto& p : module.parameters()) release_storage(p);
+}
+
+}  // namespace
+
+DecoderBackboneImpl::DecoderBackboneImpl(const ModelConfig& c, Materialize materialize) {
+  const bool keep = materialize == Materialize::kYes;
   auto opts = torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size);
   // As in HF, the pad row gets no gradient from the lookup (it still does from a tied lm_head).
   if (c.pad_token_id && *c.pad_token_id >= 0 && *c.pad_token_id < c.vocab_size)
     opts.padding_idx(*c.pad_token_id);
+  // Given a weight, Embedding uses it instead of allocating and initialising its own.
+  if (!keep) opts._weight(unmaterialized({c.vocab_size, c.hidden_size}, torch::kFloat));
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(opts));
   layers = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    DecoderLayer layer(c);
+    if (!keep) release_parameters(*layer);
+    layers->push_back(layer);
+  }
   norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  if (!keep) release_parameters(*norm);
 }
 
-DecoderModelImpl::DecoderModelImpl(ModelConfig config) : config_(std::move(config)) {
-  model = register_module("model", DecoderBackbone(config_));
-  if (!config_.tie_word_embeddings)
+DecoderModelImpl::DecoderModelImpl(ModelConfig config, Materialize materialize)
+    : config_(std::move(config)) {
+  model = register_module("model", DecoderBackbone(config_, materialize));
+  if (!config_.tie_word_embeddings) {
     lm_head = register_module(
         "lm_head",
         torch::nn::Linear(
             torch::nn::LinearOptions(config_.hidden_size, config_.vocab_size).bias(false)));
+    if (materialize == Materialize::kNo) release_parameters(*lm_head);
+  }
   inv_freq_ = rope_inv_freq(config_);
 }
 

@@ -36,10 +36,15 @@ struct LayerHooks {
   std::function<void(int64_t layer, const torch::Tensor& hidden)> after;
 };
 
+// kYes: parameters hold memory. kNo: parameters know their shapes but hold no memory (see
+// storage.h), for an engine that fills only its own shard of them (ZeRO-3); at most one decoder
+// layer is ever allocated at once while building.
+enum class Materialize { kYes, kNo };
+
 // Embedding, decoder layers and final norm: registered as "model" so names start with "model.".
 class DecoderBackboneImpl : public torch::nn::Module {
  public:
-  explicit DecoderBackboneImpl(const ModelConfig& config);
+  DecoderBackboneImpl(const ModelConfig& config, Materialize materialize);
 
   torch::nn::Embedding embed_tokens{nullptr};  // [V, C]
   torch::nn::ModuleList layers{nullptr};       // L × DecoderLayer
@@ -50,8 +55,9 @@ TORCH_MODULE(DecoderBackbone);
 class DecoderModelImpl : public torch::nn::Module {
  public:
   // Builds the modules in float32 with LibTorch's default initialisation; call init_weights() or
-  // load_weights() next, then ->to(dtype/device).
-  explicit DecoderModelImpl(ModelConfig config);
+  // load_weights() next, then ->to(dtype/device). With Materialize::kNo nothing can be read from
+  // the parameters until someone gives them data.
+  explicit DecoderModelImpl(ModelConfig config, Materialize materialize = Materialize::kYes);
 
   // input_ids [B, T] int64 → logits [B, T, V] in the model's dtype. Ids must lie in [0, vocab_size)
   // (not checked here: that would cost a device sync per step; the data pipeline guarantees it).
@@ -86,11 +92,17 @@ TORCH_MODULE(DecoderModel);
 torch::ScalarType resolve_dtype(const std::string& name, const ModelConfig& config);
 std::string dtype_name(torch::ScalarType type);  // inverse of the above for the three float dtypes
 
-// Hugging Face initialisation, deterministic for a seed and independent of dtype and device:
-// Linear and Embedding weights ~ normal(0, initializer_range) (the pad_token_id row of the
-// embedding zeroed), biases zero, RMSNorm weights one. Values are drawn in float32 on the CPU in
-// parameter order.
+// Hugging Face initialisation, deterministic for a seed and independent of dtype, device and of
+// which parts are asked for: Linear and Embedding weights ~ normal(0, initializer_range) (the
+// pad_token_id row of the embedding zeroed), biases zero, RMSNorm weights one. Each parameter's
+// values come from generators seeded by (seed, name, block of 65536 elements), so a rank that owns
+// a slice of a parameter computes exactly that slice's values without drawing the rest.
 void init_weights(DecoderModelImpl& model, uint64_t seed);
+
+// Elements [begin, end) of parameter `name` (of `shape`) flattened, as init_weights sets them: a
+// 1-D float32 CPU tensor. Error(kInternal) for a range outside the parameter.
+torch::Tensor init_values(const ModelConfig& config, const std::string& name,
+                          c10::IntArrayRef shape, uint64_t seed, int64_t begin, int64_t end);
 
 // A model initialised from `seed` and cast to `dtype`.
 DecoderModel build_model(const ModelConfig& config, torch::ScalarType dtype, uint64_t seed);

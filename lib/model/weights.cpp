@@ -37,8 +37,9 @@ std::string shape_str(c10::IntArrayRef shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
-void check_names_and_shapes(const SafetensorsSet& files, DecoderModelImpl& model,
-                            const stdfs::path& dir) {
+}  // namespace
+
+void check_weights(const SafetensorsSet& files, DecoderModelImpl& model, const stdfs::path& dir) {
   std::vector<std::string> missing, unexpected, mismatched;
   std::set<std::string> expected;
   for (const auto& item : model.named_parameters()) {
@@ -66,11 +67,9 @@ void check_names_and_shapes(const SafetensorsSet& files, DecoderModelImpl& model
          model.config().model_type, problems);
 }
 
-}  // namespace
-
 void load_weights(DecoderModelImpl& model, const stdfs::path& dir) {
   const SafetensorsSet files(dir);
-  check_names_and_shapes(files, model, dir);
+  check_weights(files, model, dir);
   torch::NoGradGuard no_grad;
   for (auto& item : model.named_parameters()) item.value().copy_(files.read(item.key()));
 }

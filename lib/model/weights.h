@@ -20,6 +20,13 @@ constexpr uint64_t kDefaultMaxShardBytes = 5'000'000'000ULL;
 // lm_head.weight of a tied model, and rotary_emb.inv_freq buffers written by old exporters.
 void load_weights(DecoderModelImpl& model, const std::filesystem::path& dir);
 
+class SafetensorsSet;
+// The checks of load_weights alone (names and shapes; `dir` names the files in errors), for a
+// caller that reads only parts of the tensors (SafetensorsSet::read_range). The model's parameters
+// need not hold memory.
+void check_weights(const SafetensorsSet& files, DecoderModelImpl& model,
+                   const std::filesystem::path& dir);
+
 // Writes config.json (torch_dtype = dtype) and the parameters, cast to `dtype`, as
 // model.safetensors, or as shards plus index when larger than max_shard_bytes. Each file is written
 // atomically.

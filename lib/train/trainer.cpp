@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include <torch/torch.h>
@@ -15,6 +16,7 @@
 #include "metrics/progress.h"
 #include "metrics/system.h"
 #include "model/hub.h"
+#include "model/safetensors.h"
 #include "model/weights.h"
 #include "train/component_options.h"
 #include "train/stage3_setup.h"
@@ -72,9 +74,11 @@ void Trainer::init() {
     }
     params = engine_parameters(*model_);
     engine_opts.segments = forward_segments(*model_);
+    engine_opts.initial_values = initial_values_;
   }
   engine_ = std::make_unique<zero::Engine>(std::move(params), *comm_, optimizer_factory(cfg_),
                                            engine_opts);
+  initial_values_ = nullptr;  // the engine has its shard; close the files
 
   total_steps_ = cfg_.training.max_steps > 0 ? cfg_.training.max_steps
                                              : cfg_.training.epochs * loader_->steps_per_epoch();
@@ -103,9 +107,10 @@ void Trainer::init() {
 
 void Trainer::build_model() {
   if (cfg_.model.gradient_checkpointing) {
-    log::warn("{}: model.gradient_checkpointing is not implemented yet: activations are kept in "
-              "memory as without it",
-              cfg_.source_path);
+    log::warn(
+        "{}: model.gradient_checkpointing is not implemented yet: activations are kept in "
+        "memory as without it",
+        cfg_.source_path);
   }
   model_dir_ = model::resolve_model_dir(cfg_.model.name_or_path).string();
   model_config_ = model::load_model_config(model_dir_);
@@ -116,12 +121,39 @@ void Trainer::build_model() {
          "{}: model.tokenizer: tokenizer {} has {} ids but the model's vocab_size is {}",
          cfg_.source_path, tok, tokenizer_->vocab_size(), model_config_.vocab_size);
   }
-  // Every rank builds the same fp32 model from the same seed (or the same files); the engine
-  // casts it to the compute dtype and keeps the fp32 master weights.
-  model_ = model::build_model(model_config_, torch::kFloat32, cfg_.training.seed);
-  if (cfg_.model.init == "pretrained") model::load_weights(*model_, model_dir_);
+  if (cfg_.zero.stage == 3 && !cfg_.lora.enabled) {
+    build_sharded_model();
+  } else {
+    // Every rank builds the same fp32 model from the same seed (or the same files); the engine
+    // casts it to the compute dtype and keeps the fp32 master weights.
+    model_ = model::build_model(model_config_, torch::kFloat32, cfg_.training.seed);
+    if (cfg_.model.init == "pretrained") model::load_weights(*model_, model_dir_);
+  }
   if (cfg_.lora.enabled) attach_lora();
   model_->train();
+}
+
+// ZeRO-3: the parameters hold no memory; the engine asks for the values of its own shard only,
+// read as ranges from the safetensors files or computed by the seeded initialisation (which gives
+// the same values as initialising the whole model).
+void Trainer::build_sharded_model() {
+  model_ = model::DecoderModel(model_config_, model::Materialize::kNo);
+  if (cfg_.model.init == "pretrained") {
+    auto files = std::make_shared<model::SafetensorsSet>(model_dir_);
+    model::check_weights(*files, *model_, model_dir_);
+    initial_values_ = [files](const std::string& name, int64_t begin, int64_t end) {
+      return files->read_range(name, begin, end);
+    };
+    return;
+  }
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& item : model_->named_parameters()) {
+    shapes[item.key()] = item.value().sizes().vec();
+  }
+  initial_values_ = [config = model_config_, seed = cfg_.training.seed, shapes](
+                        const std::string& name, int64_t begin, int64_t end) {
+    return model::init_values(config, name, shapes.at(name), seed, begin, end);
+  };
 }
 
 void Trainer::build_data() {

@@ -57,6 +57,7 @@ class Trainer {
  private:
   void init();
   void build_model();
+  void build_sharded_model();
   void build_data();
   double train_step(double* fwd_bwd_s, double* data_s);
   EvalResult evaluate();
@@ -92,6 +93,7 @@ class Trainer {
   std::unique_ptr<data::Loader> loader_;
   std::unique_ptr<lora::LoraModel> lora_;  // null without LoRA; outlives engine_ (declared first)
   std::string base_checksum_;              // LoRA: lora::base_checksum of the fp32 base weights
+  zero::InitialValues initial_values_;     // stage 3: the values of this rank's shard
   std::unique_ptr<zero::Engine> engine_;
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::unique_ptr<metrics::MetricsLogger> metrics_;

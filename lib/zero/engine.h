@@ -69,6 +69,12 @@ struct NamedParameter {
 using OptimizerFactory = std::function<std::unique_ptr<optim::Optimizer>(
     int64_t shard_numel, std::vector<optim::Range> no_decay)>;
 
+// Initial values of parameter `name`: its flattened elements [begin, end) as a 1-D tensor of any
+// float dtype. Lets a stage-3 engine build its shards from files or a seeded initialisation while
+// the parameters themselves hold no memory (model::Materialize::kNo).
+using InitialValues =
+    std::function<torch::Tensor(const std::string& name, int64_t begin, int64_t end)>;
+
 struct EngineOptions {
   int stage = 0;                             // 0, 1, 2 or 3
   int64_t reduce_bucket_size = 500'000'000;  // elements per communication bucket
@@ -85,6 +91,10 @@ struct EngineOptions {
   int64_t param_persistence_threshold = 100'000;  // smaller parameters stay gathered
   bool offload_optimizer = false;  // stages 1-3: master, optimizer state and the update on the host
   bool offload_param = false;      // stage 3: parameter shards on the host
+  // Stage 3: where the initial values come from; unset: from the parameters themselves (which
+  // must then hold them). Each rank asks only for its own shard's elements and the persistent
+  // (small) parameters.
+  InitialValues initial_values;
 };
 
 struct StepResult {

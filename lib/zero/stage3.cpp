@@ -5,8 +5,8 @@
 #include <set>
 
 #include "core/error.h"
+#include "model/storage.h"
 #include "zero/no_decay.h"
-#include "zero/storage.h"
 
 namespace dstrain::zero {
 namespace {
@@ -39,13 +39,11 @@ Stage3Engine::Stage3Engine(std::vector<NamedParameter> params, comm::Communicato
   torch::NoGradGuard no_grad;
   build_units(params);
   build_shards(params);
+  options_.initial_values = nullptr;  // whatever it holds (open files) is not needed any more
   optimizer_ = make_optimizer(shard_numel_, no_decay_ranges());
   if (!optimizer_) fail(ErrorKind::kInternal, "zero engine: the optimizer factory returned null");
   for (size_t i = 0; i < params_.size(); ++i) {
     hooks_.push_back(add_post_accumulate_hook(params_[i].tensor, [this, i] { on_grad_ready(i); }));
-  }
-  for (size_t u = 0; u < units_.size(); ++u) {
-    if (!units_[u].persistent) release(u);
   }
 }
 
@@ -115,8 +113,9 @@ void Stage3Engine::build_units(const std::vector<NamedParameter>& params) {
   }
 }
 
-// Gathered buffers hold the original values (every rank holds the full model at this point, built
-// or loaded slice by slice by the caller); the shards are cut from them.
+// The shards are cut from the initial values: from options_.initial_values when set (the
+// parameters may then hold no memory), else from the parameters (every rank holding the full
+// model). Only the persistent unit stays gathered; other units' buffers never get memory here.
 void Stage3Engine::build_shards(const std::vector<NamedParameter>& params) {
   const auto compute = torch::TensorOptions().dtype(options_.compute_dtype).device(device_);
   const torch::Device param_home = host_for(options_.offload_param, device_);
@@ -129,26 +128,43 @@ void Stage3Engine::build_shards(const std::vector<NamedParameter>& params) {
       master_aliases_params_
           ? param_shard_
           : torch::zeros({shard_numel_}, state_options(host_device_, torch::kFloat32, device_));
+  const auto values = [&](size_t param, int64_t begin, int64_t end) -> torch::Tensor {
+    const NamedParameter& p = params[param];
+    if (options_.initial_values) {
+      torch::Tensor v = options_.initial_values(p.name, begin, end);
+      if (v.numel() != end - begin) {
+        fail(ErrorKind::kInternal, "zero engine: initial values of '{}' [{}, {}) have {} elements",
+             p.name, begin, end, v.numel());
+      }
+      return v.reshape({-1});
+    }
+    return p.tensor.detach().reshape({-1}).narrow(0, begin, end - begin);
+  };
   const int rank = comm_.rank();
   for (Unit& unit : units_) {
-    // The master first, from the original fp32 values: compute-dtype rounding never reaches it.
+    // The master from the original values: compute-dtype rounding never reaches it.
     for (const ParamPiece& piece : unit.partition.owned_pieces(rank)) {
       const int64_t n = piece.elements.end - piece.elements.begin;
-      const torch::Tensor src =
-          params[unit.params[piece.param]].tensor.detach().reshape({-1}).narrow(
-              0, piece.elements.begin, n);
-      master_.narrow(0, unit.shard_offset + piece.offset, n).copy_(src);
+      master_.narrow(0, unit.shard_offset + piece.offset, n)
+          .copy_(values(unit.params[piece.param], piece.elements.begin, piece.elements.end));
     }
-    unit.full = torch::zeros({unit.partition.padded_numel()}, compute);
+    // Never written unless persistent: untouched memory, released below once the views exist.
+    unit.full = torch::empty({unit.partition.padded_numel()}, compute);
+    if (unit.persistent) unit.full.zero_();
     for (size_t k = 0; k < unit.params.size(); ++k) {
       torch::Tensor& p = params_[unit.params[k]].tensor;
       const int64_t offset = unit.partition.param_offset(k);
       const int64_t n = unit.partition.param_numel(k);
-      unit.full.narrow(0, offset, n).copy_(p.detach().reshape({-1}));
+      if (unit.persistent) unit.full.narrow(0, offset, n).copy_(values(unit.params[k], 0, n));
       p.mutable_grad() = torch::Tensor();
       p.set_data(unit.full.narrow(0, offset, n).view(p.sizes()));
     }
-    unit.state = UnitState::kGathered;
+    if (unit.persistent) {
+      unit.state = UnitState::kGathered;
+    } else {
+      model::release_storage(unit.full);
+      unit.state = UnitState::kFree;
+    }
   }
   if (!master_aliases_params_) param_shard_.copy_(master_);
 }

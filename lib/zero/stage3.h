@@ -11,6 +11,11 @@
 // that is always gathered (refreshed by one all-gather after each step), so norms and biases cost
 // no gather per segment.
 //
+// Construction. With EngineOptions::initial_values the parameters may hold no memory at all
+// (model::Materialize::kNo): each rank asks for the values of its own chunks (and of the
+// persistent parameters) only, so no rank ever holds the whole model. Without it, the values are
+// read from the parameters, which then hold the full model on every rank.
+//
 // Segments. The forward pass is a fixed sequence of segments (embed, layer 0..L-1, head), each
 // reading a set of units (EngineOptions::segments). The caller brackets each segment:
 //   pre_forward(k)          gathers the units of segment k (waiting for a prefetch), then starts

@@ -6,14 +6,14 @@
 
 #include "core/error.h"
 #include "zero/stage3.h"
-#include "zero/storage.h"
+#include "model/storage.h"
 
 namespace dstrain::zero {
 
 void Stage3Engine::launch_gather(size_t u) {
   Unit& unit = units_[u];
   if (unit.state != UnitState::kFree || unit.partition.padded_numel() == 0) return;
-  allocate_storage(unit.full, unit.full.numel() * unit.full.element_size());
+  model::allocate_storage(unit.full, unit.full.numel() * unit.full.element_size());
   // The chunk this rank contributes; with offload_param it is copied from the host first.
   torch::Tensor input = shard_of(unit, param_shard_);
   if (input.device() != device_) input = input.to(device_, /*non_blocking=*/true);
@@ -37,7 +37,7 @@ void Stage3Engine::release(size_t u) {
   Unit& unit = units_[u];
   if (unit.persistent || unit.state == UnitState::kFree) return;
   if (unit.state == UnitState::kGathering) wait_gathered(u);
-  release_storage(unit.full);
+  model::release_storage(unit.full);
   unit.state = UnitState::kFree;
 }
 
@@ -165,7 +165,7 @@ void Stage3Engine::finish_backward() {
 int64_t Stage3Engine::gathered_bytes() const {
   int64_t bytes = 0;
   for (const Unit& unit : units_) {
-    if (!unit.persistent) bytes += storage_bytes(unit.full);
+    if (!unit.persistent) bytes += model::storage_bytes(unit.full);
     if (unit.grad_full.defined()) bytes += unit.grad_full.nbytes();
   }
   for (const Reduction& r : in_flight_) bytes += r.input.nbytes() + r.output.nbytes();

@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "zero/stage3.h"
-#include "zero/storage.h"
+#include "model/storage.h"
 
 namespace dstrain::zero {
 

@@ -11,7 +11,7 @@
 
 #include <torch/types.h>
 
-namespace dstrain::zero {
+namespace dstrain::model {
 
 // Drops the memory of `tensor`'s storage (nbytes becomes 0); views keep their sizes and strides.
 void release_storage(const torch::Tensor& tensor);
@@ -20,5 +20,8 @@ void release_storage(const torch::Tensor& tensor);
 void allocate_storage(const torch::Tensor& tensor, int64_t nbytes);
 // Bytes the storage holds now.
 int64_t storage_bytes(const torch::Tensor& tensor);
+// A tensor of `shape` and `options` whose storage holds no memory (a placeholder that knows its
+// shape, dtype and device; give it memory with allocate_storage or replace its data).
+torch::Tensor unmaterialized(c10::IntArrayRef shape, const torch::TensorOptions& options);
 
-}  // namespace dstrain::zero
+}  // namespace dstrain::model

@@ -1,10 +1,10 @@
-#include "zero/storage.h"
+#include "model/storage.h"
 
 #include <c10/core/StorageImpl.h>
 
 #include "core/error.h"
 
-namespace dstrain::zero {
+namespace dstrain::model {
 
 void release_storage(const torch::Tensor& tensor) {
   c10::StorageImpl* impl = tensor.storage().unsafeGetStorageImpl();
@@ -16,14 +16,21 @@ void allocate_storage(const torch::Tensor& tensor, int64_t nbytes) {
   c10::StorageImpl* impl = tensor.storage().unsafeGetStorageImpl();
   if (static_cast<int64_t>(impl->nbytes()) == nbytes) return;
   if (impl->allocator() == nullptr) {
-    fail(ErrorKind::kInternal, "zero: a gathered buffer has storage without an allocator");
+    fail(ErrorKind::kInternal, "a released tensor buffer has storage without an allocator");
   }
   impl->set_data_ptr_noswap(impl->allocator()->allocate(static_cast<size_t>(nbytes)));
   impl->set_nbytes(static_cast<size_t>(nbytes));
+}
+
+torch::Tensor unmaterialized(c10::IntArrayRef shape, const torch::TensorOptions& options) {
+  // Never written, so large allocations are never touched (mapped, not resident) before release.
+  torch::Tensor t = torch::empty(shape, options);
+  release_storage(t);
+  return t;
 }
 
 int64_t storage_bytes(const torch::Tensor& tensor) {
   return static_cast<int64_t>(tensor.storage().nbytes());
 }
 
-}  // namespace dstrain::zero
+}  // namespace dstrain::model

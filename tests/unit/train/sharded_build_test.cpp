@@ -1,0 +1,222 @@
+// ZeRO-3 model construction: a rank builds the model without memory and fills only its shard,
+// from the seeded initialisation or from ranges of the safetensors files, and trains exactly as a
+// rank that built the whole model first.
+#include <atomic>
+#include <mutex>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/CPUAllocator.h>
+#include <gtest/gtest.h>
+
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "model/weights.h"
+#include "optim/optimizer.h"
+#include "tests/unit/model/test_util.h"
+#include "tests/unit/zero/thread_communicator.h"
+#include "train/stage3_setup.h"
+#include "zero/engine.h"
+
+namespace dstrain::train {
+namespace {
+
+using zero::testing::ThreadCommunicator;
+
+model::ModelConfig deep_config(int64_t layers) {
+  auto j = model::testing::small_config_json("qwen2");
+  j["num_hidden_layers"] = layers;
+  j["vocab_size"] = 211;
+  return model::parse_model_config(j);
+}
+
+zero::OptimizerFactory adamw() {
+  return [](int64_t numel, std::vector<optim::Range> no_decay) {
+    optim::AdamWOptions o;
+    o.weight_decay = 0.1;
+    o.no_decay = std::move(no_decay);
+    return optim::make_adamw(numel, o);
+  };
+}
+
+zero::EngineOptions stage3_options(const model::DecoderModelImpl& m, torch::ScalarType dtype) {
+  zero::EngineOptions o;
+  o.stage = 3;
+  o.compute_dtype = dtype;
+  o.segments = forward_segments(m);
+  o.param_persistence_threshold = 100;  // norms persistent, everything else sharded
+  o.prefetch_bucket_size = 5000;
+  return o;
+}
+
+zero::InitialValues seeded(const model::DecoderModelImpl& m, uint64_t seed) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& item : m.named_parameters()) shapes[item.key()] = item.value().sizes().vec();
+  return [config = m.config(), seed, shapes](const std::string& name, int64_t b, int64_t e) {
+    return model::init_values(config, name, shapes.at(name), seed, b, e);
+  };
+}
+
+// Losses of `steps` steps on fixed data at world size 2, stage 3; `make` builds each rank's model
+// and says where the engine's initial values come from.
+using Maker = std::function<model::DecoderModel(zero::InitialValues*)>;
+std::vector<double> train_stage3(const Maker& make, torch::ScalarType dtype, int steps = 3) {
+  std::vector<std::vector<double>> losses(2);
+  zero::testing::run_ranks(2, [&](ThreadCommunicator& comm) {
+    zero::InitialValues values;
+    model::DecoderModel m = make(&values);
+    zero::EngineOptions o = stage3_options(*m, dtype);
+    o.initial_values = values;
+    zero::Engine engine(engine_parameters(*m), comm, adamw(), o);
+    for (int s = 0; s < steps; ++s) {
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(100 * s + comm.rank());
+      const torch::Tensor ids = torch::randint(0, m->config().vocab_size, {2, 12}, gen);
+      const torch::Tensor loss =
+          model::causal_lm_loss(forward_with_engine(*m, engine, ids), ids.roll(-1, 1));
+      engine.backward(loss);
+      engine.step(1e-2);
+      losses[static_cast<size_t>(comm.rank())].push_back(loss.item<double>());
+    }
+  });
+  losses[0].insert(losses[0].end(), losses[1].begin(), losses[1].end());
+  return losses[0];
+}
+
+TEST(ShardedBuild, SeededShardsTrainExactlyLikeTheFullModel) {
+  const model::ModelConfig c = deep_config(3);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const auto full = train_stage3(
+        [&](zero::InitialValues*) { return model::build_model(c, torch::kFloat, 5); }, dtype);
+    const auto sharded = train_stage3(
+        [&](zero::InitialValues* v) {
+          model::DecoderModel m(c, model::Materialize::kNo);
+          *v = seeded(*m, 5);
+          return m;
+        },
+        dtype);
+    EXPECT_EQ(full, sharded) << c10::toString(dtype);
+    const auto other_seed = train_stage3(
+        [&](zero::InitialValues* v) {
+          model::DecoderModel m(c, model::Materialize::kNo);
+          *v = seeded(*m, 6);
+          return m;
+        },
+        dtype);
+    EXPECT_NE(full, other_seed);
+  }
+}
+
+TEST(ShardedBuild, SafetensorsRangesTrainExactlyLikeLoadedWeights) {
+  model::testing::TempDir dir;
+  const model::ModelConfig c = deep_config(2);
+  model::save_weights(*model::build_model(c, torch::kFloat, 9), dir.path(), torch::kFloat);
+  const auto loaded = train_stage3(
+      [&](zero::InitialValues*) {
+        model::DecoderModel m = model::build_model(c, torch::kFloat, 1);
+        model::load_weights(*m, dir.path());
+        return m;
+      },
+      torch::kFloat);
+  const auto ranges = train_stage3(
+      [&](zero::InitialValues* v) {
+        model::DecoderModel m(c, model::Materialize::kNo);
+        auto files = std::make_shared<model::SafetensorsSet>(dir.path());
+        model::check_weights(*files, *m, dir.path());
+        *v = [files](const std::string& name, int64_t b, int64_t e) {
+          return files->read_range(name, b, e);
+        };
+        return m;
+      },
+      torch::kFloat);
+  EXPECT_EQ(loaded, ranges);
+}
+
+// Counts the bytes held through LibTorch's CPU allocator, and the most ever held at once.
+class CountingAllocator final : public c10::Allocator {
+ public:
+  explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {}
+  c10::DataPtr allocate(size_t n) const override {
+    c10::DataPtr inner = inner_->allocate(n);
+    void* data = inner.get();
+    const int64_t now = held_ += static_cast<int64_t>(n);
+    int64_t peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    }
+    auto* ctx = new Block{std::move(inner), n, &held_};
+    return {data, ctx, &Block::release, c10::Device(c10::kCPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  void reset_peak() { peak_ = held_.load(); }
+  int64_t peak() const { return peak_; }
+  int64_t held() const { return held_; }
+
+ private:
+  struct Block {
+    c10::DataPtr inner;
+    size_t n;
+    std::atomic<int64_t>* held;
+    static void release(void* p) {
+      auto* b = static_cast<Block*>(p);
+      *b->held -= static_cast<int64_t>(b->n);
+      delete b;
+    }
+  };
+  c10::Allocator* inner_;
+  mutable std::atomic<int64_t> held_{0};
+  mutable std::atomic<int64_t> peak_{0};
+};
+
+// Rank 3 of 8, for building an engine alone: construction does not communicate.
+class SilentCommunicator final : public comm::Communicator {
+ public:
+  int rank() const override { return 3; }
+  int world_size() const override { return 8; }
+  std::unique_ptr<comm::Work> all_reduce(torch::Tensor&, comm::ReduceOp) override { return none(); }
+  std::unique_ptr<comm::Work> reduce_scatter(torch::Tensor&, const torch::Tensor&,
+                                             comm::ReduceOp) override {
+    return none();
+  }
+  std::unique_ptr<comm::Work> all_gather(torch::Tensor&, const torch::Tensor&) override {
+    return none();
+  }
+  std::unique_ptr<comm::Work> broadcast(torch::Tensor&, int) override { return none(); }
+  void barrier() override { none(); }
+
+ private:
+  static std::unique_ptr<comm::Work> none() {
+    ADD_FAILURE() << "construction communicated";
+    throw std::runtime_error("no communication expected");
+  }
+};
+
+// Peak bytes allocated while building the model and a stage-3 engine on rank 3 of 8.
+int64_t construction_peak(CountingAllocator& counter, bool sharded) {
+  const model::ModelConfig c = deep_config(12);
+  SilentCommunicator comm;
+  counter.reset_peak();
+  const int64_t before = counter.held();
+  model::DecoderModel m = sharded ? model::DecoderModel(c, model::Materialize::kNo)
+                                  : model::build_model(c, torch::kFloat, 5);
+  zero::EngineOptions o = stage3_options(*m, torch::kFloat);
+  if (sharded) o.initial_values = seeded(*m, 5);
+  zero::Engine engine(engine_parameters(*m), comm, adamw(), o);
+  return counter.peak() - before;
+}
+
+TEST(ShardedBuild, ARankNeverHoldsTheWholeModelWhileBuilding) {
+  static CountingAllocator counter(c10::GetDefaultCPUAllocator());  // outlives its tensors
+  const model::ModelConfig c = deep_config(12);
+  const int64_t model_bytes = 4 * c.num_parameters(true);
+  c10::SetCPUAllocator(&counter, /*priority=*/100);
+  const int64_t sharded = construction_peak(counter, true);
+  const int64_t full = construction_peak(counter, false);
+  c10::SetCPUAllocator(c10::GetDefaultCPUAllocator(), /*priority=*/101);
+  RecordProperty("model_bytes", std::to_string(model_bytes));
+  RecordProperty("sharded_peak", std::to_string(sharded));
+  RecordProperty("full_peak", std::to_string(full));
+  // Model states at stage 3 are 16Ψ/N bytes = model_bytes / 2 at N = 8, plus one unit in transit.
+  EXPECT_LT(sharded, model_bytes * 3 / 4) << "full model " << model_bytes << " bytes";
+  EXPECT_GT(full, model_bytes) << "the check must see a full build";
+}
+
+}  // namespace
+}  // namespace dstrain::train
