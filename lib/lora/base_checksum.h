@@ -7,7 +7,9 @@
 // from: the same pretrained files or the same random-init seed and config give the same checksum.
 // Take it on the float32 weights (before a cast to the compute dtype) for a stable reference.
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/model.h"
 
@@ -15,5 +17,15 @@ namespace dstrain::lora {
 
 // 8 lowercase hex digits.
 std::string base_checksum(model::DecoderModelImpl& model);
+
+// The same checksum from per-parameter parts computed anywhere (e.g. each rank checksums the
+// parameters it can read, from their float32 values): tensor_crc of each parameter, then
+// combine_checksum of them all in named_parameters() order.
+struct TensorCrc {
+  uint32_t crc = 0;
+  uint64_t bytes = 0;  // length of what was checksummed
+};
+TensorCrc tensor_crc(const std::string& name, const torch::Tensor& value);
+std::string combine_checksum(const std::vector<TensorCrc>& parts);
 
 }  // namespace dstrain::lora

@@ -121,9 +121,11 @@ void Trainer::attach_lora() {
   // LibTorch seeds its default CPU generator nondeterministically, and LoRA dropout draws from it
   // (its state is part of every checkpoint): seed it, per rank, so that a run is reproducible.
   torch::manual_seed(cfg_.training.seed + static_cast<uint64_t>(rank_));
-  base_checksum_ = lora::base_checksum(*model_);
+  // Stage 3: the base holds no memory here; the engine shards and casts it.
+  const bool sharded = cfg_.zero.stage == 3;
+  base_checksum_ = sharded ? sharded_base_checksum() : lora::base_checksum(*model_);
   for (auto& p : model_->parameters()) p.set_requires_grad(false);
-  model_->to(compute_dtype(cfg_));
+  if (!sharded) model_->to(compute_dtype(cfg_));
   lora_ = std::make_unique<lora::LoraModel>(model_, options, key);
   if (!cfg_.lora.init_from.empty()) lora_->load(adapter.weights, cfg_.lora.init_from);
   const double base_n = static_cast<double>(model_config_.num_parameters(true));
@@ -131,6 +133,25 @@ void Trainer::attach_lora() {
             options.r, options.alpha, lora_->modules().size(), lora_->num_parameters(),
             100.0 * static_cast<double>(lora_->num_parameters()) / base_n,
             cfg_.lora.init_from.empty() ? std::string() : ", from " + cfg_.lora.init_from);
+}
+
+std::string Trainer::sharded_base_checksum() {
+  const auto params = model_->named_parameters();
+  std::vector<double> parts(2 * params.size(), 0.0);  // crc, bytes: exact in a double
+  for (size_t i = static_cast<size_t>(rank_); i < params.size(); i += static_cast<size_t>(world_)) {
+    const torch::Tensor& p = params[i].value();
+    const torch::Tensor value =
+        initial_values_(params[i].key(), 0, p.numel()).to(torch::kFloat).view(p.sizes());
+    const lora::TensorCrc crc = lora::tensor_crc(params[i].key(), value);
+    parts[2 * i] = crc.crc;
+    parts[2 * i + 1] = static_cast<double>(crc.bytes);
+  }
+  all_reduce_sum(parts);
+  std::vector<lora::TensorCrc> crcs;
+  for (size_t i = 0; i < params.size(); ++i) {
+    crcs.push_back({static_cast<uint32_t>(parts[2 * i]), static_cast<uint64_t>(parts[2 * i + 1])});
+  }
+  return lora::combine_checksum(crcs);
 }
 
 std::vector<zero::NamedParameter> Trainer::trainable_parameters() const {

@@ -6,18 +6,17 @@
 
 namespace dstrain::train {
 
-std::vector<zero::NamedParameter> engine_parameters(model::DecoderModelImpl& model) {
-  const int head_unit = static_cast<int>(model.num_layers()) + 1;
+int unit_of(const std::string& name, int64_t num_layers) {
   const std::string layer_prefix = "model.layers.";
+  if (name.rfind("model.embed_tokens.", 0) == 0) return 0;
+  if (name.rfind(layer_prefix, 0) == 0) return 1 + std::stoi(name.substr(layer_prefix.size()));
+  return static_cast<int>(num_layers) + 1;
+}
+
+std::vector<zero::NamedParameter> engine_parameters(model::DecoderModelImpl& model) {
   std::vector<zero::NamedParameter> out;
   for (const auto& item : model.named_parameters()) {
-    const std::string& name = item.key();
-    int unit = head_unit;
-    if (name.rfind("model.embed_tokens.", 0) == 0) unit = 0;
-    if (name.rfind(layer_prefix, 0) == 0) {
-      unit = 1 + std::stoi(name.substr(layer_prefix.size()));
-    }
-    out.push_back({name, item.value(), unit});
+    out.push_back({item.key(), item.value(), unit_of(item.key(), model.num_layers())});
   }
   return out;
 }

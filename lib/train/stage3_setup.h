@@ -18,6 +18,9 @@ namespace dstrain::train {
 // model.norm and lm_head L + 1.
 std::vector<zero::NamedParameter> engine_parameters(model::DecoderModelImpl& model);
 
+// The unit of a parameter (or LoRA adapter) name, numbered as above.
+int unit_of(const std::string& name, int64_t num_layers);
+
 // Units read by each forward segment: {0}, {1}, ..., {L}, {L + 1} — plus the embedding unit for
 // the head when the embeddings are tied (lm_head is embed_tokens).
 std::vector<std::vector<int>> forward_segments(const model::DecoderModelImpl& model);

@@ -66,13 +66,7 @@ void Trainer::init() {
   zero::EngineOptions engine_opts = engine_options(cfg_);
   std::vector<zero::NamedParameter> params = trainable_parameters();
   if (cfg_.zero.stage == 3) {
-    if (lora_) {
-      fail(ErrorKind::kNotImplemented,
-           "{}: LoRA with zero.stage 3 is not available yet; use stage 0, 1 or 2 (the frozen base "
-           "is not sharded, only the adapters are)",
-           cfg_.source_path);
-    }
-    params = engine_parameters(*model_);
+    params = stage3_parameters();
     engine_opts.segments = forward_segments(*model_);
     engine_opts.initial_values = initial_values_;
   }
@@ -121,7 +115,7 @@ void Trainer::build_model() {
          "{}: model.tokenizer: tokenizer {} has {} ids but the model's vocab_size is {}",
          cfg_.source_path, tok, tokenizer_->vocab_size(), model_config_.vocab_size);
   }
-  if (cfg_.zero.stage == 3 && !cfg_.lora.enabled) {
+  if (cfg_.zero.stage == 3) {
     build_sharded_model();
   } else {
     // Every rank builds the same fp32 model from the same seed (or the same files); the engine
@@ -154,6 +148,27 @@ void Trainer::build_sharded_model() {
                         const std::string& name, int64_t begin, int64_t end) {
     return model::init_values(config, name, shapes.at(name), seed, begin, end);
   };
+}
+
+// Stage 3: every model parameter with its unit; with LoRA the base is frozen and the adapters
+// join the units of the layers they adapt.
+std::vector<zero::NamedParameter> Trainer::stage3_parameters() {
+  std::vector<zero::NamedParameter> params = engine_parameters(*model_);
+  if (!lora_) return params;
+  for (auto& p : params) p.frozen = true;
+  // The adapters hold their initial values themselves; the engine asks for them by name.
+  auto adapters = std::make_shared<std::map<std::string, torch::Tensor>>();
+  for (auto& [name, t] : lora_->named_parameters()) {
+    params.push_back({name, t, unit_of(name, model_->num_layers())});
+    (*adapters)[name] = t.detach().clone().reshape({-1});
+  }
+  initial_values_ = [base = initial_values_, adapters](const std::string& name, int64_t begin,
+                                                       int64_t end) {
+    const auto it = adapters->find(name);
+    if (it == adapters->end()) return base(name, begin, end);
+    return it->second.narrow(0, begin, end - begin);
+  };
+  return params;
 }
 
 void Trainer::build_data() {

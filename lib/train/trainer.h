@@ -58,6 +58,10 @@ class Trainer {
   void init();
   void build_model();
   void build_sharded_model();
+  std::vector<zero::NamedParameter> stage3_parameters();
+  // Stage 3 with LoRA: lora::base_checksum of the base, computed by the ranks together from the
+  // initial values (each rank checksums every world-th parameter) without materialising it.
+  std::string sharded_base_checksum();
   void build_data();
   double train_step(double* fwd_bwd_s, double* data_s);
   EvalResult evaluate();

@@ -46,6 +46,9 @@ Engine::Engine(std::vector<NamedParameter> params, comm::Communicator& comm,
   }
   std::set<std::string> names;
   for (const NamedParameter& p : params) {
+    if (p.frozen) {
+      fail(ErrorKind::kInternal, "zero engine: frozen parameter '{}' needs stage 3", p.name);
+    }
     if (!p.tensor.defined() || !p.tensor.requires_grad() || !p.tensor.is_leaf()) {
       fail(ErrorKind::kInternal, "zero engine: parameter '{}' is not a leaf that requires grad",
            p.name);

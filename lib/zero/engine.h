@@ -60,8 +60,12 @@ class Stage3Engine;
 
 struct NamedParameter {
   std::string name;
-  torch::Tensor tensor;  // a leaf that requires grad; all on one device
+  torch::Tensor tensor;  // a leaf that requires grad (unless frozen); all on one device
   int unit = 0;          // stage 3: the unit (e.g. decoder block) it is gathered with
+  // Stage 3 only: a parameter that is not trained (a LoRA base weight). It is sharded and gathered
+  // like the others but has no gradient, master copy or optimizer state, and is not in the
+  // checkpoint state.
+  bool frozen = false;
 };
 
 // Builds the optimizer for a master shard of `shard_numel` fp32 elements; `no_decay` are the shard

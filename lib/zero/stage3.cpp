@@ -43,6 +43,7 @@ Stage3Engine::Stage3Engine(std::vector<NamedParameter> params, comm::Communicato
   optimizer_ = make_optimizer(shard_numel_, no_decay_ranges());
   if (!optimizer_) fail(ErrorKind::kInternal, "zero engine: the optimizer factory returned null");
   for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].frozen) continue;
     hooks_.push_back(add_post_accumulate_hook(params_[i].tensor, [this, i] { on_grad_ready(i); }));
   }
 }
@@ -57,9 +58,10 @@ Stage3Engine::~Stage3Engine() {
 void Stage3Engine::validate(const std::vector<NamedParameter>& params) const {
   std::set<std::string> names;
   for (const NamedParameter& p : params) {
-    if (!p.tensor.defined() || !p.tensor.requires_grad() || !p.tensor.is_leaf()) {
-      fail(ErrorKind::kInternal, "zero engine: parameter '{}' is not a leaf that requires grad",
-           p.name);
+    if (!p.tensor.defined() || p.tensor.requires_grad() == p.frozen || !p.tensor.is_leaf()) {
+      fail(ErrorKind::kInternal,
+           "zero engine: parameter '{}' is not a leaf that {} grad (frozen: {})", p.name,
+           p.frozen ? "does not require" : "requires", p.frozen);
     }
     if (!names.insert(p.name).second) {
       fail(ErrorKind::kInternal, "zero engine: parameter name '{}' appears twice", p.name);
@@ -77,17 +79,22 @@ void Stage3Engine::validate(const std::vector<NamedParameter>& params) const {
   }
 }
 
-// Units in the caller's numbering, then the persistent unit (always last, possibly empty).
+// Internal units (see num_units()): the caller's units with their trainable parameters, the same
+// units with their frozen parameters, the persistent trainable unit, the persistent frozen unit.
+// Segments are rewritten to read both twins of each caller unit.
 void Stage3Engine::build_units(const std::vector<NamedParameter>& params) {
   int num = 0;
   for (const NamedParameter& p : params) num = std::max(num, p.unit + 1);
-  std::vector<std::vector<size_t>> members(static_cast<size_t>(num) + 1);
+  const auto U = static_cast<size_t>(num);
+  std::vector<std::vector<size_t>> members(2 * U + 2);
   for (size_t i = 0; i < params.size(); ++i) {
     const bool small = params[i].tensor.numel() < options_.param_persistence_threshold;
-    members[small ? static_cast<size_t>(num) : static_cast<size_t>(params[i].unit)].push_back(i);
+    const size_t frozen = params[i].frozen ? 1 : 0;
+    members[small ? 2 * U + frozen : frozen * U + static_cast<size_t>(params[i].unit)].push_back(i);
   }
   params_ = params;
   unit_of_.resize(params.size());
+  persistent_unit_ = 2 * U;
   const int world = comm_.world_size();
   for (size_t u = 0; u < members.size(); ++u) {
     std::vector<int64_t> numels;
@@ -96,20 +103,26 @@ void Stage3Engine::build_units(const std::vector<NamedParameter>& params) {
       unit_of_[i] = u;
     }
     Unit unit(members[u], Partition(numels, world, kWholeUnit));
-    unit.persistent = u == static_cast<size_t>(num);
-    unit.shard_offset = shard_numel_;
-    shard_numel_ += unit.partition.shard_numel();
+    unit.persistent = u >= 2 * U;
+    unit.frozen = (u >= U && u < 2 * U) || u == 2 * U + 1;
+    int64_t& total = unit.frozen ? frozen_numel_ : shard_numel_;
+    unit.shard_offset = total;
+    total += unit.partition.shard_numel();
     units_.push_back(std::move(unit));
   }
   if (options_.segments.empty()) {
     for (int u = 0; u < num; ++u) options_.segments.push_back({u});
   }
-  for (const auto& segment : options_.segments) {
+  for (auto& segment : options_.segments) {
+    std::vector<int> internal;
     for (int u : segment) {
       if (u < 0 || u >= num) {
         fail(ErrorKind::kInternal, "zero engine: a segment reads unit {} of {}", u, num);
       }
+      internal.push_back(u);
     }
+    for (int u : segment) internal.push_back(u + num);
+    segment = internal;
   }
 }
 
@@ -121,6 +134,8 @@ void Stage3Engine::build_shards(const std::vector<NamedParameter>& params) {
   const torch::Device param_home = host_for(options_.offload_param, device_);
   param_shard_ =
       torch::zeros({shard_numel_}, state_options(param_home, options_.compute_dtype, device_));
+  frozen_shard_ =
+      torch::zeros({frozen_numel_}, state_options(param_home, options_.compute_dtype, device_));
   grad_shard_ = torch::zeros({shard_numel_}, compute);
   master_aliases_params_ = options_.compute_dtype == torch::kFloat32 &&
                            options_.offload_param == options_.offload_optimizer;
@@ -142,10 +157,12 @@ void Stage3Engine::build_shards(const std::vector<NamedParameter>& params) {
   };
   const int rank = comm_.rank();
   for (Unit& unit : units_) {
-    // The master from the original values: compute-dtype rounding never reaches it.
+    // The master from the original values: compute-dtype rounding never reaches it. Frozen
+    // chunks go straight to their compute-dtype shard.
+    torch::Tensor& home = unit.frozen ? frozen_shard_ : master_;
     for (const ParamPiece& piece : unit.partition.owned_pieces(rank)) {
       const int64_t n = piece.elements.end - piece.elements.begin;
-      master_.narrow(0, unit.shard_offset + piece.offset, n)
+      home.narrow(0, unit.shard_offset + piece.offset, n)
           .copy_(values(unit.params[piece.param], piece.elements.begin, piece.elements.end));
     }
     // Never written unless persistent: untouched memory, released below once the views exist.
@@ -172,6 +189,7 @@ void Stage3Engine::build_shards(const std::vector<NamedParameter>& params) {
 std::vector<Range> Stage3Engine::no_decay_ranges() const {
   std::vector<Range> ranges;
   for (const Unit& unit : units_) {
+    if (unit.frozen) continue;
     for (const ParamPiece& piece : unit.partition.owned_pieces(comm_.rank())) {
       const NamedParameter& p = params_[unit.params[piece.param]];
       if (!takes_no_decay(p.name, p.tensor.dim())) continue;

@@ -11,6 +11,12 @@
 // that is always gathered (refreshed by one all-gather after each step), so norms and biases cost
 // no gather per segment.
 //
+// Frozen parameters (NamedParameter::frozen: a LoRA base) form units of their own, one per caller
+// unit, read by the same segments: their chunks live in a separate compute-dtype shard, they are
+// gathered for forward and for backward (the input gradient needs them) and released when the
+// segment's backward is over (the moment the gradient of the previous segment's output is
+// complete), and they take no part in reductions, the optimizer or checkpoints.
+//
 // Construction. With EngineOptions::initial_values the parameters may hold no memory at all
 // (model::Materialize::kNo): each rank asks for the values of its own chunks (and of the
 // persistent parameters) only, so no rank ever holds the whole model. Without it, the values are
@@ -73,8 +79,10 @@ class Stage3Engine {
   LossScalerState loss_scaler_state() const;
   void load_state(const StateSource& source, int64_t step_count, const LossScalerState& scaler);
 
+  // Internal units: trainable units 0..U-1 in the caller's numbering, frozen twins U..2U-1, then
+  // the persistent trainable and the persistent frozen unit.
   size_t num_units() const { return units_.size(); }
-  // Elements of unit `unit` (without padding); the persistent unit is the last one.
+  // Elements of unit `unit` (without padding).
   int64_t unit_numel(size_t unit) const { return units_[unit].partition.numel(); }
   bool unit_gathered(size_t unit) const { return units_[unit].state != UnitState::kFree; }
 
@@ -87,7 +95,8 @@ class Stage3Engine {
     Partition partition;         // the unit's own flat layout: one bucket, N chunks
     int64_t shard_offset = 0;    // where this rank's chunk starts in the shards
     bool persistent = false;
-    torch::Tensor full;  // [padded numel] compute dtype, on the device; storage only when gathered
+    bool frozen = false;  // chunks in frozen_shard_; no gradients
+    torch::Tensor full;   // [padded numel] compute dtype, on the device; storage only when gathered
     UnitState state = UnitState::kFree;
     std::unique_ptr<comm::Work> gather;
     torch::Tensor gather_input;  // the chunk sent, kept alive until the gather completes
@@ -110,6 +119,7 @@ class Stage3Engine {
   void release(size_t unit);
   void prefetch_after(size_t segment, int direction);
   void pre_backward(size_t segment);
+  void release_frozen_after(size_t segment);
   void on_grad_ready(size_t param);
   void reduce_unit(size_t unit);
   void retire_oldest();
@@ -125,10 +135,13 @@ class Stage3Engine {
   std::vector<NamedParameter> params_;
   std::vector<size_t> unit_of_;  // parameter → unit
   std::vector<Unit> units_;
-  int64_t shard_numel_ = 0;    // Σ units' chunks
-  torch::Tensor param_shard_;  // [shard_numel] compute dtype (host when offload_param)
-  torch::Tensor grad_shard_;   // [shard_numel] compute dtype, on the device
-  torch::Tensor master_;       // [shard_numel] fp32 (host when offload_optimizer)
+  int64_t shard_numel_ = 0;     // Σ trainable units' chunks
+  int64_t frozen_numel_ = 0;    // Σ frozen units' chunks
+  size_t persistent_unit_ = 0;  // the trainable persistent unit
+  torch::Tensor param_shard_;   // [shard_numel] compute dtype (host when offload_param)
+  torch::Tensor frozen_shard_;  // [frozen_numel] compute dtype (host when offload_param)
+  torch::Tensor grad_shard_;    // [shard_numel] compute dtype, on the device
+  torch::Tensor master_;        // [shard_numel] fp32 (host when offload_optimizer)
   bool master_aliases_params_ = false;
   std::unique_ptr<optim::Optimizer> optimizer_;
   LossScaler scaler_;

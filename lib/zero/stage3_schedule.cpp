@@ -5,8 +5,8 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include "core/error.h"
-#include "zero/stage3.h"
 #include "model/storage.h"
+#include "zero/stage3.h"
 
 namespace dstrain::zero {
 
@@ -15,7 +15,7 @@ void Stage3Engine::launch_gather(size_t u) {
   if (unit.state != UnitState::kFree || unit.partition.padded_numel() == 0) return;
   model::allocate_storage(unit.full, unit.full.numel() * unit.full.element_size());
   // The chunk this rank contributes; with offload_param it is copied from the host first.
-  torch::Tensor input = shard_of(unit, param_shard_);
+  torch::Tensor input = shard_of(unit, unit.frozen ? frozen_shard_ : param_shard_);
   if (input.device() != device_) input = input.to(device_, /*non_blocking=*/true);
   unit.gather_input = input;
   unit.gather = comm_.all_gather(unit.full, unit.gather_input);
@@ -80,10 +80,24 @@ void Stage3Engine::post_forward(size_t segment, const torch::Tensor& output) {
 }
 
 void Stage3Engine::pre_backward(size_t segment) {
+  release_frozen_after(segment);
   for (int u : options_.segments[segment]) {
     if (!units_[static_cast<size_t>(u)].reduced) wait_gathered(static_cast<size_t>(u));
   }
   prefetch_after(segment, -1);
+}
+
+// The gradient of segment k's output is complete, so segment k+1's backward is over: its frozen
+// units (which no gradient hook reports) are not needed any more unless segment k reads them.
+void Stage3Engine::release_frozen_after(size_t segment) {
+  if (segment + 1 >= options_.segments.size()) return;
+  const auto& current = options_.segments[segment];
+  for (int u : options_.segments[segment + 1]) {
+    if (!units_[static_cast<size_t>(u)].frozen) continue;
+    if (std::find(current.begin(), current.end(), u) == current.end()) {
+      release(static_cast<size_t>(u));
+    }
+  }
 }
 
 // A parameter's gradient is final for this backward: keep it in the unit's transient buffer; once
@@ -153,7 +167,7 @@ void Stage3Engine::finish_backward() {
   torch::NoGradGuard no_grad;
   in_backward_ = false;
   for (size_t u = units_.size(); u-- > 0;) {
-    if (!units_[u].reduced) reduce_unit(u);
+    if (!units_[u].reduced && !units_[u].frozen) reduce_unit(u);
   }
   while (!in_flight_.empty()) retire_oldest();
   for (size_t u = 0; u < units_.size(); ++u) {

@@ -3,8 +3,8 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "zero/stage3.h"
 #include "model/storage.h"
+#include "zero/stage3.h"
 
 namespace dstrain::zero {
 
@@ -41,7 +41,7 @@ StepResult Stage3Engine::step(double lr) {
 // persistent unit's all-gather. Other units are gathered when next used.
 void Stage3Engine::refresh_params() {
   if (!master_aliases_params_) param_shard_.copy_(master_);
-  Unit& persistent = units_.back();
+  Unit& persistent = units_[persistent_unit_];
   if (persistent.partition.padded_numel() == 0) return;
   torch::Tensor input = shard_of(persistent, param_shard_).to(device_);
   comm_.all_gather(persistent.full, input)->wait();
@@ -49,8 +49,10 @@ void Stage3Engine::refresh_params() {
 
 MemoryReport Stage3Engine::bytes() const {
   MemoryReport report;
-  const int64_t persistent = units_.back().full.nbytes();
-  report.compute_params = param_shard_.nbytes() + persistent;
+  // Frozen (LoRA base) shards are parameters in the compute dtype too.
+  const int64_t persistent =
+      units_[persistent_unit_].full.nbytes() + units_[persistent_unit_ + 1].full.nbytes();
+  report.compute_params = param_shard_.nbytes() + frozen_shard_.nbytes() + persistent;
   report.persistent_params = persistent;
   report.gradients = grad_shard_.nbytes();
   report.master_weights = master_aliases_params_ ? 0 : master_.nbytes();
@@ -59,7 +61,7 @@ MemoryReport Stage3Engine::bytes() const {
   report.gathered_params_peak = gathered_peak_;
   // What offload moves to the host (on a CPU-only machine host and device are one memory, so this
   // is counted by intent, not by the tensors' device).
-  if (options_.offload_param) report.host_bytes += param_shard_.nbytes();
+  if (options_.offload_param) report.host_bytes += param_shard_.nbytes() + frozen_shard_.nbytes();
   if (options_.offload_optimizer)
     report.host_bytes += report.master_weights + report.optimizer_state;
   return report;
@@ -83,6 +85,7 @@ std::vector<StatePiece> Stage3Engine::owned_state() const {
   const std::map<std::string, torch::Tensor> state = optimizer_->state();
   std::vector<StatePiece> out;
   for (const Unit& unit : units_) {
+    if (unit.frozen) continue;
     for (const ParamPiece& piece : unit.partition.owned_pieces(comm_.rank())) {
       const NamedParameter& p = params_[unit.params[piece.param]];
       const int64_t n = piece.elements.end - piece.elements.begin;
@@ -104,6 +107,7 @@ void Stage3Engine::load_state(const StateSource& source, int64_t step_count,
     loaded[kind] = torch::zeros({shard_numel_}, master_.options().dtype(torch::kFloat32));
   }
   for (const Unit& unit : units_) {
+    if (unit.frozen) continue;
     for (const ParamPiece& piece : unit.partition.owned_pieces(comm_.rank())) {
       const std::string& name = params_[unit.params[piece.param]].name;
       const Range r = piece.elements;

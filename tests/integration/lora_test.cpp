@@ -156,6 +156,42 @@ TEST(LoraTrain, SeedSectionTrainsOnTwoRanksAndExportsAdapterAndMergedModel) {
   EXPECT_NEAR(cont_loss.at(1), mean_of_last(loss, 5), 0.3);
 }
 
+// ZeRO-3 with LoRA: the frozen base is sharded over the ranks and gathered per layer, the adapters
+// train as at stage 0 on one process, and the base checksum (computed by the ranks together from
+// their slices) is the one a whole-model run computes.
+TEST(LoraTrain, Stage3ShardsTheFrozenBaseAndTrainsAsStage0) {
+  std::map<int, std::map<long, double>> losses;
+  std::map<int, std::string> checksums;
+  for (const int stage : {0, 3}) {
+    TempDir dir;
+    JobSpec spec;
+    spec.nproc = stage == 3 ? 2 : 1;
+    spec.stage = stage;
+    spec.micro = stage == 3 ? 2 : 4;
+    spec.max_steps = 12;
+    spec.save_final = true;
+    const std::string cfg = write_lora_job(dir, spec);
+    // No dropout: its masks come from per-rank generators, which differ between world sizes.
+    const RunResult r = launch_job(
+        cfg, spec.nproc,
+        {"training.lr=1e-2", "lora.dropout=0", "zero.stage3_param_persistence_threshold=1000"});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    losses[stage] = read_metric(dir.file("run/metrics.jsonl"), "train/loss");
+    ckpt::CheckpointReader reader(dir.file("ckpt/step_00000012"));
+    checksums[stage] = reader.manifest().at("lora").at("base").at("checksum").get<std::string>();
+    const auto saved = reader.params("master");
+    EXPECT_EQ(saved.size(), 32u) << "adapters only";
+    EXPECT_TRUE(stdfs::exists(dir.file("run/lora_adapter/adapter_model.safetensors")));
+  }
+  ASSERT_EQ(losses[0].size(), 12u);
+  ASSERT_EQ(losses[3].size(), 12u);
+  for (const auto& [step, loss] : losses[0]) {
+    EXPECT_NEAR(losses[3].at(step), loss, 1e-5 * std::max(1.0, std::abs(loss))) << "step " << step;
+  }
+  EXPECT_LT(losses[3].at(12), losses[3].at(1) - 0.1) << "LoRA at stage 3 did not learn";
+  EXPECT_EQ(checksums[3], checksums[0]);
+}
+
 TEST(LoraTrain, ResumeContinuesBitIdenticallyAndRefusesAnotherBase) {
   TempDir dir;
   JobSpec spec;

@@ -8,6 +8,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
 
+#include "lora/lora_model.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
@@ -128,6 +129,59 @@ TEST(ShardedBuild, SafetensorsRangesTrainExactlyLikeLoadedWeights) {
       },
       torch::kFloat);
   EXPECT_EQ(loaded, ranges);
+}
+
+// LoRA at stage 3: the frozen base is sharded (each rank holds half of it in the compute dtype),
+// gathered per layer only while used, and only the adapters get gradients and optimizer state.
+TEST(ShardedBuild, LoraBaseIsShardedFrozenAndReleasedAfterEachStep) {
+  const model::ModelConfig c = deep_config(4);
+  const int64_t base_numel = c.num_parameters(true);
+  zero::testing::run_ranks(2, [&](ThreadCommunicator& comm) {
+    model::DecoderModel m(c, model::Materialize::kNo);
+    for (auto& p : m->parameters()) p.set_requires_grad(false);
+    lora::LoraOptions lo;
+    lo.r = 4;
+    lo.alpha = 8;
+    lo.target_modules = {"q_proj", "v_proj"};
+    lora::LoraModel lm(m, lo, "test");
+    std::vector<zero::NamedParameter> params = engine_parameters(*m);
+    for (auto& p : params) p.frozen = true;
+    int64_t adapter_numel = 0;
+    for (auto& [name, t] : lm.named_parameters()) {
+      params.push_back({name, t, unit_of(name, c.num_hidden_layers)});
+      adapter_numel += t.numel();
+    }
+    const zero::InitialValues base = seeded(*m, 5);
+    std::map<std::string, torch::Tensor> adapters;
+    for (auto& [name, t] : lm.named_parameters()) adapters[name] = t.detach().clone().reshape({-1});
+    zero::EngineOptions o = stage3_options(*m, torch::kBFloat16);
+    o.param_persistence_threshold = 0;
+    o.initial_values = [&](const std::string& name, int64_t b, int64_t e) {
+      const auto it = adapters.find(name);
+      return it == adapters.end() ? base(name, b, e) : it->second.narrow(0, b, e - b);
+    };
+    zero::Engine engine(params, comm, adamw(), o);
+    double first = 0, last = 0;
+    const torch::Tensor ids = torch::arange(24).reshape({2, 12}) % c.vocab_size;
+    for (int s = 0; s < 8; ++s) {
+      const torch::Tensor loss =
+          model::causal_lm_loss(forward_with_engine(*m, engine, ids), ids.roll(-1, 1));
+      engine.backward(loss);
+      engine.step(3e-2);
+      (s == 0 ? first : last) = loss.item<double>();
+      const zero::MemoryReport r = engine.bytes();
+      EXPECT_EQ(r.gathered_params, 0) << "units left gathered after step " << s;
+    }
+    const zero::MemoryReport r = engine.bytes();
+    // bf16 compute params: half the base plus half the adapters, up to padding.
+    EXPECT_NEAR(static_cast<double>(r.compute_params), (base_numel + adapter_numel) * 2.0 / 2,
+                64.0 * 16);
+    EXPECT_EQ(r.master_weights, adapter_numel * 4 / 2);  // fp32, adapters only
+    EXPECT_EQ(r.gradients, adapter_numel * 2 / 2);
+    EXPECT_LT(r.gathered_params_peak, base_numel) << "at most a few units gathered at once";
+    EXPECT_LT(last, first - 0.05) << "the adapters did not learn";
+    for (auto& p : m->parameters()) EXPECT_FALSE(p.grad().defined());
+  });
 }
 
 // Counts the bytes held through LibTorch's CPU allocator, and the most ever held at once.
