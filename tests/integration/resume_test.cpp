@@ -71,6 +71,50 @@ TEST(Resume, OtherWorldSizeAndStageContinuesTheCurve) {
   EXPECT_NEAR(resumed.begin()->second, full.at(11), 0.15 * full.at(11));
 }
 
+// A ZeRO-3 checkpoint (2 ranks, every parameter sharded per layer) resumes on one rank at stage 3
+// with the same global batch and follows the uninterrupted run, resumes on three ranks at stage 0,
+// and exports to a Hugging Face directory.
+TEST(Resume, Stage3CheckpointResumesAtOtherWorldSizesAndExports) {
+  TempDir dir;
+  JobSpec spec;
+  spec.nproc = 2;
+  spec.stage = 3;
+  spec.checkpoint_interval = 10;
+  spec.extra_overrides = {"zero.stage3_param_persistence_threshold=100"};
+  const std::string cfg = write_job_config(dir.path(), spec);
+  RunResult r = launch_job(cfg, 2, spec.extra_overrides);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto full = read_metric(metrics(dir), "train/loss");
+  ASSERT_EQ(full.size(), 20u);
+  stdfs::rename(metrics(dir), dir.file("full.jsonl"));
+
+  r = run_dstrain({"resume", dir.file("ckpt/step_00000010"), "--nproc", "1", "--set",
+                   "training.per_device_train_batch_size=4", "--set", "checkpoint.interval=0"},
+                  {}, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto one = read_metric(metrics(dir), "train/loss");
+  ASSERT_EQ(one.size(), 10u);
+  for (const auto& [step, loss] : one) {
+    EXPECT_NEAR(loss, full.at(step), 1e-4 * full.at(step)) << "step " << step;
+  }
+  stdfs::remove(metrics(dir));
+
+  r = run_dstrain({"resume", dir.file("ckpt/step_00000010"), "--nproc", "3", "--set",
+                   "zero.stage=0", "--set", "checkpoint.interval=0", "--set",
+                   "training.max_steps=12"},
+                  {}, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto three = read_metric(metrics(dir), "train/loss");
+  ASSERT_FALSE(three.empty());
+  EXPECT_EQ(three.begin()->first, 11);
+  EXPECT_NEAR(three.begin()->second, full.at(11), 0.15 * full.at(11));
+
+  r = run_dstrain({"export", dir.file("ckpt/step_00000010"), "--out", dir.file("hf")}, {}, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(stdfs::exists(dir.file("hf/model.safetensors")));
+  EXPECT_TRUE(stdfs::exists(dir.file("hf/config.json")));
+}
+
 TEST(Resume, CorruptedShardIsAClearInputError) {
   TempDir dir;
   JobSpec spec;
