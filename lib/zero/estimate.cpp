@@ -65,11 +65,12 @@ EstimateRow estimate_row(const EstimateInput& in, int stage, bool offload_optimi
   }
   const Stage3Layout layout = stage3_layout(in);
   r.params = cb * (layout.shard + layout.persistent);
-  r.gradients = cb * layout.shard;
+  // Offloading the optimizer, the gradient shard is fp32 on the host (streamed there in backward).
+  r.gradients = (offload_optimizer ? 4 : cb) * layout.shard;
   // fp32 compute with master and parameters in the same memory: the shard is the master.
   r.master = cb == 4 && offload_param == offload_optimizer ? 0 : 4 * layout.shard;
   r.optimizer = in.optimizer_bytes * layout.shard;
-  if (offload_optimizer) r.host += r.master + r.optimizer;
+  if (offload_optimizer) r.host += r.master + r.optimizer + r.gradients;
   if (offload_param) r.host += cb * layout.shard;
   return r;
 }

@@ -136,7 +136,13 @@ void Stage3Engine::build_shards(const std::vector<NamedParameter>& params) {
       torch::zeros({shard_numel_}, state_options(param_home, options_.compute_dtype, device_));
   frozen_shard_ =
       torch::zeros({frozen_numel_}, state_options(param_home, options_.compute_dtype, device_));
-  grad_shard_ = torch::zeros({shard_numel_}, compute);
+  // Offloading the optimizer, the gradient shard is the fp32 one the host update reads: each
+  // unit's reduced chunk is added there as soon as its reduce-scatter completes (streamed during
+  // backward), so the device keeps no gradient shard at all.
+  grad_shard_ =
+      options_.offload_optimizer
+          ? torch::zeros({shard_numel_}, state_options(host_device_, torch::kFloat32, device_))
+          : torch::zeros({shard_numel_}, compute);
   master_aliases_params_ = options_.compute_dtype == torch::kFloat32 &&
                            options_.offload_param == options_.offload_optimizer;
   master_ =

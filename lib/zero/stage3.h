@@ -42,12 +42,12 @@
 // gather (tied embedding: +Ψ_embed). The persistent unit: one reduce-scatter per micro-step and one
 // all-gather per step.
 //
-// Offload. offload_optimizer: master shard, optimizer state and the fp32 gradient copy live in host
-// memory (pinned when CUDA is available); the gradient shard is copied to the host, the optimizer
-// runs there, the updated values are copied back into the compute-dtype parameter shard.
-// offload_param: the compute-dtype parameter shard lives in host memory too and is copied to the
-// device as the all-gather input. On a CPU-only build the copies are host to host, through the
-// same code path.
+// Offload. offload_optimizer: master shard, optimizer state and the fp32 gradient shard live in
+// host memory (pinned when CUDA is available); each unit's reduced gradient chunk is added to the
+// host shard as its reduce-scatter completes, during backward; the optimizer runs there and the
+// updated values are copied back into the compute-dtype parameter shard. offload_param: the
+// compute-dtype parameter shard lives in host memory too and is copied to the device as the
+// all-gather input. On a CPU-only build the copies are host to host, through the same code path.
 
 #include <cstdint>
 #include <deque>
@@ -127,6 +127,9 @@ class Stage3Engine {
   void refresh_params();
   void note_gathered();
   int64_t gathered_bytes() const;
+  torch::TensorOptions compute_options() const {
+    return torch::TensorOptions().dtype(options_.compute_dtype).device(device_);
+  }
 
   comm::Communicator& comm_;
   EngineOptions options_;
@@ -140,8 +143,9 @@ class Stage3Engine {
   size_t persistent_unit_ = 0;  // the trainable persistent unit
   torch::Tensor param_shard_;   // [shard_numel] compute dtype (host when offload_param)
   torch::Tensor frozen_shard_;  // [frozen_numel] compute dtype (host when offload_param)
-  torch::Tensor grad_shard_;    // [shard_numel] compute dtype, on the device
-  torch::Tensor master_;        // [shard_numel] fp32 (host when offload_optimizer)
+  // [shard_numel] compute dtype on the device; fp32 on the host with offload_optimizer
+  torch::Tensor grad_shard_;
+  torch::Tensor master_;  // [shard_numel] fp32 (host when offload_optimizer)
   bool master_aliases_params_ = false;
   std::unique_ptr<optim::Optimizer> optimizer_;
   LossScaler scaler_;

@@ -108,7 +108,7 @@ void Stage3Engine::on_grad_ready(size_t param) {
   Unit& unit = units_[u];
   torch::Tensor& grad = params_[param].tensor.mutable_grad();
   if (!unit.grad_full.defined()) {
-    unit.grad_full = torch::zeros({unit.partition.padded_numel()}, grad_shard_.options());
+    unit.grad_full = torch::zeros({unit.partition.padded_numel()}, compute_options());
     note_gathered();
   }
   const auto k = static_cast<size_t>(std::find(unit.params.begin(), unit.params.end(), param) -
@@ -126,12 +126,12 @@ void Stage3Engine::reduce_unit(size_t u) {
   unit.reduced = true;
   if (unit.partition.padded_numel() == 0) return;
   if (!unit.grad_full.defined()) {
-    unit.grad_full = torch::zeros({unit.partition.padded_numel()}, grad_shard_.options());
+    unit.grad_full = torch::zeros({unit.partition.padded_numel()}, compute_options());
   }
   if (in_flight_.size() >= 2) retire_oldest();
   Reduction r;
   r.input = std::move(unit.grad_full);
-  r.output = torch::empty({unit.partition.shard_numel()}, grad_shard_.options());
+  r.output = torch::empty({unit.partition.shard_numel()}, compute_options());
   r.target = shard_of(unit, grad_shard_);
   r.work = comm_.reduce_scatter(r.output, r.input, comm::ReduceOp::kAvg);
   in_flight_.push_back(std::move(r));
@@ -142,6 +142,10 @@ void Stage3Engine::retire_oldest() {
   Reduction r = std::move(in_flight_.front());
   in_flight_.pop_front();
   r.work->wait();
+  // With offload the target is the host's fp32 shard: the chunk streams there now.
+  if (r.target.device() != r.output.device() || r.target.dtype() != r.output.dtype()) {
+    r.output = r.output.to(r.target.device(), r.target.scalar_type());
+  }
   r.target.add_(r.output);
 }
 

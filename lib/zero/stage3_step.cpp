@@ -63,7 +63,7 @@ MemoryReport Stage3Engine::bytes() const {
   // is counted by intent, not by the tensors' device).
   if (options_.offload_param) report.host_bytes += param_shard_.nbytes() + frozen_shard_.nbytes();
   if (options_.offload_optimizer)
-    report.host_bytes += report.master_weights + report.optimizer_state;
+    report.host_bytes += report.master_weights + report.optimizer_state + report.gradients;
   return report;
 }
 
