@@ -96,13 +96,28 @@ void add_precision(RuleSet& r) {
   r.add_ignored("fp16.fp16_master_weights_and_grads");
 }
 
+// DeepSpeed's activation_checkpointing section tunes deepspeed.checkpointing, which a model calls
+// itself; with HF models the switch is TrainingArguments.gradient_checkpointing, not this section.
+// dstrain likewise recomputes every decoder layer when model.gradient_checkpointing is true and
+// keeps the saved layer inputs whole on the compute device, so these keys are accepted and noted.
+void add_activation_checkpointing(RuleSet& r) {
+  const std::string note =
+      "activation checkpointing is switched by model.gradient_checkpointing (alias "
+      "training.gradient_checkpointing), which recomputes every decoder layer in backward; saved "
+      "layer inputs are kept whole on the compute device, not partitioned or moved to the CPU";
+  for (const char* key :
+       {"partition_activations", "cpu_checkpointing", "contiguous_memory_optimization",
+        "number_checkpoints", "synchronize_checkpoint_boundary", "profile"}) {
+    r.add_ignored(std::string("activation_checkpointing.") + key, note);
+  }
+}
+
 // Whole DeepSpeed sections and switches for features dstrain does not have.
 void add_ignored_top_level(RuleSet& r) {
   for (const char* key : {"flops_profiler",
                           "comms_logger",
                           "zero_allow_untested_optimizer",
                           "zero_force_ds_cpu_optimizer",
-                          "activation_checkpointing",
                           "tensorboard",
                           "wandb",
                           "csv_monitor",
@@ -151,6 +166,7 @@ RuleSet build_deepspeed_rules() {
   add_scheduler(rules);
   add_precision(rules);
   add_zero_rules(rules, "zero_optimization.");
+  add_activation_checkpointing(rules);
   add_ignored_top_level(rules);
   return rules;
 }

@@ -85,8 +85,9 @@ void Merger::read_key(const RuleSet& rules, const std::string& path, const YAML:
 void Merger::read_leaf(const RuleSet& rules, const KeyRule& rule, const YAML::Node& value,
                        const Origin& origin, const Source& source) {
   if (rule.ignored) {
-    warn(fmt::format("{}: {}: ignored (a DeepSpeed setting that dstrain does not use)",
-                     origin.where, origin.key));
+    warn(fmt::format(
+        "{}: {}: ignored ({})", origin.where, origin.key,
+        rule.note.empty() ? "a DeepSpeed setting that dstrain does not use" : rule.note));
     return;
   }
   if (rule.deepspeed_config) {

@@ -21,9 +21,10 @@ void RuleSet::add_field(const std::string& path, const std::string& field_path) 
   add(path, std::move(rule));
 }
 
-void RuleSet::add_ignored(const std::string& path) {
+void RuleSet::add_ignored(const std::string& path, const std::string& note) {
   KeyRule rule;
   rule.ignored = true;
+  rule.note = note;
   add(path, std::move(rule));
 }
 

@@ -21,6 +21,9 @@ struct KeyRule {
   const Field* field = nullptr;
   // Accepted, not used: a one-line warning (a DeepSpeed key with no meaning for dstrain).
   bool ignored = false;
+  // For an ignored key: what dstrain does instead, shown in the warning in place of the generic
+  // "a DeepSpeed setting that dstrain does not use".
+  std::string note;
   // The key names a DeepSpeed config: an inline mapping or a path to a JSON/YAML file.
   bool deepspeed_config = false;
   // Rewrites the written value before the field parses it (DeepSpeed spellings such as "AdamW").
@@ -35,7 +38,7 @@ struct RuleSet {
 
   void add(const std::string& path, KeyRule rule);
   void add_field(const std::string& path, const std::string& field_path);
-  void add_ignored(const std::string& path);
+  void add_ignored(const std::string& path, const std::string& note = "");
   const KeyRule* leaf(const std::string& path) const;
   bool is_section(const std::string& path) const { return sections.count(path) > 0; }
   // Names of the keys directly under `section` ("" for the root); with `used_only`, only those

@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include "core/error.h"
+#include "model/activation_checkpoint.h"
 #include "model/rope.h"
 #include "model/storage.h"
 
@@ -65,7 +66,17 @@ torch::Tensor DecoderModelImpl::embed(const torch::Tensor& input_ids) {
 torch::Tensor DecoderModelImpl::layer(int64_t index, const torch::Tensor& hidden,
                                       const torch::Tensor& cos, const torch::Tensor& sin) {
   if (hooks_.before) hooks_.before(index, hidden);
-  torch::Tensor out = decoder_layer(index)->forward(hidden, cos, sin);
+  DecoderLayer block = decoder_layer(index);
+  torch::Tensor out;
+  if (gradient_checkpointing_ && is_training() && torch::GradMode::is_enabled()) {
+    out = checkpoint(
+        [block](const std::vector<torch::Tensor>& in) mutable {
+          return block->forward(in[0], in[1], in[2]);
+        },
+        {hidden, cos, sin});
+  } else {
+    out = block->forward(hidden, cos, sin);
+  }
   if (hooks_.after) hooks_.after(index, out);
   return out;
 }

@@ -73,6 +73,12 @@ class DecoderModelImpl : public torch::nn::Module {
   std::pair<torch::Tensor, torch::Tensor> rope(int64_t seq_len, const torch::Tensor& like);
 
   void set_layer_hooks(LayerHooks hooks) { hooks_ = std::move(hooks); }
+  // Activation checkpointing of every decoder layer (activation_checkpoint.h): layer(), and so
+  // forward(), keeps only each layer's input and recomputes the layer in backward. Takes effect
+  // only in training mode with grad mode on; eval and no-grad runs are the plain forward. Off by
+  // default. LayerHooks still see the layer's input and output.
+  void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
+  bool gradient_checkpointing() const { return gradient_checkpointing_; }
   const ModelConfig& config() const { return config_; }
   int64_t num_layers() const { return config_.num_hidden_layers; }
   DecoderLayer decoder_layer(int64_t index) const;
@@ -84,6 +90,7 @@ class DecoderModelImpl : public torch::nn::Module {
   ModelConfig config_;
   torch::Tensor inv_freq_;  // [D/2] float32, not a parameter or buffer (never cast, never saved)
   LayerHooks hooks_;
+  bool gradient_checkpointing_ = false;
 };
 TORCH_MODULE(DecoderModel);
 

@@ -100,12 +100,6 @@ void Trainer::init() {
 }
 
 void Trainer::build_model() {
-  if (cfg_.model.gradient_checkpointing) {
-    log::warn(
-        "{}: model.gradient_checkpointing is not implemented yet: activations are kept in "
-        "memory as without it",
-        cfg_.source_path);
-  }
   model_dir_ = model::resolve_model_dir(cfg_.model.name_or_path).string();
   model_config_ = model::load_model_config(model_dir_);
   const std::string tok = cfg_.model.tokenizer.empty() ? model_dir_ : cfg_.model.tokenizer;
@@ -125,6 +119,7 @@ void Trainer::build_model() {
   }
   if (cfg_.lora.enabled) attach_lora();
   model_->train();
+  model_->set_gradient_checkpointing(cfg_.model.gradient_checkpointing);
 }
 
 // ZeRO-3: the parameters hold no memory; the engine asks for the values of its own shard only,

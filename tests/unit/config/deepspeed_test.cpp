@@ -207,9 +207,44 @@ TEST(DeepSpeedConfig, UnusedDeepSpeedKeysWarnOnce) {
   EXPECT_THAT(warnings,
               ElementsAre(HasSubstr("m.yaml:6:19: deepspeed.flops_profiler: ignored"),
                           HasSubstr("deepspeed.zero_allow_untested_optimizer: ignored"),
-                          HasSubstr("deepspeed.activation_checkpointing: ignored"),
+                          HasSubstr("deepspeed.activation_checkpointing.partition_activations: "
+                                    "ignored (activation checkpointing is switched by "
+                                    "model.gradient_checkpointing"),
                           HasSubstr("deepspeed.comms_logger: ignored"),
                           HasSubstr("deepspeed.zero_optimization.sub_group_size: ignored")));
+}
+
+// DeepSpeed's activation_checkpointing keys load (each notes what dstrain does instead), do not
+// turn checkpointing on by themselves (neither does DeepSpeed's), and a misspelt one is an error.
+TEST(DeepSpeedConfig, ActivationCheckpointingKeysAreRecognised) {
+  std::vector<std::string> warnings;
+  LoadOptions options;
+  options.warnings = &warnings;
+  const Config c = load_config_from_string(minimal_yaml(R"(training:
+  gradient_checkpointing: true
+deepspeed:
+  activation_checkpointing:
+    partition_activations: true
+    cpu_checkpointing: false
+    contiguous_memory_optimization: false
+    number_checkpoints: null
+    synchronize_checkpoint_boundary: false
+    profile: false
+)"),
+                                           "m.yaml", options);
+  EXPECT_TRUE(c.model.gradient_checkpointing);
+  ASSERT_EQ(warnings.size(), 6u);
+  EXPECT_THAT(warnings[1], HasSubstr("deepspeed.activation_checkpointing.cpu_checkpointing: "
+                                     "ignored (activation checkpointing is switched by "
+                                     "model.gradient_checkpointing"));
+  EXPECT_FALSE(load_config_from_string(
+                   minimal_yaml("deepspeed:\n  activation_checkpointing: {profile: true}\n"), "m")
+                   .model.gradient_checkpointing);
+  EXPECT_THAT(
+      load_error(
+          minimal_yaml("deepspeed:\n  activation_checkpointing: {partition_activation: 1}\n")),
+      HasSubstr("deepspeed.activation_checkpointing.partition_activation: unknown key; did you "
+                "mean deepspeed.activation_checkpointing.partition_activations?"));
 }
 
 TEST(DeepSpeedConfig, UnknownDeepSpeedKeyIsAnErrorWithSuggestion) {

@@ -143,6 +143,25 @@ training:
                         "model.use_flash_attn = true at train.yaml:3:19"));
 }
 
+// HF puts gradient_checkpointing in TrainingArguments; both places set the one switch.
+TEST(ConfigLoad, GradientCheckpointingIsSwitchedFromModelOrTraining) {
+  EXPECT_FALSE(load_config_from_string(minimal_yaml(), "m").model.gradient_checkpointing);
+  EXPECT_TRUE(
+      load_config_from_string(minimal_yaml("training:\n  gradient_checkpointing: true\n"), "m")
+          .model.gradient_checkpointing);
+  const Config c = load_config_from_string(R"(model:
+  name_or_path: m
+  gradient_checkpointing: true
+data:
+  train_path: t
+)",
+                                           "m");
+  EXPECT_TRUE(c.model.gradient_checkpointing);
+  LoadOptions o;
+  o.overrides = {"training.gradient_checkpointing=true"};
+  EXPECT_TRUE(load_config_from_string(minimal_yaml(), "m", o).model.gradient_checkpointing);
+}
+
 TEST(ConfigLoad, LoraSectionEnablesLora) {
   EXPECT_TRUE(load_config_from_string(minimal_yaml("lora:\n  r: 4\n"), "m").lora.enabled);
   EXPECT_TRUE(load_config_from_string(minimal_yaml("lora:\n"), "m").lora.enabled);
