@@ -83,7 +83,11 @@ void run_parity(GradType grad_type, bool write_bf16) {
 
   float *dp = device_copy(p), *dm = device_copy(m), *dv = device_copy(v);
   uint16_t* dbf16 = nullptr;
-  if (write_bf16) CUDA_OK(cudaMalloc(&dbf16, n * sizeof(uint16_t)));
+  if (write_bf16) {
+    void* raw = nullptr;
+    CUDA_OK(cudaMalloc(&raw, n * sizeof(uint16_t)));
+    dbf16 = static_cast<uint16_t*>(raw);
+  }
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 
