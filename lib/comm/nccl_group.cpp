@@ -152,8 +152,11 @@ NcclGroup::~NcclGroup() {
     while (cudaStreamQuery(comm_stream_) == cudaErrorNotReady && Clock::now() < deadline) {
       pause_briefly();
     }
-    bool clean = cudaStreamQuery(comm_stream_) == cudaSuccess &&
-                 ncclCommFinalize(state_->comm) != ncclInternalError;
+    bool clean = cudaStreamQuery(comm_stream_) == cudaSuccess;
+    if (clean) {
+      const ncclResult_t finalize = ncclCommFinalize(state_->comm);
+      clean = finalize == ncclSuccess || finalize == ncclInProgress;
+    }
     while (clean && state_->async_error() == ncclInProgress && Clock::now() < deadline) {
       pause_briefly();
     }
@@ -210,8 +213,14 @@ std::unique_ptr<NcclWork> NcclGroup::grouped(CollectiveKind kind,
              fmt::format("{}: ordering the NCCL stream after the compute stream", name));
   const bool group = calls.size() > 1;
   if (group) check_nccl(ncclGroupStart(), rank_, fmt::format("{}: ncclGroupStart", name));
-  for (const NcclCall& call : calls) {
-    check_nccl(call(state_->comm, comm_stream_), rank_, fmt::format("enqueueing {}", name));
+  try {
+    for (const NcclCall& call : calls) {
+      check_nccl(call(state_->comm, comm_stream_), rank_, fmt::format("enqueueing {}", name));
+    }
+  } catch (...) {
+    if (group) ncclGroupEnd();  // leave NCCL's group state balanced; the communicator is unusable
+    state_->abort();
+    throw;
   }
   if (group) check_nccl(ncclGroupEnd(), rank_, fmt::format("{}: ncclGroupEnd", name));
   wait_enqueued(fmt::format("enqueueing {}", name));
