@@ -1,7 +1,9 @@
 // NcclGroup collectives on raw device memory: a world of one in this process, and a world of two
 // processes (this binary re-run with --nccl-rank) when the machine has two devices.
 
+#include <netinet/in.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -140,7 +144,35 @@ int device_count() {
   return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
-// One rank of the two-process world: sum, reduce_scatter and all_gather with known results.
+// All-reduce of `count` 16-bit elements holding `value` on this rank; returns what came back as
+// float. bf16 and fp16 hold small integers exactly, so sums and maxima are exact.
+template <typename Half>
+std::vector<float> reduce_16bit(NcclGroup& group, float value, ncclDataType_t dtype, ncclRedOp_t op,
+                                size_t count) {
+  std::vector<Half> host(count, Half(value));
+  void* device = nullptr;
+  cudaMalloc(&device, count * sizeof(Half));
+  cudaMemcpy(device, host.data(), count * sizeof(Half), cudaMemcpyHostToDevice);
+  group.all_reduce(device, count, dtype, op, cudaStreamLegacy)->synchronize();
+  cudaMemcpy(host.data(), device, count * sizeof(Half), cudaMemcpyDeviceToHost);
+  cudaFree(device);
+  std::vector<float> out;
+  for (const Half& h : host) out.push_back(static_cast<float>(h));
+  return out;
+}
+
+TEST(NcclGroupWorldOfOne, Bf16AndFp16SumAvgMaxKeepTheValue) {
+  auto group = world_of_one();
+  for (ncclRedOp_t op : {ncclSum, ncclAvg, ncclMax}) {
+    EXPECT_EQ(reduce_16bit<__nv_bfloat16>(*group, 3.0f, ncclBfloat16, op, 100),
+              std::vector<float>(100, 3.0f));
+    EXPECT_EQ(reduce_16bit<__half>(*group, 3.0f, ncclFloat16, op, 100),
+              std::vector<float>(100, 3.0f));
+  }
+}
+
+// One rank of the two-process world: fp32 sum, reduce_scatter (avg) and all_gather, bf16 sum and
+// fp16 max, all with known results.
 int run_rank() {
   RendezvousOptions options = rendezvous_options_from_env();
   NcclConnection connection = connect_nccl(options, -1);
@@ -169,7 +201,28 @@ int run_rank() {
       return std::printf("rank %d: all_gather element %zu is %g\n", r, i, gathered[i]), 1;
     }
   }
+  for (float x : reduce_16bit<__nv_bfloat16>(group, r + 1.0f, ncclBfloat16, ncclSum, count)) {
+    if (x != total) return std::printf("rank %d: bf16 all_reduce sum gave %g\n", r, x), 1;
+  }
+  for (float x : reduce_16bit<__half>(group, r + 1.0f, ncclFloat16, ncclMax, count)) {
+    if (x != n) return std::printf("rank %d: fp16 all_reduce max gave %g\n", r, x), 1;
+  }
   return 0;
+}
+
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 29500;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
 }
 
 pid_t spawn_rank(int rank, int port) {
@@ -191,9 +244,9 @@ pid_t spawn_rank(int rank, int port) {
   return pid;
 }
 
-TEST(NcclGroupTwoProcesses, SumReduceScatterAndAllGatherAgreeAcrossRanks) {
+TEST(NcclGroupTwoProcesses, CollectivesInEveryDtypeGiveTheExpectedResultsOnBothRanks) {
   if (device_count() < 2) GTEST_SKIP() << "needs two CUDA devices";
-  const int port = 29000 + static_cast<int>(getpid() % 2000);
+  const int port = free_port();
   pid_t pids[2] = {spawn_rank(0, port), spawn_rank(1, port)};
   for (int r = 0; r < 2; ++r) {
     int status = 0;
