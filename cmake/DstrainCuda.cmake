@@ -45,8 +45,10 @@ if(DSTRAIN_FIND_CUDA)
   if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX})
     find_program(DSTRAIN_NVCC nvcc HINTS ENV CUDAToolkit_ROOT ENV CUDA_HOME
                  PATHS /usr/local/cuda/bin NO_CACHE)
-    if(DSTRAIN_NVCC)
-      set(CMAKE_CUDA_COMPILER "${DSTRAIN_NVCC}" CACHE FILEPATH "CUDA compiler")
+    # Through CUDACXX rather than CMAKE_CUDA_COMPILER, so that check_language still tries it: a
+    # broken or partial toolkit then means "no CUDA", not a configure error.
+    if(DSTRAIN_NVCC AND EXISTS "${DSTRAIN_NVCC}")
+      set(ENV{CUDACXX} "${DSTRAIN_NVCC}")
     endif()
   endif()
   include(CheckLanguage)
