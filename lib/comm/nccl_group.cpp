@@ -27,7 +27,8 @@ struct NcclCommState {
   }
   // ncclSuccess, ncclInProgress, or the asynchronous error the communicator hit.
   ncclResult_t async_error() const {
-    if (closed || comm == nullptr) return ncclSuccess;
+    // After ncclCommAbort or destroy the handle is gone: never query it (callers check `aborted`).
+    if (aborted || closed || comm == nullptr) return ncclSuccess;
     ncclResult_t result = ncclSuccess;
     ncclResult_t status = ncclCommGetAsyncError(comm, &result);
     return status == ncclSuccess ? result : status;
@@ -35,8 +36,7 @@ struct NcclCommState {
   void check_usable(const char* what) const {
     if (aborted) {
       fail(ErrorKind::kComm,
-           "rank {}: {}: the NCCL communicator was aborted after an earlier "
-           "failure or timeout",
+           "rank {}: {}: the NCCL communicator was aborted after an earlier failure or timeout",
            rank, what);
     }
     if (closed)
@@ -84,12 +84,12 @@ void NcclWork::synchronize() {
     if (query != cudaErrorNotReady) {
       check_cuda(query, rank, fmt::format("waiting for {}", to_string(kind_)));
     }
+    if (state_->aborted) state_->check_usable(to_string(kind_));  // another wait gave up on it
     ncclResult_t async = state_->async_error();
     if (async != ncclSuccess && async != ncclInProgress) {
       state_->abort();
       check_nccl(async, rank, fmt::format("{} failed (communicator aborted)", to_string(kind_)));
     }
-    if (state_->aborted) state_->check_usable(to_string(kind_));
     if (Clock::now() >= deadline) {
       state_->abort();
       fail(ErrorKind::kTimeout,
