@@ -1,0 +1,95 @@
+# CUDA toolkit and NCCL detection, independent of DSTRAIN_CUDA (which is about LibTorch being a CUDA
+# build). When nvcc is found, the CUDA language is enabled and every .cu file and the NCCL code are
+# compiled even against a CPU-only LibTorch, so CI (which has the toolkit but no GPU) keeps them
+# building. Without a toolkit they are skipped with a message and the rest of the project builds.
+#
+# Results:
+#   DSTRAIN_HAVE_CUDA  ON when the CUDA language is enabled and CUDA::cudart exists
+#   DSTRAIN_HAVE_NCCL  ON when, in addition, nccl.h and libnccl were found (target dstrain::nccl)
+# Inputs (cache or environment): CUDAToolkit_ROOT / CMAKE_CUDA_COMPILER to pick a toolkit (default: nvcc
+# on PATH, then /usr/local/cuda); NCCL_ROOT for an NCCL outside the toolkit (e.g. the nvidia-nccl
+# Python package); DSTRAIN_FIND_CUDA=OFF to skip all of this.
+
+option(DSTRAIN_FIND_CUDA "Look for the CUDA toolkit and NCCL and build the CUDA parts when found" ON)
+set(DSTRAIN_HAVE_CUDA OFF)
+set(DSTRAIN_HAVE_NCCL OFF)
+
+function(_dstrain_find_nccl)
+  set(hints ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_LIBRARY_ROOT} ${CUDAToolkit_TARGET_DIR})
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${hints} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
+  # The Python wheel ships only libnccl.so.2 (no unversioned link), hence the second name.
+  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2
+               HINTS ${hints} ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64)
+  if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)
+    message(STATUS "dstrain: NCCL not found (nccl.h: ${NCCL_INCLUDE_DIR}, libnccl: ${NCCL_LIBRARY}); "
+                   "set NCCL_ROOT to build the NCCL communicator")
+    return()
+  endif()
+  file(STRINGS "${NCCL_INCLUDE_DIR}/nccl.h" nccl_version_line REGEX "^#define NCCL_VERSION_CODE ")
+  string(REGEX MATCH "[0-9]+" nccl_version "${nccl_version_line}")
+  # ncclCommInitRankConfig / non-blocking communicators need 2.14; ncclAvg and bfloat16, 2.10.
+  if(nccl_version LESS 21400)
+    message(STATUS "dstrain: NCCL at ${NCCL_INCLUDE_DIR} is version code ${nccl_version}; "
+                   "need 2.14 or newer, skipping the NCCL communicator")
+    return()
+  endif()
+  add_library(dstrain::nccl UNKNOWN IMPORTED GLOBAL)
+  set_target_properties(dstrain::nccl PROPERTIES IMPORTED_LOCATION "${NCCL_LIBRARY}")
+  target_include_directories(dstrain::nccl SYSTEM INTERFACE "${NCCL_INCLUDE_DIR}")
+  target_link_libraries(dstrain::nccl INTERFACE CUDA::cudart)
+  message(STATUS "dstrain: NCCL ${nccl_version} (${NCCL_LIBRARY})")
+  set(DSTRAIN_HAVE_NCCL ON PARENT_SCOPE)
+endfunction()
+
+if(DSTRAIN_FIND_CUDA)
+  if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX})
+    find_program(DSTRAIN_NVCC nvcc HINTS ENV CUDAToolkit_ROOT ENV CUDA_HOME
+                 PATHS /usr/local/cuda/bin NO_CACHE)
+    # Through CUDACXX rather than CMAKE_CUDA_COMPILER, so that check_language still tries it: a
+    # broken or partial toolkit then means "no CUDA", not a configure error.
+    if(DSTRAIN_NVCC AND EXISTS "${DSTRAIN_NVCC}")
+      set(ENV{CUDACXX} "${DSTRAIN_NVCC}")
+    endif()
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    # 80: A100, 90: H100/H200. Two real architectures keep nvcc time low; override on the command line.
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 80 90)
+    endif()
+    # One CUDA runtime per process, the shared one, as CUDA::cudart, LibTorch and NCCL's users use.
+    if(NOT DEFINED CMAKE_CUDA_RUNTIME_LIBRARY)
+      set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+    endif()
+    enable_language(CUDA)
+    set(CMAKE_CUDA_STANDARD 17)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    if(CCACHE_PROGRAM)
+      set(CMAKE_CUDA_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
+    endif()
+    find_package(CUDAToolkit)
+  endif()
+  if(CMAKE_CUDA_COMPILER AND TARGET CUDA::cudart)
+    set(DSTRAIN_HAVE_CUDA ON)
+    message(STATUS "dstrain: CUDA ${CUDAToolkit_VERSION} at ${CUDAToolkit_BIN_DIR}, "
+                   "architectures ${CMAKE_CUDA_ARCHITECTURES}: building the CUDA kernels")
+    _dstrain_find_nccl()
+  else()
+    message(STATUS "dstrain: no CUDA toolkit found (nvcc not on PATH nor in /usr/local/cuda/bin): "
+                   "skipping the CUDA kernels and the NCCL communicator")
+  endif()
+else()
+  message(STATUS "dstrain: DSTRAIN_FIND_CUDA=OFF: skipping the CUDA kernels and the NCCL communicator")
+endif()
+
+if(DSTRAIN_CUDA AND NOT DSTRAIN_HAVE_NCCL)
+  message(FATAL_ERROR "DSTRAIN_CUDA=ON needs the CUDA toolkit (nvcc) and NCCL; none was found. "
+                      "Set CMAKE_CUDA_COMPILER and NCCL_ROOT.")
+endif()
+
+# Flags for our .cu files: host-side warnings as in C++, and nvcc's own warnings as errors.
+set(DSTRAIN_CUDA_WARNINGS -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter)
+if(DSTRAIN_WERROR)
+  list(APPEND DSTRAIN_CUDA_WARNINGS -Werror=all-warnings -Xcompiler=-Werror)
+endif()

@@ -1,0 +1,196 @@
+// NcclCommunicator: torch::Tensor → NcclGroup. Rendezvous and unique-id exchange go through the
+// same TCPStore as the Gloo communicator; after that the store only stays open for the job.
+
+#include "comm/nccl_communicator.h"
+
+#if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include "comm/nccl_check.h"
+#include "comm/nccl_dtype.h"
+#include "comm/nccl_group.h"
+#include "comm/nccl_rendezvous.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace dstrain::comm {
+namespace {
+
+StreamProvider default_stream(int device) {
+#if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
+  return [device] {
+    return c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream();
+  };
+#else
+  return [] { return cudaStreamLegacy; };
+#endif
+}
+
+// Keeps the tensors alive while the collective may still read or write them.
+class NcclTensorWork : public Work {
+ public:
+  NcclTensorWork(std::unique_ptr<NcclWork> work, std::vector<at::Tensor> tensors,
+                 StreamProvider stream)
+      : work_(std::move(work)), tensors_(std::move(tensors)), stream_(std::move(stream)) {}
+  ~NcclTensorWork() override {
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      log::error("{} was never waited on and failed: {}", to_string(work_->kind()), e.what());
+    }
+  }
+  void wait() override {
+    if (waited_) return;
+    waited_ = true;
+    work_->wait(stream_());
+  }
+  void synchronize_host() {
+    waited_ = true;
+    work_->synchronize();
+  }
+
+ private:
+  std::unique_ptr<NcclWork> work_;
+  std::vector<at::Tensor> tensors_;
+  StreamProvider stream_;
+  bool waited_ = false;
+};
+
+uint64_t ring_pass_bytes(int n, uint64_t total_bytes) {
+  return total_bytes / n * (n - 1);
+}
+
+uint64_t bytes_of(const at::Tensor& t) {
+  return static_cast<uint64_t>(t.numel()) * t.element_size();
+}
+
+class NcclCommunicator : public Communicator {
+ public:
+  NcclCommunicator(c10::intrusive_ptr<c10d::TCPStore> store, std::unique_ptr<NcclGroup> group,
+                   StreamProvider stream)
+      : store_(std::move(store)), group_(std::move(group)), stream_(std::move(stream)) {
+    if (!stream_) stream_ = default_stream(group_->device());
+  }
+  ~NcclCommunicator() override {
+    if (barrier_buffer_ != nullptr) cudaFree(barrier_buffer_);
+  }
+  int rank() const override { return group_->rank(); }
+  int world_size() const override { return group_->world_size(); }
+  std::unique_ptr<Work> all_reduce(torch::Tensor& tensor, ReduceOp op) override;
+  std::unique_ptr<Work> reduce_scatter(torch::Tensor& output, const torch::Tensor& input,
+                                       ReduceOp op) override;
+  std::unique_ptr<Work> all_gather(torch::Tensor& output, const torch::Tensor& input) override;
+  std::unique_ptr<Work> broadcast(torch::Tensor& tensor, int root) override;
+  void barrier() override;
+
+ private:
+  void check_pair(CollectiveKind kind, const at::Tensor& small, const at::Tensor& large) const;
+  std::unique_ptr<Work> wrap(std::unique_ptr<NcclWork> work, std::vector<at::Tensor> tensors) {
+    return std::make_unique<NcclTensorWork>(std::move(work), std::move(tensors), stream_);
+  }
+
+  c10::intrusive_ptr<c10d::TCPStore> store_;  // null in a world of one
+  std::unique_ptr<NcclGroup> group_;
+  StreamProvider stream_;
+  float* barrier_buffer_ = nullptr;
+};
+
+void NcclCommunicator::check_pair(CollectiveKind kind, const at::Tensor& small,
+                                  const at::Tensor& large) const {
+  const bool scatter = kind == CollectiveKind::kReduceScatter;
+  check_cuda_buffer(kind, "output", scatter ? small : large, group_->device());
+  check_cuda_buffer(kind, "input", scatter ? large : small, group_->device());
+  if (small.scalar_type() != large.scalar_type() || large.numel() != small.numel() * world_size()) {
+    fail(ErrorKind::kInternal,
+         "{}: expected the large buffer to hold {} x {} {} elements, got {} {}", to_string(kind),
+         world_size(), small.numel(), c10::toString(small.scalar_type()), large.numel(),
+         c10::toString(large.scalar_type()));
+  }
+}
+
+std::unique_ptr<Work> NcclCommunicator::all_reduce(torch::Tensor& tensor, ReduceOp op) {
+  const auto kind = CollectiveKind::kAllReduce;
+  check_cuda_buffer(kind, "tensor", tensor, group_->device());
+  count(kind, 2 * ring_pass_bytes(world_size(), bytes_of(tensor)));
+  auto work = group_->all_reduce(tensor.data_ptr(), tensor.numel(),
+                                 nccl_dtype(kind, tensor.scalar_type()), nccl_op(op), stream_());
+  return wrap(std::move(work), {tensor});
+}
+
+std::unique_ptr<Work> NcclCommunicator::reduce_scatter(torch::Tensor& output,
+                                                       const torch::Tensor& input, ReduceOp op) {
+  const auto kind = CollectiveKind::kReduceScatter;
+  check_pair(kind, output, input);
+  count(kind, ring_pass_bytes(world_size(), bytes_of(input)));
+  auto work = group_->reduce_scatter(input.data_ptr(), output.data_ptr(), output.numel(),
+                                     nccl_dtype(kind, input.scalar_type()), nccl_op(op), stream_());
+  return wrap(std::move(work), {output, input});
+}
+
+std::unique_ptr<Work> NcclCommunicator::all_gather(torch::Tensor& output,
+                                                   const torch::Tensor& input) {
+  const auto kind = CollectiveKind::kAllGather;
+  check_pair(kind, input, output);
+  count(kind, ring_pass_bytes(world_size(), bytes_of(output)));
+  auto work = group_->all_gather(input.data_ptr(), output.data_ptr(), input.numel(),
+                                 nccl_dtype(kind, input.scalar_type()), stream_());
+  return wrap(std::move(work), {output, input});
+}
+
+std::unique_ptr<Work> NcclCommunicator::broadcast(torch::Tensor& tensor, int root) {
+  const auto kind = CollectiveKind::kBroadcast;
+  check_cuda_buffer(kind, "tensor", tensor, group_->device());
+  const int n = world_size();
+  if (root < 0 || root >= n) {
+    fail(ErrorKind::kInternal, "broadcast: root {} is not a rank of a world of {}", root, n);
+  }
+  // Accounting model, as for Gloo: the root sends the whole buffer to each peer.
+  count(kind, rank() == root ? uint64_t(n - 1) * bytes_of(tensor) : 0);
+  // Bytes are bytes: moving them as uint8 works for every dtype.
+  auto work = group_->broadcast(tensor.data_ptr(), bytes_of(tensor), ncclUint8, root, stream_());
+  return wrap(std::move(work), {tensor});
+}
+
+// A one-element all_reduce, waited on by the host: every rank has reached this point.
+void NcclCommunicator::barrier() {
+  count(CollectiveKind::kBarrier, 0);
+  if (world_size() == 1) return;
+  if (barrier_buffer_ == nullptr) {
+    check_cuda(cudaMalloc(&barrier_buffer_, sizeof(float)), rank(),
+               "allocating the barrier buffer");
+    check_cuda(cudaMemset(barrier_buffer_, 0, sizeof(float)), rank(),
+               "clearing the barrier buffer");
+  }
+  group_
+      ->grouped(CollectiveKind::kBarrier,
+                {[buffer = barrier_buffer_](ncclComm_t comm, cudaStream_t stream) {
+                  return ncclAllReduce(buffer, buffer, 1, ncclFloat32, ncclSum, comm, stream);
+                }},
+                stream_())
+      ->synchronize();
+}
+
+}  // namespace
+
+bool nccl_available() {
+  return true;
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(const RendezvousOptions& options,
+                                                     NcclCommunicatorOptions nccl_options) {
+  NcclConnection connection = connect_nccl(options, nccl_options.device);
+  return std::make_unique<NcclCommunicator>(std::move(connection.store),
+                                            std::move(connection.group),
+                                            std::move(nccl_options.compute_stream));
+}
+
+void synchronize(Work& work) {
+  if (auto* nccl = dynamic_cast<NcclTensorWork*>(&work)) {
+    nccl->synchronize_host();
+  } else {
+    work.wait();
+  }
+}
+
+}  // namespace dstrain::comm

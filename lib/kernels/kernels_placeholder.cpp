@@ -1,2 +1,0 @@
-// Placeholder until this module lands; keeps the target buildable.
-namespace dstrain::kernels {}
