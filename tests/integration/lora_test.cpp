@@ -157,12 +157,15 @@ TEST(LoraTrain, SeedSectionTrainsOnTwoRanksAndExportsAdapterAndMergedModel) {
 }
 
 // ZeRO-3 with LoRA: the frozen base is sharded over the ranks and gathered per layer, the adapters
-// train as at stage 0 on one process, and the base checksum (computed by the ranks together from
-// their slices) is the one a whole-model run computes.
+// train as at stage 0 on one process (with and without activation checkpointing), and the base
+// checksum (computed by the ranks together from their slices) is the one a whole-model run
+// computes.
 TEST(LoraTrain, Stage3ShardsTheFrozenBaseAndTrainsAsStage0) {
   std::map<int, std::map<long, double>> losses;
   std::map<int, std::string> checksums;
-  for (const int stage : {0, 3}) {
+  // 0: stage 0 on one rank; 3: stage 3 on two; 4: stage 3 on two with activation checkpointing.
+  for (const int run : {0, 3, 4}) {
+    const int stage = run == 0 ? 0 : 3;
     TempDir dir;
     JobSpec spec;
     spec.nproc = stage == 3 ? 2 : 1;
@@ -174,22 +177,26 @@ TEST(LoraTrain, Stage3ShardsTheFrozenBaseAndTrainsAsStage0) {
     // No dropout: its masks come from per-rank generators, which differ between world sizes.
     const RunResult r = launch_job(
         cfg, spec.nproc,
-        {"training.lr=1e-2", "lora.dropout=0", "zero.stage3_param_persistence_threshold=1000"});
+        {"training.lr=1e-2", "lora.dropout=0", "zero.stage3_param_persistence_threshold=1000",
+         std::string("model.gradient_checkpointing=") + (run == 4 ? "true" : "false")});
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-    losses[stage] = read_metric(dir.file("run/metrics.jsonl"), "train/loss");
+    losses[run] = read_metric(dir.file("run/metrics.jsonl"), "train/loss");
     ckpt::CheckpointReader reader(dir.file("ckpt/step_00000012"));
-    checksums[stage] = reader.manifest().at("lora").at("base").at("checksum").get<std::string>();
+    checksums[run] = reader.manifest().at("lora").at("base").at("checksum").get<std::string>();
     const auto saved = reader.params("master");
     EXPECT_EQ(saved.size(), 32u) << "adapters only";
     EXPECT_TRUE(stdfs::exists(dir.file("run/lora_adapter/adapter_model.safetensors")));
   }
   ASSERT_EQ(losses[0].size(), 12u);
   ASSERT_EQ(losses[3].size(), 12u);
+  ASSERT_EQ(losses[4].size(), 12u);
   for (const auto& [step, loss] : losses[0]) {
     EXPECT_NEAR(losses[3].at(step), loss, 1e-5 * std::max(1.0, std::abs(loss))) << "step " << step;
+    EXPECT_NEAR(losses[4].at(step), loss, 1e-5 * std::max(1.0, std::abs(loss))) << "step " << step;
   }
   EXPECT_LT(losses[3].at(12), losses[3].at(1) - 0.1) << "LoRA at stage 3 did not learn";
   EXPECT_EQ(checksums[3], checksums[0]);
+  EXPECT_EQ(checksums[4], checksums[0]);
 }
 
 TEST(LoraTrain, ResumeContinuesBitIdenticallyAndRefusesAnotherBase) {
