@@ -1,13 +1,15 @@
 // AdamW over one flat fp32 shard, with torch.optim.AdamW's semantics (decoupled decay first, then
 // moments, bias corrections from the incremented step). On CPU the update is one fused pass
-// (adamw_kernel.cpp) split across ATen's intra-op threads; on other devices it is ATen ops per
-// segment (correct, not fused).
+// (adamw_kernel.cpp) split across ATen's intra-op threads; on CUDA one fused kernel per segment
+// (kernels/adamw_cuda.h) when the build has the CUDA kernels; elsewhere ATen ops per segment
+// (correct, not fused).
 
 #include <cmath>
 
 #include <ATen/Parallel.h>
 
 #include "core/error.h"
+#include "kernels/adamw_cuda.h"
 #include "optim/adamw_kernel.h"
 #include "optim/optimizer.h"
 #include "optim/shard_checks.h"
@@ -48,6 +50,8 @@ class AdamW : public Optimizer {
     AdamWScalars s = scalars(lr);
     if (device_.is_cpu()) {
       update_cpu(params, grads, s);
+    } else if (device_.is_cuda() && kernels::cuda_kernels_available()) {
+      update_cuda(params, grads, s);
     } else {
       update_aten(params, grads, s);
     }
@@ -88,6 +92,25 @@ class AdamW : public Optimizer {
         adamw_update(p + b, g + b, m + b, v + b, seg.end - seg.begin, local);
       });
     });
+  }
+
+  // One fused kernel launch per decay segment, on the legacy default stream (LibTorch's current
+  // stream unless the caller changed it), so it is ordered after the gradient's producers.
+  void update_cuda(torch::Tensor& params, const torch::Tensor& grads, const AdamWScalars& s) {
+    for (const Segment& seg : segments_) {
+      kernels::AdamWBuffers b;
+      b.param = params.data_ptr<float>() + seg.begin;
+      b.exp_avg = state_["exp_avg"].data_ptr<float>() + seg.begin;
+      b.exp_avg_sq = state_["exp_avg_sq"].data_ptr<float>() + seg.begin;
+      b.grad = grads.data_ptr<float>() + seg.begin;
+      b.grad_type = kernels::GradType::kFloat32;
+      b.n = seg.end - seg.begin;
+      kernels::AdamWStep k{s.beta1,     s.one_minus_beta1,
+                           s.beta2,     s.one_minus_beta2,
+                           s.eps,       seg.decay ? s.decay_factor : 1.0f,
+                           s.step_size, s.bias2_sqrt};
+      kernels::adamw_update_cuda(b, k, /*stream=*/nullptr);
+    }
   }
 
   void update_aten(torch::Tensor& params, const torch::Tensor& grads, const AdamWScalars& s) {

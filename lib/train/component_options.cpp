@@ -104,15 +104,15 @@ optim::LrScheduleOptions schedule_options(const config::Config& c, int64_t total
   return o;
 }
 
-zero::OptimizerFactory optimizer_factory(const config::Config& c) {
+zero::OptimizerFactory optimizer_factory(const config::Config& c, torch::Device state_device) {
   const auto opt = c.training.optimizer;
-  return [opt](int64_t numel, std::vector<optim::Range> no_decay) {
+  return [opt, state_device](int64_t numel, std::vector<optim::Range> no_decay) {
     if (opt.type == "sgd") {
       optim::SgdOptions o;
       o.momentum = opt.momentum;
       o.weight_decay = opt.weight_decay;
       o.no_decay = std::move(no_decay);
-      return optim::make_sgd(numel, o);
+      return optim::make_sgd(numel, o, state_device);
     }
     optim::AdamWOptions o;
     o.beta1 = opt.beta1;
@@ -120,7 +120,7 @@ zero::OptimizerFactory optimizer_factory(const config::Config& c) {
     o.eps = opt.eps;
     o.weight_decay = opt.weight_decay;
     o.no_decay = std::move(no_decay);
-    return optim::make_adamw(numel, o);
+    return optim::make_adamw(numel, o, state_device);
   };
 }
 

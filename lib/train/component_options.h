@@ -16,7 +16,9 @@ data::DataOptions data_options(const config::Config& c);
 data::LoaderOptions loader_options(const config::Config& c, int world_size, int rank);
 zero::EngineOptions engine_options(const config::Config& c);
 optim::LrScheduleOptions schedule_options(const config::Config& c, int64_t total_steps);
-zero::OptimizerFactory optimizer_factory(const config::Config& c);
+// The optimizer's state is allocated on `state_device` (where the master weights live).
+zero::OptimizerFactory optimizer_factory(const config::Config& c,
+                                         torch::Device state_device = torch::kCPU);
 torch::ScalarType compute_dtype(const config::Config& c);
 
 }  // namespace dstrain::train

@@ -203,13 +203,14 @@ void Trainer::save_lora_adapter() {
     offset[name] = total;
     total += t.numel();
   }
-  torch::Tensor flat = torch::zeros({total}, torch::kFloat);
+  torch::Tensor flat = torch::zeros({total}, torch::TensorOptions(torch::kFloat).device(device_));
   for (const auto& piece : engine_->owned_state()) {
     flat.narrow(0, offset.at(piece.param) + piece.elements.begin,
                 piece.elements.end - piece.elements.begin)
         .copy_(piece.tensors.at("master"));
   }
   comm_->all_reduce(flat, comm::ReduceOp::kSum)->wait();
+  flat = flat.cpu();
   if (rank_ == 0) {
     lora::Adapter adapter;
     adapter.options = lora_->options();

@@ -8,7 +8,6 @@
 
 #include <torch/torch.h>
 
-#include "comm/gloo_communicator.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
@@ -17,8 +16,10 @@
 #include "metrics/system.h"
 #include "model/hub.h"
 #include "model/safetensors.h"
+#include "model/storage.h"
 #include "model/weights.h"
 #include "train/component_options.h"
+#include "train/device.h"
 #include "train/stage3_setup.h"
 
 namespace dstrain::train {
@@ -56,9 +57,12 @@ void Trainer::init() {
   // Anything random during training (dropout) draws from LibTorch's default generator, which is
   // otherwise seeded at random: seed it so runs repeat exactly.
   torch::manual_seed(cfg_.training.seed + static_cast<uint64_t>(rank_));
-  comm_ = comm::make_gloo_communicator(ro);
-  log::info("dstrain: {} rank(s), rendezvous at {}:{} done", world_, ro.master_addr,
-            ro.master_port);
+  int local_rank = 0;
+  if (const char* v = std::getenv("LOCAL_RANK")) local_rank = std::atoi(v);
+  device_ = select_device(local_rank);
+  comm_ = make_communicator(ro, device_);
+  log::info("dstrain: {} rank(s), rendezvous at {}:{} done, device {}", world_, ro.master_addr,
+            ro.master_port, device_.str());
 
   build_model();
   build_data();
@@ -70,8 +74,11 @@ void Trainer::init() {
     engine_opts.segments = forward_segments(*model_);
     engine_opts.initial_values = initial_values_;
   }
-  engine_ = std::make_unique<zero::Engine>(std::move(params), *comm_, optimizer_factory(cfg_),
-                                           engine_opts);
+  // The optimizer state lives with the master weights: on the host when offloading them.
+  const bool host_state = cfg_.zero.offload_optimizer.device == "cpu";
+  engine_ = std::make_unique<zero::Engine>(
+      std::move(params), *comm_,
+      optimizer_factory(cfg_, host_state ? torch::Device(torch::kCPU) : device_), engine_opts);
   initial_values_ = nullptr;  // the engine has its shard; close the files
 
   total_steps_ = cfg_.training.max_steps > 0 ? cfg_.training.max_steps
@@ -118,6 +125,7 @@ void Trainer::build_model() {
     if (cfg_.model.init == "pretrained") model::load_weights(*model_, model_dir_);
   }
   if (cfg_.lora.enabled) attach_lora();
+  if (!device_.is_cpu()) move_model_to_device();
   model_->train();
   model_->set_gradient_checkpointing(cfg_.model.gradient_checkpointing);
 }
@@ -166,14 +174,40 @@ std::vector<zero::NamedParameter> Trainer::stage3_parameters() {
   return params;
 }
 
+// Parameters (and LoRA adapters) onto the compute device. Parameters without memory (stage 3)
+// stay without memory: only their device changes; the engine fills its shard there.
+void Trainer::move_model_to_device() {
+  torch::NoGradGuard no_grad;
+  for (auto& p : model_->parameters()) {
+    if (model::storage_bytes(p) == 0 && p.numel() > 0) {
+      p.set_data(model::unmaterialized(p.sizes(), p.options().device(device_)));
+    } else {
+      p.set_data(p.detach().to(device_));
+    }
+  }
+  if (lora_) {
+    for (auto& [name, t] : lora_->named_parameters()) t.set_data(t.detach().to(device_));
+  }
+}
+
 void Trainer::build_data() {
   datasets_ = data::build_datasets(data_options(cfg_), *tokenizer_);
-  loader_ = std::make_unique<data::Loader>(datasets_.train, loader_options(cfg_, world_, rank_));
+  data::LoaderOptions options = loader_options(cfg_, world_, rank_);
+  options.pin_memory = device_.is_cuda();  // page-locked batches copy to the GPU asynchronously
+  loader_ = std::make_unique<data::Loader>(datasets_.train, options);
+}
+
+data::Batch Trainer::on_device(data::Batch b) const {
+  if (device_.is_cpu()) return b;
+  b.input_ids = b.input_ids.to(device_, /*non_blocking=*/true);
+  b.labels = b.labels.to(device_, /*non_blocking=*/true);
+  return b;
 }
 
 void Trainer::all_reduce_sum(std::vector<double>& values) {
-  auto t = torch::tensor(values, torch::kFloat64);
+  auto t = torch::tensor(values, torch::kFloat64).to(device_);
   comm_->all_reduce(t, comm::ReduceOp::kSum)->wait();
+  t = t.cpu();
   for (size_t i = 0; i < values.size(); ++i) values[i] = t[static_cast<int64_t>(i)].item<double>();
 }
 
@@ -182,7 +216,7 @@ double Trainer::train_step(double* fwd_bwd_s, double* data_s) {
   double loss_sum = 0;
   for (int64_t i = 0; i < accum; ++i) {
     Stopwatch d;
-    data::Batch b = loader_->next();
+    data::Batch b = on_device(loader_->next());
     *data_s += d.seconds();
     Stopwatch f;
     const torch::Tensor logits = forward_with_engine(*model_, *engine_, b.input_ids);
@@ -202,17 +236,18 @@ EvalResult Trainer::evaluate() {
   const int64_t micro = cfg_.training.per_device_eval_batch_size > 0
                             ? cfg_.training.per_device_eval_batch_size
                             : cfg_.training.per_device_train_batch_size;
-  data::EvalLoader eval(datasets_.eval, micro, world_, rank_);
+  data::EvalLoader eval(datasets_.eval, micro, world_, rank_, device_.is_cuda());
   int64_t batches = eval.num_batches();
   if (cfg_.training.eval_max_batches > 0) {
     batches = std::min(batches, cfg_.training.eval_max_batches);
   }
   std::vector<double> acc = {0.0, 0.0};
   for (int64_t i = 0; i < batches; ++i) {
-    auto b = eval.next();
-    if (!b) break;
+    auto next = eval.next();
+    if (!next) break;
+    const data::Batch b = on_device(std::move(*next));
     const auto ls =
-        model::causal_lm_loss_sum(forward_with_engine(*model_, *engine_, b->input_ids), b->labels);
+        model::causal_lm_loss_sum(forward_with_engine(*model_, *engine_, b.input_ids), b.labels);
     acc[0] += ls.sum.item<double>();
     acc[1] += static_cast<double>(ls.count.item<int64_t>());
   }
@@ -247,6 +282,7 @@ void Trainer::log_step(double loss, const zero::StepResult& r, double lr, double
   rec.add("memory/rss_mb", static_cast<double>(metrics::current_rss_bytes()) / 1e6);
   rec.add("memory/peak_rss_mb", static_cast<double>(metrics::peak_rss_bytes()) / 1e6);
   rec.add("memory/model_states_mb", static_cast<double>(engine_->bytes().model_states()) / 1e6);
+  for (const auto& [key, value] : device_memory_metrics(device_)) rec.add(key, value);
   rec.add("eta_s", per_step * static_cast<double>(total_steps_ - step_));
   metrics_->write(rec);
 }

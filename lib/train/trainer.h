@@ -63,6 +63,9 @@ class Trainer {
   // initial values (each rank checksums every world-th parameter) without materialising it.
   std::string sharded_base_checksum();
   void build_data();
+  void move_model_to_device();
+  // `b` with its tensors on the compute device (non-blocking copies from pinned memory on CUDA).
+  data::Batch on_device(data::Batch b) const;
   double train_step(double* fwd_bwd_s, double* data_s);
   EvalResult evaluate();
   std::string save_checkpoint();
@@ -88,6 +91,7 @@ class Trainer {
   std::string resume_from_;
   int rank_ = 0;
   int world_ = 1;
+  torch::Device device_{torch::kCPU};  // cuda:LOCAL_RANK or the CPU (device.h)
   std::unique_ptr<comm::Communicator> comm_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::string model_dir_;

@@ -1,0 +1,70 @@
+#include "train/device.h"
+
+#include <cstdlib>
+
+#include <torch/cuda.h>
+
+#if DSTRAIN_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+#include "comm/gloo_communicator.h"
+#include "comm/nccl_communicator.h"
+#include "core/error.h"
+
+namespace dstrain::train {
+
+torch::Device select_device(int local_rank) {
+  const char* env = std::getenv("DSTRAIN_DEVICE");
+  const std::string want = env ? env : "";
+  if (!want.empty() && want != "cpu" && want != "cuda") {
+    fail(ErrorKind::kUsage, "DSTRAIN_DEVICE='{}': expected cpu or cuda", want);
+  }
+  if (want == "cpu") return torch::Device(torch::kCPU);
+  const int64_t count = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
+  if (count == 0) {
+    if (want == "cuda") {
+      fail(ErrorKind::kUsage,
+           "DSTRAIN_DEVICE=cuda but no CUDA device is visible to this build (LibTorch has CUDA: "
+           "{})",
+           torch::cuda::is_available() ? "yes" : "no");
+    }
+    return torch::Device(torch::kCPU);
+  }
+  if (local_rank < 0 || local_rank >= count) {
+    fail(ErrorKind::kUsage,
+         "LOCAL_RANK {} has no GPU: {} device(s) are visible; launch at most {} ranks per node",
+         local_rank, count, count);
+  }
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+}
+
+std::unique_ptr<comm::Communicator> make_communicator(const comm::RendezvousOptions& options,
+                                                      const torch::Device& device) {
+  if (!device.is_cuda()) return comm::make_gloo_communicator(options);
+  comm::NcclCommunicatorOptions nccl;
+  nccl.device = device.index();
+  return comm::make_nccl_communicator(options, nccl);
+}
+
+std::vector<std::pair<std::string, double>> device_memory_metrics(const torch::Device& device) {
+  std::vector<std::pair<std::string, double>> out;
+#if DSTRAIN_CUDA
+  if (device.is_cuda()) {
+    using c10::cuda::CUDACachingAllocator::getDeviceStats;
+    const auto stats = getDeviceStats(device.index());
+    constexpr size_t kAggregate = 0;  // StatType::AGGREGATE
+    out.emplace_back("memory/allocated_mb",
+                     static_cast<double>(stats.allocated_bytes[kAggregate].current) / 1e6);
+    out.emplace_back("memory/peak_allocated_mb",
+                     static_cast<double>(stats.allocated_bytes[kAggregate].peak) / 1e6);
+    out.emplace_back("memory/reserved_mb",
+                     static_cast<double>(stats.reserved_bytes[kAggregate].current) / 1e6);
+  }
+#else
+  (void)device;
+#endif
+  return out;
+}
+
+}  // namespace dstrain::train

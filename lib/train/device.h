@@ -1,0 +1,33 @@
+#pragma once
+// Where a rank computes, and what follows from it: the communicator and device memory figures.
+//
+// The device is cuda:LOCAL_RANK when LibTorch has CUDA and a device is visible, else the CPU.
+// DSTRAIN_DEVICE overrides: "cpu" forces the CPU; "cuda" makes a missing device an error
+// (Error(kUsage), exit 2) instead of a silent CPU run. A CUDA rank talks NCCL; a CPU rank Gloo.
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "comm/communicator.h"
+
+namespace dstrain::train {
+
+// `local_rank`: LOCAL_RANK of this process (selects the GPU). Error(kUsage) for a DSTRAIN_DEVICE
+// other than cpu/cuda, or cuda without a visible device (or with LOCAL_RANK >= device count).
+torch::Device select_device(int local_rank);
+
+// NCCL on `device` for a CUDA device, Gloo otherwise.
+std::unique_ptr<comm::Communicator> make_communicator(const comm::RendezvousOptions& options,
+                                                      const torch::Device& device);
+
+// Device memory for metrics.jsonl, in MB: memory/allocated_mb, memory/peak_allocated_mb,
+// memory/reserved_mb (torch.cuda's memory_allocated / max_memory_allocated / memory_reserved).
+// Read from the CUDA caching allocator, which only a CUDA LibTorch (DSTRAIN_CUDA) has: empty on
+// the CPU and in CPU-only builds.
+std::vector<std::pair<std::string, double>> device_memory_metrics(const torch::Device& device);
+
+}  // namespace dstrain::train

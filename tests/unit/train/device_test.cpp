@@ -1,0 +1,52 @@
+// Device selection on a machine (or build) without CUDA, and its DSTRAIN_DEVICE override.
+#include <stdlib.h>
+
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+
+#include "core/error.h"
+#include "train/device.h"
+
+namespace dstrain::train {
+namespace {
+
+class DeviceEnv : public ::testing::Test {
+ protected:
+  void TearDown() override { ::unsetenv("DSTRAIN_DEVICE"); }
+};
+
+TEST_F(DeviceEnv, WithoutAVisibleGpuTheRankComputesOnTheCpu) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "a CUDA device is visible";
+  ::unsetenv("DSTRAIN_DEVICE");
+  EXPECT_TRUE(select_device(0).is_cpu());
+  EXPECT_TRUE(select_device(5).is_cpu());
+  EXPECT_TRUE(device_memory_metrics(torch::Device(torch::kCPU)).empty());
+}
+
+TEST_F(DeviceEnv, AskingForCudaWithoutADeviceIsAUsageError) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "a CUDA device is visible";
+  ::setenv("DSTRAIN_DEVICE", "cuda", 1);
+  try {
+    select_device(0);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    EXPECT_NE(std::string(e.what()).find("no CUDA device"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(DeviceEnv, CpuIsAlwaysHonouredAndOtherValuesAreRefused) {
+  ::setenv("DSTRAIN_DEVICE", "cpu", 1);
+  EXPECT_TRUE(select_device(0).is_cpu());
+  ::setenv("DSTRAIN_DEVICE", "gpu", 1);
+  try {
+    select_device(0);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    EXPECT_NE(std::string(e.what()).find("expected cpu or cuda"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dstrain::train
