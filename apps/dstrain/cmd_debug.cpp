@@ -54,7 +54,8 @@ torch::Tensor read_ids(const model::SafetensorsFile& file, const std::string& na
   }
   torch::Tensor t = file.read(name);
   if (t.scalar_type() != torch::kInt64 || t.dim() != 2 || t.size(0) < 1 || t.size(1) < 2) {
-    fail(ErrorKind::kInput, "{}: tensor '{}' must be int64 [B, T] with B >= 1, T >= 2; it is {} {}",
+    fail(ErrorKind::kInput,
+         "{}: tensor '{}' must be int64 [B, T] with B >= 1, T >= 2; it is {} with {} dimensions",
          path, name, file.info(name).dtype, t.dim());
   }
   const bool labels = name == "labels";
