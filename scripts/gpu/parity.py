@@ -158,23 +158,41 @@ checkpoint:
 """
 
 
-def peer_train(model_dir, batches, lr, wd, device):
-    """Losses of a plain transformers + torch.optim.AdamW loop; decay groups as dstrain's."""
+def adamw(named_params, lr, wd):
+    """torch.optim.AdamW with dstrain's decay groups (norms, biases and 1-D tensors: none)."""
+    decay, no_decay = [], []
+    for pname, p in named_params:
+        (no_decay if lib.takes_no_decay(pname, p.dim()) else decay).append(p)
+    return torch.optim.AdamW([{"params": decay, "weight_decay": wd},
+                              {"params": no_decay, "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.999), eps=1e-8)
+
+
+def hf_peer(model_dir, device):
+    """(named parameters, ids → logits) of the transformers model in `model_dir`, fp32."""
     import transformers
     model = transformers.AutoModelForCausalLM.from_pretrained(
         model_dir, torch_dtype=torch.float32, attn_implementation="sdpa").to(device)
     model.train()
-    decay, no_decay = [], []
-    for pname, p in model.named_parameters():
-        (no_decay if lib.takes_no_decay(pname, p.dim()) else decay).append(p)
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=lr, betas=(0.9, 0.999), eps=1e-8)
+    return list(model.named_parameters()), lambda ids: model(input_ids=ids.to(device)).logits
+
+
+def ref_peer(cfg, weights):
+    """The same for parity_ref's plain-PyTorch forward (self-test)."""
+    import parity_ref
+    w = {k: v.detach().float().clone().requires_grad_(True) for k, v in weights.items()}
+    return list(w.items()), lambda ids: parity_ref.forward(cfg, w, ids)
+
+
+def peer_train(peer, batches, lr, wd):
+    """Losses of a plain training loop: peer forward + torch.optim.AdamW, same batches."""
+    named, forward = peer
+    opt = adamw(named, lr, wd)
     losses = []
     for inp, lab in batches:
-        logits = model(input_ids=inp.to(device)).logits
+        logits = forward(inp)
         loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
-                                                 lab.to(device).reshape(-1))
+                                                 lab.to(logits.device).reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -182,10 +200,9 @@ def peer_train(model_dir, batches, lr, wd, device):
     return losses
 
 
-def check_train(ctx, steps=20, micro=2, seq=32, lr=1e-3, wd=0.01):
-    name = "qwen2-untied"
-    cfg = dict(lib.tiny_configs()[name], vocab_size=258 + 6)  # byte tokenizer ids 0..257
-    model_dir = hf_model_dir(ctx, "train-" + name, cfg)
+def train_corpus(ctx, steps, micro, seq):
+    """A corpus file of enough corpus lines for `steps` batches, and those batches as dstrain
+    forms them (byte tokenizer: UTF-8 bytes, eos 256)."""
     with open(ctx.corpus, "rb") as f:
         lines = [ln for ln in f.read().decode("utf-8").split("\n") if ln]
     need = steps * micro * seq + 1
@@ -201,8 +218,13 @@ def check_train(ctx, steps=20, micro=2, seq=32, lr=1e-3, wd=0.01):
     inp, lab = lib.pack_samples(docs, 256, seq)
     batches = [(inp[s * micro:(s + 1) * micro], lab[s * micro:(s + 1) * micro])
                for s in range(steps)]
-    run_dir = os.path.join(ctx.tmp, "train-run")
-    yaml = os.path.join(ctx.tmp, "train.yaml")
+    return corpus, batches
+
+
+def check_train(ctx, label, model_dir, make_peer, steps=20, micro=2, seq=32, lr=1e-3, wd=0.01):
+    corpus, batches = train_corpus(ctx, steps, micro, seq)
+    run_dir = os.path.join(ctx.tmp, "train-run-" + label)
+    yaml = os.path.join(ctx.tmp, f"train-{label}.yaml")
     with open(yaml, "w") as f:
         f.write(train_config(model_dir, corpus, run_dir, steps, micro, seq, lr, wd))
     rc = lib.run([ctx.dstrain, "train", yaml], ctx.log)
@@ -214,15 +236,23 @@ def check_train(ctx, steps=20, micro=2, seq=32, lr=1e-3, wd=0.01):
                 rec = json.loads(line)
                 if "train/loss" in rec:
                     got[rec["step"]] = rec["train/loss"]
-    want = peer_train(model_dir, batches, lr, wd, "cpu")
+    want = peer_train(make_peer(), batches, lr, wd)
     ours = [got[k] for k in sorted(got)]
-    with open(os.path.join(ctx.log_dir, "train-losses.txt"), "w") as f:
-        f.write("step\tdstrain\ttransformers\n")
+    with open(os.path.join(ctx.log_dir, f"train-losses-{label}.txt"), "w") as f:
+        f.write("step\tdstrain\tpeer\n")
         for i, w in enumerate(want):
             f.write(f"{i + 1}\t{ours[i] if i < len(ours) else 'missing'}\t{w}\n")
     diff = max((abs(a - b) for a, b in zip(ours, want)), default=float("inf"))
     ok = rc == 0 and len(ours) == len(want) and diff <= TRAIN_TOL
-    ctx.table.add("train qwen2-untied", f"{steps} steps fp32, |loss diff| max", diff, TRAIN_TOL, ok)
+    ctx.table.add(f"train {label}", f"{steps} steps fp32, |loss diff| max", diff, TRAIN_TOL, ok)
+
+
+def check_train_hf(ctx):
+    """dstrain trains on the CPU (no GPU path in the trainer yet), so the peer does too."""
+    name = "qwen2-untied"
+    cfg = dict(lib.tiny_configs()[name], vocab_size=258 + 6)  # byte tokenizer ids 0..257
+    model_dir = hf_model_dir(ctx, "train-" + name, cfg)
+    check_train(ctx, name, model_dir, lambda: hf_peer(model_dir, "cpu"))
 
 
 HARD_STRINGS = [
@@ -338,6 +368,16 @@ def self_test(ctx):
         got = dstrain_forward(ctx, model_dir, ids_path, out, "float32", "cpu")
         add_forward_rows(ctx, name + " vs parity_ref", "float32", got, want, FP32_TOL)
 
+    # Training: 20 steps of `dstrain train` against parity_ref + torch.optim.AdamW.
+    if not os.path.exists(ctx.corpus):  # no ../shared here: a generated corpus
+        ctx.corpus = os.path.join(ctx.tmp, "generated.txt")
+        with open(ctx.corpus, "w", encoding="utf-8") as f:
+            for i in range(400):
+                f.write(f"line {i}: {HARD_STRINGS[i % 12].splitlines()[0]} {i * i}\n")
+    cfg = dict(configs["qwen2-untied"], vocab_size=258 + 6)
+    model_dir, weights = self_test_model_dir(ctx, "train-qwen2-untied", cfg)
+    check_train(ctx, "qwen2-untied vs parity_ref", model_dir, lambda: ref_peer(cfg, weights))
+
     # Byte tokenizer: `dstrain data tokenize` ids are the UTF-8 bytes of each line.
     text = os.path.join(ctx.tmp, "bytes.txt")
     lines = [s for s in HARD_STRINGS if "\n" not in s and "\r" not in s]
@@ -398,7 +438,7 @@ def main(argv):
             if "forward" in args.only:
                 check_forward(ctx)
             if "train" in args.only:
-                check_train(ctx)
+                check_train_hf(ctx)
             if "tokenizer" in args.only:
                 check_tokenizers(ctx)
         ctx.log.close()
