@@ -12,6 +12,7 @@ void set_resume_command(CLI::App& root, int* exit_code);
 void set_export_command(CLI::App& root, int* exit_code);
 void set_estimate_command(CLI::App& root, int* exit_code);
 void set_data_command(CLI::App& root, int* exit_code);
+void set_debug_command(CLI::App& root, int* exit_code);  // hidden: reference checks
 void set_version_command(CLI::App& root, int* exit_code);
 
 }  // namespace dstrain::app

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   dstrain::app::set_export_command(app, &exit_code);
   dstrain::app::set_estimate_command(app, &exit_code);
   dstrain::app::set_data_command(app, &exit_code);
+  dstrain::app::set_debug_command(app, &exit_code);
   dstrain::app::set_version_command(app, &exit_code);
   try {
     app.parse(argc, argv);

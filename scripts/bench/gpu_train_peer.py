@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""The PyTorch peer of scripts/bench/gpu-train: one (seq, micro, mode) training case on one GPU.
+
+  gpu_train_peer.py MODEL_DIR --seq T --micro B --steps S --warmup W --mode full|lora
+                    [--precision master|autocast]
+
+A transformers model built from MODEL_DIR/config.json (random init, SDPA attention) trained with
+torch.optim.AdamW(fused=True) on random token ids. Precision "master" (default, as dstrain's
+training.bf16): bf16 parameters for forward/backward, fp32 master weights and moments in the
+optimizer, the updated master copied back to bf16. "autocast": fp32 parameters under
+torch.autocast(bfloat16). LoRA (peft): r=16, alpha=32 on q/k/v/o_proj, base weights frozen bf16,
+adapters fp32 (peft's default) under autocast.
+Prints one JSON line: tokens_per_s (median over the steps after warm-up, CUDA events),
+step_ms, max_allocated_gb, max_reserved_gb. Exit 3 on CUDA out of memory (the caller's batch
+search), 1 on other errors.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+
+import torch
+
+
+def build(args):
+    import transformers
+    config = transformers.AutoConfig.from_pretrained(args.model_dir)
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if args.precision == "master" or args.mode == "lora" else torch.float32
+    model = transformers.AutoModelForCausalLM.from_config(
+        config, torch_dtype=dtype, attn_implementation="sdpa").cuda()
+    model.train()
+    if args.mode == "lora":
+        import peft
+        lora = peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, bias="none",
+                               target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+                               task_type="CAUSAL_LM")
+        model = peft.get_peft_model(model, lora)
+    return model, config.vocab_size
+
+
+class MasterAdamW:
+    """bf16 model parameters with fp32 master copies updated by fused AdamW."""
+
+    def __init__(self, params, lr):
+        self.params = [p for p in params if p.requires_grad]
+        self.master = [p.detach().float().clone().requires_grad_(True) for p in self.params]
+        self.opt = torch.optim.AdamW(self.master, lr=lr, weight_decay=0.0, fused=True)
+
+    def step(self):
+        for p, m in zip(self.params, self.master):
+            m.grad = p.grad.float()
+        self.opt.step()
+        with torch.no_grad():
+            for p, m in zip(self.params, self.master):
+                p.copy_(m)
+                p.grad = None
+        for m in self.master:
+            m.grad = None
+
+
+def main(argv):
+    p = argparse.ArgumentParser()
+    p.add_argument("model_dir")
+    p.add_argument("--seq", type=int, required=True)
+    p.add_argument("--micro", type=int, required=True)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--mode", choices=["full", "lora"], default="full")
+    p.add_argument("--precision", choices=["master", "autocast"], default="master")
+    args = p.parse_args(argv)
+    try:
+        model, vocab = build(args)
+        trainable = [q for q in model.parameters() if q.requires_grad]
+        master = args.mode == "full" and args.precision == "master"
+        opt = (MasterAdamW(trainable, 1e-5) if master
+               else torch.optim.AdamW(trainable, lr=1e-5, weight_decay=0.0, fused=True))
+        g = torch.Generator(device="cuda").manual_seed(1)
+        times = []
+        for step in range(args.warmup + args.steps):
+            ids = torch.randint(0, vocab, (args.micro, args.seq + 1), device="cuda", generator=g)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=not master):
+                logits = model(input_ids=ids[:, :-1]).logits
+            loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, vocab),
+                                                     ids[:, 1:].reshape(-1))
+            loss.backward()
+            opt.step()
+            if not master:
+                opt.zero_grad(set_to_none=True)
+            end.record()
+            end.synchronize()
+            if step >= args.warmup:
+                times.append(start.elapsed_time(end) / 1e3)
+    except torch.cuda.OutOfMemoryError:
+        print(json.dumps({"oom": True}))
+        return 3
+    step_s = statistics.median(times)
+    print(json.dumps({
+        "tokens_per_s": args.micro * args.seq / step_s, "step_ms": step_s * 1e3,
+        "max_allocated_gb": torch.cuda.max_memory_allocated() / 2**30,
+        "max_reserved_gb": torch.cuda.max_memory_reserved() / 2**30,
+        "loss": loss.item()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
