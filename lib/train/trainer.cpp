@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include "comm/nccl_communicator.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
@@ -206,7 +207,9 @@ data::Batch Trainer::on_device(data::Batch b) const {
 
 void Trainer::all_reduce_sum(std::vector<double>& values) {
   auto t = torch::tensor(values, torch::kFloat64).to(device_);
-  comm_->all_reduce(t, comm::ReduceOp::kSum)->wait();
+  // A host wait with the communicator's timeout: once per step, a hung collective anywhere
+  // surfaces here as an error naming the rank instead of blocking the device copy forever.
+  comm::synchronize(*comm_->all_reduce(t, comm::ReduceOp::kSum));
   t = t.cpu();
   for (size_t i = 0; i < values.size(); ++i) values[i] = t[static_cast<int64_t>(i)].item<double>();
 }

@@ -228,7 +228,16 @@ def check_train(ctx, label, model_dir, make_peer, steps=20, micro=2, seq=32, lr=
     yaml = os.path.join(ctx.tmp, f"train-{label}.yaml")
     with open(yaml, "w") as f:
         f.write(train_config(model_dir, corpus, run_dir, steps, micro, seq, lr, wd))
-    rc = lib.run([ctx.dstrain, "train", yaml], ctx.log)
+    # Both sides on the CPU: this compares the training arithmetic, not devices.
+    saved = os.environ.get("DSTRAIN_DEVICE")
+    os.environ["DSTRAIN_DEVICE"] = "cpu"
+    try:
+        rc = lib.run([ctx.dstrain, "train", yaml], ctx.log)
+    finally:
+        if saved is None:
+            del os.environ["DSTRAIN_DEVICE"]
+        else:
+            os.environ["DSTRAIN_DEVICE"] = saved
     got = {}
     metrics = os.path.join(run_dir, "metrics.jsonl")
     if rc == 0 and os.path.exists(metrics):
@@ -249,7 +258,7 @@ def check_train(ctx, label, model_dir, make_peer, steps=20, micro=2, seq=32, lr=
 
 
 def check_train_hf(ctx):
-    """dstrain trains on the CPU (no GPU path in the trainer yet), so the peer does too."""
+    """dstrain trains on the CPU here (DSTRAIN_DEVICE=cpu), and so does the peer."""
     name = "qwen2-untied"
     cfg = dict(lib.tiny_configs()[name], vocab_size=258 + 6)  # byte tokenizer ids 0..257
     model_dir = hf_model_dir(ctx, "train-" + name, cfg)
