@@ -99,10 +99,10 @@ TEST(Resume, Stage3CheckpointResumesAtOtherWorldSizesAndExports) {
   }
   stdfs::remove(metrics(dir));
 
-  r = run_dstrain({"resume", dir.file("ckpt/step_00000010"), "--nproc", "3", "--set",
-                   "zero.stage=0", "--set", "checkpoint.interval=0", "--set",
-                   "training.max_steps=12"},
-                  {}, 120);
+  r = run_dstrain(
+      {"resume", dir.file("ckpt/step_00000010"), "--nproc", "3", "--set", "zero.stage=0", "--set",
+       "checkpoint.interval=0", "--set", "training.max_steps=12"},
+      {}, 120);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const auto three = read_metric(metrics(dir), "train/loss");
   ASSERT_FALSE(three.empty());

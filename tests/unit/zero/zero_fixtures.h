@@ -11,8 +11,8 @@
 #include <torch/torch.h>
 
 #include "optim/optimizer.h"
-#include "zero/engine.h"
 #include "tests/unit/zero/thread_communicator.h"
+#include "zero/engine.h"
 
 namespace dstrain::zero::testing {
 
