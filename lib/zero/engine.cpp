@@ -78,6 +78,14 @@ Engine::Engine(std::vector<NamedParameter> params, comm::Communicator& comm,
 
 Engine::~Engine() = default;
 
+// The gradient shard (stages 1/2): in the compute dtype beside the parameters, or, offloading the
+// optimizer, in fp32 beside the master on the host, streamed there bucket by bucket
+// (grad_reducer.h).
+torch::TensorOptions Engine::shard_options() const {
+  if (options_.offload_optimizer) return master_.options();
+  return flat_params_.options();
+}
+
 void Engine::validate() const {
   if (options_.stage < 0 || options_.stage > 3) {
     fail(ErrorKind::kConfig, "zero_optimization.stage is {}; expected 0, 1, 2 or 3",
@@ -126,7 +134,7 @@ void Engine::build_flat_buffers(const std::vector<NamedParameter>& params) {
   const auto options = params.front().tensor.options().dtype(options_.compute_dtype);
   flat_params_ = torch::zeros({partition_.padded_numel()}, options);
   if (options_.stage < 2) flat_grad_ = torch::zeros({partition_.padded_numel()}, options);
-  if (options_.stage == 2) grad_shard_ = torch::zeros({partition_.shard_numel()}, options);
+  if (options_.stage == 2) grad_shard_ = torch::zeros({partition_.shard_numel()}, shard_options());
   for (size_t i = 0; i < params_.size(); ++i) {
     torch::Tensor& p = params_[i].tensor;
     const int64_t offset = partition_.param_offset(i);
@@ -190,7 +198,7 @@ void Engine::backward(const torch::Tensor& loss) {
   const bool last = micro_step_ == steps - 1;
   const bool communicate = options_.stage == 2 || last;
   if (options_.stage == 1 && last) {
-    grad_shard_ = torch::zeros({partition_.shard_numel()}, flat_grad_.options());
+    grad_shard_ = torch::zeros({partition_.shard_numel()}, shard_options());
     reducer_->set_grad_shard(grad_shard_);
   }
   reducer_->begin_backward(communicate, options_.stage == 2 && micro_step_ > 0);

@@ -194,6 +194,7 @@ class Engine {
   std::vector<ParamPiece> master_pieces() const;
   int64_t master_offset(const ParamPiece& piece) const;
   torch::Tensor fp32_gradients();
+  torch::TensorOptions shard_options() const;
   double global_grad_sq(const torch::Tensor& grad32);
   void refresh_params();
   void zero_grad();

@@ -17,8 +17,10 @@ MemoryReport Engine::bytes() const {
   report.comm_buffers = reducer_->held_bytes();
   report.comm_buffers_peak = reducer_->peak_bytes();
   // Counted by intent, as at stage 3: on a CPU-only machine host and device are one memory.
-  if (options_.offload_optimizer)
+  if (options_.offload_optimizer) {
     report.host_bytes = report.master_weights + report.optimizer_state;
+    if (grad_shard_.defined()) report.host_bytes += grad_shard_.nbytes();  // fp32 on the host
+  }
   return report;
 }
 

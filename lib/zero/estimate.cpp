@@ -56,11 +56,13 @@ EstimateRow estimate_row(const EstimateInput& in, int stage, bool offload_optimi
   if (stage < 3) {
     const int64_t master = stage == 0 ? padded : padded / n;
     r.params = cb * padded;
-    r.gradients = cb * (stage < 2 ? padded : padded / n);
+    // Stage 2 offloading the optimizer: the gradient shard is fp32 on the host.
+    const bool host_grads = stage == 2 && offload_optimizer;
+    r.gradients = stage < 2 ? cb * padded : (host_grads ? 4 : cb) * (padded / n);
     // Stage 0 in fp32: the master is the parameter buffer itself.
     r.master = stage == 0 && cb == 4 ? 0 : 4 * master;
     r.optimizer = in.optimizer_bytes * master;
-    if (offload_optimizer) r.host = r.master + r.optimizer;
+    if (offload_optimizer) r.host = r.master + r.optimizer + (host_grads ? r.gradients : 0);
     return r;
   }
   const Stage3Layout layout = stage3_layout(in);

@@ -63,7 +63,7 @@ void GradReducer::launch(size_t bucket) {
     op.work = comm_.all_reduce(op.input, comm::ReduceOp::kAvg);
   } else if (config_.stage == 1) {
     op.input = flat_grad_.narrow(0, flat.begin, flat.end - flat.begin);
-    op.output = grad_shard_.narrow(0, in_shard.begin, chunk);
+    route_output(op, in_shard);
     op.work = comm_.reduce_scatter(op.output, op.input, comm::ReduceOp::kAvg);
   } else {
     launch_stage2(bucket, in_shard);
@@ -78,18 +78,33 @@ void GradReducer::launch_stage2(size_t bucket, Range chunk_in_shard) {
   InFlight op;
   op.input = bucket_buffer(bucket);
   buffers_.erase(bucket);
-  torch::Tensor shard_chunk =
-      grad_shard_.narrow(0, chunk_in_shard.begin, chunk_in_shard.end - chunk_in_shard.begin);
-  if (accumulate_) {
-    op.output = torch::empty_like(shard_chunk);
-    op.target = shard_chunk;
-  } else {
-    op.output = shard_chunk;
-  }
+  route_output(op, chunk_in_shard);
   op.work = comm_.reduce_scatter(op.output, op.input, comm::ReduceOp::kAvg);
   in_flight_.push_back(std::move(op));
   note_allocation();
   if (!config_.overlap_comm) finish();
+}
+
+// The parameters are views of the engine's flat compute buffer: their options are the gradients'.
+torch::TensorOptions GradReducer::grad_options() const {
+  return params_.front().options();
+}
+
+// Straight into the shard when it is where the gradients are and nothing is accumulated; else
+// through a transient chunk added (accumulation) or copied (a shard elsewhere) on completion.
+void GradReducer::route_output(InFlight& op, Range chunk_in_shard) const {
+  const int64_t n = chunk_in_shard.end - chunk_in_shard.begin;
+  torch::Tensor shard_chunk = grad_shard_.narrow(0, chunk_in_shard.begin, n);
+  const torch::TensorOptions grads = grad_options();
+  const bool elsewhere =
+      shard_chunk.device() != grads.device() || shard_chunk.scalar_type() != grads.dtype();
+  if (!accumulate_ && !elsewhere) {
+    op.output = shard_chunk;
+    return;
+  }
+  op.output = torch::empty({n}, grads);
+  op.target = shard_chunk;
+  op.assign = !accumulate_;
 }
 
 torch::Tensor& GradReducer::bucket_buffer(size_t bucket) {
@@ -97,7 +112,7 @@ torch::Tensor& GradReducer::bucket_buffer(size_t bucket) {
   if (it != buffers_.end()) return it->second;
   const Range flat = partition_.buckets()[bucket];
   torch::Tensor& buffer = buffers_[bucket];
-  buffer = torch::zeros({flat.end - flat.begin}, grad_shard_.options());
+  buffer = torch::zeros({flat.end - flat.begin}, grad_options());
   note_allocation();
   return buffer;
 }
@@ -138,7 +153,15 @@ void GradReducer::retire_oldest() {
   InFlight op = std::move(in_flight_.front());
   in_flight_.pop_front();
   op.work->wait();
-  if (op.target.defined()) op.target.add_(op.output);
+  if (!op.target.defined()) return;
+  if (op.output.device() != op.target.device() || op.output.dtype() != op.target.dtype()) {
+    op.output = op.output.to(op.target.device(), op.target.scalar_type());
+  }
+  if (op.assign) {
+    op.target.copy_(op.output);
+  } else {
+    op.target.add_(op.output);
+  }
 }
 
 void GradReducer::note_allocation() {

@@ -45,7 +45,10 @@ class GradReducer {
 
   // Stage 0/1: the flat gradient buffer [padded_numel] whose views are the parameters' .grad.
   void set_flat_grad(torch::Tensor flat_grad) { flat_grad_ = std::move(flat_grad); }
-  // Stage 1/2: this rank's gradient shard [shard_numel] that reduced chunks land in.
+  // Stage 1/2: this rank's gradient shard [shard_numel] that reduced chunks land in. It may live
+  // elsewhere than the gradients (the host, in fp32, with offload_optimizer): each bucket's chunk
+  // is then reduced into a transient buffer like the gradients and streamed into the shard as its
+  // collective completes, during backward.
   void set_grad_shard(torch::Tensor grad_shard) { grad_shard_ = std::move(grad_shard); }
 
   // `communicate`: reduce this backward's gradients (stage 0/1: last micro-step only).
@@ -66,8 +69,14 @@ class GradReducer {
     std::unique_ptr<comm::Work> work;
     torch::Tensor input;  // kept alive until the collective completes
     torch::Tensor output;
-    torch::Tensor target;  // defined: output is added here on completion
+    torch::Tensor target;  // defined: output is added (or copied) here on completion
+    bool assign = false;   // copy into target instead of adding
   };
+
+  // The device and dtype of the gradients (and of every communication buffer).
+  torch::TensorOptions grad_options() const;
+  // The chunk of the shard bucket `bucket` reduces into, as `op`'s output or target.
+  void route_output(InFlight& op, Range chunk_in_shard) const;
 
   void launch_ready();
   void launch(size_t bucket);

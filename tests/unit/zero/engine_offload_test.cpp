@@ -29,7 +29,8 @@ RunConfig offload_config(const Case& c, bool offload, int steps) {
 }
 
 // The update runs on a host copy of the same fp32 values with the same optimizer, so the runs are
-// identical, not just close.
+// identical, not just close — except stage 2 in bf16 with accumulation: offloaded, the gradient
+// shard is fp32 on the host, so micro-steps accumulate in fp32 instead of bf16 (closer, not equal).
 TEST(ZeroOffload, Stages1And2GiveTheSameTrainingAsWithoutOffload) {
   torch::set_num_threads(1);
   const Problem problem = make_problem(10);
@@ -39,21 +40,35 @@ TEST(ZeroOffload, Stages1And2GiveTheSameTrainingAsWithoutOffload) {
     const RunResult off = run_engine(problem, offload_config(c, false, 10));
     const RunResult on = run_engine(problem, offload_config(c, true, 10));
     ASSERT_EQ(on.losses.size(), off.losses.size());
+    const bool exact = !(c.stage == 2 && c.dtype == torch::kBFloat16);
     for (size_t s = 0; s < off.losses.size(); ++s) {
-      EXPECT_EQ(on.losses[s], off.losses[s]) << what << " step " << s;
-      EXPECT_EQ(on.steps[s].grad_norm, off.steps[s].grad_norm) << what << " step " << s;
+      if (exact) {
+        EXPECT_EQ(on.losses[s], off.losses[s]) << what << " step " << s;
+        EXPECT_EQ(on.steps[s].grad_norm, off.steps[s].grad_norm) << what << " step " << s;
+      } else {
+        EXPECT_NEAR(on.losses[s], off.losses[s], 0.02 * std::abs(off.losses[s])) << what;
+        EXPECT_NEAR(on.steps[s].grad_norm, off.steps[s].grad_norm, 0.05 * off.steps[s].grad_norm)
+            << what << " step " << s;
+      }
     }
     EXPECT_LT(off.losses.back(), off.losses.front()) << what << ": training does not train";
     ASSERT_EQ(on.params.size(), off.params.size());
     for (size_t i = 0; i < off.params.size(); ++i) {
-      EXPECT_TRUE(torch::equal(on.params[i], off.params[i])) << what << " parameter " << i;
+      if (exact) {
+        EXPECT_TRUE(torch::equal(on.params[i], off.params[i])) << what << " parameter " << i;
+      } else {
+        EXPECT_LT((on.params[i] - off.params[i]).abs().max().item<double>(), 0.02)
+            << what << " parameter " << i;
+      }
     }
   }
 }
 
 // bf16 compute with Adam, Ψ elements, N ranks: offload moves the master and the optimizer state
-// (12Ψ/N) to the host; the device keeps 2Ψ + 2Ψ (stage 1) or 2Ψ + 2Ψ/N (stage 2).
-TEST(ZeroOffload, DeviceBytesDropByMasterAndOptimizerState) {
+// (12Ψ/N) to the host; at stage 2 the gradient shard lives there too, in fp32 (4Ψ/N), streamed
+// bucket by bucket. The device keeps 2Ψ + 2Ψ (stage 1: parameters and the flat gradient) or 2Ψ
+// (stage 2: parameters only; gradients pass through transient bucket buffers).
+TEST(ZeroOffload, DeviceBytesDropByMasterOptimizerStateAndGradientShard) {
   torch::set_num_threads(1);
   const Problem problem = make_problem(1, /*hidden=*/256);
   const double psi = 8 * 256 + 256 + 256 + 256 * 5 + 5;
@@ -63,14 +78,16 @@ TEST(ZeroOffload, DeviceBytesDropByMasterAndOptimizerState) {
       config.options.gradient_accumulation_steps = 1;
       config.options.reduce_bucket_size = 500;
       const RunResult run = run_engine(problem, config);
-      const double host = 12 * psi / world;
-      const double device = stage == 1 ? 4 * psi : 2 * psi + 2 * psi / world;
+      const double host = (stage == 1 ? 12 : 16) * psi / world;
+      const double device = stage == 1 ? 4 * psi : 2 * psi;
       for (int r = 0; r < world; ++r) {
         const MemoryReport& m = run.memory[r];
         const auto what = fmt::format("stage {} world {} rank {}", stage, world, r);
         EXPECT_NEAR(m.host_bytes / host, 1.0, 0.02) << what;
         EXPECT_NEAR(m.device_model_states() / device, 1.0, 0.02) << what;
-        EXPECT_EQ(m.host_bytes, m.master_weights + m.optimizer_state) << what;
+        EXPECT_EQ(m.host_bytes,
+                  m.master_weights + m.optimizer_state + (stage == 2 ? m.gradients : 0))
+            << what;
       }
     }
   }
