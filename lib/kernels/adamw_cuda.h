@@ -12,7 +12,7 @@ namespace dstrain::kernels {
 
 using CudaStream = CUstream_st*;  // cudaStream_t
 
-// Per-step constants, as optim::AdamWScalars (which lib/optim converts from).
+// Per-step constants (lib/optim's AdamWScalars is this type).
 struct AdamWStep {
   float beta1 = 0;
   float one_minus_beta1 = 0;

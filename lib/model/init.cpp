@@ -1,5 +1,7 @@
 // Random initialisation, dtype helpers and the causal LM loss.
 #include <algorithm>
+#include <map>
+#include <vector>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/accumulate.h>
@@ -94,6 +96,15 @@ torch::Tensor init_values(const ModelConfig& config, const std::string& name,
     if (lo < hi) values.narrow(0, lo - begin, hi - lo).zero_();
   }
   return values;
+}
+
+ValueSource init_source(DecoderModelImpl& model, uint64_t seed) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& item : model.named_parameters()) shapes[item.key()] = item.value().sizes().vec();
+  return [config = model.config(), seed, shapes = std::move(shapes)](const std::string& name,
+                                                                     int64_t begin, int64_t end) {
+    return init_values(config, name, shapes.at(name), seed, begin, end);
+  };
 }
 
 void init_weights(DecoderModelImpl& model, uint64_t seed) {

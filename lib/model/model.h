@@ -111,6 +111,11 @@ void init_weights(DecoderModelImpl& model, uint64_t seed);
 torch::Tensor init_values(const ModelConfig& config, const std::string& name,
                           c10::IntArrayRef shape, uint64_t seed, int64_t begin, int64_t end);
 
+// init_values for every parameter of `model` by name (shapes are taken now; the parameters may
+// hold no memory): (name, begin, end) → float32 values. Out-of-model names: std::out_of_range.
+using ValueSource = std::function<torch::Tensor(const std::string&, int64_t, int64_t)>;
+ValueSource init_source(DecoderModelImpl& model, uint64_t seed);
+
 // A model initialised from `seed` and cast to `dtype`.
 DecoderModel build_model(const ModelConfig& config, torch::ScalarType dtype, uint64_t seed);
 

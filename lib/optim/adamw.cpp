@@ -105,11 +105,9 @@ class AdamW : public Optimizer {
       b.grad = grads.data_ptr<float>() + seg.begin;
       b.grad_type = kernels::GradType::kFloat32;
       b.n = seg.end - seg.begin;
-      kernels::AdamWStep k{s.beta1,     s.one_minus_beta1,
-                           s.beta2,     s.one_minus_beta2,
-                           s.eps,       seg.decay ? s.decay_factor : 1.0f,
-                           s.step_size, s.bias2_sqrt};
-      kernels::adamw_update_cuda(b, k, /*stream=*/nullptr);
+      AdamWScalars local = s;
+      if (!seg.decay) local.decay_factor = 1.0f;
+      kernels::adamw_update_cuda(b, local, /*stream=*/nullptr);
     }
   }
 

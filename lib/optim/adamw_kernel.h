@@ -6,19 +6,12 @@
 
 #include <cstdint>
 
+#include "kernels/adamw_cuda.h"
+
 namespace dstrain::optim {
 
-// Per-step constants, in float as ATen uses them for float tensors.
-struct AdamWScalars {
-  float beta1 = 0;
-  float one_minus_beta1 = 0;
-  float beta2 = 0;
-  float one_minus_beta2 = 0;
-  float eps = 0;
-  float decay_factor = 1;  // 1 - lr·weight_decay, or 1 where no decay applies
-  float step_size = 0;     // lr / (1 - beta1^t)
-  float bias2_sqrt = 1;    // sqrt(1 - beta2^t)
-};
+// Per-step constants, in float as ATen uses them for float tensors; the CUDA kernel takes the same.
+using AdamWScalars = kernels::AdamWStep;
 
 // For i in [0, n): p *= decay; m = β1·m + (1-β1)·g; v = β2·v + (1-β2)·g²;
 // p -= step_size · m / (sqrt(v)/bias2_sqrt + eps).

@@ -144,14 +144,7 @@ void Trainer::build_sharded_model() {
     };
     return;
   }
-  std::map<std::string, std::vector<int64_t>> shapes;
-  for (const auto& item : model_->named_parameters()) {
-    shapes[item.key()] = item.value().sizes().vec();
-  }
-  initial_values_ = [config = model_config_, seed = cfg_.training.seed, shapes](
-                        const std::string& name, int64_t begin, int64_t end) {
-    return model::init_values(config, name, shapes.at(name), seed, begin, end);
-  };
+  initial_values_ = model::init_source(*model_, cfg_.training.seed);
 }
 
 // Stage 3: every model parameter with its unit; with LoRA the base is frozen and the adapters

@@ -142,6 +142,10 @@ struct StatePiece {
 using StateSource =
     std::function<torch::Tensor(const std::string& kind, const std::string& param, Range elements)>;
 
+// The factor the summed fp32 gradient is multiplied by before the update: 1/loss_scale, times
+// clip/(norm + 1e-6) when `clip` > 0 and the (unscaled) global norm exceeds it.
+double gradient_coefficient(const StepResult& r, double clip);
+
 class Engine {
  public:
   Engine(std::vector<NamedParameter> params, comm::Communicator& comm,

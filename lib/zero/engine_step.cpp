@@ -9,6 +9,12 @@
 
 namespace dstrain::zero {
 
+double gradient_coefficient(const StepResult& r, double clip) {
+  double coef = 1.0 / r.loss_scale;
+  if (clip > 0 && r.grad_norm > clip) coef *= clip / (r.grad_norm + 1e-6);
+  return coef;
+}
+
 StepResult Engine::step(double lr) {
   if (stage3_) return stage3_->step(lr);
   if (micro_step_ != options_.gradient_accumulation_steps) {
@@ -24,9 +30,7 @@ StepResult Engine::step(double lr) {
   result.grad_norm = std::sqrt(sq) / result.loss_scale;
   result.skipped = scaler_.update(!std::isfinite(sq));
   if (!result.skipped) {
-    double coef = 1.0 / result.loss_scale;
-    const double clip = options_.gradient_clipping;
-    if (clip > 0 && result.grad_norm > clip) coef *= clip / (result.grad_norm + 1e-6);
+    const double coef = gradient_coefficient(result, options_.gradient_clipping);
     if (coef != 1.0) grad32.mul_(coef);
     optimizer_->step(master_, grad32, lr);
     grad32 = torch::Tensor();

@@ -24,9 +24,7 @@ StepResult Stage3Engine::step(double lr) {
   result.grad_norm = std::sqrt(total) / result.loss_scale;
   result.skipped = scaler_.update(!std::isfinite(total));
   if (!result.skipped) {
-    double coef = 1.0 / result.loss_scale;
-    const double clip = options_.gradient_clipping;
-    if (clip > 0 && result.grad_norm > clip) coef *= clip / (result.grad_norm + 1e-6);
+    const double coef = gradient_coefficient(result, options_.gradient_clipping);
     if (coef != 1.0) grad32.mul_(coef);
     optimizer_->step(master_, grad32, lr);
     grad32 = torch::Tensor();

@@ -46,11 +46,6 @@ optim::AdamWScalars scalars_for(int step, float lr, float weight_decay) {
   return s;
 }
 
-AdamWStep to_step(const optim::AdamWScalars& s) {
-  return {s.beta1, s.one_minus_beta1, s.beta2,     s.one_minus_beta2,
-          s.eps,   s.decay_factor,    s.step_size, s.bias2_sqrt};
-}
-
 template <typename T>
 T* device_copy(const std::vector<T>& host) {
   void* p = nullptr;
@@ -104,7 +99,7 @@ void run_parity(GradType grad_type, bool write_bf16) {
     const auto scalars = scalars_for(step, 1e-3f, 0.01f);
     optim::adamw_update(p.data(), g.data(), m.data(), v.data(), n, scalars);
     AdamWBuffers buffers{dp, dm, dv, dg, grad_type, dbf16, n};
-    adamw_update_cuda(buffers, to_step(scalars), stream);
+    adamw_update_cuda(buffers, scalars, stream);
     CUDA_OK(cudaStreamSynchronize(stream));
     CUDA_OK(cudaFree(dg));
   }

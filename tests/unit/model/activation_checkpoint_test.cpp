@@ -3,19 +3,19 @@
 #include "model/activation_checkpoint.h"
 
 #include <algorithm>
-#include <atomic>
-#include <cstring>
 #include <iostream>
 
-#include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
 
 #include "model/model.h"
 #include "test_util.h"
+#include "tests/unit/model/counting_allocator.h"
 
 namespace dstrain::model {
 namespace {
 
+using testing::CountingAllocator;
+using testing::CountingScope;
 using testing::small_config_json;
 
 torch::Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed) {
@@ -163,59 +163,6 @@ TEST(Checkpoint, ReplaysTheForwardsDropoutMaskAndLeavesTheRandomStreamAlone) {
   EXPECT_TRUE(torch::equal(plain, ckpt)) << "the recompute drew a different dropout mask";
   EXPECT_TRUE(torch::equal(after_plain, after_ckpt)) << "the recompute moved the random stream";
 }
-
-// Counts the bytes the CPU allocator hands out: current and peak since reset.
-class CountingAllocator : public c10::Allocator {
- public:
-  explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {}
-  // No `override`: LibTorch 2.x made allocate non-const and added copy_data; defining both
-  // spellings overrides whichever the installed LibTorch declares.
-  c10::DataPtr allocate(size_t n) const { return wrap(inner_->allocate(n), n); }
-  c10::DataPtr allocate(size_t n) { return wrap(inner_->allocate(n), n); }
-  void copy_data(void* dest, const void* src, std::size_t count) const {
-    std::memcpy(dest, src, count);
-  }
-  void reset_peak() { peak_ = current_.load(); }
-  int64_t current() const { return current_; }
-  int64_t peak() const { return peak_; }
-
- private:
-  struct Block {
-    c10::DataPtr inner;
-    size_t bytes;
-  };
-  static void release(void* ctx) {
-    auto* block = static_cast<Block*>(ctx);
-    current_ -= static_cast<int64_t>(block->bytes);
-    delete block;
-  }
-  static c10::DataPtr wrap(c10::DataPtr inner, size_t n) {
-    void* data = inner.get();
-    const c10::Device device = inner.device();
-    const int64_t now = current_ += static_cast<int64_t>(n);
-    int64_t seen = peak_;
-    while (now > seen && !peak_.compare_exchange_weak(seen, now)) {
-    }
-    return {data, new Block{std::move(inner), n}, &release, device};
-  }
-  c10::Allocator* inner_;
-  static inline std::atomic<int64_t> current_{0};
-  static inline std::atomic<int64_t> peak_{0};
-};
-
-// Installs a CountingAllocator as LibTorch's CPU allocator for its lifetime.
-class CountingScope {
- public:
-  CountingScope() : previous_(c10::GetCPUAllocator()), counting_(previous_) {
-    c10::SetCPUAllocator(&counting_);
-  }
-  ~CountingScope() { c10::SetCPUAllocator(previous_); }
-  CountingAllocator& counter() { return counting_; }
-
- private:
-  c10::Allocator* previous_;
-  CountingAllocator counting_;
-};
 
 // Peak bytes allocated above the starting point during one forward + backward. (Blocks freed after
 // the scope ends are still counted down correctly: their deleter does not use the allocator.)

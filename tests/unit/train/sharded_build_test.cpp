@@ -1,11 +1,8 @@
 // ZeRO-3 model construction: a rank builds the model without memory and fills only its shard,
 // from the seeded initialisation or from ranges of the safetensors files, and trains exactly as a
 // rank that built the whole model first.
-#include <atomic>
-#include <mutex>
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
 
 #include "lora/lora_model.h"
@@ -13,6 +10,7 @@
 #include "model/safetensors.h"
 #include "model/weights.h"
 #include "optim/optimizer.h"
+#include "tests/unit/model/counting_allocator.h"
 #include "tests/unit/model/test_util.h"
 #include "tests/unit/zero/thread_communicator.h"
 #include "train/stage3_setup.h"
@@ -49,14 +47,6 @@ zero::EngineOptions stage3_options(const model::DecoderModelImpl& m, torch::Scal
   return o;
 }
 
-zero::InitialValues seeded(const model::DecoderModelImpl& m, uint64_t seed) {
-  std::map<std::string, std::vector<int64_t>> shapes;
-  for (const auto& item : m.named_parameters()) shapes[item.key()] = item.value().sizes().vec();
-  return [config = m.config(), seed, shapes](const std::string& name, int64_t b, int64_t e) {
-    return model::init_values(config, name, shapes.at(name), seed, b, e);
-  };
-}
-
 // Losses of `steps` steps on fixed data at world size 2, stage 3; `make` builds each rank's model
 // and says where the engine's initial values come from.
 using Maker = std::function<model::DecoderModel(zero::InitialValues*)>;
@@ -90,7 +80,7 @@ TEST(ShardedBuild, SeededShardsTrainExactlyLikeTheFullModel) {
     const auto sharded = train_stage3(
         [&](zero::InitialValues* v) {
           model::DecoderModel m(c, model::Materialize::kNo);
-          *v = seeded(*m, 5);
+          *v = model::init_source(*m, 5);
           return m;
         },
         dtype);
@@ -98,7 +88,7 @@ TEST(ShardedBuild, SeededShardsTrainExactlyLikeTheFullModel) {
     const auto other_seed = train_stage3(
         [&](zero::InitialValues* v) {
           model::DecoderModel m(c, model::Materialize::kNo);
-          *v = seeded(*m, 6);
+          *v = model::init_source(*m, 6);
           return m;
         },
         dtype);
@@ -151,7 +141,7 @@ TEST(ShardedBuild, LoraBaseIsShardedFrozenAndReleasedAfterEachStep) {
       params.push_back({name, t, unit_of(name, c.num_hidden_layers)});
       adapter_numel += t.numel();
     }
-    const zero::InitialValues base = seeded(*m, 5);
+    const zero::InitialValues base = model::init_source(*m, 5);
     std::map<std::string, torch::Tensor> adapters;
     for (auto& [name, t] : lm.named_parameters()) adapters[name] = t.detach().clone().reshape({-1});
     zero::EngineOptions o = stage3_options(*m, torch::kBFloat16);
@@ -184,41 +174,6 @@ TEST(ShardedBuild, LoraBaseIsShardedFrozenAndReleasedAfterEachStep) {
   });
 }
 
-// Counts the bytes held through LibTorch's CPU allocator, and the most ever held at once.
-class CountingAllocator final : public c10::Allocator {
- public:
-  explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {}
-  c10::DataPtr allocate(size_t n) const override {
-    c10::DataPtr inner = inner_->allocate(n);
-    void* data = inner.get();
-    const int64_t now = held_ += static_cast<int64_t>(n);
-    int64_t peak = peak_.load();
-    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
-    }
-    auto* ctx = new Block{std::move(inner), n, &held_};
-    return {data, ctx, &Block::release, c10::Device(c10::kCPU)};
-  }
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
-  void reset_peak() { peak_ = held_.load(); }
-  int64_t peak() const { return peak_; }
-  int64_t held() const { return held_; }
-
- private:
-  struct Block {
-    c10::DataPtr inner;
-    size_t n;
-    std::atomic<int64_t>* held;
-    static void release(void* p) {
-      auto* b = static_cast<Block*>(p);
-      *b->held -= static_cast<int64_t>(b->n);
-      delete b;
-    }
-  };
-  c10::Allocator* inner_;
-  mutable std::atomic<int64_t> held_{0};
-  mutable std::atomic<int64_t> peak_{0};
-};
-
 // Rank 3 of 8, for building an engine alone: construction does not communicate.
 class SilentCommunicator final : public comm::Communicator {
  public:
@@ -243,27 +198,26 @@ class SilentCommunicator final : public comm::Communicator {
 };
 
 // Peak bytes allocated while building the model and a stage-3 engine on rank 3 of 8.
-int64_t construction_peak(CountingAllocator& counter, bool sharded) {
+int64_t construction_peak(bool sharded) {
   const model::ModelConfig c = deep_config(12);
   SilentCommunicator comm;
+  model::testing::CountingScope scope;
+  model::testing::CountingAllocator& counter = scope.counter();
+  const int64_t before = counter.current();
   counter.reset_peak();
-  const int64_t before = counter.held();
   model::DecoderModel m = sharded ? model::DecoderModel(c, model::Materialize::kNo)
                                   : model::build_model(c, torch::kFloat, 5);
   zero::EngineOptions o = stage3_options(*m, torch::kFloat);
-  if (sharded) o.initial_values = seeded(*m, 5);
+  if (sharded) o.initial_values = model::init_source(*m, 5);
   zero::Engine engine(engine_parameters(*m), comm, adamw(), o);
   return counter.peak() - before;
 }
 
 TEST(ShardedBuild, ARankNeverHoldsTheWholeModelWhileBuilding) {
-  static CountingAllocator counter(c10::GetDefaultCPUAllocator());  // outlives its tensors
   const model::ModelConfig c = deep_config(12);
   const int64_t model_bytes = 4 * c.num_parameters(true);
-  c10::SetCPUAllocator(&counter, /*priority=*/100);
-  const int64_t sharded = construction_peak(counter, true);
-  const int64_t full = construction_peak(counter, false);
-  c10::SetCPUAllocator(c10::GetDefaultCPUAllocator(), /*priority=*/101);
+  const int64_t sharded = construction_peak(true);
+  const int64_t full = construction_peak(false);
   RecordProperty("model_bytes", std::to_string(model_bytes));
   RecordProperty("sharded_peak", std::to_string(sharded));
   RecordProperty("full_peak", std::to_string(full));
