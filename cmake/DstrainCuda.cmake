@@ -14,12 +14,23 @@ option(DSTRAIN_FIND_CUDA "Look for the CUDA toolkit and NCCL and build the CUDA 
 set(DSTRAIN_HAVE_CUDA OFF)
 set(DSTRAIN_HAVE_NCCL OFF)
 
-function(_dstrain_find_nccl)
-  set(hints ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_LIBRARY_ROOT} ${CUDAToolkit_TARGET_DIR})
-  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${hints} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
+# dstrain_find_nccl(): called after find_package(Torch). The NCCL that LibTorch itself loads (the
+# wheel's nvidia-nccl package beside torch/) comes first, so a process has one NCCL.
+function(dstrain_find_nccl)
+  if(NOT DSTRAIN_HAVE_CUDA)
+    return()
+  endif()
+  set(hints ${NCCL_ROOT} $ENV{NCCL_ROOT})
+  if(TORCH_INSTALL_PREFIX)
+    list(APPEND hints ${TORCH_INSTALL_PREFIX}/../nvidia/nccl)
+  endif()
+  list(APPEND hints ${CUDAToolkit_LIBRARY_ROOT} ${CUDAToolkit_TARGET_DIR})
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${hints} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include
+            NO_DEFAULT_PATH)
   # The Python wheel ships only libnccl.so.2 (no unversioned link), hence the second name.
   find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2
-               HINTS ${hints} ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64)
+               NAMES_PER_DIR HINTS ${hints} ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64
+               NO_DEFAULT_PATH)
   if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)
     message(STATUS "dstrain: NCCL not found (nccl.h: ${NCCL_INCLUDE_DIR}, libnccl: ${NCCL_LIBRARY}); "
                    "set NCCL_ROOT to build the NCCL communicator")
@@ -39,6 +50,7 @@ function(_dstrain_find_nccl)
   target_link_libraries(dstrain::nccl INTERFACE CUDA::cudart)
   message(STATUS "dstrain: NCCL ${nccl_version} (${NCCL_LIBRARY})")
   set(DSTRAIN_HAVE_NCCL ON PARENT_SCOPE)
+  set(NCCL_LIBRARY ${NCCL_LIBRARY} PARENT_SCOPE)
 endfunction()
 
 if(DSTRAIN_FIND_CUDA)
@@ -54,10 +66,13 @@ if(DSTRAIN_FIND_CUDA)
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
-    # 80: A100, 90: H100/H200. Two real architectures keep nvcc time low; override on the command line.
+    # 90: H100/H200 (the GPU machines). A CUDA LibTorch then takes over: its CMake adds the
+    # -gencode flags of TORCH_CUDA_ARCH_LIST to CMAKE_CUDA_FLAGS and wants CMAKE_CUDA_ARCHITECTURES
+    # undefined (dstrain_cuda_architectures() below, after find_package(Torch)).
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-      set(CMAKE_CUDA_ARCHITECTURES 80 90)
+      set(CMAKE_CUDA_ARCHITECTURES 90)
     endif()
+    set(DSTRAIN_CUDA_ARCHITECTURES ${CMAKE_CUDA_ARCHITECTURES})
     # One CUDA runtime per process, the shared one, as CUDA::cudart, LibTorch and NCCL's users use.
     if(NOT DEFINED CMAKE_CUDA_RUNTIME_LIBRARY)
       set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
@@ -74,7 +89,6 @@ if(DSTRAIN_FIND_CUDA)
     set(DSTRAIN_HAVE_CUDA ON)
     message(STATUS "dstrain: CUDA ${CUDAToolkit_VERSION} at ${CUDAToolkit_BIN_DIR}, "
                    "architectures ${CMAKE_CUDA_ARCHITECTURES}: building the CUDA kernels")
-    _dstrain_find_nccl()
   else()
     message(STATUS "dstrain: no CUDA toolkit found (nvcc not on PATH nor in /usr/local/cuda/bin): "
                    "skipping the CUDA kernels and the NCCL communicator")
@@ -83,13 +97,23 @@ else()
   message(STATUS "dstrain: DSTRAIN_FIND_CUDA=OFF: skipping the CUDA kernels and the NCCL communicator")
 endif()
 
-if(DSTRAIN_CUDA AND NOT DSTRAIN_HAVE_NCCL)
-  message(FATAL_ERROR "DSTRAIN_CUDA=ON needs the CUDA toolkit (nvcc) and NCCL; none was found. "
-                      "Set CMAKE_CUDA_COMPILER and NCCL_ROOT.")
-endif()
 
 # Flags for our .cu files: host-side warnings as in C++, and nvcc's own warnings as errors.
 set(DSTRAIN_CUDA_WARNINGS -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter)
 if(DSTRAIN_WERROR)
   list(APPEND DSTRAIN_CUDA_WARNINGS -Werror=all-warnings -Xcompiler=-Werror)
 endif()
+
+# Called around find_package(Torch): BEFORE hides CMAKE_CUDA_ARCHITECTURES from torch's CMake (which
+# warns about it and takes TORCH_CUDA_ARCH_LIST); AFTER leaves it OFF when LibTorch added its own
+# -gencode flags, and restores ours for a CPU LibTorch with a CUDA toolkit.
+macro(dstrain_cuda_architectures when)
+  if("${when}" STREQUAL "BEFORE")
+    unset(CMAKE_CUDA_ARCHITECTURES)
+    unset(CMAKE_CUDA_ARCHITECTURES CACHE)
+  elseif(TARGET torch_cuda)
+    set(CMAKE_CUDA_ARCHITECTURES OFF)
+  elseif(DSTRAIN_HAVE_CUDA)
+    set(CMAKE_CUDA_ARCHITECTURES ${DSTRAIN_CUDA_ARCHITECTURES})
+  endif()
+endmacro()

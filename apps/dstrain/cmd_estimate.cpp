@@ -12,6 +12,7 @@ struct EstimateArgs {
   int nodes = 1;
   int gpus = 1;
   std::vector<std::string> overrides;
+  bool json = false;
 };
 
 }  // namespace
@@ -33,8 +34,9 @@ void set_estimate_command(CLI::App& root, int* exit_code) {
   cmd->add_option("--set", a->overrides, "Config override key.path=value (repeatable)")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
+  cmd->add_flag("--json", a->json, "Print JSON (bytes per rank) instead of the table");
   cmd->callback([a, exit_code] {
-    std::cout << zero::estimate_report(a->config, a->overrides, a->nodes * a->gpus);
+    std::cout << zero::estimate_report(a->config, a->overrides, a->nodes * a->gpus, a->json);
     *exit_code = 0;
   });
 }

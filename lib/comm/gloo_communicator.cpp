@@ -1,7 +1,7 @@
 // GlooCommunicator: every collective is a job on one SerialExecutor thread, so collectives reach
 // Gloo in program order on every rank and the caller can overlap them with compute. all_reduce,
-// broadcast and barrier are ProcessGroupGloo's own; reduce_scatter and the flat all_gather are
-// rings over its send/recv (ring.h). Byte counters are charged at issue time, from the algorithm's
+// all_gather, broadcast and barrier are ProcessGroupGloo's own; reduce_scatter is a ring over its
+// send/recv (ring.h). Byte counters are charged at issue time, from the algorithm's
 // theory.
 
 #ifndef USE_C10D_GLOO
@@ -55,10 +55,6 @@ class FutureWork : public Work {
   std::shared_ptr<const FailureContext> context_;
   bool waited_ = false;
 };
-
-bool is_reduced_precision(const at::Tensor& t) {
-  return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;
-}
 
 void check_buffer(CollectiveKind kind, const char* name, const at::Tensor& t) {
   if (!t.defined() || !t.is_cpu() || !t.is_contiguous() || !at::isFloatingType(t.scalar_type())) {
@@ -157,17 +153,14 @@ int GlooCommunicator::take_ring_tags() {
 std::unique_ptr<Work> GlooCommunicator::all_reduce(torch::Tensor& tensor, ReduceOp op) {
   check_buffer(CollectiveKind::kAllReduce, "tensor", tensor);
   const int n = world_size();
-  const uint64_t wire_elem = is_reduced_precision(tensor) ? 4 : tensor.element_size();
-  const uint64_t bytes = 2 * ring_pass_bytes(n, tensor.numel() * wire_elem);
+  const uint64_t bytes = 2 * ring_pass_bytes(n, tensor.numel() * tensor.element_size());
   return launch(CollectiveKind::kAllReduce, bytes, [group = group_, tensor, op, n] {
     if (n == 1) return;
-    at::Tensor buffer = is_reduced_precision(tensor) ? tensor.to(at::kFloat) : tensor;
-    std::vector<at::Tensor> tensors{buffer};
+    std::vector<at::Tensor> tensors{tensor};
     c10d::AllreduceOptions options;
     options.reduceOp = op == ReduceOp::kMax ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
     group->allreduce(tensors, options)->wait();
-    if (op == ReduceOp::kAvg) buffer.div_(n);
-    if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+    if (op == ReduceOp::kAvg) tensor.div_(n);
   });
 }
 
@@ -192,13 +185,14 @@ std::unique_ptr<Work> GlooCommunicator::all_gather(torch::Tensor& output,
   const int n = world_size();
   check_pair(CollectiveKind::kAllGather, input, output, n);
   const uint64_t bytes = ring_pass_bytes(n, output.numel() * output.element_size());
-  const int tag = n > 1 ? take_ring_tags() : 0;
-  return launch(CollectiveKind::kAllGather, bytes, [group = group_, output, input, n, tag] {
+  return launch(CollectiveKind::kAllGather, bytes, [group = group_, output, input, n] {
     if (n == 1) {
       if (!output.is_same(input)) output.copy_(input);
       return;
     }
-    ring_all_gather(*group, output, input, tag);
+    at::Tensor out = output;
+    at::Tensor in = input;
+    group->_allgather_base(out, in)->wait();
   });
 }
 

@@ -4,7 +4,7 @@ namespace dstrain::comm {
 namespace {
 
 // Sends `out` to `next` while receiving `in` from `prev`; returns when both are done.
-void exchange(c10d::ProcessGroup& group, const at::Tensor& out, int next, at::Tensor in, int prev,
+void exchange(c10d::Backend& group, const at::Tensor& out, int next, at::Tensor in, int prev,
               int tag) {
   std::vector<at::Tensor> recv_tensors{std::move(in)};
   std::vector<at::Tensor> send_tensors{out};
@@ -24,7 +24,7 @@ void combine(at::Tensor& dst, const at::Tensor& a, const at::Tensor& b, ReduceOp
 
 }  // namespace
 
-void ring_reduce_scatter(c10d::ProcessGroup& group, at::Tensor output, const at::Tensor& input,
+void ring_reduce_scatter(c10d::Backend& group, at::Tensor output, const at::Tensor& input,
                          ReduceOp op, int tag) {
   const int n = group.getSize();
   const int r = group.getRank();
@@ -40,20 +40,6 @@ void ring_reduce_scatter(c10d::ProcessGroup& group, at::Tensor output, const at:
     at::Tensor dst = (s == n - 2) ? output : partial;
     combine(dst, incoming, piece(((r - s - 2) % n + n) % n), op);
     outgoing = dst;
-  }
-}
-
-void ring_all_gather(c10d::ProcessGroup& group, at::Tensor output, const at::Tensor& input,
-                     int tag) {
-  const int n = group.getSize();
-  const int r = group.getRank();
-  const int64_t chunk = input.numel();
-  auto piece = [&](int i) { return output.narrow(0, static_cast<int64_t>(i) * chunk, chunk); };
-  piece(r).copy_(input);
-  // In step s this rank forwards chunk (r - s) and receives chunk (r - s - 1) in place.
-  for (int s = 0; s < n - 1; ++s) {
-    exchange(group, piece(((r - s) % n + n) % n), (r + 1) % n, piece(((r - s - 1) % n + n) % n),
-             (r - 1 + n) % n, tag + s);
   }
 }
 

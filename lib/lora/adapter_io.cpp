@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "lora/targets.h"
 #include "model/safetensors.h"
 
 namespace dstrain::lora {
@@ -57,6 +58,24 @@ void require_unset(const json& j, const char* key, const stdfs::path& file) {
        file.string(), key, v.dump());
 }
 
+// init_lora_weights: true/false/"gaussian"/"eva"/"orthogonal" only choose A and B's starting
+// values, which the file holds. PiSSA, OLoRA, CorDA, LoftQ and LoRA-GA also rewrite the base
+// weights (the adapter applies to that rewritten base), and MiCA is a LoRA variant: Error(kInput).
+void require_plain_init(const json& j, const stdfs::path& file) {
+  if (!j.contains("init_lora_weights")) return;
+  const json& v = j.at("init_lora_weights");
+  if (v.is_boolean() || v.is_null()) return;
+  if (v.is_string()) {
+    const std::string s = v.get<std::string>();
+    if (s == "gaussian" || s == "eva" || s == "orthogonal") return;
+  }
+  fail(ErrorKind::kInput,
+       "{}: \"init_lora_weights\" is {}; an adapter of that initialisation applies to a modified "
+       "base model (or is a LoRA variant), which this build does not support (convert it with "
+       "PEFT's path_initial_model_for_weight_conversion first)",
+       file.string(), v.dump());
+}
+
 LoraOptions parse_options(const json& j, const stdfs::path& file) {
   if (j.value("peft_type", "LORA") != "LORA") {
     fail(ErrorKind::kInput, "{}: peft_type is {}; expected \"LORA\"", file.string(),
@@ -66,9 +85,16 @@ LoraOptions parse_options(const json& j, const stdfs::path& file) {
     fail(ErrorKind::kInput, "{}: bias is {}; only \"none\" is supported", file.string(),
          j.at("bias").dump());
   }
-  for (const char* key : {"use_dora", "rank_pattern", "alpha_pattern", "modules_to_save"}) {
+  // Each of these changes which modules are adapted or what the adapter computes; PEFT writes
+  // them unset (null, false, {} or []) for a plain LoRA adapter.
+  for (const char* key :
+       {"use_dora", "rank_pattern", "alpha_pattern", "modules_to_save", "exclude_modules",
+        "layers_to_transform", "layer_replication", "lora_bias", "target_parameters",
+        "trainable_token_indices", "alora_invocation_tokens", "use_qalora", "use_bdlora",
+        "arrow_config", "kasa_config", "monteclora_config"}) {
     require_unset(j, key, file);
   }
+  require_plain_init(j, file);
   LoraOptions o;
   o.r = j.at("r").get<int64_t>();
   o.alpha = j.at("lora_alpha").get<double>();
@@ -77,7 +103,7 @@ LoraOptions parse_options(const json& j, const stdfs::path& file) {
   const json& t = j.at("target_modules");
   if (t.is_string()) {
     o.target_modules = {t.get<std::string>()};
-    o.target_regex = true;
+    o.target_regex = !is_all_linear(o.target_modules);
   } else {
     o.target_modules = t.get<std::vector<std::string>>();
   }

@@ -11,10 +11,14 @@
 // names, or as one string when it is a regex (PEFT's two forms).
 //
 // Reading accepts the tensor names with or without PEFT's adapter-name infix
-// (`...lora_A.default.weight`), and target_modules as a list or a string. Error(kInput) naming the
-// file and key for anything this build cannot use: another peft_type, bias other than "none",
-// DoRA, rank_pattern/alpha_pattern, modules_to_save, a tensor that is not lora_A/lora_B, a module
-// with only one of the two, or inconsistent shapes.
+// (`...lora_A.default.weight`), and target_modules as a list or a string (a regex, or
+// "all-linear"). Error(kInput) naming the file and key for anything this build cannot use: another
+// peft_type, bias other than "none", a set PEFT option that changes which modules are adapted or
+// what they compute (DoRA, rank_pattern/alpha_pattern, modules_to_save, exclude_modules,
+// layers_to_transform, layer_replication, lora_bias, target_parameters, trainable_token_indices,
+// aLoRA, QA-LoRA, BD-LoRA, Arrow, KaSA, MonteCLoRA), an init_lora_weights that rewrites the base
+// (PiSSA, OLoRA, CorDA, LoftQ, LoRA-GA) or is a variant (MiCA), a tensor that is not
+// lora_A/lora_B, a module with only one of the two, or inconsistent shapes.
 
 #include <filesystem>
 #include <string>

@@ -70,6 +70,9 @@ LoraModel::LoraModel(model::DecoderModel model, LoraOptions options, const std::
   }
   targets_ = resolve_targets(*model_, options_.target_modules, options_.target_regex,
                              key + ": lora.target_modules");
+  if (!options_.target_regex) {
+    options_.target_modules = expand_all_linear(*model_, options_.target_modules);
+  }
   // A generator of its own: the adapters' values depend on the seed alone, not on what else
   // drew from the global generator.
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(options_.seed);

@@ -49,6 +49,8 @@ class LoraModel {
   LoraModel(const LoraModel&) = delete;
   LoraModel& operator=(const LoraModel&) = delete;
 
+  // The options given, with target_modules "all-linear" replaced by the projection names it
+  // selected (what adapter_config.json records, as PEFT does).
   const LoraOptions& options() const { return options_; }
   // Adapted module paths in forward order.
   std::vector<std::string> modules() const;

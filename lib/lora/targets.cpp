@@ -60,16 +60,33 @@ std::vector<TargetModule> targetable_modules(model::DecoderModelImpl& model) {
   return out;
 }
 
-std::string targetable_names(model::DecoderModelImpl& model) {
+namespace {
+
+std::vector<std::string> projection_names(model::DecoderModelImpl& model) {
   std::vector<std::string> names;
   for (const auto& t : targetable_modules(model)) {
     if (t.layer == 0) names.push_back(t.projection);
   }
-  return fmt::format("{}", fmt::join(names, ", "));
+  return names;
+}
+
+}  // namespace
+
+std::string targetable_names(model::DecoderModelImpl& model) {
+  return fmt::format("{}", fmt::join(projection_names(model), ", "));
 }
 
 bool is_regex_target(const std::vector<std::string>& targets) {
   return targets.size() == 1 && targets[0].find_first_of("*+?()[]{}|^$\\") != std::string::npos;
+}
+
+bool is_all_linear(const std::vector<std::string>& targets) {
+  return targets.size() == 1 && targets[0] == kAllLinear;
+}
+
+std::vector<std::string> expand_all_linear(model::DecoderModelImpl& model,
+                                           const std::vector<std::string>& targets) {
+  return is_all_linear(targets) ? projection_names(model) : targets;
 }
 
 bool target_matches(const std::vector<std::string>& targets, bool regex, const std::string& path) {
@@ -85,6 +102,7 @@ std::vector<TargetModule> resolve_targets(model::DecoderModelImpl& model,
                                           const std::string& key) {
   if (targets.empty())
     fail(ErrorKind::kConfig, "{}: the list is empty; name modules such as q_proj", key);
+  if (!regex && is_all_linear(targets)) return targetable_modules(model);
   std::vector<TargetModule> all = targetable_modules(model);
   std::set<std::string> targetable;
   for (const auto& t : all) targetable.insert(t.path);

@@ -8,6 +8,10 @@
 // a one-element list whose entry holds a regex metacharacter (one of `*+?()[]{}|^$\`, none of
 // which occur in module names) is taken as the regex form; see is_regex_target().
 //
+// PEFT's shorthand "all-linear" (the string alone, or a one-element list) selects every linear
+// layer but the output layer: here, every targetable projection. PEFT writes the names it expanded
+// to into adapter_config.json; LoraModel does the same (see expand_all_linear()).
+//
 // Only the decoder layers' projections can carry an adapter: q_proj k_proj v_proj o_proj
 // gate_proj up_proj down_proj. A target that selects nothing, or selects another kind of module
 // (a norm, an embedding, lm_head), is Error(kConfig) listing the names that can be targeted.
@@ -37,8 +41,18 @@ std::vector<TargetModule> targetable_modules(model::DecoderModelImpl& model);
 // The projection names of targetable modules, for error messages: "q_proj, k_proj, ...".
 std::string targetable_names(model::DecoderModelImpl& model);
 
-// True when `targets` is the regex form (see above).
+inline constexpr const char* kAllLinear = "all-linear";
+
+// True when `targets` is the regex form (see above); "all-linear" is not.
 bool is_regex_target(const std::vector<std::string>& targets);
+
+// True when `targets` is {"all-linear"}.
+bool is_all_linear(const std::vector<std::string>& targets);
+
+// {"all-linear"} → the projection names, in forward order ("q_proj", ..., "down_proj"); any other
+// list is returned as it is.
+std::vector<std::string> expand_all_linear(model::DecoderModelImpl& model,
+                                           const std::vector<std::string>& targets);
 
 // PEFT's match of one module path against `targets` (`regex`: targets[0] is a full-match regex).
 bool target_matches(const std::vector<std::string>& targets, bool regex, const std::string& path);

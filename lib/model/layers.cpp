@@ -1,6 +1,5 @@
 #include "model/layers.h"
 
-#include "core/torch_compat.h"
 #include "model/rope.h"
 
 namespace dstrain::model {
@@ -76,7 +75,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   k = apply_rope(k.transpose(1, 2), cos, sin);  // [B, KV, T, D]
   const int64_t groups = heads_ / kv_heads_;
   const torch::Tensor out =
-      compat::scaled_dot_product_attention(q, repeat_kv(k, groups), repeat_kv(v, groups), true);
+      at::scaled_dot_product_attention(q, repeat_kv(k, groups), repeat_kv(v, groups),
+                                       /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
   return adapters.apply("o_proj", o_proj, out.transpose(1, 2).reshape({B, T, heads_ * head_dim_}),
                         train);
 }

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <map>
+#include <nlohmann/json.hpp>
 
 namespace dstrain::zero {
 namespace {
@@ -111,6 +113,40 @@ std::string format_estimate(const EstimateInput& in, const std::string& model_na
       "\nNot included: activations, transient communication buffers, the CUDA context and "
       "allocator caching.\n";
   return out;
+}
+
+std::string format_estimate_json(const EstimateInput& in, const std::string& model_name) {
+  int64_t psi = 0;
+  int64_t persistent = 0;
+  std::map<int, int64_t> units;
+  for (const ParamShape& p : in.params) {
+    psi += p.numel;
+    units[p.unit] += p.numel;
+    if (p.numel < in.param_persistence_threshold) persistent += p.numel;
+  }
+  int64_t largest_unit = 0;
+  for (const auto& [unit, numel] : units) largest_unit = std::max(largest_unit, numel);
+  nlohmann::json rows = nlohmann::json::array();
+  for (const EstimateRow& r : estimate_all(in)) {
+    rows.push_back({{"stage", r.stage},
+                    {"offload_optimizer", r.offload_optimizer},
+                    {"offload_param", r.offload_param},
+                    {"params", r.params},
+                    {"gradients", r.gradients},
+                    {"master", r.master},
+                    {"optimizer", r.optimizer},
+                    {"device", r.device()},
+                    {"host", r.host}});
+  }
+  const nlohmann::json out = {{"model", model_name},
+                              {"parameters", psi},
+                              {"largest_unit", largest_unit},
+                              {"persistent", persistent},
+                              {"world_size", in.world_size},
+                              {"compute_bytes", in.compute_bytes},
+                              {"optimizer_bytes", in.optimizer_bytes},
+                              {"rows", rows}};
+  return out.dump(2) + "\n";
 }
 
 }  // namespace dstrain::zero

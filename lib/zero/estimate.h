@@ -63,10 +63,17 @@ EstimateInput estimate_input(const config::Config& config, const model::ModelCon
 // the model, Ψ, the ranks and the dtype.
 std::string format_estimate(const EstimateInput& in, const std::string& model_name);
 
+// The same as JSON, for scripts: keys model, parameters, largest_unit (the largest stage-3 unit's
+// parameter count), persistent, world_size, compute_bytes, optimizer_bytes and rows: [{stage,
+// offload_optimizer, offload_param, params, gradients, master, optimizer, device, host}], bytes
+// per rank.
+std::string format_estimate_json(const EstimateInput& in, const std::string& model_name);
+
 // `dstrain estimate`: loads the run config at `config_path` with `overrides` (key=value), reads its
-// model's config.json and returns the table for `world_size` ranks. Errors: Error(kConfig) for the
-// config, the model's errors for config.json.
+// model's config.json and returns the table (or with `json`, format_estimate_json) for `world_size`
+// ranks. Errors: Error(kConfig) for the config, the model's errors for config.json.
 std::string estimate_report(const std::string& config_path,
-                            const std::vector<std::string>& overrides, int world_size);
+                            const std::vector<std::string>& overrides, int world_size,
+                            bool json = false);
 
 }  // namespace dstrain::zero

@@ -59,7 +59,7 @@ EstimateInput estimate_input(const config::Config& config, const model::ModelCon
 }
 
 std::string estimate_report(const std::string& config_path,
-                            const std::vector<std::string>& overrides, int world_size) {
+                            const std::vector<std::string>& overrides, int world_size, bool json) {
   if (world_size < 1)
     fail(ErrorKind::kUsage, "estimate: the world size is {}; expected >= 1", world_size);
   config::LoadOptions load;
@@ -68,7 +68,8 @@ std::string estimate_report(const std::string& config_path,
   const config::Config config = config::load_config(config_path, load);
   const auto dir = model::resolve_model_dir(config.model.name_or_path);
   const model::ModelConfig model = model::load_model_config(dir);
-  return format_estimate(estimate_input(config, model, world_size), dir.string());
+  const EstimateInput in = estimate_input(config, model, world_size);
+  return json ? format_estimate_json(in, dir.string()) : format_estimate(in, dir.string());
 }
 
 }  // namespace dstrain::zero

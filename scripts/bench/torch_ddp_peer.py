@@ -1,10 +1,10 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The PyTorch peer of dstrain's CPU benchmark: the same Llama-shaped decoder, trained with
 torch.nn.parallel.DistributedDataParallel over Gloo and torch.optim.AdamW, on the same corpus bytes.
 
-Run one process per rank with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set (torchrun is broken on
-Debian's Python 3.11 build of torch 1.13; scripts/bench/cpu-train starts the ranks itself).
-Prints one line on rank 0: `peer tokens_per_s=<float> steps=<n> params=<n>`.
+Run under torchrun (scripts/bench/cpu-train does, with the project environment's torch 2.11).
+Prints one line per rank: `peer rank=<r> tokens_per_s=<float> steps=<n> params=<n> peak_rss_mb=<f>`
+(tokens/s: the median over the timed steps, all ranks' tokens).
 
 Usage: torch_ddp_peer.py CONFIG_JSON CORPUS STEPS MICRO_BATCH SEQ_LEN
 CONFIG_JSON is a Hugging Face config.json (llama model_type, tied or untied embeddings).
@@ -12,6 +12,8 @@ CONFIG_JSON is a Hugging Face config.json (llama model_type, tied or untied embe
 import json
 import math
 import os
+import resource
+import statistics
 import sys
 import time
 
@@ -59,7 +61,7 @@ class Block(nn.Module):
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         rep = self.nh // self.nkv
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        a = F._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)[0]
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.o(a.transpose(1, 2).reshape(B, T, -1))
         y = self.n2(x)
         return x + self.down(F.silu(self.gate(y)) * self.up(y))
@@ -107,11 +109,9 @@ def main():
     data = data.clamp_max(c["vocab_size"] - 1)
     per_step = mb * (T + 1)
     warmup = 3
-    t0 = None
+    times = []
     for step in range(steps + warmup):
-        if step == warmup:
-            dist.barrier()
-            t0 = time.perf_counter()
+        t0 = time.perf_counter()
         off = ((step * world + rank) * per_step) % (data.numel() - per_step)
         chunk = data[off:off + per_step].view(mb, T + 1)
         logits = ddp(chunk[:, :-1])
@@ -120,11 +120,14 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(ddp.parameters(), 1.0)
         opt.step()
+        loss.item()
+        if step >= warmup:
+            times.append(time.perf_counter() - t0)
     dist.barrier()
-    dt = time.perf_counter() - t0
-    if rank == 0:
-        n = sum(p.numel() for p in model.parameters())
-        print(f"peer tokens_per_s={steps * mb * T * world / dt:.1f} steps={steps} params={n} loss={loss.item():.4f}")
+    n = sum(p.numel() for p in model.parameters())
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peer rank={rank} tokens_per_s={mb * T * world / statistics.median(times):.1f} "
+          f"steps={steps} params={n} peak_rss_mb={rss:.1f} loss={loss.item():.4f}", flush=True)
     dist.destroy_process_group()
 
 

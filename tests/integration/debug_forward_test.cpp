@@ -1,4 +1,4 @@
-// `dstrain debug forward` (the dstrain side of scripts/gpu/parity.py): on the tiny model saved with
+// `dstrain debug forward` (the dstrain side of tests/reference): on the tiny model saved with
 // save_weights it writes finite logits equal to an in-process forward, a loss near ln(V) for a
 // freshly initialised model, equal to the HF-style shifted loss computed here, and a gradient of
 // the right shape for every parameter; bad inputs exit 2 naming the file.

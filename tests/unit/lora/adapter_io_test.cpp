@@ -86,6 +86,13 @@ TEST(AdapterIo, RegexTargetIsWrittenAsOneStringAndReadBackAsRegex) {
   const Adapter b = read_adapter(dir.path());
   EXPECT_TRUE(b.options.target_regex);
   EXPECT_EQ(b.options.target_modules, o.target_modules);
+  // PEFT's "all-linear" shorthand is a string but not a regex.
+  json j = read_json(dir / kAdapterConfigFile);
+  j["target_modules"] = "all-linear";
+  fs::write_file_atomic(dir / kAdapterConfigFile, j.dump());
+  const Adapter c = read_adapter(dir.path());
+  EXPECT_FALSE(c.options.target_regex);
+  EXPECT_EQ(c.options.target_modules, std::vector<std::string>{"all-linear"});
 }
 
 // PEFT keeps an adapter-name infix in memory ("lora_A.default.weight"); files written from a
@@ -137,6 +144,44 @@ TEST(AdapterIo, UnsupportedOrBrokenAdaptersAreInputErrors) {
   std::filesystem::remove(dir / kAdapterWeightsFile);
   expect_error([&] { read_adapter(dir.path()); }, ErrorKind::kInput,
                {"adapter_model.safetensors is missing"});
+}
+
+// PEFT writes every LoraConfig field; those that change which modules are adapted or what the
+// adapter computes must be unset, or the run would silently differ from PEFT's model.
+TEST(AdapterIo, PeftSettingsThatChangeTheModelAreRefusedAndTheirDefaultsAccepted) {
+  TempDir dir;
+  write_adapter(dir.path(), sample_adapter());
+  const auto cfg = dir / kAdapterConfigFile;
+  json good = read_json(cfg);
+  // What PEFT 0.21 writes for a plain adapter.
+  good["exclude_modules"] = nullptr;
+  good["layers_to_transform"] = nullptr;
+  good["lora_bias"] = false;
+  good["use_qalora"] = false;
+  good["qalora_group_size"] = 16;
+  good["loftq_config"] = json::object();
+  good["trainable_token_indices"] = nullptr;
+  good["init_lora_weights"] = "orthogonal";
+  fs::write_file_atomic(cfg, good.dump());
+  EXPECT_EQ(read_adapter(dir.path()).weights.size(), 4u);
+  const std::vector<std::pair<const char*, json>> refused = {
+      {"exclude_modules", json({"v_proj"})},
+      {"layers_to_transform", json({0})},
+      {"layer_replication", json({{0, 2}})},
+      {"lora_bias", true},
+      {"target_parameters", json({"mlp.experts.down_proj"})},
+      {"trainable_token_indices", json({1, 2})},
+      {"alora_invocation_tokens", json({5})},
+      {"use_qalora", true},
+      {"init_lora_weights", "pissa"},
+      {"init_lora_weights", "loftq"}};
+  for (const auto& [key, value] : refused) {
+    json j = good;
+    j[key] = value;
+    fs::write_file_atomic(cfg, j.dump());
+    expect_error([&] { read_adapter(dir.path()); }, ErrorKind::kInput,
+                 {std::string("adapter_config.json"), std::string(key)});
+  }
 }
 
 TEST(AdapterIo, LoadingIntoAModelChecksModulesAndShapes) {

@@ -48,6 +48,21 @@ TEST(LoraTargets, SingleRegexMustMatchTheWholePath) {
                {"not a valid regular expression"});
 }
 
+// PEFT's "all-linear": every linear layer but lm_head, written out as the names it expanded to.
+TEST(LoraTargets, AllLinearSelectsEveryProjectionAndExpandsToTheirNames) {
+  const std::vector<std::string> names = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                          "gate_proj", "up_proj", "down_proj"};
+  auto m = small_model();
+  EXPECT_TRUE(is_all_linear({"all-linear"}));
+  EXPECT_FALSE(is_regex_target({"all-linear"}));
+  EXPECT_EQ(resolve_targets(*m, {"all-linear"}, false, "k").size(), 14u);
+  EXPECT_EQ(expand_all_linear(*m, {"all-linear"}), names);
+  EXPECT_EQ(expand_all_linear(*m, {"q_proj"}), std::vector<std::string>{"q_proj"});
+  LoraModel lora(m, small_options({"all-linear"}), "k");
+  EXPECT_EQ(lora.options().target_modules, names);
+  EXPECT_EQ(lora.modules().size(), 14u);
+}
+
 TEST(LoraTargets, UnknownNameIsConfigErrorListingTargetableModules) {
   auto m = small_model();
   expect_error(

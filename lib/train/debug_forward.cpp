@@ -1,0 +1,133 @@
+#include "train/debug_forward.h"
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+
+#include <torch/torch.h>
+
+#include "core/error.h"
+#include "lora/adapter_io.h"
+#include "lora/lora_model.h"
+#include "model/model.h"
+#include "model/model_config.h"
+#include "model/safetensors.h"
+#include "model/weights.h"
+
+namespace dstrain::train {
+namespace stdfs = std::filesystem;
+namespace {
+
+torch::Device parse_device(const std::string& name) {
+  if (name == "cuda" && !torch::cuda::is_available()) {
+    fail(ErrorKind::kUsage,
+         "--device cuda: no CUDA device is available to this build of dstrain (a CPU-only "
+         "LibTorch, or no GPU visible); use --device cpu");
+  }
+  return name == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+}
+
+// A 2-D int64 tensor `name` of the ids file, with every value in [0, vocab); `required` false
+// returns an undefined tensor when the file has no such tensor.
+torch::Tensor read_ids(const model::SafetensorsFile& file, const std::string& name, int64_t vocab,
+                       bool required) {
+  const std::string& path = file.path().string();
+  if (!file.contains(name)) {
+    if (required) fail(ErrorKind::kInput, "{}: no tensor '{}' (expected int64 [B, T])", path, name);
+    return {};
+  }
+  torch::Tensor t = file.read(name);
+  if (t.scalar_type() != torch::kInt64 || t.dim() != 2 || t.size(0) < 1 || t.size(1) < 2) {
+    fail(ErrorKind::kInput,
+         "{}: tensor '{}' must be int64 [B, T] with B >= 1, T >= 2; it is {} with {} dimensions",
+         path, name, file.info(name).dtype, t.dim());
+  }
+  const bool labels = name == "labels";
+  const torch::Tensor valid =
+      labels ? (t == model::kIgnoreIndex) | ((t >= 0) & (t < vocab)) : (t >= 0) & (t < vocab);
+  if (!valid.all().item<bool>()) {
+    fail(ErrorKind::kInput, "{}: tensor '{}' holds ids outside [0, {}){}", path, name, vocab,
+         labels ? " (other than -100)" : "");
+  }
+  return t;
+}
+
+// HF's shift: position t is scored against labels[:, t + 1]; the last position has no label.
+torch::Tensor shift_labels(const torch::Tensor& labels) {
+  const torch::Tensor pad = torch::full({labels.size(0), 1}, model::kIgnoreIndex, labels.options());
+  return torch::cat({labels.slice(1, 1), pad}, 1);
+}
+
+struct Batch {
+  torch::Tensor ids;     // [B, T]
+  torch::Tensor labels;  // [B, T], HF convention (not shifted)
+};
+
+Batch read_batch(const std::string& ids_path, int64_t vocab) {
+  if (!stdfs::is_regular_file(ids_path)) {
+    fail(ErrorKind::kInput,
+         "--ids {}: no such file (expected a safetensors file with int64 'input_ids' [B, T])",
+         ids_path);
+  }
+  const model::SafetensorsFile file(ids_path);
+  Batch b{read_ids(file, "input_ids", vocab, true), read_ids(file, "labels", vocab, false)};
+  if (!b.labels.defined()) b.labels = b.ids;
+  if (b.labels.sizes() != b.ids.sizes()) {
+    fail(ErrorKind::kInput, "{}: 'labels' and 'input_ids' differ in shape", ids_path);
+  }
+  return b;
+}
+
+// The LoRA wiring of a LoRA run (Trainer::attach_lora) on an already cast model: base frozen,
+// adapters built from the adapter's own settings and loaded, then moved to the model's device and
+// dtype as the ZeRO engine's working copies are.
+std::unique_ptr<lora::LoraModel> attach_adapter(model::DecoderModel& m, const std::string& dir,
+                                                torch::Device device, torch::ScalarType dtype) {
+  const lora::Adapter adapter = lora::read_adapter(dir);
+  const std::string key = (stdfs::path(dir) / lora::kAdapterConfigFile).string();
+  for (auto& p : m->parameters()) p.set_requires_grad(false);
+  auto lora_model = std::make_unique<lora::LoraModel>(m, adapter.options, key);
+  lora_model->load(adapter.weights, dir);
+  torch::NoGradGuard no_grad;
+  for (auto& [name, t] : lora_model->named_parameters()) t.set_data(t.detach().to(device, dtype));
+  return lora_model;
+}
+
+}  // namespace
+
+DebugForwardResult debug_forward(const DebugForwardOptions& o) {
+  const torch::Device device = parse_device(o.device);
+  const model::ModelConfig config = model::load_model_config(o.model_dir);
+  const torch::ScalarType dtype = model::resolve_dtype(o.dtype, config);
+  const Batch batch = read_batch(o.ids_path, config.vocab_size);
+
+  model::DecoderModel m(config);
+  model::load_weights(*m, o.model_dir);
+  m->to(device, dtype);
+  const std::unique_ptr<lora::LoraModel> lora_model =
+      o.adapter_dir.empty() ? nullptr : attach_adapter(m, o.adapter_dir, device, dtype);
+  m->train(!o.eval);
+  const torch::Tensor logits = m->forward(batch.ids.to(device));
+  const torch::Tensor loss = model::causal_lm_loss(logits, shift_labels(batch.labels).to(device));
+  loss.backward();
+
+  model::NamedTensors out;
+  out.emplace_back("logits", logits.detach().to(torch::kCPU, torch::kFloat32));
+  out.emplace_back("loss", loss.detach().to(torch::kCPU, torch::kFloat32));
+  auto add_grad = [&](const std::string& name, const torch::Tensor& p) {
+    const torch::Tensor& g = p.grad();
+    out.emplace_back("grad." + name,
+                     g.defined() ? g.to(torch::kCPU, torch::kFloat32) : torch::zeros(p.sizes()));
+  };
+  if (lora_model) {
+    for (const auto& [name, t] : lora_model->named_parameters()) add_grad(name, t);
+  } else {
+    for (const auto& item : m->named_parameters()) add_grad(item.key(), item.value());
+  }
+  model::write_safetensors(
+      o.out_path, out, std::nullopt,
+      {{"format", "pt"}, {"dtype", model::dtype_name(dtype)}, {"device", o.device}});
+  return {loss.item<double>(), model::dtype_name(dtype), static_cast<int64_t>(out.size()) - 2};
+}
+
+}  // namespace dstrain::train

@@ -1,0 +1,46 @@
+#pragma once
+// `dstrain debug forward`: one forward and backward pass of a Hugging Face model directory on
+// given token ids, with logits, loss and gradients written to a safetensors file. It is the
+// dstrain side of the reference comparisons (tests/reference, scripts/gpu/parity.py), so it runs
+// the model exactly as training does: the same model code, and with an adapter the same LoRA
+// wiring as a LoRA run (frozen base in the compute dtype, adapters from lib/lora).
+//
+// Loss: the Hugging Face causal-LM loss. HF shifts inside the loss (logits[:, t] predicts
+// labels[:, t + 1]); model::causal_lm_loss does not shift, so the labels are shifted here:
+// aligned[:, t] = labels[:, t + 1], aligned[:, T - 1] = -100. Without a "labels" tensor the labels
+// are the input ids, as in `model(input_ids, labels=input_ids)`.
+
+#include <cstdint>
+#include <string>
+
+namespace dstrain::train {
+
+struct DebugForwardOptions {
+  std::string model_dir;          // Hugging Face model directory (config.json + safetensors)
+  std::string ids_path;           // safetensors: int64 "input_ids" [B, T], optional "labels" [B, T]
+  std::string out_path;           // safetensors file to write
+  std::string dtype = "float32";  // compute dtype: float32 | bfloat16 (| float16, auto)
+  std::string device = "cpu";     // cpu | cuda
+  // A PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors) applied to the
+  // model as a LoRA run applies it (its r, lora_alpha, lora_dropout, target_modules, use_rslora).
+  // Empty: the plain model.
+  std::string adapter_dir;
+  // Evaluation mode (as model.eval()): LoRA dropout off. Otherwise training mode, as in training.
+  bool eval = false;
+};
+
+struct DebugForwardResult {
+  double loss = 0;
+  std::string dtype;      // the compute dtype's name
+  int64_t gradients = 0;  // how many "grad.*" tensors were written
+};
+
+// Writes to `out_path`: "logits" [B, T, V], "loss" [] and, without an adapter, "grad.<parameter>"
+// for every model parameter; with one, "grad.<module>.lora_A.weight" / "lora_B.weight" for every
+// adapted module (the base is frozen, as in a LoRA run). All float32 on the CPU.
+// Error(kUsage) for --device cuda without a GPU; Error(kInput) for a missing or malformed ids
+// file (ids outside the vocabulary, shapes) and for an adapter lib/lora cannot use or that does
+// not fit the model (lora/adapter_io.h, LoraModel::load).
+DebugForwardResult debug_forward(const DebugForwardOptions& options);
+
+}  // namespace dstrain::train

@@ -1,0 +1,209 @@
+"""Helpers of the reference suite (tests/reference): running dstrain, building tiny random models
+with transformers, comparing tensors. The references themselves (transformers, peft, tokenizers,
+safetensors, deepspeed) are the project environment's pinned packages (pyproject.toml)."""
+
+import json
+import math
+import os
+import struct
+import subprocess
+
+import torch
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHARED = os.environ.get("DSTRAIN_SHARED", os.path.join(REPO, "..", "shared"))
+
+FP32_TOL = 1e-5
+
+
+def dstrain_binary():
+    path = os.environ.get("DSTRAIN_BINARY", os.path.join(REPO, "build", "apps", "dstrain", "dstrain"))
+    if not os.access(path, os.X_OK):
+        raise RuntimeError(f"{path}: no dstrain binary (build first, or set DSTRAIN_BINARY)")
+    return path
+
+
+def device():
+    """Where both sides compute: DSTRAIN_REF_DEVICE (cpu in CI, cuda on a GPU machine)."""
+    return os.environ.get("DSTRAIN_REF_DEVICE", "cpu")
+
+
+def run(args, cwd=None, env=None, timeout=600, check=True):
+    """Runs dstrain with `args`; returns the CompletedProcess (stdout and stderr together)."""
+    full_env = dict(os.environ)
+    full_env.setdefault("DSTRAIN_DEVICE", device())
+    full_env.update(env or {})
+    r = subprocess.run([dstrain_binary()] + [str(a) for a in args], cwd=cwd, env=full_env,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
+                       check=False, text=True, errors="replace")
+    if check and r.returncode != 0:
+        raise AssertionError(f"dstrain {' '.join(map(str, args))} exited {r.returncode}:\n"
+                             f"{r.stdout[-4000:]}")
+    return r
+
+
+def rel_diff(got, want):
+    """max|got - want| / max|want| over the tensor, in float64 (0/0 counts as 0)."""
+    got = got.detach().double().cpu()
+    want = want.detach().double().cpu()
+    if got.shape != want.shape:
+        return math.inf
+    num = (got - want).abs().max().item() if got.numel() else 0.0
+    den = want.abs().max().item() if want.numel() else 0.0
+    if den == 0.0:
+        return 0.0 if num == 0.0 else math.inf
+    return num / den
+
+
+def assert_close(got, want, tol, what):
+    d = rel_diff(got, want)
+    assert d <= tol, f"{what}: relative difference {d:.3g} > {tol:g}"
+    return d
+
+
+def compare_all(got, want, tol):
+    """{name: rel diff} for every tensor of `want`; fails naming the worst tensor over `tol`, and
+    any tensor one side has and the other lacks."""
+    missing = sorted(set(want) - set(got))
+    extra = sorted(set(got) - set(want))
+    assert not missing and not extra, f"tensors only in the reference: {missing}; only in dstrain: {extra}"
+    diffs = {name: rel_diff(got[name], w) for name, w in want.items()}
+    worst = max(diffs, key=diffs.get)
+    assert diffs[worst] <= tol, f"{worst}: relative difference {diffs[worst]:.3g} > {tol:g}"
+    return diffs
+
+
+BASE = {"vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+        "initializer_range": 0.02, "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2}
+
+# name → transformers config arguments: every family, GQA, tied and untied embeddings, qwen3's q/k
+# norms and explicit head_dim, llama3 rope scaling, Mistral's sliding window (longer than the test
+# sequences, as in the released models' use at these lengths).
+TINY_CONFIGS = {
+    "llama-gqa-untied": dict(BASE, model_type="llama", tie_word_embeddings=False),
+    "llama-mha-tied": dict(BASE, model_type="llama", tie_word_embeddings=True,
+                           num_key_value_heads=4),
+    "llama3-rope-scaling": dict(BASE, model_type="llama", tie_word_embeddings=True,
+                                rope_theta=500000.0, max_position_embeddings=512,
+                                rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                              "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                              "original_max_position_embeddings": 64}),
+    "mistral-gqa": dict(BASE, model_type="mistral", tie_word_embeddings=False,
+                        sliding_window=4096),
+    "qwen2-tied": dict(BASE, model_type="qwen2", tie_word_embeddings=True, rope_theta=1e6),
+    "qwen2-untied": dict(BASE, model_type="qwen2", tie_word_embeddings=False),
+    "qwen3-tied": dict(BASE, model_type="qwen3", tie_word_embeddings=True, head_dim=32,
+                       attention_bias=False),
+    "qwen3-untied": dict(BASE, model_type="qwen3", tie_word_embeddings=False, head_dim=16,
+                         attention_bias=False),
+}
+
+
+def save_tiny_model(out_dir, cfg, seed=1234):
+    """save_pretrained of a random transformers model (fp32 safetensors); 1-D parameters are moved
+    away from 1 and 0 so that their gradients show. Returns the directory."""
+    import transformers
+    if os.path.isdir(out_dir):
+        return out_dir
+    torch.manual_seed(seed)
+    config = transformers.AutoConfig.for_model(**cfg)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn_like(p))
+    model.save_pretrained(out_dir, safe_serialization=True)
+    return out_dir
+
+
+def load_hf(model_dir, dtype=torch.float32):
+    import transformers
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=dtype, attn_implementation="sdpa").to(device())
+    model.train()  # dropout is 0 in these configs; train mode as in training
+    return model
+
+
+def random_ids(vocab, batch, seq, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (batch, seq), generator=g, dtype=torch.int64)
+
+
+def write_ids(path, ids, labels=None):
+    from safetensors.torch import save_file
+    tensors = {"input_ids": ids.contiguous()}
+    if labels is not None:
+        tensors["labels"] = labels.contiguous()
+    save_file(tensors, path)
+
+
+def dstrain_forward(tmp, model_dir, ids, dtype="float32", labels=None, extra=()):
+    """`dstrain debug forward`: {"logits", "loss", "grad.<name>"} as fp32 CPU tensors."""
+    from safetensors.torch import load_file
+    ids_path = os.path.join(tmp, "ids.safetensors")
+    out = os.path.join(tmp, f"dstrain-{dtype}.safetensors")
+    write_ids(ids_path, ids, labels)
+    run(["debug", "forward", "--model", model_dir, "--ids", ids_path, "--out", out,
+         "--dtype", dtype, "--device", device(), *extra])
+    return load_file(out)
+
+
+def hf_forward(model, ids, labels=None):
+    """The same dump from a transformers model: logits, loss (model(ids, labels=...)) and every
+    parameter gradient, fp32 on the CPU."""
+    out = model(input_ids=ids.to(model.device),
+                labels=(ids if labels is None else labels).to(model.device))
+    out.loss.backward()
+    dump = {"logits": out.logits.detach().float().cpu(), "loss": out.loss.detach().float().cpu()}
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            dump["grad." + name] = p.grad.detach().float().cpu()
+    return dump
+
+
+def read_token_file(path):
+    """Documents of a dstrain token file (docs/data.md, version 1) as lists of ids."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:8] != b"DSTOKENS":
+        raise ValueError(f"{path}: not a dstrain token file")
+    version, width = struct.unpack("<II", data[8:16])
+    _vocab, count, docs = struct.unpack("<QQQ", data[16:40])
+    if version != 1 or width not in (2, 4):
+        raise ValueError(f"{path}: version {version}, width {width} not understood")
+    offsets = struct.unpack(f"<{docs + 1}Q", data[40:48 + 8 * docs])
+    start = 48 + 8 * docs
+    tokens = struct.unpack(f"<{count}{'H' if width == 2 else 'I'}",
+                           data[start:start + width * count])
+    return [list(tokens[offsets[i]:offsets[i + 1]]) for i in range(docs)]
+
+
+def pack_samples(documents, eos, seq_len):
+    """dstrain's packing (docs/data.md): documents + eos form one stream; sample k is stream
+    tokens [k·T, k·T + T] (T + 1 tokens); floor((L - 1) / T) samples. (input_ids, labels) [N, T]."""
+    stream = []
+    for doc in documents:
+        stream.extend(doc)
+        stream.append(eos)
+    n = (len(stream) - 1) // seq_len
+    windows = torch.tensor([stream[k * seq_len:k * seq_len + seq_len + 1] for k in range(n)],
+                           dtype=torch.int64)
+    return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
+
+
+def takes_no_decay(name, dim):
+    """dstrain's rule (lib/zero/no_decay.cpp): 1-D tensors, biases and norms take no weight decay."""
+    return dim == 1 or name.endswith(".bias") or "norm" in name.lower()
+
+
+def read_losses(run_dir):
+    """{step: train/loss} of a run's metrics.jsonl."""
+    got = {}
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        for line in f:
+            rec = json.loads(line)
+            if "train/loss" in rec:
+                got[rec["step"]] = rec["train/loss"]
+    return got
