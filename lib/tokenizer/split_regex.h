@@ -1,6 +1,8 @@
 #pragma once
-// The pre-tokenizer's split regex, run by PCRE2 with UTF + UCP (so \p{L}, \p{N} and \s are Unicode
-// aware, as in the Python and Rust tokenizers) and JIT-compiled when the platform supports it.
+// The pre-tokenizer's split regex, run by PCRE2 (UTF + UCP, JIT-compiled when the platform
+// supports it) after its Unicode class escapes (\p{L}, \p{N}, \s, ...) have been replaced by the
+// reference's Unicode 16.0 classes (regex_classes.h), so that it splits as Hugging Face
+// `tokenizers` (Oniguruma) does.
 
 #include <string>
 #include <string_view>
