@@ -1,7 +1,7 @@
 // `dstrain debug forward`: flags → train::debug_forward() (lib/train/debug_forward.h), which runs
 // one forward and backward pass of a Hugging Face model directory (optionally with a PEFT LoRA
 // adapter) and writes logits, loss and gradients. It is the dstrain side of the reference
-// comparisons (tests/reference, scripts/gpu/parity.py, docs/gpu.md) and is hidden from
+// comparisons (tests/reference, docs/reference.md) and is hidden from
 // `dstrain --help` because it is a checking tool, not part of training.
 
 #include <cstdio>

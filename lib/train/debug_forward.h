@@ -1,7 +1,7 @@
 #pragma once
 // `dstrain debug forward`: one forward and backward pass of a Hugging Face model directory on
 // given token ids, with logits, loss and gradients written to a safetensors file. It is the
-// dstrain side of the reference comparisons (tests/reference, scripts/gpu/parity.py), so it runs
+// dstrain side of the reference comparisons (tests/reference), so it runs
 // the model exactly as training does: the same model code, and with an adapter the same LoRA
 // wiring as a LoRA run (frozen base in the compute dtype, adapters from lib/lora).
 //

@@ -7,7 +7,8 @@ Run under torchrun (scripts/bench/cpu-train does). Prints one line per rank:
 `peer rank=<r> tokens_per_s=<float> steps=<n> params=<n> peak_rss_mb=<f>` (tokens/s: the median
 over the timed steps, all ranks' tokens).
 
-Usage: hf_trainer_peer.py CONFIG_JSON CORPUS STEPS MICRO_BATCH SEQ_LEN
+Usage: hf_trainer_peer.py CONFIG_JSON CORPUS STEPS MICRO_BATCH SEQ_LEN [fp32|bf16]
+bf16: the Trainer's own mixed precision (`bf16=True`: autocast to bfloat16 on the CPU, fp32 weights).
 """
 import os
 import resource
@@ -51,6 +52,7 @@ class StepTimer(transformers.TrainerCallback):
 
 def main():
     cfg_path, corpus, steps, mb, seq = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    bf16 = len(sys.argv) > 6 and sys.argv[6] == "bf16"
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     torch.manual_seed(42)
@@ -67,7 +69,7 @@ def main():
             weight_decay=0.01, max_grad_norm=1.0, lr_scheduler_type="constant", logging_strategy="no",
             save_strategy="no", report_to=[], use_cpu=True, ddp_backend="gloo",
             dataloader_num_workers=0, disable_tqdm=True, seed=42,
-            ddp_find_unused_parameters=False)
+            ddp_find_unused_parameters=False, bf16=bf16)
         trainer = transformers.Trainer(model=model, args=args,
                                        train_dataset=Windows(data, total * mb * world, seq),
                                        callbacks=[timer])

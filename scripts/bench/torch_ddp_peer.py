@@ -6,7 +6,9 @@ Run under torchrun (scripts/bench/cpu-train does, with the project environment's
 Prints one line per rank: `peer rank=<r> tokens_per_s=<float> steps=<n> params=<n> peak_rss_mb=<f>`
 (tokens/s: the median over the timed steps, all ranks' tokens).
 
-Usage: torch_ddp_peer.py CONFIG_JSON CORPUS STEPS MICRO_BATCH SEQ_LEN
+Usage: torch_ddp_peer.py CONFIG_JSON CORPUS STEPS MICRO_BATCH SEQ_LEN [fp32|bf16]
+bf16: torch.autocast("cpu", torch.bfloat16) around forward and loss, fp32 weights (PyTorch's own
+mixed precision).
 CONFIG_JSON is a Hugging Face config.json (llama model_type, tied or untied embeddings).
 """
 import json
@@ -98,6 +100,7 @@ class Decoder(nn.Module):
 
 def main():
     cfg_path, corpus, steps, mb, T = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    bf16 = len(sys.argv) > 6 and sys.argv[6] == "bf16"
     c = json.load(open(cfg_path))
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -114,8 +117,9 @@ def main():
         t0 = time.perf_counter()
         off = ((step * world + rank) * per_step) % (data.numel() - per_step)
         chunk = data[off:off + per_step].view(mb, T + 1)
-        logits = ddp(chunk[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = ddp(chunk[:, :-1])
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(ddp.parameters(), 1.0)
