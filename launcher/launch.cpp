@@ -14,6 +14,7 @@ int run_agent(const LaunchOptions& o) {
   AgentOptions agent;
   agent.launch = o.launch;
   agent.watch_stdin = o.watch_stdin;
+  agent.keepalive_seconds = o.ssh.keepalive_seconds;
   if (o.slurm_agent) {
     SlurmAgentPlacement p = slurm_agent_placement(current_environment());
     agent.node_rank = p.node_rank;

@@ -1,5 +1,6 @@
 #include "launcher/launch_local.h"
 
+#include <unistd.h>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -54,7 +55,14 @@ std::vector<std::string> rank_command(const LocalLaunchOptions& o) {
     command[0] = resolve_program(o.args[0]);
     return command;
   }
-  std::vector<std::string> command = {self_executable(), "train", o.config_path};
+  std::string worker = worker_executable();
+  if (::access(worker.c_str(), X_OK) != 0) {
+    fail(ErrorKind::kIo,
+         "{} is missing or not executable: ranks run 'dstrain-worker train', which "
+         "is installed beside dstrain",
+         worker);
+  }
+  std::vector<std::string> command = {worker, "train", o.config_path};
   for (const std::string& kv : o.overrides) {
     command.push_back("--set");
     command.push_back(kv);

@@ -26,8 +26,9 @@ struct LocalLaunchOptions {
 // exists). Error(kUsage/kInput).
 void check_local_options(const LocalLaunchOptions& options);
 
-// The argv every rank runs: `dstrain train CONFIG --set ... ARGS` (this binary), or with --exec the
-// program resolved on PATH followed by its arguments.
+// The argv every rank runs: `dstrain-worker train CONFIG --set ... ARGS` (the worker beside this
+// binary; Error(kIo) when it is missing), or with --exec the program resolved on PATH followed by
+// its arguments.
 std::vector<std::string> rank_command(const LocalLaunchOptions& options);
 
 // Loads the config once (with `world_size` ranks), so an error is reported once, not per rank.

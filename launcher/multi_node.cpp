@@ -81,7 +81,9 @@ std::vector<std::string> agent_argv(const MultiNodeOptions& options, const Multi
                                    "--master-port",
                                    std::to_string(plan.world.master_port),
                                    "--grace",
-                                   fmt::format("{}", launch.grace_seconds)};
+                                   fmt::format("{}", launch.grace_seconds),
+                                   "--ssh-keepalive",
+                                   fmt::format("{}", options.ssh.keepalive_seconds)};
   if (!launch.log_dir.empty()) argv.insert(argv.end(), {"--log-dir", launch.log_dir});
   for (const std::string& kv : launch.overrides) argv.insert(argv.end(), {"--set", kv});
   if (launch.exec) {

@@ -1,11 +1,18 @@
 #include "launcher/node_agent.h"
 
+#include <poll.h>
 #include <unistd.h>
+#include <cerrno>
 #include <csignal>
+#include <functional>
+#include <memory>
 #include <thread>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/timer.h"
 #include "launcher/output.h"
 #include "launcher/supervisor.h"
 #include "launcher/text_util.h"
@@ -14,23 +21,46 @@ namespace dstrain::launcher {
 namespace {
 
 // Turns stdin control lines into signals to this process (handled by the supervisor's signal
-// pipe); end of file or an error means SIGTERM. Unknown lines are ignored. The thread is detached:
-// a job that ends first simply exits under it.
-void watch_stdin() {
-  std::thread([] {
+// pipe); end of file, an error, or `keepalive_seconds` (> 0) without a byte means SIGTERM. Unknown
+// lines (kAgentPingLine among them) are ignored. The thread is detached: a job that ends first
+// simply exits under it.
+void watch_stdin(double keepalive_seconds) {
+  std::thread([keepalive_seconds] {
     LineSplitter lines(256);
     auto on_line = [](std::string_view line) {
       if (line == kAgentUsr1Line) ::kill(::getpid(), SIGUSR1);
       if (line == kAgentStopLine) ::kill(::getpid(), SIGTERM);
     };
+    int timeout_ms = keepalive_seconds > 0 ? static_cast<int>(keepalive_seconds * 1000) : -1;
     char buf[256];
     while (true) {
-      ssize_t n = ::read(0, buf, sizeof(buf));
+      pollfd in{0, POLLIN, 0};
+      int ready = ::poll(&in, 1, timeout_ms);
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0) {
+        write_all(2, fmt::format("dstrain launch: nothing from the launcher for {} s (keepalive); "
+                                 "the link is lost: stopping this node's ranks\n",
+                                 keepalive_seconds));
+        break;
+      }
+      ssize_t n = ready < 0 ? -1 : ::read(0, buf, sizeof(buf));
       if (n == 0 || (n < 0 && errno != EINTR)) break;
       if (n > 0) lines.feed(std::string_view(buf, static_cast<size_t>(n)), on_line);
     }
     ::kill(::getpid(), SIGTERM);
   }).detach();
+}
+
+// The supervisor's tick: kAgentAliveLine on stdout every keepalive_send_interval().
+std::function<void()> alive_writer(double keepalive_seconds) {
+  double interval = keepalive_send_interval(keepalive_seconds);
+  auto clock = std::make_shared<Stopwatch>();
+  auto next = std::make_shared<double>(0);
+  return [=] {
+    if (clock->seconds() < *next) return;
+    *next = clock->seconds() + interval;
+    write_all(1, std::string(kAgentAliveLine) + "\n");
+  };
 }
 
 void check_agent(const AgentOptions& o) {
@@ -43,6 +73,10 @@ void check_agent(const AgentOptions& o) {
 }
 
 }  // namespace
+
+double keepalive_send_interval(double keepalive_seconds) {
+  return keepalive_seconds / 4;
+}
 
 std::vector<int> parse_int_list(const std::string& text, const char* flag, int min_value) {
   std::vector<int> out;
@@ -88,7 +122,10 @@ int run_node_agent(const AgentOptions& options) {
   supervise.log_dir = options.launch.log_dir;
   supervise.targets.host = host;
   if (!options.launch.log_dir.empty()) fs::create_dirs(options.launch.log_dir);
-  if (options.watch_stdin) watch_stdin();
+  if (options.watch_stdin) {
+    watch_stdin(options.keepalive_seconds);
+    if (options.keepalive_seconds > 0) supervise.on_tick = alive_writer(options.keepalive_seconds);
+  }
   JobOutcome outcome = run_local_job(ranks, supervise);
   write_all(2, format_summary(outcome, host));
   return outcome.exit_code;

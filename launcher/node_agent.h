@@ -9,6 +9,14 @@
 // of file acts as SIGTERM, a line kAgentUsr1Line as SIGUSR1 (forwarded to the ranks). So a root
 // launcher that closes the channel, exits or loses its connection stops this node's ranks, and
 // only them (the agent signals only the process groups it created).
+//
+// Keepalive (with watch_stdin and keepalive_seconds > 0): a link that goes silent — a cable or
+// switch port down, a host frozen — closes nothing, so both ends watch for traffic instead. The
+// launcher writes kAgentPingLine to stdin every keepalive_seconds / 4; when nothing at all arrives
+// on stdin for keepalive_seconds, the agent says so on stderr and stops its ranks as for SIGTERM.
+// The agent writes kAgentAliveLine to stdout as often (from the thread that writes rank lines, so
+// it never lands inside one); the launcher drops those lines and declares the host lost after
+// keepalive_seconds of silence (ssh_job.h).
 
 #include <string>
 #include <vector>
@@ -20,6 +28,11 @@ namespace dstrain::launcher {
 
 constexpr const char* kAgentStopLine = "dstrain-agent-stop";
 constexpr const char* kAgentUsr1Line = "dstrain-agent-usr1";
+constexpr const char* kAgentPingLine = "dstrain-agent-ping";    // launcher → agent keepalive
+constexpr const char* kAgentAliveLine = "dstrain-agent-alive";  // agent → launcher keepalive
+
+// How often each end of an agent's connection sends its keepalive line.
+double keepalive_send_interval(double keepalive_seconds);
 
 struct AgentOptions {
   LocalLaunchOptions launch;     // program, master address/port, grace, log dir (nproc unused)
@@ -28,6 +41,7 @@ struct AgentOptions {
   std::vector<int> devices;      // this node's CUDA_VISIBLE_DEVICES; empty = leave it alone
   std::string host;              // this node's name in output and summaries
   bool watch_stdin = false;      // stop the ranks when stdin reaches end of file
+  double keepalive_seconds = 0;  // with watch_stdin: the keepalive described above; 0 = none
 };
 
 // The world plan as this agent sees it (only its own node's devices are known).

@@ -26,6 +26,14 @@ std::string self_executable() {
   return std::string(buf, static_cast<size_t>(n));
 }
 
+std::string worker_executable() {
+  std::string self = self_executable();
+  size_t slash = self.rfind('/');
+  std::string dir = self.substr(0, slash + 1);
+  if (self.compare(slash + 1, std::string::npos, kWorkerName) == 0) return self;
+  return dir + kWorkerName;
+}
+
 std::string resolve_program(const std::string& name) {
   if (name.empty()) fail(ErrorKind::kUsage, "--exec needs a program to run");
   if (name.find('/') != std::string::npos) {

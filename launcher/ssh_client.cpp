@@ -4,23 +4,19 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
-#include <chrono>
+#include <algorithm>
 
 #include "core/error.h"
 
 namespace dstrain::launcher {
 namespace {
 
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 void set_socket_keepalive(int fd, double keepalive_seconds) {
   if (fd < 0) return;
   int on = 1;
-  int idle = std::max(1, static_cast<int>(keepalive_seconds));
+  int idle = std::max(1, static_cast<int>(keepalive_seconds / 3));
   int count = 3;
-  unsigned int user_timeout_ms = static_cast<unsigned int>(idle * 4 * 1000);
+  unsigned int user_timeout_ms = static_cast<unsigned int>(keepalive_seconds * 1000);
   ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &idle, sizeof(idle));
@@ -41,7 +37,6 @@ struct SshSession::Impl {
   ssh_channel channel = nullptr;
   std::string name;
   SshSettings settings;
-  double next_keepalive = 0;
 
   [[noreturn]] void fail_ssh(const std::string& what) {
     fail(ErrorKind::kComm, "ssh {}: {}: {}", name, what, ssh_get_error(session));
@@ -133,7 +128,6 @@ SshSession::SshSession(const SshTarget& target, const SshSettings& settings)
   set_socket_keepalive(ssh_get_fd(impl_->session), settings.keepalive_seconds);
   impl_->verify_host_key(target);
   impl_->authenticate();
-  impl_->next_keepalive = now_seconds() + settings.keepalive_seconds;
 }
 
 SshSession::~SshSession() {
@@ -181,13 +175,6 @@ void SshSession::send_eof() {
 void SshSession::write_stdin(const std::string& data) {
   if (impl_->channel != nullptr && ssh_channel_is_open(impl_->channel))
     ssh_channel_write(impl_->channel, data.data(), static_cast<uint32_t>(data.size()));
-}
-
-void SshSession::keepalive_if_due() {
-  double now = now_seconds();
-  if (now < impl_->next_keepalive) return;
-  impl_->next_keepalive = now + impl_->settings.keepalive_seconds;
-  ssh_send_ignore(impl_->session, "");
 }
 
 int SshSession::exit_status() {

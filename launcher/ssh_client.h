@@ -8,8 +8,10 @@
 //    `key_file` when given, else ssh-agent and ~/.ssh/id_*. ~/.ssh/config is honoured (Host
 //    aliases, User, Port, IdentityFile) unless overridden by the target. Every failure is
 //    Error(kComm) whose message names user@host:port and what to do.
-//  - Dead connections are noticed: TCP keepalive plus TCP_USER_TIMEOUT on the socket, and SSH
-//    traffic every keepalive_seconds, so a silent peer fails reads within ~4 × keepalive_seconds.
+//  - Dead connections are noticed by the kernel too: TCP keepalive probes after keepalive_seconds
+//    / 3 of silence and TCP_USER_TIMEOUT = keepalive_seconds, so a socket whose data stays
+//    unacknowledged that long fails. (A silent link with nothing to send is the caller's to notice:
+//    ssh_job's keepalive lines, node_agent.h.)
 //  - An SshSession is used by one thread at a time (libssh sessions are not thread-safe); distinct
 //    sessions may live in distinct threads.
 
@@ -29,7 +31,7 @@ struct SshSettings {
   std::string known_hosts;  // "" = ~/.ssh/known_hosts (and /etc/ssh/ssh_known_hosts)
   bool accept_new_host_keys = false;
   double connect_timeout = 10;
-  double keepalive_seconds = 5;
+  double keepalive_seconds = 10;  // --ssh-keepalive
 };
 
 // "user@host:port" as far as known, for messages.
@@ -51,7 +53,6 @@ class SshSession {
 
   void send_eof();                            // the remote command sees end of file on stdin
   void write_stdin(const std::string& data);  // to the remote command's stdin; best effort
-  void keepalive_if_due();                    // call often; sends traffic every keepalive_seconds
   int exit_status();  // the command's exit code; -1 if none was sent (signal)
 
  private:

@@ -155,6 +155,10 @@ class SshJob {
     double deadline = 0;
     int usr1_sent = 0;
     std::string out, err;
+    // Keepalive (node_agent.h): a ping down the channel every interval; the agent's lines (its
+    // alive line at least) coming back. Silence for keepalive_seconds means the host is lost.
+    double last_heard = clock_.seconds();
+    double next_ping = 0;
     while (true) {
       if (run.stop && deadline == 0) {
         session.write_stdin(std::string(kAgentStopLine) + "\n");
@@ -163,7 +167,12 @@ class SshJob {
       }
       for (; usr1_sent < run.usr1; ++usr1_sent)
         session.write_stdin(std::string(kAgentUsr1Line) + "\n");
+      if (deadline == 0 && clock_.seconds() >= next_ping) {
+        session.write_stdin(std::string(kAgentPingLine) + "\n");
+        next_ping = clock_.seconds() + keepalive_send_interval(ssh_.keepalive_seconds);
+      }
       bool open = session.read(&out, &err, kReadMillis);
+      if (!out.empty() || !err.empty()) last_heard = clock_.seconds();
       relay(run, out_lines, out, 1);
       relay(run, err_lines, err, 2);
       if (!open) break;
@@ -171,7 +180,12 @@ class SshJob {
         run.error = "the agent did not stop in time; the connection was closed";
         return;
       }
-      session.keepalive_if_due();
+      if (clock_.seconds() - last_heard > ssh_.keepalive_seconds) {
+        fail(ErrorKind::kComm,
+             "ssh {}: host lost: nothing from it for {} s (--ssh-keepalive): its link or the host "
+             "is down, or it stopped answering",
+             describe_target(run.target), ssh_.keepalive_seconds);
+      }
     }
     auto emit = [&](int fd) {
       return [&, fd](std::string_view line) { emit_line(run, line, fd); };
@@ -188,8 +202,10 @@ class SshJob {
     bytes.clear();
   }
 
-  // Rank lines carry the agent's "[host:rank] " prefix already; other lines get "[host] ".
+  // Rank lines carry the agent's "[host:rank] " prefix already; other lines get "[host] ". The
+  // agent's keepalive lines are dropped.
   void emit_line(AgentRun& run, std::string_view line, int fd) {
+    if (fd == 1 && line == kAgentAliveLine) return;
     std::string rank_prefix = "[" + run.host + ":";
     bool rank_line = line.substr(0, rank_prefix.size()) == rank_prefix;
     std::string text = rank_line ? std::string(line) : "[" + run.host + "] " + std::string(line);

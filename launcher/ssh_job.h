@@ -8,9 +8,14 @@
 //  - The first failure anywhere — an agent exiting non-zero, a connection that cannot be made,
 //    authenticated or kept — stops every other agent: a stop line, then end of file, on its stdin
 //    (node_agent.h); the agent stops its own ranks (and only those). A second failure is not a
-//    root cause. SIGINT/SIGTERM/SIGHUP to the launcher do the same; SIGUSR1 is forwarded to every
-//    agent as a line on its stdin (sshd refuses signal requests in some set-ups, e.g. for root)
-//    and by the agents to every rank, and the job goes on.
+//    root cause.
+//  - A lost host is a failure too: a connection that breaks (its sshd killed, the host rebooted)
+//    fails at once; one that goes silent (link down) fails after ssh.keepalive_seconds without a
+//    byte from its agent, whose keepalive line (node_agent.h) otherwise arrives 4 times as often.
+//    On the far side the agent stops its ranks after as long without the launcher's pings.
+//    SIGINT/SIGTERM/SIGHUP to the launcher do the same; SIGUSR1 is forwarded to every agent as a
+//    line on its stdin (sshd refuses signal requests in some set-ups, e.g. for root) and by the
+//    agents to every rank, and the job goes on.
 //  - Exit code: 0; the failing agent's exit code (= its failed rank's code); 255 for an SSH
 //    failure; 128 + signal when interrupted. A summary naming host, rank, cause and last lines is
 //    printed on stderr.

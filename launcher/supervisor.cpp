@@ -87,6 +87,7 @@ class LocalJob {
 
   // Waits up to `timeout_ms` for output or a signal, then reads every ready pipe once.
   void pump_output(int timeout_ms) {
+    if (options_.on_tick) options_.on_tick();
     std::vector<pollfd> fds;
     fds.push_back({signals_.fd(), POLLIN, 0});
     for (auto& slot : slots_) {

@@ -18,6 +18,7 @@
 // Output is routed through RankOutput (prefixed console lines, optional log files, tails).
 
 #include <sys/types.h>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,10 @@ struct SupervisorOptions {
   std::string log_dir;         // "" = no per-rank files; else <log_dir>/rank_<K>.log (must exist)
   OutputTargets targets;       // where prefixed rank output goes
   size_t tail_lines = 10;      // lines of each rank kept for the summary
+  // Called at least every 100 ms, from the thread that writes the ranks' output, until
+  // run_local_job returns: what it writes to targets' descriptors never splits a rank's line (the
+  // node agent's keepalive, node_agent.h).
+  std::function<void()> on_tick;
 };
 
 struct RankReport {

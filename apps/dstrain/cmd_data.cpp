@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "apps/dstrain/command_info.h"
 #include "apps/dstrain/commands.h"
 #include "data/tokenize_file.h"
 
@@ -10,23 +11,26 @@ namespace dstrain::app {
 namespace {
 
 void set_tokenize_command(CLI::App& data, int* exit_code) {
-  auto* cmd = data.add_subcommand("tokenize", "Tokenize a text/JSONL corpus into a token file");
+  auto* cmd =
+      data.add_subcommand("tokenize", "Tokenize a text/JSONL/Parquet corpus into a token file");
   auto options = std::make_shared<data::TokenizeOptions>();
   cmd->add_option("--tokenizer", options->tokenizer, "\"byte\" or a tokenizer directory")
       ->required();
-  cmd->add_option("--input", options->input, "Data file or directory")->required();
+  cmd->add_option("--input", options->input, "Data file, directory or glob pattern")->required();
   cmd->add_option("--output", options->output, "Token file to write (atomically)")->required();
-  cmd->add_option("--format", options->format, "auto | text | jsonl | tokens")
+  cmd->add_option("--format", options->format, "auto | text | jsonl | tokens | parquet")
       ->check(CLI::IsMember({"auto", "text", "jsonl", "tokens", "parquet"}));
-  cmd->add_option("--text-field", options->text_field, "JSONL key holding the text");
+  cmd->add_option("--text-field", options->text_field,
+                  "JSONL key or Parquet column holding the text");
   cmd->add_option("--document", options->document, "text: one document per file or per line")
       ->check(CLI::IsMember({"file", "line"}));
-  cmd->add_option("--threads", options->threads, "Tokenizer threads (0 = all cores, at most 16)");
+  cmd->add_option("--threads", options->threads, "Tokenizer threads (0 = all cores)");
   cmd->callback([options, exit_code] {
     const data::TokenizeSummary s = data::tokenize_to_file(*options);
-    std::printf("wrote %s: %lld documents, %lld tokens (uint%d)\n", options->output.c_str(),
-                static_cast<long long>(s.documents), static_cast<long long>(s.tokens),
-                8 * s.token_bytes);
+    std::printf("wrote %s: %lld documents, %lld tokens (uint%d), %lld NULL rows skipped\n",
+                options->output.c_str(), static_cast<long long>(s.documents),
+                static_cast<long long>(s.tokens), 8 * s.token_bytes,
+                static_cast<long long>(s.null_rows));
     *exit_code = 0;
   });
 }
@@ -34,7 +38,7 @@ void set_tokenize_command(CLI::App& data, int* exit_code) {
 }  // namespace
 
 void set_data_command(CLI::App& root, int* exit_code) {
-  auto* cmd = root.add_subcommand("data", "Data preparation tools");
+  auto* cmd = add_worker_subcommand(root, kDataCommand);
   cmd->require_subcommand(1);
   set_tokenize_command(*cmd, exit_code);
 }

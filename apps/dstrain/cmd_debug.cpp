@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "apps/dstrain/command_info.h"
 #include "apps/dstrain/commands.h"
 #include "train/debug_forward.h"
 
@@ -57,8 +58,7 @@ void set_forward_command(CLI::App& debug, int* exit_code) {
 }  // namespace
 
 void set_debug_command(CLI::App& root, int* exit_code) {
-  // An empty group hides the command from `dstrain --help`; it is documented in docs/gpu.md.
-  auto* cmd = root.add_subcommand("debug", "Checking tools (reference comparisons)")->group("");
+  auto* cmd = add_worker_subcommand(root, kDebugCommand);  // hidden; see docs/gpu.md
   cmd->require_subcommand(1);
   set_forward_command(*cmd, exit_code);
 }

@@ -1,6 +1,7 @@
 #include <iostream>
 #include <memory>
 
+#include "apps/dstrain/command_info.h"
 #include "apps/dstrain/commands.h"
 #include "zero/estimate.h"
 
@@ -18,8 +19,7 @@ struct EstimateArgs {
 }  // namespace
 
 void set_estimate_command(CLI::App& root, int* exit_code) {
-  auto* cmd = root.add_subcommand(
-      "estimate", "Per-rank memory of model states for each ZeRO stage, with and without offload");
+  auto* cmd = add_worker_subcommand(root, kEstimateCommand);
   cmd->footer(
       "Parameters, gradients, fp32 master weights and optimizer state per rank, on the device and\n"
       "in host memory, for the config's model (its config.json) on NODES x GPUS ranks.\n"

@@ -1,13 +1,13 @@
 #include <memory>
 
+#include "apps/dstrain/command_info.h"
 #include "apps/dstrain/commands.h"
 #include "train/train.h"
 
 namespace dstrain::app {
 
 void set_export_command(CLI::App& root, int* exit_code) {
-  auto* cmd = root.add_subcommand(
-      "export", "Consolidate a checkpoint into a Hugging Face model directory (safetensors)");
+  auto* cmd = add_worker_subcommand(root, kExportCommand);
   cmd->footer(
       "Writes config.json, model.safetensors (or shards + model.safetensors.index.json) and the\n"
       "run's tokenizer files. Works for checkpoints of any world size and ZeRO stage.\n"

@@ -82,6 +82,12 @@ void add_multi_node_flags(CLI::App* cmd, LaunchFlags* f) {
       ->type_name("SECONDS")
       ->default_val(10.0)
       ->group(group);
+  cmd->add_option("--ssh-keepalive", o.ssh.keepalive_seconds,
+                  "A host silent this long is lost: the job stops and the summary names it")
+      ->type_name("SECONDS")
+      ->default_val(10.0)
+      ->check(CLI::Range(1.0, 3600.0))
+      ->group(group);
   cmd->add_flag("--check", o.check, "With --dry-run: connect to each host, run 'dstrain version'")
       ->group(group);
 }

@@ -1,13 +1,13 @@
 #include <memory>
 
+#include "apps/dstrain/command_info.h"
 #include "apps/dstrain/commands.h"
 #include "train/train.h"
 
 namespace dstrain::app {
 
 void set_resume_command(CLI::App& root, int* exit_code) {
-  auto* cmd = root.add_subcommand(
-      "resume", "Relaunch a run from a checkpoint with its saved config and state");
+  auto* cmd = add_worker_subcommand(root, kResumeCommand);
   cmd->footer(
       "CKPT is <dir>/latest, a checkpoint directory holding 'latest', or a tag directory.\n"
       "Data paths in the saved config are relative to the directory the run was started from.\n"

@@ -1,13 +1,13 @@
 #include <memory>
 
+#include "apps/dstrain/command_info.h"
 #include "apps/dstrain/commands.h"
 #include "train/train.h"
 
 namespace dstrain::app {
 
 void set_train_command(CLI::App& root, int* exit_code) {
-  auto* cmd = root.add_subcommand(
-      "train", "Run one rank of a training job (started by 'dstrain launch', or alone)");
+  auto* cmd = add_worker_subcommand(root, kTrainCommand);
   cmd->footer(
       "The world comes from RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (a single process when\n"
       "unset). SIGUSR1 saves a checkpoint at the next step boundary and stops cleanly.\n"

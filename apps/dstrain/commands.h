@@ -11,7 +11,9 @@ void set_train_command(CLI::App& root, int* exit_code);
 void set_resume_command(CLI::App& root, int* exit_code);
 void set_export_command(CLI::App& root, int* exit_code);
 void set_estimate_command(CLI::App& root, int* exit_code);
+void set_download_command(CLI::App& root, int* exit_code);
 void set_data_command(CLI::App& root, int* exit_code);
+void set_ckpt_command(CLI::App& root, int* exit_code);
 void set_debug_command(CLI::App& root, int* exit_code);  // hidden: reference checks
 void set_version_command(CLI::App& root, int* exit_code);
 

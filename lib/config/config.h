@@ -15,12 +15,14 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace dstrain::config {
 
 struct ModelSection {
-  std::string name_or_path;         // local dir with config.json, or a hub id in the HF cache
+  std::string name_or_path;  // local dir with config.json, or a hub id (downloaded if not cached)
+  std::string revision = "main";    // hub id only: branch, tag or commit
   std::string init = "pretrained";  // pretrained | random
   std::string dtype =
       "auto";             // auto | float32 | bfloat16 | float16 (storage dtype of loaded weights)
@@ -126,13 +128,21 @@ struct ZeroSection {
   std::string config;  // path of a DeepSpeed JSON file whose keys were merged in ("" if none)
 };
 
+// MLflow tracking (docs/training.md): on when a tracking URI is given here or in the environment.
+struct MlflowSection {
+  std::string tracking_uri;   // "" = MLFLOW_TRACKING_URI; both empty = MLflow off
+  std::string parent_run_id;  // "" = MLFLOW_PARENT_RUN_ID; set = a nested run under that run
+};
+
 struct LoggingSection {
   std::string out_dir = "runs/default";
   std::string metrics_path;  // "" = <out_dir>/metrics.jsonl
   bool progress = true;      // live progress line when stdout is a terminal
   bool wall_clock_breakdown = false;
-  std::string tensorboard_dir;    // "" = off
-  std::string mlflow_experiment;  // "" = off (needs MLFLOW_TRACKING_URI)
+  bool tensorboard = true;        // TensorBoard event files (rank 0)
+  std::string tensorboard_dir;    // "" = <out_dir>/tb
+  std::string mlflow_experiment;  // "" = MLFLOW_EXPERIMENT_NAME, else MLflow's default experiment
+  MlflowSection mlflow;
 };
 
 struct CheckpointSection {
@@ -171,12 +181,25 @@ bool operator==(const TrainingSection& a, const TrainingSection& b);
 bool operator==(const LoraSection& a, const LoraSection& b);
 bool operator==(const OffloadSection& a, const OffloadSection& b);
 bool operator==(const ZeroSection& a, const ZeroSection& b);
+bool operator==(const MlflowSection& a, const MlflowSection& b);
 bool operator==(const LoggingSection& a, const LoggingSection& b);
 bool operator==(const CheckpointSection& a, const CheckpointSection& b);
 bool operator==(const Config& a, const Config& b);
 inline bool operator!=(const Config& a, const Config& b) {
   return !(a == b);
 }
+
+// One setting of a resolved config, for experiment trackers (MLflow params, TensorBoard hparams):
+// the key path and the value as to_yaml writes it, strings without quotes ("adamw", "2e-05",
+// "auto", "[q_proj, v_proj]"), and typed: numbers as double, lists and "auto" as text.
+struct FlatSetting {
+  std::string key;
+  std::string text;
+  std::variant<bool, double, std::string> value;
+};
+
+// Every setting, in to_yaml's order.
+std::vector<FlatSetting> flatten(const Config& config);
 
 // Reads, merges, validates. Throws Error(kConfig); an unreadable file is kConfig too ("cannot
 // read"), because the path came from the user.

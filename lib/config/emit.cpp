@@ -74,4 +74,36 @@ std::string to_yaml(const Config& config) {
   return std::string(out.c_str()) + "\n";
 }
 
+std::vector<FlatSetting> flatten(const Config& config) {
+  std::vector<FlatSetting> out;
+  for (const Field& field : detail::fields()) {
+    const Value value = field.get(config);
+    FlatSetting f;
+    f.key = field.path;
+    if (detail::is_unset_sentinel(field, value)) {
+      f.text = "auto";
+      f.value = f.text;
+    } else if (const auto* b = std::get_if<bool>(&value)) {
+      f.text = *b ? "true" : "false";
+      f.value = *b;
+    } else if (const auto* i = std::get_if<int64_t>(&value)) {
+      f.text = fmt::format("{}", *i);
+      f.value = static_cast<double>(*i);
+    } else if (const auto* d = std::get_if<double>(&value)) {
+      f.text = fmt::format("{}", *d);
+      f.value = *d;
+    } else if (const auto* s = std::get_if<std::string>(&value)) {
+      f.text = *s;
+      f.value = *s;
+    } else {
+      YAML::Emitter list;
+      emit_value(list, field, value);
+      f.text = list.c_str();
+      f.value = f.text;
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
 }  // namespace dstrain::config

@@ -8,7 +8,7 @@ namespace dstrain::config {
 
 bool operator==(const ModelSection& a, const ModelSection& b) {
   auto t = [](const ModelSection& s) {
-    return std::tie(s.name_or_path, s.init, s.dtype, s.tokenizer, s.use_flash_attn,
+    return std::tie(s.name_or_path, s.revision, s.init, s.dtype, s.tokenizer, s.use_flash_attn,
                     s.gradient_checkpointing);
   };
   return t(a) == t(b);
@@ -75,10 +75,14 @@ bool operator==(const ZeroSection& a, const ZeroSection& b) {
   return t(a) == t(b);
 }
 
+bool operator==(const MlflowSection& a, const MlflowSection& b) {
+  return a.tracking_uri == b.tracking_uri && a.parent_run_id == b.parent_run_id;
+}
+
 bool operator==(const LoggingSection& a, const LoggingSection& b) {
   auto t = [](const LoggingSection& s) {
-    return std::tie(s.out_dir, s.metrics_path, s.progress, s.wall_clock_breakdown,
-                    s.tensorboard_dir, s.mlflow_experiment);
+    return std::tie(s.out_dir, s.metrics_path, s.progress, s.wall_clock_breakdown, s.tensorboard,
+                    s.tensorboard_dir, s.mlflow_experiment, s.mlflow);
   };
   return t(a) == t(b);
 }

@@ -85,6 +85,7 @@ Field betas() {
 
 void add_model_and_data(std::vector<Field>& t) {
   t.push_back(text("model.name_or_path", DSTRAIN_MEMBER(model.name_or_path)));
+  t.push_back(text("model.revision", DSTRAIN_MEMBER(model.revision)));
   t.push_back(text("model.init", DSTRAIN_MEMBER(model.init), {"pretrained", "random"}));
   t.push_back(
       text("model.dtype", DSTRAIN_MEMBER(model.dtype), {"auto", "float32", "bfloat16", "float16"}));
@@ -230,8 +231,11 @@ void add_logging_and_checkpoint(std::vector<Field>& t) {
   t.push_back(boolean("logging.progress", DSTRAIN_MEMBER(logging.progress)));
   t.push_back(
       boolean("logging.wall_clock_breakdown", DSTRAIN_MEMBER(logging.wall_clock_breakdown)));
+  t.push_back(boolean("logging.tensorboard", DSTRAIN_MEMBER(logging.tensorboard)));
   t.push_back(text("logging.tensorboard_dir", DSTRAIN_MEMBER(logging.tensorboard_dir)));
   t.push_back(text("logging.mlflow_experiment", DSTRAIN_MEMBER(logging.mlflow_experiment)));
+  t.push_back(text("logging.mlflow.tracking_uri", DSTRAIN_MEMBER(logging.mlflow.tracking_uri)));
+  t.push_back(text("logging.mlflow.parent_run_id", DSTRAIN_MEMBER(logging.mlflow.parent_run_id)));
   t.push_back(text("checkpoint.dir", DSTRAIN_MEMBER(checkpoint.dir)));
   t.push_back(
       integer("checkpoint.interval", Range::kNonNegative, DSTRAIN_MEMBER(checkpoint.interval)));

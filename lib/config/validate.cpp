@@ -112,6 +112,8 @@ void resolve_and_validate(Config& config, const Merger& merger, const std::strin
   if (world_size < 1) fail(ErrorKind::kConfig, "world size must be at least 1, got {}", world_size);
   require(config.model.name_or_path, merger, "model.name_or_path", file,
           "a model directory or a Hugging Face hub id");
+  require(config.model.revision, merger, "model.revision", file,
+          "a branch, tag or commit of the hub repo (default main)");
   check_data(config.data, merger, file);
   resolve_batch(config.training, merger, file, world_size);
   check_precision_and_optimizer(config, merger, file);

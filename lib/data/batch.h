@@ -16,7 +16,8 @@ struct Batch {
   torch::Tensor labels;     // [B, T] int64; -100 = no loss at this position
   int64_t epoch = 0;        // train: position of this batch; eval: epoch 0, step = batch index
   int64_t step = 0;
-  int64_t micro_step = 0;
+  int64_t micro_step = 0;       // train: which micro-step of the optimizer step, 0-based
+  int64_t micro_steps = 1;      // train: micro-steps per optimizer step (gradient accumulation)
   bool last_micro_step = true;  // train: this micro-batch completes an optimizer step
   int64_t num_rows = 0;         // rows holding real samples; eval filler rows come after them
 };

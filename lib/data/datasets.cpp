@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "data/sampler.h"
 #include "data/source.h"
+#include "data/token_cache.h"
 
 namespace dstrain::data {
 namespace {
@@ -15,13 +16,18 @@ namespace {
 // Stream id mixed into the seed so the split is independent of the epoch shuffles.
 constexpr uint64_t kSplitStream = 0x65766C5F73706C74ull;
 
+std::string nulls_note(const SourceStats& stats) {
+  return stats.null_rows ? fmt::format(" ({} NULL rows skipped)", stats.null_rows) : "";
+}
+
 std::shared_ptr<const Corpus> load(const std::string& path, const DataOptions& o,
-                                   const tokenizer::Tokenizer& tok) {
+                                   const tokenizer::Tokenizer& tok, SourceStats& stats) {
   SourceOptions so{o.format, o.text_field, o.document, o.threads};
-  auto corpus = std::make_shared<Corpus>(load_corpus(path, so, tok));
+  auto corpus = std::make_shared<Corpus>(
+      load_corpus_cached(path, so, CacheOptions{o.cache_dir, o.max_length}, tok, &stats));
   if (corpus->num_tokens() == 0) {
-    fail(ErrorKind::kInput, "{}: the dataset is empty: {} documents, no tokens", path,
-         corpus->num_documents());
+    fail(ErrorKind::kInput, "{}: the dataset is empty: {} documents, no tokens{}", path,
+         corpus->num_documents(), nulls_note(stats));
   }
   return corpus;
 }
@@ -68,13 +74,18 @@ Datasets build_datasets(const DataOptions& o, const tokenizer::Tokenizer& tok) {
   if (o.packing && !tok.eos_id()) {
     log::warn("data: the tokenizer has no eos token; packed documents are joined without one");
   }
-  auto train_corpus = load(o.train_path, o, tok);
+  SourceStats train_stats, eval_stats;
+  auto train_corpus = load(o.train_path, o, tok, train_stats);
   Datasets out;
   std::vector<int64_t> train_docs = all_documents(*train_corpus);
+  std::string eval_note;
   if (!o.eval_path.empty()) {
-    auto eval_corpus = load(o.eval_path, o, tok);
+    auto eval_corpus = load(o.eval_path, o, tok, eval_stats);
     out.eval = std::make_shared<SampleSet>(eval_corpus, all_documents(*eval_corpus),
                                            sample_options(o, tok, true), o.eval_path);
+    eval_note = fmt::format(" from {}: {} documents, {} tokens{}", o.eval_path,
+                            eval_corpus->num_documents(), eval_corpus->num_tokens(),
+                            nulls_note(eval_stats));
   } else if (o.eval_split > 0.0) {
     auto [train, eval] =
         split_documents(train_corpus->num_documents(), o.eval_split, o.seed, o.train_path);
@@ -85,9 +96,10 @@ Datasets build_datasets(const DataOptions& o, const tokenizer::Tokenizer& tok) {
   }
   out.train = std::make_shared<SampleSet>(train_corpus, std::move(train_docs),
                                           sample_options(o, tok, false), o.train_path);
-  log::info("data: {}: {} documents, {} tokens -> {} train samples of {} tokens{}", o.train_path,
-            train_corpus->num_documents(), train_corpus->num_tokens(), out.train->size(),
-            o.max_length, out.eval ? fmt::format(", {} eval samples", out.eval->size()) : "");
+  log::info("data: {}: {} documents, {} tokens{} -> {} train samples of {} tokens{}", o.train_path,
+            train_corpus->num_documents(), train_corpus->num_tokens(), nulls_note(train_stats),
+            out.train->size(), o.max_length,
+            out.eval ? fmt::format(", {} eval samples{}", out.eval->size(), eval_note) : "");
   return out;
 }
 

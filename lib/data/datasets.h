@@ -1,8 +1,8 @@
 #pragma once
 // Entry point for the trainer: reads the train (and eval) sources, tokenizes them and forms
-// samples. Every rank calls this and gets the same result (tokenization is deterministic); for
-// corpora too large to tokenize at every start-up, pre-tokenize with `dstrain data tokenize`
-// (tokenize_file.h).
+// samples. Every rank calls this and gets the same result (tokenization is deterministic). With a
+// cache_dir, tokens are cached there (token_cache.h): the first process tokenizes, the others and
+// later runs read its result. `dstrain data tokenize` (tokenize_file.h) pre-tokenizes by hand.
 //
 // Eval set: eval_path when given (eval_split is then ignored). Otherwise, with eval_split > 0, a
 // seeded random ceil(eval_split × documents) documents (at least 1, and at least one document left
@@ -22,14 +22,15 @@ namespace dstrain::data {
 struct DataOptions {
   std::string train_path;
   std::string eval_path;        // "" = none (or eval_split)
-  std::string format = "auto";  // auto | text | jsonl | tokens | parquet (refused: not built)
+  std::string format = "auto";  // auto | text | jsonl | tokens | parquet
   std::string text_field = "text";
   std::string document = "file";  // text: file | line
   int64_t max_length = 1024;
   bool packing = true;
   double eval_split = 0.0;  // in [0, 1)
   uint64_t seed = 42;
-  int threads = 0;  // tokenizer threads; 0 = hardware concurrency (at most 16)
+  int threads = 0;        // tokenizer threads; 0 = every core
+  std::string cache_dir;  // token cache (token_cache.h); "" = none
 };
 
 struct Datasets {

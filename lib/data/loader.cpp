@@ -96,6 +96,7 @@ void Loader::start(const LoaderState& state) {
         b.epoch = cursor->epoch;
         b.step = cursor->step;
         b.micro_step = cursor->micro_step;
+        b.micro_steps = opt.accum_steps;
         b.last_micro_step = cursor->micro_step + 1 == opt.accum_steps;
         *cursor = advance(*cursor, opt.accum_steps, spe);
         return b;

@@ -1,10 +1,14 @@
 #include "data/source.h"
 
+#include <glob.h>
+
 #include <algorithm>
 #include <filesystem>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "data/parquet_reader.h"
+#include "data/progress.h"
 #include "data/text_source.h"
 #include "data/token_file.h"
 #include "data/tokenize.h"
@@ -14,18 +18,50 @@ namespace {
 
 namespace stdfs = std::filesystem;
 
-bool is_hidden(const stdfs::path& p) {
+// Texts of a Parquet file handed to the tokenizer at a time: enough for every core to be busy,
+// little enough to keep memory flat.
+constexpr int64_t kParquetChunkBytes = int64_t{32} << 20;
+
+bool is_skipped_name(const stdfs::path& p) {
   const std::string name = p.filename().string();
-  return !name.empty() && name[0] == '.';
+  return !name.empty() && (name[0] == '.' || name[0] == '_');
 }
 
-[[noreturn]] void parquet_unsupported(const std::string& file) {
-  fail(ErrorKind::kInput,
-       "{}: Parquet is not supported in this build (Apache Arrow/Parquet is not packaged for this "
-       "system); convert it to JSON Lines first, e.g. python3 -c \"import pandas as pd; "
-       "pd.read_parquet('{}').to_json('data.jsonl', orient='records', lines=True, "
-       "force_ascii=False)\", and set data.train_path to data.jsonl",
-       file, file);
+bool is_pattern(const std::string& path) {
+  return path.find_first_of("*?[") != std::string::npos;
+}
+
+void add_directory_files(const std::string& dir, std::vector<std::string>& files) {
+  std::error_code ec;
+  std::vector<std::string> found;
+  for (auto it = stdfs::recursive_directory_iterator(dir, ec);
+       !ec && it != stdfs::recursive_directory_iterator(); it.increment(ec)) {
+    if (is_skipped_name(it->path())) {
+      if (it->is_directory(ec)) it.disable_recursion_pending();
+      continue;
+    }
+    if (it->is_regular_file(ec)) found.push_back(it->path().string());
+  }
+  if (ec) fail(ErrorKind::kIo, "cannot list directory {}: {}", dir, ec.message());
+  std::sort(found.begin(), found.end());
+  files.insert(files.end(), found.begin(), found.end());
+}
+
+std::vector<std::string> glob_matches(const std::string& pattern) {
+  glob_t g{};
+  const int rc = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &g);
+  std::vector<std::string> matches(g.gl_pathv, g.gl_pathv + (rc == 0 ? g.gl_pathc : 0));
+  ::globfree(&g);
+  if (rc == GLOB_NOMATCH) fail(ErrorKind::kInput, "{}: no file matches this data path", pattern);
+  if (rc != 0)
+    fail(ErrorKind::kIo, "{}: cannot expand the pattern (a directory is unreadable)", pattern);
+  return matches;  // glob(3) sorts them
+}
+
+int64_t file_bytes(const std::string& file) {
+  std::error_code ec;
+  const auto size = stdfs::file_size(file, ec);
+  return ec ? 0 : static_cast<int64_t>(size);
 }
 
 void check_vocab(const Corpus& corpus, const std::string& file, int64_t vocab_size) {
@@ -40,25 +76,60 @@ void check_vocab(const Corpus& corpus, const std::string& file, int64_t vocab_si
   }
 }
 
+// Streams the text column chunk by chunk into the tokenizer; progress advances with the rows read.
+Corpus load_parquet(const std::string& file, const SourceOptions& o,
+                    const tokenizer::Tokenizer& tokenizer, Progress& progress, SourceStats& stats) {
+  const int64_t bytes = file_bytes(file);
+  Corpus corpus;
+  int64_t credited = 0;
+  const auto on_chunk = [&](const ParquetTextChunk& chunk) {
+    const auto upto =
+        static_cast<int64_t>(static_cast<double>(bytes) * static_cast<double>(chunk.rows_read) /
+                             static_cast<double>(chunk.total_rows));
+    const TokenizeSettings settings{o.threads, /*check_utf8=*/true, &progress, upto - credited};
+    credited = upto;
+    corpus.append(tokenize_texts(chunk.texts, tokenizer, settings, [&](size_t i) {
+      return fmt::format("{}: row {}", file, chunk.rows[i]);
+    }));
+  };
+  const ParquetScan scan = read_parquet_texts(file, o.text_field, kParquetChunkBytes, on_chunk);
+  progress.advance(bytes - credited);
+  stats.null_rows += scan.null_rows;
+  log::debug("data: {}: {} rows, {} NULL, {} empty", file, scan.rows, scan.null_rows,
+             scan.empty_rows);
+  return corpus;
+}
+
+Corpus tokenize_file_documents(const std::vector<std::string>& documents, const std::string& file,
+                               const SourceOptions& o, const tokenizer::Tokenizer& tokenizer,
+                               Progress& progress) {
+  const std::vector<std::string_view> texts(documents.begin(), documents.end());
+  const TokenizeSettings settings{o.threads, /*check_utf8=*/false, &progress, file_bytes(file)};
+  return tokenize_texts(texts, tokenizer, settings,
+                        [&](size_t i) { return fmt::format("{}: document {}", file, i); });
+}
+
 Corpus load_file(const std::string& file, Format format, const SourceOptions& options,
-                 const tokenizer::Tokenizer& tokenizer) {
+                 const tokenizer::Tokenizer& tokenizer, Progress& progress, SourceStats& stats) {
   switch (format) {
     case Format::kTokens: {
       Corpus c = read_token_file(file);
       check_vocab(c, file, tokenizer.vocab_size());
+      progress.advance(file_bytes(file));
       return c;
     }
     case Format::kParquet:
-      parquet_unsupported(file);
+      return load_parquet(file, options, tokenizer, progress, stats);
     case Format::kJsonl:
-      return tokenize_documents(read_jsonl_documents(file, options.text_field), tokenizer,
-                                options.threads, file);
+      return tokenize_file_documents(read_jsonl_documents(file, options.text_field), file, options,
+                                     tokenizer, progress);
     case Format::kText:
     case Format::kAuto:
       break;
   }
   const DocumentUnit unit = parse_document_unit(options.document);
-  return tokenize_documents(read_text_documents(file, unit), tokenizer, options.threads, file);
+  return tokenize_file_documents(read_text_documents(file, unit), file, options, tokenizer,
+                                 progress);
 }
 
 }  // namespace
@@ -76,20 +147,23 @@ Format parse_format(const std::string& value) {
 std::vector<std::string> list_source_files(const std::string& path) {
   std::error_code ec;
   if (path.empty()) fail(ErrorKind::kInput, "no data path given (set data.train_path)");
-  if (!stdfs::exists(path, ec)) fail(ErrorKind::kInput, "{}: data path not found", path);
-  if (!stdfs::is_directory(path, ec)) return {path};
-  std::vector<std::string> files;
-  for (auto it = stdfs::recursive_directory_iterator(path, ec);
-       !ec && it != stdfs::recursive_directory_iterator(); it.increment(ec)) {
-    if (is_hidden(it->path())) {
-      if (it->is_directory(ec)) it.disable_recursion_pending();
-      continue;
-    }
-    if (it->is_regular_file(ec)) files.push_back(it->path().string());
+  std::vector<std::string> matches;
+  if (stdfs::exists(path, ec)) {
+    matches.push_back(path);
+  } else if (is_pattern(path)) {
+    matches = glob_matches(path);
+  } else {
+    fail(ErrorKind::kInput, "{}: data path not found", path);
   }
-  if (ec) fail(ErrorKind::kIo, "cannot list directory {}: {}", path, ec.message());
+  std::vector<std::string> files;
+  for (const std::string& m : matches) {
+    if (stdfs::is_directory(m, ec)) {
+      add_directory_files(m, files);
+    } else {
+      files.push_back(m);
+    }
+  }
   if (files.empty()) fail(ErrorKind::kInput, "{}: directory holds no data files", path);
-  std::sort(files.begin(), files.end());
   return files;
 }
 
@@ -103,12 +177,18 @@ Format resolve_format(const std::string& file, Format requested) {
 }
 
 Corpus load_corpus(const std::string& path, const SourceOptions& options,
-                   const tokenizer::Tokenizer& tokenizer) {
+                   const tokenizer::Tokenizer& tokenizer, SourceStats* stats) {
   const Format requested = parse_format(options.format);
   parse_document_unit(options.document);  // reject a bad value even when no text file is read
+  const std::vector<std::string> files = list_source_files(path);
+  int64_t total_bytes = 0;
+  for (const std::string& file : files) total_bytes += file_bytes(file);
+  Progress progress(path, total_bytes);
+  SourceStats seen;
   Corpus corpus;
-  for (const std::string& file : list_source_files(path)) {
-    Corpus part = load_file(file, resolve_format(file, requested), options, tokenizer);
+  for (const std::string& file : files) {
+    Corpus part =
+        load_file(file, resolve_format(file, requested), options, tokenizer, progress, seen);
     log::debug("data: {}: {} documents, {} tokens", file, part.num_documents(), part.num_tokens());
     if (corpus.num_documents() == 0) {
       corpus = std::move(part);
@@ -116,6 +196,7 @@ Corpus load_corpus(const std::string& path, const SourceOptions& options,
       corpus.append(part);
     }
   }
+  if (stats) *stats = seen;
   return corpus;
 }
 

@@ -1,10 +1,18 @@
 #pragma once
-// A data source is a file or a directory, read into a tokenized Corpus. A directory contributes all
-// its regular files, recursively, in sorted path order, skipping hidden names (starting with '.').
+// A data source is a file, a directory or a glob pattern, read into a tokenized Corpus.
+//  - a directory contributes all its regular files, recursively, in sorted path order, skipping
+//    names that start with '.' or '_' (hidden files, and the _SUCCESS / _metadata files that
+//    Spark, Hive and Arrow write beside Parquet parts);
+//  - a path that does not exist but holds '*', '?' or '[' is a glob pattern (POSIX glob(3), in
+//    any path component; no '**'): its matches in sorted order, a matched directory expanded as
+//    above.
 // With format "auto" each file's format is chosen on its own:
-//   starts with the token-file magic → tokens;  .jsonl .ndjson .json → jsonl;  .parquet → parquet
-//   (refused in this build);  anything else → text.
+//   starts with the token-file magic → tokens;  .jsonl .ndjson .json → jsonl;  .parquet → parquet;
+//   anything else → text.
+// Files are tokenized on all cores (tokenize.h) with a progress display (progress.h); Parquet files
+// are streamed a chunk of rows at a time (parquet_reader.h), never read whole.
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -20,22 +28,28 @@ Format parse_format(const std::string& value);
 
 struct SourceOptions {
   std::string format = "auto";
-  std::string text_field = "text";  // jsonl: key of the document text
+  std::string text_field = "text";  // jsonl: key of the document text; parquet: its column
   std::string document = "file";    // text: one document per "file" or per "line"
-  int threads = 0;                  // tokenizer threads; 0 = hardware concurrency (at most 16)
+  int threads = 0;                  // tokenizer threads; 0 = every core
 };
 
-// The files a path stands for. Error(kInput) for a missing path or a directory without data files.
+// What a load saw besides the documents.
+struct SourceStats {
+  int64_t null_rows = 0;  // Parquet rows whose text is NULL (skipped)
+};
+
+// The files a path stands for. Error(kInput) for a missing path, a directory without data files
+// and a pattern that matches none.
 std::vector<std::string> list_source_files(const std::string& path);
 
 // The format of one file given the requested one (resolves kAuto as described above).
 Format resolve_format(const std::string& file, Format requested);
 
-// Reads, checks and tokenizes every file of `path`, concatenating documents in file order.
-// Token files must hold ids below tokenizer.vocab_size(). Errors: Error(kInput) naming the file
-// (and line or byte offset) for missing files, bad UTF-8, bad JSONL lines, bad token files and
-// Parquet.
+// Reads, checks and tokenizes every file of `path`, concatenating documents in file order (rows in
+// row order). Token files must hold ids below tokenizer.vocab_size(). Errors: Error(kInput) naming
+// the file (and line, row or byte offset) for missing files, bad UTF-8, bad JSONL lines, bad token
+// files and bad Parquet files (parquet_reader.h); Error(kConfig) for a bad format or document.
 Corpus load_corpus(const std::string& path, const SourceOptions& options,
-                   const tokenizer::Tokenizer& tokenizer);
+                   const tokenizer::Tokenizer& tokenizer, SourceStats* stats = nullptr);
 
 }  // namespace dstrain::data

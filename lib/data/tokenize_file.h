@@ -1,6 +1,6 @@
 #pragma once
-// `dstrain data tokenize`: tokenizes a text/JSONL source once and writes a token file
-// (token_file.h) atomically, so training start-up only reads tokens.
+// `dstrain data tokenize`: tokenizes a text, JSONL or Parquet source once, on all cores, and writes
+// a token file (token_file.h) atomically, so training start-up only reads tokens.
 
 #include <cstdint>
 #include <string>
@@ -11,18 +11,19 @@ namespace dstrain::data {
 
 struct TokenizeOptions {
   std::string tokenizer;  // "byte" or a tokenizer directory (used by the overload without one)
-  std::string input;      // file or directory (see source.h)
+  std::string input;      // file, directory or glob pattern (see source.h)
   std::string output;     // token file to write
   std::string format = "auto";
-  std::string text_field = "text";
+  std::string text_field = "text";  // JSONL key or Parquet column
   std::string document = "file";
-  int threads = 0;
+  int threads = 0;  // 0 = every core
 };
 
 struct TokenizeSummary {
   int64_t documents = 0;
   int64_t tokens = 0;
-  int token_bytes = 0;  // 2 or 4
+  int token_bytes = 0;    // 2 or 4
+  int64_t null_rows = 0;  // Parquet rows whose text is NULL (skipped)
 };
 
 // Error(kInput) for bad input (see source.h) or an input without tokens (nothing is written then).

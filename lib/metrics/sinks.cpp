@@ -11,6 +11,18 @@
 
 namespace dstrain::metrics {
 
+const char* to_string(RunStatus status) noexcept {
+  switch (status) {
+    case RunStatus::kFinished:
+      return "FINISHED";
+    case RunStatus::kFailed:
+      return "FAILED";
+    case RunStatus::kKilled:
+      return "KILLED";
+  }
+  return "FAILED";
+}
+
 double Record::get(const std::string& name, double fallback) const {
   for (const auto& [k, v] : values) {
     if (k == name) return v;
@@ -56,6 +68,15 @@ void JsonlSink::write(const Record& record) {
 
 void MetricsLogger::write(const Record& record) {
   for (auto& s : sinks_) s->write(record);
+}
+
+bool MetricsLogger::finish(RunStatus status, double timeout_s) {
+  bool first = false;
+  std::call_once(finished_, [&] {
+    first = true;
+    for (auto& s : sinks_) s->finish(status, timeout_s);
+  });
+  return first;
 }
 
 }  // namespace dstrain::metrics

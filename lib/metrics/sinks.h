@@ -6,10 +6,15 @@
 // ...} in the order the values were added. Names use a "train/", "eval/" prefix ("train/loss",
 // "eval/ppl") or none for step-level figures ("lr", "grad_norm", "tokens_per_s", ...).
 // Lines are flushed as they are written, so a crashed run keeps every line logged before the crash.
+//
+// Other sinks: ProgressSink (progress.h), TensorBoardSink (tensorboard.h), MlflowSink
+// (mlflow_sink.h). A run ends with MetricsLogger::finish(status), once, from whichever comes
+// first: the end of training, an error, or a termination signal (termination.h).
 
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,10 +31,21 @@ struct Record {
   bool has(const std::string& name) const;
 };
 
+// How a run ended, in MLflow's words: FINISHED (all steps done), FAILED (an error), KILLED (a
+// signal, or a preemption stop that saved a checkpoint to resume from).
+enum class RunStatus { kFinished, kFailed, kKilled };
+
+// "FINISHED", "FAILED", "KILLED".
+const char* to_string(RunStatus status) noexcept;
+
 class Sink {
  public:
   virtual ~Sink() = default;
   virtual void write(const Record& record) = 0;
+  // The run is over. Called at most once, possibly from another thread than write() (the
+  // termination watcher), and possibly while a write() is still in progress: a sink that does work
+  // here must guard its state. Returns within about `timeout_s`.
+  virtual void finish(RunStatus status, double timeout_s) {}
 };
 
 // Appends JSON lines to `path` (created with its parent directories; Error(kIo) naming it if not).
@@ -45,13 +61,20 @@ class JsonlSink : public Sink {
   std::FILE* file_ = nullptr;
 };
 
+// Fans records out to its sinks. add_sink() is for set-up, before any other thread can call
+// finish(); write() is for the training thread; finish() may come from any thread.
 class MetricsLogger {
  public:
   void add_sink(std::unique_ptr<Sink> sink) { sinks_.push_back(std::move(sink)); }
   void write(const Record& record);
+  // Ends the run in every sink. The first call wins and returns true; a later one returns false
+  // once the first is done (so a signal during shutdown waits for the status being sent), and an
+  // error during shutdown does not turn a FINISHED or KILLED run into FAILED.
+  bool finish(RunStatus status, double timeout_s);
 
  private:
   std::vector<std::unique_ptr<Sink>> sinks_;
+  std::once_flag finished_;
 };
 
 }  // namespace dstrain::metrics

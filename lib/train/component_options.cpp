@@ -1,6 +1,7 @@
 #include "train/component_options.h"
 
 #include <cmath>
+#include <filesystem>
 
 #include "core/error.h"
 
@@ -17,6 +18,7 @@ data::DataOptions data_options(const config::Config& c) {
   o.packing = c.data.packing;
   o.eval_split = c.data.eval_split;
   o.seed = c.training.seed;
+  o.cache_dir = (std::filesystem::path(c.logging.out_dir) / "data_cache").string();
   return o;
 }
 
@@ -38,23 +40,8 @@ torch::ScalarType compute_dtype(const config::Config& c) {
   return torch::kFloat32;
 }
 
+// The config has checked the offload devices (none or cpu) and the stage each needs.
 zero::EngineOptions engine_options(const config::Config& c) {
-  const std::string& opt_dev = c.zero.offload_optimizer.device;
-  const std::string& param_dev = c.zero.offload_param.device;
-  if ((opt_dev != "none" && opt_dev != "cpu") || (param_dev != "none" && param_dev != "cpu")) {
-    fail(ErrorKind::kNotImplemented,
-         "{}: zero.offload_optimizer.device '{}' / offload_param.device '{}': only none and cpu "
-         "are available",
-         c.source_path, opt_dev, param_dev);
-  }
-  if (opt_dev == "cpu" && c.zero.stage == 0) {
-    fail(ErrorKind::kConfig, "{}: zero.offload_optimizer.device cpu needs zero.stage 1, 2 or 3",
-         c.source_path);
-  }
-  if (param_dev == "cpu" && c.zero.stage != 3) {
-    fail(ErrorKind::kConfig, "{}: zero.offload_param.device cpu needs zero.stage 3 (stage is {})",
-         c.source_path, c.zero.stage);
-  }
   zero::EngineOptions o;
   o.stage = c.zero.stage;
   o.reduce_bucket_size = c.zero.reduce_bucket_size;
@@ -62,9 +49,8 @@ zero::EngineOptions engine_options(const config::Config& c) {
   o.contiguous_gradients = c.zero.contiguous_gradients;
   o.prefetch_bucket_size = c.zero.stage3_prefetch_bucket_size;
   o.param_persistence_threshold = c.zero.stage3_param_persistence_threshold;
-  o.offload_optimizer = opt_dev == "cpu";
-  o.offload_param = param_dev == "cpu";
-  o.gradient_accumulation_steps = static_cast<int>(c.training.gradient_accumulation_steps);
+  o.offload_optimizer = c.zero.offload_optimizer.device == "cpu";
+  o.offload_param = c.zero.offload_param.device == "cpu";
   o.gradient_clipping = c.training.gradient_clipping;
   o.compute_dtype = compute_dtype(c);
   if (c.training.fp16 && c.training.fp16_loss_scale > 0) {

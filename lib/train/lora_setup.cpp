@@ -9,8 +9,8 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "hub/resolve.h"
 #include "lora/base_checksum.h"
-#include "model/hub.h"
 #include "model/weights.h"
 #include "train/component_options.h"
 #include "train/lora_setup.h"
@@ -94,7 +94,9 @@ model::DecoderModel rebuild_base_model(const model::ModelConfig& config, const j
   if (base.at("init") == "pretrained") {
     std::string dir = base.at("dir").get<std::string>();
     if (!stdfs::is_directory(dir))
-      dir = model::resolve_model_dir(base.at("name_or_path").get<std::string>()).string();
+      dir = hub::resolve_model_dir({base.at("name_or_path").get<std::string>(),
+                                    base.value("revision", std::string("main"))})
+                .string();
     model::load_weights(*m, dir);
     from = dir;
   }
@@ -169,6 +171,7 @@ void Trainer::add_lora_manifest(json& manifest) const {
   json j = lora_options_json(lora_->options());
   j["modules"] = lora_->modules();
   j["base"] = {{"name_or_path", cfg_.model.name_or_path},
+               {"revision", cfg_.model.revision},
                {"dir", model_dir_},
                {"init", cfg_.model.init},
                {"seed", cfg_.training.seed},

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <thread>
+#include <variant>
 
 #include <torch/torch.h>
 
@@ -13,9 +14,10 @@
 #include "core/fs.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "hub/resolve.h"
 #include "metrics/progress.h"
 #include "metrics/system.h"
-#include "model/hub.h"
+#include "metrics/tracking.h"
 #include "model/safetensors.h"
 #include "model/storage.h"
 #include "model/weights.h"
@@ -27,6 +29,11 @@ namespace dstrain::train {
 namespace stdfs = std::filesystem;
 
 namespace {
+
+// How long the end of a run may take to reach the trackers (a slow or dead MLflow server): at the
+// end of training or after an error, and after SIGTERM, when the launcher's SIGKILL follows.
+constexpr double kFinishSeconds = 30;
+constexpr double kSignalFinishSeconds = 2.5;
 
 // Ranks on one machine share its cores: give each an equal part, so 2 ranks on 2 cores do not
 // oversubscribe (which costs far more than it gains).
@@ -77,7 +84,7 @@ void Trainer::init() {
   }
   // The optimizer state lives with the master weights: on the host when offloading them.
   const bool host_state = cfg_.zero.offload_optimizer.device == "cpu";
-  engine_ = std::make_unique<zero::Engine>(
+  engine_ = zero::make_engine(
       std::move(params), *comm_,
       optimizer_factory(cfg_, host_state ? torch::Device(torch::kCPU) : device_), engine_opts);
   initial_values_ = nullptr;  // the engine has its shard; close the files
@@ -91,24 +98,54 @@ void Trainer::init() {
 
   if (!resume_from_.empty()) restore(resume_from_);
 
-  if (rank_ == 0) {
-    metrics_ = std::make_unique<metrics::MetricsLogger>();
-    const std::string path = cfg_.logging.metrics_path.empty()
-                                 ? (stdfs::path(cfg_.logging.out_dir) / "metrics.jsonl").string()
-                                 : cfg_.logging.metrics_path;
-    metrics_->add_sink(std::make_unique<metrics::JsonlSink>(path, !resume_from_.empty()));
-    if (cfg_.logging.progress) {
-      metrics_->add_sink(
-          std::make_unique<metrics::ProgressSink>(total_steps_, metrics::stdout_is_terminal()));
-    }
-  }
+  if (rank_ == 0) create_metrics();
   log::info("model {}: {:.2f}M parameters, {} layers; {} steps of {} tokens; zero stage {}",
             cfg_.model.name_or_path, model_config_.num_parameters(true) / 1e6,
             model_config_.num_hidden_layers, total_steps_, tokens_per_step_, cfg_.zero.stage);
 }
 
+void Trainer::create_metrics() {
+  metrics_ = std::make_unique<metrics::MetricsLogger>();
+  const std::string path = cfg_.logging.metrics_path.empty()
+                               ? (stdfs::path(cfg_.logging.out_dir) / "metrics.jsonl").string()
+                               : cfg_.logging.metrics_path;
+  metrics_->add_sink(std::make_unique<metrics::JsonlSink>(path, !resume_from_.empty()));
+  if (cfg_.logging.progress) {
+    metrics_->add_sink(
+        std::make_unique<metrics::ProgressSink>(total_steps_, metrics::stdout_is_terminal()));
+  }
+  metrics::TrackingSetup t;
+  t.out_dir = cfg_.logging.out_dir;
+  t.tensorboard = cfg_.logging.tensorboard;
+  t.tensorboard_dir = cfg_.logging.tensorboard_dir;
+  t.mlflow_tracking_uri = cfg_.logging.mlflow.tracking_uri;
+  t.mlflow_experiment = cfg_.logging.mlflow_experiment;
+  t.mlflow_parent_run_id = cfg_.logging.mlflow.parent_run_id;
+  t.config_yaml = config::to_yaml(cfg_);
+  for (auto& f : config::flatten(cfg_)) {
+    metrics::tb::HParamValue v;
+    std::visit([&](const auto& x) { v = x; }, f.value);
+    t.settings.push_back({std::move(f.key), std::move(f.text), std::move(v)});
+  }
+  t.world_size = world_;
+  t.zero_stage = cfg_.zero.stage;
+  t.start_step = step_;
+  t.resumed = !resume_from_.empty();
+  metrics::add_tracking_sinks(*metrics_, t);
+  // A signal ends the run as KILLED within the launcher's grace period (5 s by default).
+  termination_ = std::make_unique<metrics::TerminationWatch>(
+      [this](int) { metrics_->finish(metrics::RunStatus::kKilled, kSignalFinishSeconds); });
+}
+
 void Trainer::build_model() {
-  model_dir_ = model::resolve_model_dir(cfg_.model.name_or_path).string();
+  // Every rank resolves the model; a hub id not yet cached is downloaded once per node (local rank
+  // 0 downloads, the others wait on the cache's lock) or once for a cache shared between nodes.
+  hub::ResolveOptions where;
+  if (const char* v = std::getenv("LOCAL_RANK")) where.local_rank = std::atoi(v);
+  model_dir_ =
+      hub::resolve_model_dir(
+          {cfg_.model.name_or_path, cfg_.model.revision, cfg_.model.init == "pretrained"}, where)
+          .string();
   model_config_ = model::load_model_config(model_dir_);
   const std::string tok = cfg_.model.tokenizer.empty() ? model_dir_ : cfg_.model.tokenizer;
   tokenizer_ = tokenizer::load_tokenizer(tok);
@@ -207,21 +244,23 @@ void Trainer::all_reduce_sum(std::vector<double>& values) {
   for (size_t i = 0; i < values.size(); ++i) values[i] = t[static_cast<int64_t>(i)].item<double>();
 }
 
+// One optimizer step's micro-batches: the loader says which micro-step each one is, and the last
+// one ends the step.
 double Trainer::train_step(double* fwd_bwd_s, double* data_s) {
-  const int64_t accum = cfg_.training.gradient_accumulation_steps;
   double loss_sum = 0;
-  for (int64_t i = 0; i < accum; ++i) {
+  data::Batch b;
+  do {
     Stopwatch d;
-    data::Batch b = on_device(loader_->next());
+    b = on_device(loader_->next());
     *data_s += d.seconds();
     Stopwatch f;
     const torch::Tensor logits = forward_with_engine(*model_, *engine_, b.input_ids);
     const torch::Tensor loss = model::causal_lm_loss(logits, b.labels);
-    engine_->backward(loss);
+    engine_->backward(loss, {b.micro_step, b.micro_steps});
     loss_sum += loss.item<double>();
     *fwd_bwd_s += f.seconds();
-  }
-  return loss_sum / static_cast<double>(accum);
+  } while (!b.last_micro_step);
+  return loss_sum / static_cast<double>(b.micro_steps);
 }
 
 EvalResult Trainer::evaluate() {
@@ -294,6 +333,15 @@ void Trainer::log_eval(const EvalResult& e) {
 }
 
 RunSummary Trainer::run() {
+  try {
+    return run_steps();
+  } catch (...) {
+    if (metrics_) metrics_->finish(metrics::RunStatus::kFailed, kFinishSeconds);
+    throw;
+  }
+}
+
+RunSummary Trainer::run_steps() {
   Stopwatch total;
   init();
   RunSummary s;
@@ -358,6 +406,10 @@ RunSummary Trainer::run() {
   s.seconds = total.seconds();
   s.checkpoint = last_checkpoint_;
   if (rank_ == 0) write_summary(s);
+  if (metrics_) {
+    metrics_->finish(s.preempted ? metrics::RunStatus::kKilled : metrics::RunStatus::kFinished,
+                     kFinishSeconds);
+  }
   comm_->barrier();
   return s;
 }

@@ -17,6 +17,7 @@
 #include "data/loader.h"
 #include "lora/lora_model.h"
 #include "metrics/sinks.h"
+#include "metrics/termination.h"
 #include "model/model.h"
 #include "optim/lr_schedule.h"
 #include "tokenizer/tokenizer.h"
@@ -55,7 +56,12 @@ class Trainer {
   static std::atomic<bool>& stop_requested();
 
  private:
+  // The whole run; run() adds the tracking status on the way out (FAILED on an error).
+  RunSummary run_steps();
   void init();
+  // Rank 0: metrics.jsonl, the progress line, TensorBoard, MLflow, and the termination watch that
+  // records KILLED on SIGTERM/SIGINT.
+  void create_metrics();
   void build_model();
   void build_sharded_model();
   std::vector<zero::NamedParameter> stage3_parameters();
@@ -105,6 +111,7 @@ class Trainer {
   std::unique_ptr<zero::Engine> engine_;
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::unique_ptr<metrics::MetricsLogger> metrics_;
+  std::unique_ptr<metrics::TerminationWatch> termination_;  // after metrics_: it uses it
   int64_t total_steps_ = 0;
   int64_t step_ = 0;  // optimizer steps completed
   int64_t tokens_seen_ = 0;

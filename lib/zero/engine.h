@@ -1,6 +1,7 @@
 #pragma once
-// The ZeRO data-parallel engine: owns the trainable parameters' flat buffers, their gradients, the
-// fp32 master weights and the optimizer, and does the communication of ZeRO stages 0, 1 and 2.
+// The ZeRO data-parallel engine as the trainer sees it: it owns the trainable parameters' buffers,
+// their gradients, the fp32 master weights and the optimizer, and does the data-parallel
+// communication of ZeRO stages 0 to 3.
 //
 //   stage 0  gradients all-reduced (average) in buckets; every rank keeps the full fp32 master and
 //            optimizer state and runs the same update (data parallel).
@@ -10,33 +11,33 @@
 //   stage 2  as stage 1, and gradients sharded too: buckets are reduce-scattered during backward as
 //            they fill, on every micro-step, accumulating in the shard; no full-size gradient
 //            buffer.
-// Ownership, buckets and padding: partition.h. Communication during backward: grad_reducer.h.
+//   stage 3  parameters sharded too: gathered unit by unit around their forward and backward.
 //
-// Use, per optimizer step, with A = gradient_accumulation_steps:
-//   for (int i = 0; i < A; ++i) engine.backward(model_loss(micro_batch[i]));
-//   StepResult r = engine.step(lr);   // zero_grad is part of step()
+// Structure: `Engine` is this interface; make_engine() picks the implementation from the stage (the
+// one place that looks at the stage to choose):
+//   ShardedEngine (sharded_engine.h)  stages 0-2: one flat buffer cut into buckets, GradReducer
+//   Stage3Engine  (stage3_engine.h)   stage 3: units gathered around forward segments
+// Both hold a MasterState (master_state.h): the sharded fp32 master, the optimizer, the loss
+// scaler, clipping and the update, and the checkpoint pieces. Ownership, buckets and padding:
+// partition.h. Communication during backward: grad_reducer.h.
+//
+// Use, per optimizer step of A micro-steps (gradient accumulation):
+//   for (int i = 0; i < A; ++i) engine->backward(model_loss(micro_batch[i]), {i, A});
+//   StepResult r = engine->step(lr);   // zero_grad is part of step()
 // `loss` is this rank's mean loss over its micro-batch; backward scales it by 1/A (and the fp16
 // loss scale); gradients are averaged over ranks, so equal micro-batches give the global-batch
-// mean.
+// mean. The caller says which micro-step each backward is (the trainer takes it from data::Batch);
+// the engine does not count them, it only refuses them out of order.
 //
-// Parameters are passed in forward order (as named_parameters() lists them): the flat layout
-// follows that order, and buckets are launched from the last to the first, matching backward.
-// Construction replaces each parameter's storage by a view into the flat buffer (in the compute
-// dtype), so the model keeps using the same tensors. Every call that communicates is collective:
-// all ranks call backward/step/load_state in the same order. Not thread-safe. Gradient hooks run on
-// the autograd thread; backward must go through this engine, not loss.backward().
-//
-// Memory (Ψ trainable elements, N ranks, mixed precision with Adam): compute params 2Ψ; gradients
-// 2Ψ (stages 0/1) or 2Ψ/N (stage 2) in the compute dtype; master 4Ψ and optimizer 8Ψ, divided by N
-// at stages 1/2. In fp32 compute at stage 0 the master weights are the parameter buffer itself (no
-// copy; bytes().master_weights is 0). At stages 1/2 the master shard is a separate copy even in
-// fp32, because a rank's elements are spread over all buckets. Transient buffers (bucket buffers
-// during backward, the fp32 gradient copy and the all-gather inputs inside step()) are freed before
-// step() returns and are reported separately.
+// Parameters are passed in forward order (as named_parameters() lists them). Construction replaces
+// each parameter's storage by a view into an engine buffer (in the compute dtype), so the model
+// keeps using the same tensors. Every call that communicates is collective: all ranks call
+// backward/step/load_state in the same order. Not thread-safe. Gradient hooks run on the autograd
+// thread; backward must go through this engine, not loss.backward().
 //
 // offload_optimizer (stages 1-3): the master shard and the optimizer state live in host memory
-// (pinned with CUDA parameters); step() copies the gradient shard to the host, updates there and
-// streams each bucket's updated chunk back as its all-gather input. MemoryReport::host_bytes.
+// (pinned with CUDA parameters) and the update runs there. offload_param (stage 3): the parameter
+// shard lives in host memory too. MemoryReport::host_bytes counts what offload moves.
 
 #include <cstdint>
 #include <functional>
@@ -49,14 +50,10 @@
 
 #include "comm/communicator.h"
 #include "optim/optimizer.h"
-#include "zero/grad_hooks.h"
 #include "zero/loss_scaler.h"
 #include "zero/partition.h"
 
 namespace dstrain::zero {
-
-class GradReducer;
-class Stage3Engine;
 
 struct NamedParameter {
   std::string name;
@@ -80,16 +77,15 @@ using InitialValues =
     std::function<torch::Tensor(const std::string& name, int64_t begin, int64_t end)>;
 
 struct EngineOptions {
-  int stage = 0;                             // 0, 1, 2 or 3
-  int64_t reduce_bucket_size = 500'000'000;  // elements per communication bucket
-  bool overlap_comm = true;                  // launch buckets during backward as they fill
-  bool contiguous_gradients = true;          // stage 2: copy grads into buckets as they arrive
-  int gradient_accumulation_steps = 1;
-  double gradient_clipping = 0.0;                     // max global L2 norm; 0 disables
+  int stage = 0;                            // 0, 1, 2 or 3
+  int64_t reduce_bucket_size = 50'000'000;  // elements per communication bucket (stages 0-2)
+  bool overlap_comm = true;                 // launch buckets during backward as they fill
+  bool contiguous_gradients = true;         // stage 2: copy grads into buckets as they arrive
+  double gradient_clipping = 0.0;           // max global L2 norm; 0 disables
   torch::ScalarType compute_dtype = torch::kFloat32;  // kFloat32, kBFloat16 or kHalf
   LossScalingOptions loss_scaling;                    // used only with kHalf
-  // Stage 3 (see stage3.h). `segments[k]`: the units forward segment k reads, in forward order;
-  // empty: one segment per unit, in unit order.
+  // Stage 3 (see stage3_engine.h). `segments[k]`: the units forward segment k reads, in forward
+  // order; empty: one segment per unit, in unit order.
   std::vector<std::vector<int>> segments;
   int64_t prefetch_bucket_size = 50'000'000;      // elements gathered ahead of use
   int64_t param_persistence_threshold = 100'000;  // smaller parameters stay gathered
@@ -99,6 +95,15 @@ struct EngineOptions {
   // must then hold them). Each rank asks only for its own shard's elements and the persistent
   // (small) parameters.
   InitialValues initial_values;
+};
+
+// Which micro-step of an optimizer step a backward() is: micro-step `index` of `count` (the
+// gradient accumulation steps). The default is a whole step in one micro-step.
+struct MicroStep {
+  int64_t index = 0;
+  int64_t count = 1;
+  bool first() const { return index == 0; }
+  bool last() const { return index + 1 == count; }
 };
 
 struct StepResult {
@@ -142,82 +147,59 @@ struct StatePiece {
 using StateSource =
     std::function<torch::Tensor(const std::string& kind, const std::string& param, Range elements)>;
 
-// The factor the summed fp32 gradient is multiplied by before the update: 1/loss_scale, times
-// clip/(norm + 1e-6) when `clip` > 0 and the (unscaled) global norm exceeds it.
-double gradient_coefficient(const StepResult& r, double clip);
-
 class Engine {
  public:
-  Engine(std::vector<NamedParameter> params, comm::Communicator& comm,
-         const OptimizerFactory& make_optimizer, EngineOptions options);
-  ~Engine();
+  virtual ~Engine() = default;
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
   // Stage 3: bracket forward segment k (EngineOptions::segments) with these; `output` is the
   // segment's output. No-ops at stages 0-2, so one forward serves every stage.
-  void pre_forward(size_t segment);
-  void post_forward(size_t segment, const torch::Tensor& output);
+  virtual void pre_forward(size_t segment) {}
+  virtual void post_forward(size_t segment, const torch::Tensor& output) {}
 
-  // One micro-step: autograd on loss · loss_scale / accumulation_steps, gradient communication.
-  void backward(const torch::Tensor& loss);
-  // After exactly gradient_accumulation_steps backward() calls: completes communication, clips,
-  // updates (unless fp16 overflow), refreshes the parameters, zeroes the gradients.
+  // One micro-step: autograd on loss · loss_scale / micro.count, gradient communication. Between
+  // two steps the micro-steps come in order 0, 1, ..., count - 1 with one count; anything else is
+  // Error(kInternal).
+  void backward(const torch::Tensor& loss, MicroStep micro = {});
+  // After the backward() of the last micro-step (else Error(kInternal)): completes communication,
+  // clips, updates (unless fp16 overflow), refreshes the parameters, zeroes the gradients.
   StepResult step(double lr);
 
-  MemoryReport bytes() const;
+  virtual MemoryReport bytes() const = 0;
 
   // Checkpoint support. The pieces are those of this rank's partition at every stage (at stage 0
   // too, so that saving is spread over the ranks); together the ranks' pieces cover every element
   // of every parameter exactly once, whatever the stage.
-  std::vector<StatePiece> owned_state() const;
+  virtual std::vector<StatePiece> owned_state() const = 0;
   // "master" followed by the optimizer's state names.
-  std::vector<std::string> state_kinds() const;
-  int64_t step_count() const;
-  LossScalerState loss_scaler_state() const;
+  virtual std::vector<std::string> state_kinds() const = 0;
+  virtual int64_t step_count() const = 0;
+  virtual LossScalerState loss_scaler_state() const = 0;
   // Collective. Asks `source` for every (kind, param, range) this rank holds (stage 0: everything),
   // loads it, then refreshes the compute parameters from the master weights. Works across world
-  // sizes and stages because pieces are named by parameter and element range.
+  // sizes and stages because pieces are named by parameter and element range. Drops the gradients
+  // of micro-steps done since the last step().
   void load_state(const StateSource& source, int64_t step_count, const LossScalerState& scaler);
 
-  const Partition& partition() const { return partition_; }
-  const EngineOptions& options() const { return options_; }
+ protected:
+  Engine() = default;
+
+  // The implementations' parts of backward(), step() and load_state(), called once the micro-step
+  // order has been checked.
+  virtual void do_backward(const torch::Tensor& loss, MicroStep micro) = 0;
+  virtual StepResult do_step(double lr) = 0;
+  virtual void do_load_state(const StateSource& source, int64_t step_count,
+                             const LossScalerState& scaler) = 0;
 
  private:
-  struct ParamInfo {
-    std::string name;
-    std::vector<int64_t> shape;
-    torch::Tensor tensor;
-  };
-
-  void validate() const;
-  void build_flat_buffers(const std::vector<NamedParameter>& params);
-  void build_master(const std::vector<NamedParameter>& params);
-  std::vector<Range> no_decay_ranges() const;
-  void install_hooks();
-  std::vector<ParamPiece> master_pieces() const;
-  int64_t master_offset(const ParamPiece& piece) const;
-  torch::Tensor fp32_gradients();
-  torch::TensorOptions shard_options() const;
-  double global_grad_sq(const torch::Tensor& grad32);
-  void refresh_params();
-  void zero_grad();
-
-  comm::Communicator& comm_;
-  EngineOptions options_;
-  Partition partition_;
-  std::vector<ParamInfo> params_;
-  torch::Tensor flat_params_;  // [padded_numel] compute dtype; parameters are views of it
-  torch::Tensor flat_grad_;    // stages 0/1: [padded_numel] compute dtype; .grad are views of it
-  torch::Tensor grad_shard_;   // stage 2: [shard_numel]; stage 1: transient on the last micro-step
-  torch::Tensor master_;       // fp32; stage 0: [padded_numel], stages 1/2: [shard_numel]
-  bool master_aliases_params_ = false;
-  std::unique_ptr<optim::Optimizer> optimizer_;
-  LossScaler scaler_;
-  std::unique_ptr<GradReducer> reducer_;
-  std::vector<AccumulatorHandle> hooks_;
-  int micro_step_ = 0;
-  std::unique_ptr<Stage3Engine> stage3_;  // stage 3: does everything
+  MicroStep done_{-1, 0};  // the last micro-step backward() ran since step(); index -1: none
 };
+
+// Builds the engine for options.stage: a ShardedEngine for stages 0-2, a Stage3Engine for stage 3.
+// Error(kConfig) for options it cannot honour (stage, dtype, clipping, offload at the wrong stage)
+// and for a model without trainable elements.
+std::unique_ptr<Engine> make_engine(std::vector<NamedParameter> params, comm::Communicator& comm,
+                                    const OptimizerFactory& make_optimizer, EngineOptions options);
 
 }  // namespace dstrain::zero

@@ -1,9 +1,9 @@
 #pragma once
 // Per-rank memory of model states (parameters, gradients, fp32 master, optimizer state) for every
 // ZeRO stage and offload choice, computed from the parameter shapes alone, with the same layout
-// rules as the engine (partition.h, stage3.h), so the numbers are what Engine::bytes() measures
-// (padding included). Activations, transient communication buffers and the framework's own memory
-// are not part of model states.
+// rules as the engine (partition.h, stage3_engine.h), so the numbers are what Engine::bytes()
+// measures (padding included). Activations, transient communication buffers and the framework's own
+// memory are not part of model states.
 
 #include <cstdint>
 #include <string>

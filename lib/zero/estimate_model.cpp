@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "model/hub.h"
+#include "hub/resolve.h"
 
 namespace dstrain::zero {
 
@@ -66,7 +66,9 @@ std::string estimate_report(const std::string& config_path,
   load.overrides = overrides;
   load.world_size = world_size;
   const config::Config config = config::load_config(config_path, load);
-  const auto dir = model::resolve_model_dir(config.model.name_or_path);
+  // Only config.json is read: a hub id not cached is fetched without its weights.
+  const auto dir =
+      hub::resolve_model_dir({config.model.name_or_path, config.model.revision, /*weights=*/false});
   const model::ModelConfig model = model::load_model_config(dir);
   const EstimateInput in = estimate_input(config, model, world_size);
   return json ? format_estimate_json(in, dir.string()) : format_estimate(in, dir.string());

@@ -1,12 +1,12 @@
 // Stage 3: gathering units around forward segments and their backward, reduce-scattering gradients
-// as units complete. See stage3.h for the schedule.
+// as units complete. See stage3_engine.h for the schedule.
 #include <algorithm>
 
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include "core/error.h"
 #include "model/storage.h"
-#include "zero/stage3.h"
+#include "zero/stage3_engine.h"
 
 namespace dstrain::zero {
 
@@ -149,20 +149,15 @@ void Stage3Engine::retire_oldest() {
   r.target.add_(r.output);
 }
 
-void Stage3Engine::backward(const torch::Tensor& loss) {
-  const int steps = options_.gradient_accumulation_steps;
-  if (micro_step_ >= steps) {
-    fail(ErrorKind::kInternal, "zero engine: backward() called {} times without step()",
-         micro_step_ + 1);
-  }
+// Every micro-step alike: each unit's reduce-scatter is added into the gradient shard.
+void Stage3Engine::do_backward(const torch::Tensor& loss, MicroStep micro) {
   for (Unit& unit : units_) {
     unit.waiting = static_cast<int>(unit.params.size());
     unit.reduced = false;
   }
   in_backward_ = true;
-  (loss * (scaler_.scale() / steps)).backward();
+  (loss * (master_->loss_scale() / static_cast<double>(micro.count))).backward();
   finish_backward();
-  ++micro_step_;
 }
 
 // Units whose parameters got no gradient (all ranks alike) are reduced as zeros, in descending

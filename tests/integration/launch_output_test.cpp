@@ -113,8 +113,10 @@ TEST(LaunchDryRun, TrainPrintsTheTrainCommandLine) {
   RunResult r = run_dstrain({"launch", "--nproc", "2", "--dry-run", config, "--set",
                              "training.seed=7", "--", "--extra", "two words"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  std::string expected = std::string(DSTRAIN_BINARY) + " train " + config +
-                         " --set training.seed=7 --extra 'two words'";
+  // Ranks start the LibTorch worker beside dstrain directly (apps/dstrain/command_info.h).
+  std::string binary = DSTRAIN_BINARY;
+  std::string worker = binary.substr(0, binary.rfind('/') + 1) + "dstrain-worker";
+  std::string expected = worker + " train " + config + " --set training.seed=7 --extra 'two words'";
   EXPECT_TRUE(contains(r.out, "  command: " + expected + "\n")) << r.out;
   EXPECT_TRUE(contains(r.out, "WORLD_SIZE=2")) << r.out;
 }

@@ -3,7 +3,9 @@
 // fail; every process of a job carries DSTRAIN_TEST_MARKER (forwarded as a DSTRAIN_ variable), so
 // the tests can check that nothing survives a teardown on any host.
 
+#include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -173,6 +175,60 @@ TEST_F(LaunchSshTest, Usr1IsForwardedToEveryRank) {
     std::string line = "[" + host(rank / 2) + ":" + std::to_string(rank) + "] got USR1";
     EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
   }
+}
+
+// Lost links: nothing closes when a link goes down, so only the keepalive notices (node_agent.h):
+// the launcher within --ssh-keepalive, and the lost host's agent, which stops its own ranks.
+TEST_F(LaunchSshTest, LinkDownIsDetectedWithinTheKeepaliveAndNamesTheHost) {
+  const double keepalive = 2;
+  Child child = start_dstrain(args("echo up; exec sleep 1000", {"--ssh-keepalive", "2"}), env());
+  pid_t on_lost_host = find_rank(3, "sleep");
+  ASSERT_GT(on_lost_host, 0) << "rank 3 never started";
+  ASSERT_GT(find_rank(0, "sleep"), 0);
+  std::string down = "ip link set " + cluster_->veth(1) + " down";
+  ASSERT_EQ(std::system(down.c_str()), 0) << down;
+  auto t0 = std::chrono::steady_clock::now();
+  RunResult r = finish(child, 20);
+  double detected = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_LE(detected, keepalive + 1.5) << "the launcher ended " << detected << " s after the link";
+  EXPECT_EQ(r.exit_code, 255) << r.err;
+  EXPECT_NE(r.err.find("node 1 (host " + host(1) + ", ranks 2-3) failed first"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("host lost: nothing from it for 2 s"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(stopped by the launcher)"), std::string::npos) << r.err;
+  // Host 0 was stopped by the launcher; host 1, cut off, by its own agent's keepalive.
+  EXPECT_TRUE(wait_until(
+      [&] {
+        for (pid_t pid : processes_with_marker(token_)) {
+          if (netns_of(pid) == cluster_->namespace_name(0)) return false;
+        }
+        return true;
+      },
+      5));
+  EXPECT_TRUE(wait_until([&] { return !is_alive(on_lost_host); }, keepalive + 5))
+      << "rank 3 still runs on the host whose link is down";
+  EXPECT_TRUE(wait_until([&] { return processes_with_marker(token_).empty(); }, 10))
+      << processes_with_marker(token_).size() << " process(es) of the job survived";
+}
+
+TEST_F(LaunchSshTest, KilledSshdIsDetectedAtOnceAndNamesTheHost) {
+  Child child = start_dstrain(args("echo up; exec sleep 1000"), env());
+  ASSERT_GT(find_rank(3, "sleep"), 0) << "rank 3 never started";
+  ASSERT_GT(find_rank(0, "sleep"), 0);
+  // Every sshd on host 1: the listener and this job's session (its monitor and its child).
+  for (int pid : cluster_->processes_on(1)) {
+    if (comm_of(pid) == "sshd") ::kill(pid, SIGKILL);
+  }
+  ::kill(cluster_->sshd_pid(1), SIGKILL);
+  RunResult r = finish(child, 15);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 255) << r.err;
+  EXPECT_NE(r.err.find("node 1 (host " + host(1) + ", ranks 2-3) failed first"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("connection lost"), std::string::npos) << r.err;
+  EXPECT_TRUE(wait_until([&] { return processes_with_marker(token_).empty(); }, 10))
+      << processes_with_marker(token_).size() << " process(es) of the job survived";
 }
 
 TEST_F(LaunchSshTest, UnreachableHostIsAClearErrorWithinTheTimeout) {

@@ -127,6 +127,11 @@ SshCluster::~SshCluster() {
 void SshCluster::cleanup() {
   for (const std::string& ns : namespaces_) remove_namespace(ns);
   namespaces_.clear();
+  // A namespace is destroyed asynchronously (later still while sockets of a cut-off link linger),
+  // and its veth pair with it; deleting our end now frees the names for the next cluster.
+  for (const std::string& veth : veths_)
+    std::system(("ip link del " + veth + " 2>/dev/null").c_str());
+  veths_.clear();
   if (!bridge_.empty()) std::system(("ip link del " + bridge_ + " >/dev/null 2>&1").c_str());
   bridge_.clear();
   std::error_code ignored;
@@ -136,6 +141,28 @@ void SshCluster::cleanup() {
 
 std::string SshCluster::address(int k) const {
   return "10.77." + std::to_string(subnet_) + "." + std::to_string(k + 2);
+}
+
+int SshCluster::sshd_pid(int k) const {
+  return std::atoi(read_text(dir_ + "/sshd_" + std::to_string(k) + ".pid").c_str());
+}
+
+std::vector<int> SshCluster::processes_on(int k) const {
+  struct stat ns {};
+  std::vector<int> found;
+  if (::stat(("/run/netns/" + namespaces_[k]).c_str(), &ns) != 0) return found;
+  int listener = sshd_pid(k);
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return found;
+  while (dirent* entry = ::readdir(proc)) {
+    int pid = std::atoi(entry->d_name);
+    struct stat st {};
+    if (pid <= 0 || pid == listener) continue;
+    if (::stat(("/proc/" + std::to_string(pid) + "/ns/net").c_str(), &st) != 0) continue;
+    if (st.st_ino == ns.st_ino && is_alive(pid)) found.push_back(pid);
+  }
+  ::closedir(proc);
+  return found;
 }
 
 std::string SshCluster::unused_address() const {
@@ -198,7 +225,15 @@ void SshCluster::start_sshd(int k) {
   fs::create_directories("/run/sshd");  // sshd's privilege separation directory
   must("ip netns exec " + namespaces_[k] + " /usr/sbin/sshd -t -f " + config);
   std::string log = dir_ + "/sshd_" + n + ".log";
-  must("ip netns exec " + namespaces_[k] + " /usr/sbin/sshd -f " + config + " -E " + log);
+  // `ip netns exec` gives sshd its own mount namespace too; in it, this machine's ~/.bashrc (which
+  // bash sources for every SSH command) is masked, so each host starts as a fresh machine would
+  // and a login costs what sshd and the shell cost, not what the build machine's rc file does.
+  std::string mask;
+  const char* home = std::getenv("HOME");
+  std::string bashrc = std::string(home != nullptr ? home : "/root") + "/.bashrc";
+  if (file_exists(bashrc)) mask = "mount --bind /dev/null " + bashrc + " && ";
+  must("ip netns exec " + namespaces_[k] + " sh -c '" + mask + "exec /usr/sbin/sshd -f " + config +
+       " -E " + log + "'");
   // Daemonized sshd writes its pid file once it listens.
   bool up = wait_until([&] { return file_exists(dir_ + "/sshd_" + n + ".pid"); }, 10);
   if (!up) {

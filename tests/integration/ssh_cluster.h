@@ -7,7 +7,9 @@
 // 0's rendezvous port on host 0 is reachable from every host (what a real training job needs).
 //
 // Namespaces share the filesystem and the process table with the root namespace, like hosts with a
-// shared NFS home: the same dstrain binary and working directory exist "remotely".
+// shared NFS home: the same dstrain binary and working directory exist "remotely". Each sshd sees
+// ~/.bashrc as an empty file (a bind mount in its own mount namespace): the build machine's rc file
+// would otherwise run in every SSH command (root's here runs `pyenv init`, ~0.4 s a login).
 //
 // Everything is removed by the destructor (and stale leftovers of killed test processes at the
 // next start). Tests must call SshCluster::skip_reason() first and GTEST_SKIP when it is not
@@ -36,6 +38,12 @@ class SshCluster {
   std::string unused_address() const;  // in the subnet, nobody answers
   int port() const { return port_; }
   const std::string& namespace_name(int k) const { return namespaces_[k]; }
+  // Host k's end of its link in the root namespace: `ip link set <veth> down` cuts host k off.
+  const std::string& veth(int k) const { return veths_[k]; }
+  int sshd_pid(int k) const;  // host k's listening sshd (its pid file)
+  // The live processes on host k (in its network namespace), its listening sshd excepted: what a
+  // job left behind there, SSH sessions included.
+  std::vector<int> processes_on(int k) const;
   std::string dir() const { return dir_; }
   std::string client_key() const { return dir_ + "/client_key"; }
   std::string wrong_key() const { return dir_ + "/wrong_key"; }

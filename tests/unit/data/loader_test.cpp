@@ -58,6 +58,7 @@ TEST(Loader, YieldsSamplerOrderAcrossEpochs) {
         EXPECT_EQ(b.epoch, epoch);
         EXPECT_EQ(b.step, step);
         EXPECT_EQ(b.micro_step, k);
+        EXPECT_EQ(b.micro_steps, 2);
         EXPECT_EQ(b.last_micro_step, k == 1);
         auto expected = sampler.micro_batch_indices(step, k);
         for (auto& i : expected) i += 1000;

@@ -62,6 +62,31 @@ TEST(TextSource, DirectoryIsReadRecursivelyInSortedOrderSkippingHidden) {
   EXPECT_EQ(doc(c, 2), ids("B"));
 }
 
+TEST(TextSource, DirectorySkipsUnderscoreNamesOfParquetWriters) {
+  TempDir dir;
+  dir.write("part-0.txt", "P");
+  dir.write("_SUCCESS", "");
+  dir.write("_metadata", "M");
+  dir.write("_tmp/x.txt", "T");
+  Corpus c = load_corpus(dir.path(), {}, BytesTokenizer());
+  ASSERT_EQ(c.num_documents(), 1);
+  EXPECT_EQ(doc(c, 0), ids("P"));
+}
+
+TEST(TextSource, GlobPatternMatchesInSortedOrder) {
+  TempDir dir;
+  dir.write("d/b.txt", "B");
+  dir.write("d/a.txt", "A");
+  dir.write("d/c.md", "C");
+  dir.write("d/sub/z.txt", "Z");
+  EXPECT_EQ(list_source_files(dir.path("d/*.txt")),
+            (std::vector<std::string>{dir.path("d/a.txt"), dir.path("d/b.txt")}));
+  EXPECT_EQ(list_source_files(dir.path("d/s*")),
+            (std::vector<std::string>{dir.path("d/sub/z.txt")}));
+  expect_error([&] { list_source_files(dir.path("d/*.parquet")); }, ErrorKind::kInput,
+               {dir.path("d/*.parquet"), "no file matches"});
+}
+
 TEST(TextSource, ManyDocumentsKeepOrderWithSeveralThreads) {
   TempDir dir;
   std::string text;
@@ -196,11 +221,11 @@ TEST(SourceErrors, InvalidUtf8NamesFileAndByteOffset) {
                {jpath, "byte offset 10"});
 }
 
-TEST(SourceErrors, ParquetIsRefusedWithConversionAdvice) {
+TEST(SourceErrors, ParquetExtensionOnAFileThatIsNotParquetNamesIt) {
   TempDir dir;
   const auto path = dir.write("d.parquet", "PAR1");
   expect_error([&] { load_corpus(path, {}, BytesTokenizer()); }, ErrorKind::kInput,
-               {path, "Parquet is not supported in this build", "JSON Lines"});
+               {path, "not a Parquet file", "4 bytes"});
 }
 
 TEST(SourceErrors, EmptyDirectoryIsInputError) {

@@ -17,6 +17,11 @@ TEST(ProgramPath, SelfExecutableIsThisTestBinary) {
   EXPECT_NE(self.find("launcher_test"), std::string::npos) << self;
 }
 
+TEST(ProgramPath, WorkerIsBesideThisExecutable) {
+  std::string self = self_executable();
+  EXPECT_EQ(worker_executable(), self.substr(0, self.rfind('/') + 1) + "dstrain-worker");
+}
+
 TEST(ProgramPath, FindsProgramsOnPath) {
   std::string sh = resolve_program("sh");
   EXPECT_EQ(sh[0], '/');

@@ -47,13 +47,13 @@ TEST(LoraEngine, ModelStateBytesAreThoseOfTheAdaptersOnly) {
       all.push_back({p.key(), p.value()});
       base_numel += p.value().numel();
     }
-    full = zero::Engine(all, comm, adamw(), options).bytes();
+    full = zero::make_engine(all, comm, adamw(), options)->bytes();
 
     auto m2 = small_model();
     freeze(m2, torch::kBFloat16);
     LoraModel lora(m2, small_options(), "k");
     lora_numel = lora.num_parameters();
-    adapter = zero::Engine(lora_params(lora), comm, adamw(), options).bytes();
+    adapter = zero::make_engine(lora_params(lora), comm, adamw(), options)->bytes();
   });
   // Mixed precision with Adam: 2 (bf16 param) + 2 (grad) + 4 (master) + 8 (moments) bytes per
   // trainable element; the frozen base costs the engine nothing.
@@ -85,14 +85,14 @@ TEST(LoraEngine, TrainingLowersTheLossAndLeavesTheBaseBitIdentical) {
     zero::EngineOptions options;
     options.stage = 2;
     options.reduce_bucket_size = 1000;
-    zero::Engine engine(lora_params(lora), comm, adamw(), options);
+    auto engine = zero::make_engine(lora_params(lora), comm, adamw(), options);
     const torch::Tensor mine = ids.narrow(0, 2 * comm.rank(), 2);
     const torch::Tensor my_labels = labels.narrow(0, 2 * comm.rank(), 2);
     double first = 0, last = 0;
     for (int step = 0; step < 30; ++step) {
       const torch::Tensor loss = model::causal_lm_loss(m->forward(mine), my_labels);
-      engine.backward(loss);
-      engine.step(1e-2);
+      engine->backward(loss);
+      engine->step(1e-2);
       (step == 0 ? first : last) = loss.item<double>();
     }
     losses[comm.rank()] = last / first;

@@ -102,13 +102,13 @@ std::vector<std::vector<double>> engine_losses(int stage, bool checkpointing, in
       options.param_persistence_threshold = 0;  // every layer gathered and released around use
       options.prefetch_bucket_size = 0;
     }
-    zero::Engine engine(std::move(params), comm, adamw(), options);
+    auto engine = zero::make_engine(std::move(params), comm, adamw(), options);
     const torch::Tensor mine = ids.narrow(0, 2 * comm.rank(), 2);
     for (int step = 0; step < steps; ++step) {
       const torch::Tensor loss =
-          model::causal_lm_loss(forward_with_engine(*m, engine, mine), mine.roll(-1, 1));
-      engine.backward(loss);
-      engine.step(1e-2);
+          model::causal_lm_loss(forward_with_engine(*m, *engine, mine), mine.roll(-1, 1));
+      engine->backward(loss);
+      engine->step(1e-2);
       losses[static_cast<size_t>(comm.rank())].push_back(loss.item<double>());
     }
   });

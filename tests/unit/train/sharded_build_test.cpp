@@ -57,14 +57,14 @@ std::vector<double> train_stage3(const Maker& make, torch::ScalarType dtype, int
     model::DecoderModel m = make(&values);
     zero::EngineOptions o = stage3_options(*m, dtype);
     o.initial_values = values;
-    zero::Engine engine(engine_parameters(*m), comm, adamw(), o);
+    auto engine = zero::make_engine(engine_parameters(*m), comm, adamw(), o);
     for (int s = 0; s < steps; ++s) {
       auto gen = at::make_generator<at::CPUGeneratorImpl>(100 * s + comm.rank());
       const torch::Tensor ids = torch::randint(0, m->config().vocab_size, {2, 12}, gen);
       const torch::Tensor loss =
-          model::causal_lm_loss(forward_with_engine(*m, engine, ids), ids.roll(-1, 1));
-      engine.backward(loss);
-      engine.step(1e-2);
+          model::causal_lm_loss(forward_with_engine(*m, *engine, ids), ids.roll(-1, 1));
+      engine->backward(loss);
+      engine->step(1e-2);
       losses[static_cast<size_t>(comm.rank())].push_back(loss.item<double>());
     }
   });
@@ -150,19 +150,19 @@ TEST(ShardedBuild, LoraBaseIsShardedFrozenAndReleasedAfterEachStep) {
       const auto it = adapters.find(name);
       return it == adapters.end() ? base(name, b, e) : it->second.narrow(0, b, e - b);
     };
-    zero::Engine engine(params, comm, adamw(), o);
+    auto engine = zero::make_engine(params, comm, adamw(), o);
     double first = 0, last = 0;
     const torch::Tensor ids = torch::arange(24).reshape({2, 12}) % c.vocab_size;
     for (int s = 0; s < 8; ++s) {
       const torch::Tensor loss =
-          model::causal_lm_loss(forward_with_engine(*m, engine, ids), ids.roll(-1, 1));
-      engine.backward(loss);
-      engine.step(3e-2);
+          model::causal_lm_loss(forward_with_engine(*m, *engine, ids), ids.roll(-1, 1));
+      engine->backward(loss);
+      engine->step(3e-2);
       (s == 0 ? first : last) = loss.item<double>();
-      const zero::MemoryReport r = engine.bytes();
+      const zero::MemoryReport r = engine->bytes();
       EXPECT_EQ(r.gathered_params, 0) << "units left gathered after step " << s;
     }
-    const zero::MemoryReport r = engine.bytes();
+    const zero::MemoryReport r = engine->bytes();
     // bf16 compute params: half the base plus half the adapters, up to padding.
     EXPECT_NEAR(static_cast<double>(r.compute_params), (base_numel + adapter_numel) * 2.0 / 2,
                 64.0 * 16);
@@ -209,7 +209,7 @@ int64_t construction_peak(bool sharded) {
                                   : model::build_model(c, torch::kFloat, 5);
   zero::EngineOptions o = stage3_options(*m, torch::kFloat);
   if (sharded) o.initial_values = model::init_source(*m, 5);
-  zero::Engine engine(engine_parameters(*m), comm, adamw(), o);
+  auto engine = zero::make_engine(engine_parameters(*m), comm, adamw(), o);
   return counter.peak() - before;
 }
 

@@ -43,9 +43,9 @@ Saved train_and_save(const Problem& problem, int world, int stage, int first_ste
     EngineOptions options;
     options.stage = stage;
     options.reduce_bucket_size = 32;
-    Engine engine(named_parameters(model), comm, adamw_factory(), options);
+    auto engine = make_engine(named_parameters(model), comm, adamw_factory(), options);
     if (resume) {
-      engine.load_state(
+      engine->load_state(
           [&](const std::string& kind, const std::string& param, Range r) {
             auto it = resume->state.find({kind, param});
             if (it == resume->state.end()) fail(ErrorKind::kInput, "no {} for {}", kind, param);
@@ -62,13 +62,13 @@ Saved train_and_save(const Problem& problem, int world, int stage, int first_ste
     for (int s = first_step; s < first_step + steps; ++s) {
       torch::Tensor x = micro_batch(problem.x[s], world, comm.rank(), 1, 0);
       torch::Tensor y = micro_batch(problem.y[s], world, comm.rank(), 1, 0);
-      engine.backward(torch::mse_loss(model->forward(x), y));
-      engine.step(1e-2);
+      engine->backward(torch::mse_loss(model->forward(x), y));
+      engine->step(1e-2);
     }
     std::lock_guard<std::mutex> lock(mutex);
-    add_pieces(saved, engine.owned_state());
-    saved.step_count = engine.step_count();
-    saved.scaler = engine.loss_scaler_state();
+    add_pieces(saved, engine->owned_state());
+    saved.step_count = engine->step_count();
+    saved.scaler = engine->loss_scaler_state();
   });
   return saved;
 }

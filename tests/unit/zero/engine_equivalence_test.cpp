@@ -38,7 +38,7 @@ TEST_P(ZeroMatchesSingleProcess, LossesGradNormsAndParametersOver20Steps) {
   RunConfig config;
   config.world = c.world;
   config.options.stage = c.stage;
-  config.options.gradient_accumulation_steps = c.accum;
+  config.accum = c.accum;
   config.options.gradient_clipping = c.clip;
   config.options.reduce_bucket_size = 40;  // several buckets, parameters straddling them
   config.options.overlap_comm = c.overlap;

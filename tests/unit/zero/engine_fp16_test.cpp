@@ -17,7 +17,7 @@ void run_overflow_case(int stage) {
     options.compute_dtype = torch::kHalf;
     options.reduce_bucket_size = 64;
     options.loss_scaling = {/*initial_scale_power=*/8, /*window=*/1000, /*hysteresis=*/1, 1.0};
-    Engine engine(named_parameters(model), comm, adamw_factory(), options);
+    auto engine = make_engine(named_parameters(model), comm, adamw_factory(), options);
     std::vector<StepResult> results;
     for (int s = 0; s < 4; ++s) {
       std::vector<torch::Tensor> before;
@@ -27,8 +27,8 @@ void run_overflow_case(int stage) {
       torch::Tensor loss = torch::mse_loss(model->forward_fp32(x), y);
       // Step 1: rank 1 alone overflows; the verdict must reach rank 0 too.
       if (s == 1 && comm.rank() == 1) loss = loss * 1e30;
-      engine.backward(loss);
-      results.push_back(engine.step(1e-3));
+      engine->backward(loss);
+      results.push_back(engine->step(1e-3));
       const auto params = model->parameters();
       for (size_t i = 0; i < params.size(); ++i) {
         EXPECT_EQ(params[i].equal(before[i]), s == 1) << "rank " << comm.rank() << " step " << s;
@@ -39,8 +39,8 @@ void run_overflow_case(int stage) {
     EXPECT_FALSE(results[2].skipped);
     EXPECT_EQ(results[1].loss_scale, 256.0);
     EXPECT_EQ(results[2].loss_scale, 128.0);
-    EXPECT_EQ(engine.loss_scaler_state().scale, 128.0);
-    EXPECT_EQ(engine.step_count(), 3);
+    EXPECT_EQ(engine->loss_scaler_state().scale, 128.0);
+    EXPECT_EQ(engine->step_count(), 3);
     EXPECT_TRUE(std::isfinite(results[2].grad_norm));
   });
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tests/unit/zero/zero_fixtures.h"
+#include "zero/sharded_engine.h"
 
 namespace dstrain::zero::testing {
 namespace {
@@ -86,14 +87,13 @@ TEST(ZeroStage2, NeverHoldsAFullSizeGradientBuffer) {
     EngineOptions options;
     options.stage = 2;
     options.reduce_bucket_size = 512;
-    options.gradient_accumulation_steps = 2;
-    Engine engine(params, comm, adamw_factory(), options);
+    ShardedEngine engine(params, comm, adamw_factory(), options);
     const int64_t full_bytes = engine.partition().padded_numel() * 4;
     for (int s = 0; s < 2; ++s) {
       for (int m = 0; m < 2; ++m) {
         const torch::Tensor xb = micro_batch(x[s], 4, comm.rank(), 2, m);
         const torch::Tensor yb = micro_batch(y[s], 4, comm.rank(), 2, m);
-        engine.backward(torch::mse_loss(model->forward(xb), yb));
+        engine.backward(torch::mse_loss(model->forward(xb), yb), {m, 2});
         for (const auto& p : model->parameters()) EXPECT_FALSE(p.grad().defined());
         EXPECT_EQ(engine.bytes().gradients, engine.partition().shard_numel() * 4);
       }
@@ -114,9 +114,9 @@ TEST(ZeroMemory, Fp32Stage0MasterAliasesTheParameterBuffer) {
   const Problem problem = make_problem(1);
   run_ranks(1, [&](ThreadCommunicator& comm) {
     TinyMlp model = make_model(problem);
-    Engine engine(named_parameters(model), comm, adamw_factory(), EngineOptions{});
-    EXPECT_EQ(engine.bytes().master_weights, 0);
-    const StatePiece piece = engine.owned_state().front();
+    auto engine = make_engine(named_parameters(model), comm, adamw_factory(), EngineOptions{});
+    EXPECT_EQ(engine->bytes().master_weights, 0);
+    const StatePiece piece = engine->owned_state().front();
     EXPECT_EQ(piece.tensors.at("master").data_ptr(),
               model->named_parameters()[piece.param].data_ptr());
   });

@@ -20,7 +20,7 @@ RunConfig offload_config(const Case& c, bool offload, int steps) {
   config.steps = steps;
   config.options.stage = c.stage;
   config.options.compute_dtype = c.dtype;
-  config.options.gradient_accumulation_steps = 2;
+  config.accum = 2;
   config.options.gradient_clipping = 0.5;
   config.options.reduce_bucket_size = 40;
   config.options.offload_optimizer = offload;
@@ -75,7 +75,7 @@ TEST(ZeroOffload, DeviceBytesDropByMasterOptimizerStateAndGradientShard) {
   for (int stage : {1, 2}) {
     for (int world = 1; world <= 4; ++world) {
       RunConfig config = offload_config(Case{stage, world, torch::kBFloat16}, true, 1);
-      config.options.gradient_accumulation_steps = 1;
+      config.accum = 1;
       config.options.reduce_bucket_size = 500;
       const RunResult run = run_engine(problem, config);
       const double host = (stage == 1 ? 12 : 16) * psi / world;

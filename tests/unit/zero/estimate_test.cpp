@@ -87,7 +87,7 @@ MemoryReport engine_bytes(int stage, int world, bool offload_opt, bool offload_p
     o.offload_param = offload_param;
     o.param_persistence_threshold = threshold;
     o.reduce_bucket_size = 100'000;
-    Engine engine(
+    auto engine = make_engine(
         params, comm,
         [](int64_t n, std::vector<optim::Range> no_decay) {
           optim::AdamWOptions a;
@@ -96,7 +96,7 @@ MemoryReport engine_bytes(int stage, int world, bool offload_opt, bool offload_p
         },
         o);
     std::lock_guard<std::mutex> lock(mu);
-    if (comm.rank() == 0) report = engine.bytes();
+    if (comm.rank() == 0) report = engine->bytes();
   });
   return report;
 }

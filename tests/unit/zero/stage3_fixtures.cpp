@@ -114,7 +114,7 @@ StateSource source_of(const std::map<std::pair<std::string, std::string>, torch:
 
 StackResult run_stack(const StackProblem& problem, const StackRun& run) {
   StackResult result;
-  const int accum = run.options.gradient_accumulation_steps;
+  const int accum = run.accum;
   std::vector<std::vector<double>> losses(run.world, std::vector<double>(run.steps, 0.0));
   result.memory.resize(run.world);
   result.comm.resize(run.world);
@@ -124,27 +124,27 @@ StackResult run_stack(const StackProblem& problem, const StackRun& run) {
     TinyStack model = make_stack(problem);
     EngineOptions options = run.options;
     options.segments = model->segments();
-    Engine engine(model->units(), comm, run.optimizer, options);
-    if (run.resume) engine.load_state(source_of(*run.resume), run.resume_steps, {});
+    auto engine = make_engine(model->units(), comm, run.optimizer, options);
+    if (run.resume) engine->load_state(source_of(*run.resume), run.resume_steps, {});
     for (int s = 0; s < run.steps; ++s) {
       const int64_t data_step = run.resume_steps + s;
       comm.reset_stats();
       for (int m = 0; m < accum; ++m) {
         torch::Tensor ids = micro_batch(problem.ids[data_step], run.world, rank, accum, m);
         torch::Tensor labels = micro_batch(problem.labels[data_step], run.world, rank, accum, m);
-        torch::Tensor logits = model->forward(ids, &engine).to(torch::kFloat32);
+        torch::Tensor logits = model->forward(ids, engine.get()).to(torch::kFloat32);
         torch::Tensor loss = torch::cross_entropy_loss(logits.reshape({-1, problem.shape.vocab}),
                                                        labels.reshape({-1}));
         losses[rank][s] += loss.item<double>() / accum;
-        engine.backward(loss);
+        engine->backward(loss, {m, accum});
       }
-      StepResult step = engine.step(run.lr);
+      StepResult step = engine->step(run.lr);
       if (rank == 0) result.steps.push_back(step);
     }
     std::lock_guard<std::mutex> lock(mutex);
-    result.memory[rank] = engine.bytes();
+    result.memory[rank] = engine->bytes();
     result.comm[rank] = comm.stats();
-    assemble(result, engine.owned_state());
+    assemble(result, engine->owned_state());
   });
   for (int s = 0; s < run.steps; ++s) {
     double sum = 0;

@@ -48,6 +48,7 @@ TinyStack make_stack(const StackProblem& problem);
 struct StackRun {
   int world = 1;
   EngineOptions options;
+  int accum = 1;  // micro-steps per optimizer step (gradient accumulation)
   int steps = 20;
   double lr = 1e-2;
   OptimizerFactory optimizer = adamw_factory();

@@ -35,7 +35,7 @@ StackRun stage_run(int stage, int world, int accum, double clip) {
   StackRun run;
   run.world = world;
   run.options.stage = stage;
-  run.options.gradient_accumulation_steps = accum;
+  run.accum = accum;
   run.options.gradient_clipping = clip;
   run.options.reduce_bucket_size = 40;
   return run;

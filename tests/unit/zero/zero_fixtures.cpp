@@ -103,7 +103,7 @@ torch::Tensor micro_batch(const torch::Tensor& batch, int world, int rank, int a
 
 RunResult run_engine(const Problem& problem, const RunConfig& config) {
   RunResult result;
-  const int accum = config.options.gradient_accumulation_steps;
+  const int accum = config.accum;
   std::vector<std::vector<double>> losses(config.world, std::vector<double>(config.steps, 0.0));
   result.memory.resize(config.world);
   result.comm.resize(config.world);
@@ -111,7 +111,7 @@ RunResult run_engine(const Problem& problem, const RunConfig& config) {
   run_ranks(config.world, [&](ThreadCommunicator& comm) {
     const int rank = comm.rank();
     TinyMlp model = make_model(problem);
-    Engine engine(named_parameters(model), comm, config.optimizer, config.options);
+    auto engine = make_engine(named_parameters(model), comm, config.optimizer, config.options);
     const torch::ScalarType dtype = config.options.compute_dtype;
     for (int s = 0; s < config.steps; ++s) {
       comm.reset_stats();
@@ -120,13 +120,13 @@ RunResult run_engine(const Problem& problem, const RunConfig& config) {
         torch::Tensor y = micro_batch(problem.y[s], config.world, rank, accum, m);
         torch::Tensor loss = torch::mse_loss(model->forward(x).to(torch::kFloat32), y);
         losses[rank][s] += loss.item<double>() / accum;
-        engine.backward(loss);
+        engine->backward(loss, {m, accum});
       }
-      StepResult step = engine.step(config.lr);
+      StepResult step = engine->step(config.lr);
       if (rank == 0) result.steps.push_back(step);
     }
     std::lock_guard<std::mutex> lock(mutex);
-    result.memory[rank] = engine.bytes();
+    result.memory[rank] = engine->bytes();
     result.comm[rank] = comm.stats();
     if (rank == 0) {
       for (const auto& p : model->parameters())

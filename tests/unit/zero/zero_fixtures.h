@@ -63,6 +63,7 @@ std::vector<NamedParameter> named_parameters(TinyMlp& model);
 struct RunConfig {
   int world = 1;
   EngineOptions options;
+  int accum = 1;  // micro-steps per optimizer step (gradient accumulation)
   int steps = 20;
   double lr = 1e-2;
   OptimizerFactory optimizer = adamw_factory();

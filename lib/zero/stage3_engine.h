@@ -1,6 +1,8 @@
 #pragma once
 // ZeRO stage 3: parameters, gradients, fp32 master weights and optimizer state all partitioned.
-// Internal to the engine (engine.h is the public interface; stage 3 is EngineOptions::stage = 3).
+// An Engine implementation (engine.h), built by make_engine() for EngineOptions::stage = 3, which
+// validates the options. The fp32 master, the optimizer and the update are a MasterState
+// (master_state.h) over this rank's shard.
 //
 // Units. Parameters are grouped into units (NamedParameter::unit; the trainer makes one per
 // decoder block, one for the embedding and one for the final norm/head). Each unit has its own flat
@@ -58,26 +60,25 @@
 
 #include "comm/communicator.h"
 #include "zero/engine.h"
+#include "zero/grad_hooks.h"
+#include "zero/master_state.h"
 
 namespace dstrain::zero {
 
-class Stage3Engine {
+class Stage3Engine final : public Engine {
  public:
   Stage3Engine(std::vector<NamedParameter> params, comm::Communicator& comm,
-               const OptimizerFactory& make_optimizer, const EngineOptions& options);
-  ~Stage3Engine();
+               const OptimizerFactory& make_optimizer, EngineOptions options);
+  ~Stage3Engine() override;
 
-  void pre_forward(size_t segment);
-  void post_forward(size_t segment, const torch::Tensor& output);
-  void backward(const torch::Tensor& loss);
-  StepResult step(double lr);
+  void pre_forward(size_t segment) override;
+  void post_forward(size_t segment, const torch::Tensor& output) override;
 
-  MemoryReport bytes() const;
-  std::vector<StatePiece> owned_state() const;
-  std::vector<std::string> state_kinds() const;
-  int64_t step_count() const;
-  LossScalerState loss_scaler_state() const;
-  void load_state(const StateSource& source, int64_t step_count, const LossScalerState& scaler);
+  MemoryReport bytes() const override;
+  std::vector<StatePiece> owned_state() const override { return master_->owned_state(); }
+  std::vector<std::string> state_kinds() const override { return master_->state_kinds(); }
+  int64_t step_count() const override { return master_->step_count(); }
+  LossScalerState loss_scaler_state() const override { return master_->loss_scaler_state(); }
 
   // Internal units: trainable units 0..U-1 in the caller's numbering, frozen twins U..2U-1, then
   // the persistent trainable and the persistent frozen unit.
@@ -109,10 +110,16 @@ class Stage3Engine {
     torch::Tensor input, output, target;  // target += output on completion
   };
 
+  void do_backward(const torch::Tensor& loss, MicroStep micro) override;
+  StepResult do_step(double lr) override;
+  void do_load_state(const StateSource& source, int64_t step_count,
+                     const LossScalerState& scaler) override;
+
   void validate(const std::vector<NamedParameter>& params) const;
   void build_units(const std::vector<NamedParameter>& params);
-  void build_shards(const std::vector<NamedParameter>& params);
-  std::vector<Range> no_decay_ranges() const;
+  torch::Tensor build_shards();
+  torch::Tensor initial_values(size_t param, Range elements) const;
+  MasterLayout master_layout() const;
   torch::Tensor shard_of(const Unit& unit, const torch::Tensor& shards) const;
   void launch_gather(size_t unit);
   void wait_gathered(size_t unit);
@@ -145,13 +152,11 @@ class Stage3Engine {
   torch::Tensor frozen_shard_;  // [frozen_numel] compute dtype (host when offload_param)
   // [shard_numel] compute dtype on the device; fp32 on the host with offload_optimizer
   torch::Tensor grad_shard_;
-  torch::Tensor master_;  // [shard_numel] fp32 (host when offload_optimizer)
-  bool master_aliases_params_ = false;
-  std::unique_ptr<optim::Optimizer> optimizer_;
-  LossScaler scaler_;
+  // Master over [shard_numel] fp32 (host when offload_optimizer); it is param_shard_ itself in fp32
+  // when both live in the same memory.
+  std::unique_ptr<MasterState> master_;
   std::vector<AccumulatorHandle> hooks_;
   std::deque<Reduction> in_flight_;
-  int micro_step_ = 0;
   bool in_backward_ = false;
   int64_t gathered_peak_ = 0;
 };

@@ -1,12 +1,11 @@
-// Stage 3: construction, the forward/backward unit schedule and gradient reduce-scatter.
-#include "zero/stage3.h"
+// Stage3Engine: construction of the units and shards.
+#include "zero/stage3_engine.h"
 
 #include <algorithm>
 #include <set>
 
 #include "core/error.h"
 #include "model/storage.h"
-#include "zero/no_decay.h"
 
 namespace dstrain::zero {
 namespace {
@@ -29,19 +28,19 @@ torch::TensorOptions state_options(const torch::Device& where, torch::ScalarType
 }  // namespace
 
 Stage3Engine::Stage3Engine(std::vector<NamedParameter> params, comm::Communicator& comm,
-                           const OptimizerFactory& make_optimizer, const EngineOptions& options)
+                           const OptimizerFactory& make_optimizer, EngineOptions options)
     : comm_(comm),
-      options_(options),
+      options_(std::move(options)),
       device_(params.empty() ? torch::Device(torch::kCPU) : params.front().tensor.device()),
-      host_device_(host_for(options.offload_optimizer, device_)),
-      scaler_(options.compute_dtype == torch::kHalf, options.loss_scaling) {
+      host_device_(host_for(options_.offload_optimizer, device_)) {
   validate(params);
   torch::NoGradGuard no_grad;
   build_units(params);
-  build_shards(params);
+  torch::Tensor master = build_shards();
   options_.initial_values = nullptr;  // whatever it holds (open files) is not needed any more
-  optimizer_ = make_optimizer(shard_numel_, no_decay_ranges());
-  if (!optimizer_) fail(ErrorKind::kInternal, "zero engine: the optimizer factory returned null");
+  const bool alias = master.is_same(param_shard_);
+  master_ = std::make_unique<MasterState>(std::move(master), alias, master_layout(), make_optimizer,
+                                          options_, comm_, device_);
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].frozen) continue;
     hooks_.push_back(add_post_accumulate_hook(params_[i].tensor, [this, i] { on_grad_ready(i); }));
@@ -129,7 +128,9 @@ void Stage3Engine::build_units(const std::vector<NamedParameter>& params) {
 // The shards are cut from the initial values: from options_.initial_values when set (the
 // parameters may then hold no memory), else from the parameters (every rank holding the full
 // model). Only the persistent unit stays gathered; other units' buffers never get memory here.
-void Stage3Engine::build_shards(const std::vector<NamedParameter>& params) {
+// Returns the fp32 master shard: param_shard_ itself in fp32 compute when both live in the same
+// memory.
+torch::Tensor Stage3Engine::build_shards() {
   const auto compute = torch::TensorOptions().dtype(options_.compute_dtype).device(device_);
   const torch::Device param_home = host_for(options_.offload_param, device_);
   param_shard_ =
@@ -143,33 +144,20 @@ void Stage3Engine::build_shards(const std::vector<NamedParameter>& params) {
       options_.offload_optimizer
           ? torch::zeros({shard_numel_}, state_options(host_device_, torch::kFloat32, device_))
           : torch::zeros({shard_numel_}, compute);
-  master_aliases_params_ = options_.compute_dtype == torch::kFloat32 &&
-                           options_.offload_param == options_.offload_optimizer;
-  master_ =
-      master_aliases_params_
-          ? param_shard_
-          : torch::zeros({shard_numel_}, state_options(host_device_, torch::kFloat32, device_));
-  const auto values = [&](size_t param, int64_t begin, int64_t end) -> torch::Tensor {
-    const NamedParameter& p = params[param];
-    if (options_.initial_values) {
-      torch::Tensor v = options_.initial_values(p.name, begin, end);
-      if (v.numel() != end - begin) {
-        fail(ErrorKind::kInternal, "zero engine: initial values of '{}' [{}, {}) have {} elements",
-             p.name, begin, end, v.numel());
-      }
-      return v.reshape({-1});
-    }
-    return p.tensor.detach().reshape({-1}).narrow(0, begin, end - begin);
-  };
+  const bool alias = options_.compute_dtype == torch::kFloat32 &&
+                     options_.offload_param == options_.offload_optimizer;
+  torch::Tensor master =
+      alias ? param_shard_
+            : torch::zeros({shard_numel_}, state_options(host_device_, torch::kFloat32, device_));
   const int rank = comm_.rank();
   for (Unit& unit : units_) {
     // The master from the original values: compute-dtype rounding never reaches it. Frozen
     // chunks go straight to their compute-dtype shard.
-    torch::Tensor& home = unit.frozen ? frozen_shard_ : master_;
+    torch::Tensor& home = unit.frozen ? frozen_shard_ : master;
     for (const ParamPiece& piece : unit.partition.owned_pieces(rank)) {
       const int64_t n = piece.elements.end - piece.elements.begin;
       home.narrow(0, unit.shard_offset + piece.offset, n)
-          .copy_(values(unit.params[piece.param], piece.elements.begin, piece.elements.end));
+          .copy_(initial_values(unit.params[piece.param], piece.elements));
     }
     // Never written unless persistent: untouched memory, released below once the views exist.
     unit.full = torch::empty({unit.partition.padded_numel()}, compute);
@@ -178,7 +166,8 @@ void Stage3Engine::build_shards(const std::vector<NamedParameter>& params) {
       torch::Tensor& p = params_[unit.params[k]].tensor;
       const int64_t offset = unit.partition.param_offset(k);
       const int64_t n = unit.partition.param_numel(k);
-      if (unit.persistent) unit.full.narrow(0, offset, n).copy_(values(unit.params[k], 0, n));
+      if (unit.persistent)
+        unit.full.narrow(0, offset, n).copy_(initial_values(unit.params[k], {0, n}));
       p.mutable_grad() = torch::Tensor();
       p.set_data(unit.full.narrow(0, offset, n).view(p.sizes()));
     }
@@ -189,21 +178,37 @@ void Stage3Engine::build_shards(const std::vector<NamedParameter>& params) {
       unit.state = UnitState::kFree;
     }
   }
-  if (!master_aliases_params_) param_shard_.copy_(master_);
+  if (!alias) param_shard_.copy_(master);
+  return master;
 }
 
-std::vector<Range> Stage3Engine::no_decay_ranges() const {
-  std::vector<Range> ranges;
+// Elements `r` of parameter `param`'s initial values, flattened: from options_.initial_values, or
+// from the parameter itself (read before build_shards() points it into its unit's buffer).
+torch::Tensor Stage3Engine::initial_values(size_t param, Range r) const {
+  const NamedParameter& p = params_[param];
+  if (options_.initial_values) {
+    torch::Tensor v = options_.initial_values(p.name, r.begin, r.end);
+    if (v.numel() != r.end - r.begin) {
+      fail(ErrorKind::kInternal, "zero engine: initial values of '{}' [{}, {}) have {} elements",
+           p.name, r.begin, r.end, v.numel());
+    }
+    return v.reshape({-1});
+  }
+  return p.tensor.detach().reshape({-1}).narrow(0, r.begin, r.end - r.begin);
+}
+
+// The master holds this rank's chunks of the trainable units, which are also what it saves.
+MasterLayout Stage3Engine::master_layout() const {
+  std::vector<MasterPiece> pieces;
   for (const Unit& unit : units_) {
     if (unit.frozen) continue;
     for (const ParamPiece& piece : unit.partition.owned_pieces(comm_.rank())) {
       const NamedParameter& p = params_[unit.params[piece.param]];
-      if (!takes_no_decay(p.name, p.tensor.dim())) continue;
-      const int64_t begin = unit.shard_offset + piece.offset;
-      ranges.push_back({begin, begin + piece.elements.end - piece.elements.begin});
+      pieces.push_back(
+          {p.name, p.tensor.sizes().vec(), piece.elements, unit.shard_offset + piece.offset});
     }
   }
-  return merge_ranges(std::move(ranges));
+  return {pieces, pieces};
 }
 
 torch::Tensor Stage3Engine::shard_of(const Unit& unit, const torch::Tensor& shards) const {

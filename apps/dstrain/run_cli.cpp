@@ -1,0 +1,42 @@
+#include "apps/dstrain/run_cli.h"
+
+#include <cstdio>
+#include <exception>
+
+#include "core/error.h"
+
+namespace dstrain::app {
+
+void configure_root(CLI::App& app) {
+  app.name("dstrain");
+  app.description("dstrain: distributed training for Hugging Face decoder LLMs");
+  app.require_subcommand(1);
+  app.fallthrough(false);
+  app.set_help_all_flag("--help-all", "Print help for every subcommand");
+}
+
+int run_cli(CLI::App& app, int argc, char** argv, const int& exit_code) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr,
+                 "dstrain: error: %s\nRun 'dstrain --help' (or 'dstrain <command> --help').\n",
+                 e.what());
+    return 2;
+  } catch (const dstrain::Error& e) {
+    std::fprintf(stderr, "dstrain: %s: %s\n", dstrain::to_string(e.kind()), e.what());
+    return dstrain::exit_code(e.kind());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dstrain: internal error: %s\n", e.what());
+    return 70;
+  }
+  return exit_code;
+}
+
+}  // namespace dstrain::app

@@ -1,0 +1,32 @@
+#pragma once
+// TerminationWatch: lets a run record how it ended when it is told to stop by a signal. While one
+// lives, SIGTERM and SIGINT do not kill the process at once: the handler only wakes a watcher
+// thread (async-signal-safe: one write to a pipe), which calls `on_signal(signo)` — on that
+// thread, so it works even while the main thread is blocked in a collective — then restores the
+// default action and raises the signal again, so the process still dies by it (exit status 128 +
+// signal, what the launcher and schedulers expect). `on_signal` must return in bounded time: the
+// launcher sends SIGKILL after its grace period (5 s by default).
+//
+// One at a time per process. The destructor restores the previous handlers.
+
+#include <functional>
+#include <thread>
+
+namespace dstrain::metrics {
+
+class TerminationWatch {
+ public:
+  explicit TerminationWatch(std::function<void(int)> on_signal);
+  ~TerminationWatch();
+  TerminationWatch(const TerminationWatch&) = delete;
+  TerminationWatch& operator=(const TerminationWatch&) = delete;
+
+ private:
+  void watch();
+
+  std::function<void(int)> on_signal_;
+  int pipe_[2] = {-1, -1};
+  std::thread thread_;
+};
+
+}  // namespace dstrain::metrics

@@ -1,0 +1,104 @@
+#include "zero/master_state.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "zero/no_decay.h"
+
+namespace dstrain::zero {
+
+double gradient_coefficient(const StepResult& r, double clip) {
+  double coef = 1.0 / r.loss_scale;
+  if (clip > 0 && r.grad_norm > clip) coef *= clip / (r.grad_norm + 1e-6);
+  return coef;
+}
+
+MasterState::MasterState(torch::Tensor master, bool aliases_params, MasterLayout layout,
+                         const OptimizerFactory& make_optimizer, const EngineOptions& options,
+                         comm::Communicator& comm, torch::Device device)
+    : comm_(comm),
+      device_(device),
+      master_(std::move(master)),
+      aliases_params_(aliases_params),
+      layout_(std::move(layout)),
+      clip_(options.gradient_clipping),
+      scaler_(options.compute_dtype == torch::kHalf, options.loss_scaling) {
+  optimizer_ = make_optimizer(master_.numel(), no_decay_ranges());
+  if (!optimizer_) fail(ErrorKind::kInternal, "zero engine: the optimizer factory returned null");
+}
+
+std::vector<Range> MasterState::no_decay_ranges() const {
+  std::vector<Range> ranges;
+  for (const MasterPiece& piece : layout_.held) {
+    if (!takes_no_decay(piece.param, static_cast<int64_t>(piece.shape.size()))) continue;
+    ranges.push_back({piece.offset, piece.offset + piece.elements.end - piece.elements.begin});
+  }
+  return merge_ranges(std::move(ranges));
+}
+
+StepResult MasterState::step(torch::Tensor grad32, const torch::Tensor& local_sq, double lr) {
+  StepResult result;
+  result.loss_scale = scaler_.scale();
+  // All-reduced on the communicator's device; one device sync per step (item() below).
+  torch::Tensor sq = local_sq.to(device_, torch::kFloat64).reshape({1});
+  comm_.all_reduce(sq, comm::ReduceOp::kSum)->wait();
+  const double total = sq.item<double>();
+  result.grad_norm = std::sqrt(total) / result.loss_scale;
+  result.skipped = scaler_.update(!std::isfinite(total));
+  if (result.skipped) return result;
+  const double coef = gradient_coefficient(result, clip_);
+  if (coef != 1.0) grad32.mul_(coef);
+  optimizer_->step(master_, grad32, lr);
+  return result;
+}
+
+std::vector<std::string> MasterState::state_kinds() const {
+  std::vector<std::string> kinds{"master"};
+  for (const auto& [name, tensor] : optimizer_->state()) kinds.push_back(name);
+  return kinds;
+}
+
+int64_t MasterState::optimizer_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& [name, tensor] : optimizer_->state()) bytes += tensor.nbytes();
+  return bytes;
+}
+
+std::vector<StatePiece> MasterState::owned_state() const {
+  const std::map<std::string, torch::Tensor> state = optimizer_->state();
+  std::vector<StatePiece> out;
+  for (const MasterPiece& piece : layout_.owned) {
+    const int64_t n = piece.elements.end - piece.elements.begin;
+    StatePiece sp{piece.param, piece.shape, piece.elements, {}};
+    sp.tensors["master"] = master_.narrow(0, piece.offset, n).view({n});
+    for (const auto& [name, tensor] : state) sp.tensors[name] = tensor.narrow(0, piece.offset, n);
+    out.push_back(std::move(sp));
+  }
+  return out;
+}
+
+void MasterState::load_state(const StateSource& source, int64_t step_count,
+                             const LossScalerState& scaler) {
+  torch::NoGradGuard no_grad;
+  const std::vector<std::string> kinds = state_kinds();
+  std::map<std::string, torch::Tensor> loaded;
+  for (const std::string& kind : kinds) loaded[kind] = torch::zeros_like(master_, torch::kFloat32);
+  for (const MasterPiece& piece : layout_.held) {
+    const Range r = piece.elements;
+    for (const std::string& kind : kinds) {
+      torch::Tensor values = source(kind, piece.param, r);
+      if (!values.defined() || values.numel() != r.end - r.begin) {
+        fail(ErrorKind::kInput, "checkpoint state '{}' of '{}' elements [{}, {}): got {} values",
+             kind, piece.param, r.begin, r.end, values.defined() ? values.numel() : 0);
+      }
+      loaded[kind].narrow(0, piece.offset, r.end - r.begin).copy_(values.reshape({-1}));
+    }
+  }
+  torch::Tensor master = loaded.at("master");
+  loaded.erase("master");
+  optimizer_->load_state(loaded, step_count);
+  master_.copy_(master);
+  scaler_.load_state(scaler);
+}
+
+}  // namespace dstrain::zero

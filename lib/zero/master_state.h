@@ -1,0 +1,96 @@
+#pragma once
+// The part of training state both engines share: the fp32 master weights this rank updates, the
+// optimizer over them, the fp16 loss scaler, global-norm clipping and the update itself, and the
+// checkpoint pieces of master and optimizer state. Internal to the engine (engine.h).
+//
+// An implementation lays out its master tensor as it likes (stage 0: the whole flat buffer; stages
+// 1/2: the rank's chunks of every bucket; stage 3: the rank's chunks of every unit) and describes
+// it as pieces: which elements of which parameter sit where in the master. From those pieces this
+// class finds the no-decay ranges, names the checkpoint state and loads it back. What stays with
+// the implementation is getting the gradient into master coordinates (its communication) and
+// getting the updated master back into the compute parameters.
+//
+// The step. Given the reduced gradient in master coordinates (fp32, where the master lives) and
+// this rank's Σg² over the elements it owns (each element counted once across ranks), step()
+// all-reduces Σg² (fp64, on the compute device: one sync per step), reports the unscaled global
+// norm, lets the loss scaler see a non-finite sum as an fp16 overflow (every rank gets the same
+// verdict through the all-reduce, so all skip together), and otherwise multiplies the gradient by
+// gradient_coefficient() and runs the optimizer on the master.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "comm/communicator.h"
+#include "zero/engine.h"
+#include "zero/loss_scaler.h"
+
+namespace dstrain::zero {
+
+// Elements [elements.begin, elements.end) of the flattened parameter `param` (full shape `shape`),
+// found at `offset` in the master tensor.
+struct MasterPiece {
+  std::string param;
+  std::vector<int64_t> shape;
+  Range elements;
+  int64_t offset = 0;
+};
+
+struct MasterLayout {
+  std::vector<MasterPiece> held;   // every piece the master holds (stage 0: the whole model)
+  std::vector<MasterPiece> owned;  // those this rank saves: its partition, once across ranks
+};
+
+// The factor the summed fp32 gradient is multiplied by before the update: 1/loss_scale, times
+// clip/(norm + 1e-6) when `clip` > 0 and the (unscaled) global norm exceeds it.
+double gradient_coefficient(const StepResult& r, double clip);
+
+class MasterState {
+ public:
+  // `master`: the fp32 master [numel], already holding the initial values. `aliases_params`: it is
+  // the compute parameter buffer itself (fp32 compute, same memory), so it costs no bytes of its
+  // own. `device`: the compute device, where Σg² is all-reduced. Builds the optimizer for the
+  // master's numel with the no-decay ranges of `layout.held`.
+  MasterState(torch::Tensor master, bool aliases_params, MasterLayout layout,
+              const OptimizerFactory& make_optimizer, const EngineOptions& options,
+              comm::Communicator& comm, torch::Device device);
+
+  const torch::Tensor& master() const { return master_; }
+  bool aliases_params() const { return aliases_params_; }
+  double loss_scale() const { return scaler_.scale(); }
+
+  // Collective (one all-reduce). `grad32`: the reduced gradient in master coordinates, fp32, on the
+  // master's device; scaled in place (pass it moved so that it is freed on return). `local_sq`:
+  // this rank's Σg², one element of any float dtype. When the result is not skipped the master has
+  // been updated and the caller refreshes its parameters from it.
+  StepResult step(torch::Tensor grad32, const torch::Tensor& local_sq, double lr);
+
+  std::vector<StatePiece> owned_state() const;
+  std::vector<std::string> state_kinds() const;  // "master", then the optimizer's names
+  int64_t step_count() const { return optimizer_->step_count(); }
+  LossScalerState loss_scaler_state() const { return scaler_.state(); }
+  // Fills the master and the optimizer state with `source`'s values of every held piece (Error
+  // (kInput) when one is missing), and the scaler with `scaler`. The caller then refreshes its
+  // parameters.
+  void load_state(const StateSource& source, int64_t step_count, const LossScalerState& scaler);
+
+  int64_t master_bytes() const { return aliases_params_ ? 0 : master_.nbytes(); }
+  int64_t optimizer_bytes() const;
+
+ private:
+  std::vector<Range> no_decay_ranges() const;
+
+  comm::Communicator& comm_;
+  torch::Device device_;
+  torch::Tensor master_;  // [numel] fp32 (host memory with offload_optimizer)
+  bool aliases_params_;
+  MasterLayout layout_;
+  double clip_;
+  LossScaler scaler_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+};
+
+}  // namespace dstrain::zero

@@ -1,0 +1,161 @@
+// ShardedEngine (stages 0-2): construction and backward.
+#include "zero/sharded_engine.h"
+
+#include <set>
+
+#include "core/error.h"
+#include "zero/grad_reducer.h"
+
+namespace dstrain::zero {
+namespace {
+
+std::vector<int64_t> numels_of(const std::vector<NamedParameter>& params) {
+  std::vector<int64_t> numels;
+  for (const NamedParameter& p : params) numels.push_back(p.tensor.numel());
+  return numels;
+}
+
+// Where the master shard lives: host memory with offload (pinned when the parameters are on a CUDA
+// device, so the per-step copies can be asynchronous), else next to the parameters.
+torch::TensorOptions master_options(const torch::Tensor& param, bool offload) {
+  auto options = param.options().dtype(torch::kFloat32);
+  if (!offload) return options;
+  options = options.device(torch::kCPU);
+  if (param.is_cuda()) options = options.pinned_memory(true);
+  return options;
+}
+
+}  // namespace
+
+ShardedEngine::ShardedEngine(std::vector<NamedParameter> params, comm::Communicator& comm,
+                             const OptimizerFactory& make_optimizer, EngineOptions options)
+    : comm_(comm),
+      options_(std::move(options)),
+      partition_(numels_of(params), comm.world_size(), options_.reduce_bucket_size) {
+  check_params(params);
+  torch::NoGradGuard no_grad;
+  torch::Tensor master = build_master(params);
+  const auto compute = params.front().tensor.options().dtype(options_.compute_dtype);
+  grad_shard_options_ = options_.offload_optimizer ? master.options() : compute;
+  build_flat_buffers(params);
+  const bool alias = !master.defined();
+  if (alias) master = flat_params_;
+  master_ = std::make_unique<MasterState>(std::move(master), alias, master_layout(), make_optimizer,
+                                          options_, comm_, flat_params_.device());
+  std::vector<torch::Tensor> tensors;
+  for (const ParamInfo& p : params_) tensors.push_back(p.tensor);
+  reducer_ = std::make_unique<GradReducer>(
+      partition_, comm_, tensors,
+      GradReducerConfig{options_.stage, options_.overlap_comm, options_.contiguous_gradients});
+  if (flat_grad_.defined()) reducer_->set_flat_grad(flat_grad_);
+  if (grad_shard_.defined()) reducer_->set_grad_shard(grad_shard_);
+  install_hooks();
+}
+
+ShardedEngine::~ShardedEngine() = default;
+
+void ShardedEngine::check_params(const std::vector<NamedParameter>& params) {
+  std::set<std::string> names;
+  for (const NamedParameter& p : params) {
+    if (p.frozen) {
+      fail(ErrorKind::kInternal, "zero engine: frozen parameter '{}' needs stage 3", p.name);
+    }
+    if (!p.tensor.defined() || !p.tensor.requires_grad() || !p.tensor.is_leaf()) {
+      fail(ErrorKind::kInternal, "zero engine: parameter '{}' is not a leaf that requires grad",
+           p.name);
+    }
+    if (!names.insert(p.name).second) {
+      fail(ErrorKind::kInternal, "zero engine: parameter name '{}' appears twice", p.name);
+    }
+    if (p.tensor.device() != params.front().tensor.device()) {
+      fail(ErrorKind::kInternal, "zero engine: parameters on different devices ('{}')", p.name);
+    }
+    params_.push_back({p.name, p.tensor.sizes().vec(), p.tensor});
+  }
+}
+
+// The master is built from the original (fp32) parameter values, before they are cast to the
+// compute dtype, so that bf16/fp16 rounding never reaches it. Undefined when the master is the
+// flat parameter buffer itself (stage 0 in fp32).
+torch::Tensor ShardedEngine::build_master(const std::vector<NamedParameter>& params) const {
+  const auto options = master_options(params.front().tensor, options_.offload_optimizer);
+  const bool alias = options_.stage == 0 && options_.compute_dtype == torch::kFloat32;
+  if (alias) return torch::Tensor();
+  torch::Tensor master = torch::zeros(
+      {options_.stage == 0 ? partition_.padded_numel() : partition_.shard_numel()}, options);
+  for (const ParamPiece& piece : master_pieces()) {
+    const int64_t n = piece.elements.end - piece.elements.begin;
+    master.narrow(0, master_offset(piece), n)
+        .copy_(
+            params[piece.param].tensor.detach().reshape({-1}).narrow(0, piece.elements.begin, n));
+  }
+  return master;
+}
+
+void ShardedEngine::build_flat_buffers(const std::vector<NamedParameter>& params) {
+  const auto options = params.front().tensor.options().dtype(options_.compute_dtype);
+  flat_params_ = torch::zeros({partition_.padded_numel()}, options);
+  if (options_.stage < 2) flat_grad_ = torch::zeros({partition_.padded_numel()}, options);
+  if (options_.stage == 2) {
+    grad_shard_ = torch::zeros({partition_.shard_numel()}, grad_shard_options_);
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    torch::Tensor& p = params_[i].tensor;
+    const int64_t offset = partition_.param_offset(i);
+    const int64_t n = partition_.param_numel(i);
+    flat_params_.narrow(0, offset, n).copy_(p.detach().reshape({-1}));
+    p.mutable_grad() = torch::Tensor();
+    p.set_data(flat_params_.narrow(0, offset, n).view(params_[i].shape));
+    if (flat_grad_.defined())
+      p.mutable_grad() = flat_grad_.narrow(0, offset, n).view(params_[i].shape);
+  }
+}
+
+// What the master holds (stage 0: every parameter, at its flat offset; stages 1/2: this rank's
+// chunks, at their shard offset) and what this rank saves: its partition at every stage, so that
+// saving is spread over the ranks at stage 0 too.
+MasterLayout ShardedEngine::master_layout() const {
+  const auto described = [this](const std::vector<ParamPiece>& pieces) {
+    std::vector<MasterPiece> out;
+    for (const ParamPiece& piece : pieces) {
+      const ParamInfo& p = params_[piece.param];
+      out.push_back({p.name, p.shape, piece.elements, master_offset(piece)});
+    }
+    return out;
+  };
+  return {described(master_pieces()), described(partition_.owned_pieces(comm_.rank()))};
+}
+
+// The parameter pieces held in the master: all of them at stage 0, this rank's at stages 1/2.
+std::vector<ParamPiece> ShardedEngine::master_pieces() const {
+  if (options_.stage == 0) return partition_.pieces({0, partition_.padded_numel()});
+  return partition_.owned_pieces(comm_.rank());
+}
+
+// Where a piece sits in the master. At stage 0 the master spans the whole flat buffer: the piece
+// is at its flat offset (also for the pieces of owned_pieces(), whose offsets are shard offsets).
+int64_t ShardedEngine::master_offset(const ParamPiece& piece) const {
+  if (options_.stage == 0) return partition_.param_offset(piece.param) + piece.elements.begin;
+  return piece.offset;
+}
+
+void ShardedEngine::install_hooks() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    hooks_.push_back(
+        add_post_accumulate_hook(params_[i].tensor, [this, i] { reducer_->on_grad_ready(i); }));
+  }
+}
+
+void ShardedEngine::do_backward(const torch::Tensor& loss, MicroStep micro) {
+  const bool stage2 = options_.stage == 2;
+  if (options_.stage == 1 && micro.last()) {
+    grad_shard_ = torch::zeros({partition_.shard_numel()}, grad_shard_options_);
+    reducer_->set_grad_shard(grad_shard_);
+  }
+  reducer_->begin_backward(/*communicate=*/stage2 || micro.last(),
+                           /*accumulate=*/stage2 && !micro.first());
+  (loss * (master_->loss_scale() / static_cast<double>(micro.count))).backward();
+  reducer_->end_backward();
+}
+
+}  // namespace dstrain::zero

@@ -1,0 +1,323 @@
+"""MLflow tracking against a real `mlflow server` (sqlite backend, local artifact root, started on
+a free loopback port): rank 0's run is read back with mlflow.MlflowClient — params (the flattened
+resolved config), every metric value and step of metrics.jsonl, tags, artifacts, status, the
+parent/child link, continuing a run by MLFLOW_RUN_ID — and a server that dies or never answers
+does not stop or slow training."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+import yaml
+
+from reflib import REPO, dstrain_binary, run
+
+mlflow = pytest.importorskip("mlflow")
+
+TINY = os.path.join(REPO, "configs", "tiny.yaml")
+MLFLOW = os.path.join(os.path.dirname(sys.executable), "mlflow")
+SERVER_START_S = 180  # a cold start imports a lot: about 30-45 s on 2 busy cores
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(cond, timeout, what):
+    end = time.time() + timeout
+    while time.time() < end:
+        if cond():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    if not os.access(MLFLOW, os.X_OK):
+        pytest.skip(f"no mlflow executable at {MLFLOW}")
+    d = tmp_path_factory.mktemp("mlflow")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    log = open(d / "server.log", "w")
+    proc = subprocess.Popen(
+        [MLFLOW, "server", "--backend-store-uri", f"sqlite:///{d}/db.sqlite",
+         "--artifacts-destination", str(d / "artifacts"), "--serve-artifacts",
+         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        cwd=d, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    uri = f"http://127.0.0.1:{port}"
+
+    def answers():
+        assert proc.poll() is None, f"mlflow server exited:\n{open(d / 'server.log').read()[-3000:]}"
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                pass
+            mlflow.MlflowClient(uri).search_experiments(max_results=1)
+            return True
+        except Exception:
+            return False
+
+    try:
+        wait_until(answers, SERVER_START_S, "the mlflow server")
+        yield {"uri": uri, "proc": proc}
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=30)
+        log.close()
+
+
+def overrides(out, **extra):
+    sets = {"training.max_steps": 12, "training.log_interval": 2, "training.eval_interval": 6,
+            "logging.out_dir": out, "checkpoint.dir": os.path.join(out, "ckpt"),
+            "logging.progress": "false"}
+    sets.update(extra)
+    args = []
+    for k, v in sets.items():
+        args += ["--set", f"{k}={v}"]
+    return args
+
+
+def mlflow_env(server, **extra):
+    env = {"MLFLOW_TRACKING_URI": server["uri"]}
+    env.update(extra)
+    return env
+
+
+def run_id_of(out):
+    return open(os.path.join(out, "mlflow_run_id")).read().strip()
+
+
+def jsonl_series(path):
+    """{key: [(step, value), ...]} of metrics.jsonl, without the nulls (NaN/Inf)."""
+    series = {}
+    for line in open(path):
+        rec = json.loads(line)
+        for k, v in rec.items():
+            if k not in ("step", "time") and v is not None:
+                series.setdefault(k, []).append((rec["step"], v))
+    return series
+
+
+def flatten(node, prefix=""):
+    out = {}
+    for k, v in node.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def assert_metrics_match(client, run_id, jsonl_path):
+    want = jsonl_series(jsonl_path)
+    got_keys = set(client.get_run(run_id).data.metrics)
+    assert got_keys == set(want), f"metric keys differ: {got_keys ^ set(want)}"
+    for key, series in want.items():
+        history = sorted(client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))
+        assert [(m.step, m.value) for m in history] == series, key
+
+
+def test_run_records_config_metrics_artifacts_and_finishes(server, tmp):
+    out = os.path.join(tmp, "run")
+    experiment = f"dstrain-{uuid.uuid4().hex[:8]}"
+    args = overrides(out)
+    run(["launch", "--nproc", "2", TINY] + args, cwd=REPO, timeout=300,
+        env=mlflow_env(server, MLFLOW_EXPERIMENT_NAME=experiment))
+    client = mlflow.MlflowClient(server["uri"])
+    r = client.get_run(run_id_of(out))
+    assert r.info.status == "FINISHED"
+    assert r.info.end_time is not None and r.info.end_time >= r.info.start_time
+    assert client.get_experiment(r.info.experiment_id).name == experiment
+
+    printed = run(["train", TINY, "--print-config"] + args, cwd=REPO).stdout
+    want = flatten(yaml.safe_load(printed))
+    assert set(r.data.params) == set(want)
+    for key, value in want.items():
+        got = r.data.params[key]
+        if isinstance(value, str):
+            assert got == value, key
+        else:
+            assert yaml.safe_load(got) == value, key
+
+    version = run(["version"]).stdout.split()[1]
+    tags = r.data.tags
+    assert tags["dstrain.world_size"] == "2"
+    assert tags["dstrain.zero_stage"] == str(yaml.safe_load(printed)["zero"]["stage"])
+    assert tags["dstrain.host"] == socket.gethostname()
+    assert tags["dstrain.version"] == version
+    assert tags["mlflow.runName"] == "run"
+
+    assert_metrics_match(client, r.info.run_id, os.path.join(out, "metrics.jsonl"))
+
+    artifacts = {a.path for a in client.list_artifacts(r.info.run_id)}
+    assert artifacts == {"config.yaml", "summary.json"}
+    dl = client.download_artifacts(r.info.run_id, "", os.path.join(tmp, "dl"))
+    assert open(os.path.join(dl, "config.yaml")).read() == printed
+    assert open(os.path.join(dl, "summary.json")).read() == open(os.path.join(out, "summary.json")).read()
+
+
+def test_nested_run_from_config_keys(server, tmp):
+    client = mlflow.MlflowClient(server["uri"])
+    experiment = f"pipeline-{uuid.uuid4().hex[:8]}"
+    exp_id = client.create_experiment(experiment)
+    parent = client.create_run(exp_id, run_name="pipeline-step").info.run_id
+    out = os.path.join(tmp, "child")
+    run(["train", TINY] + overrides(out, **{
+        "training.max_steps": 4, "logging.mlflow.tracking_uri": server["uri"],
+        "logging.mlflow_experiment": experiment, "logging.mlflow.parent_run_id": parent}),
+        cwd=REPO, timeout=300)
+    child = client.get_run(run_id_of(out))
+    assert child.info.experiment_id == exp_id
+    assert child.data.tags["mlflow.parentRunId"] == parent
+    assert child.info.status == "FINISHED"
+    assert client.get_run(parent).info.status == "RUNNING"  # the pipeline's run is its own business
+    children = client.search_runs([exp_id], f"tags.mlflow.parentRunId = '{parent}'")
+    assert [c.info.run_id for c in children] == [child.info.run_id]
+
+
+def test_parent_run_from_environment(server, tmp):
+    client = mlflow.MlflowClient(server["uri"])
+    parent = client.create_run("0").info.run_id
+    out = os.path.join(tmp, "child")
+    run(["train", TINY] + overrides(out, **{"training.max_steps": 2}), cwd=REPO, timeout=300,
+        env=mlflow_env(server, MLFLOW_PARENT_RUN_ID=parent))
+    assert client.get_run(run_id_of(out)).data.tags["mlflow.parentRunId"] == parent
+
+
+def test_mlflow_run_id_continues_an_existing_run_and_resume_keeps_it(server, tmp):
+    client = mlflow.MlflowClient(server["uri"])
+    existing = client.create_run("0", run_name="made-by-the-pipeline")
+    client.set_terminated(existing.info.run_id, "KILLED")
+    out = os.path.join(tmp, "run")
+    run(["train", TINY] + overrides(out, **{"training.max_steps": 6, "training.eval_interval": 0}),
+        cwd=REPO, timeout=300, env=mlflow_env(server, MLFLOW_RUN_ID=existing.info.run_id))
+    assert run_id_of(out) == existing.info.run_id
+    r = client.get_run(existing.info.run_id)
+    assert r.info.status == "FINISHED"
+    assert r.data.params["training.max_steps"] == "6"
+    # Resuming (without MLFLOW_RUN_ID) continues the run recorded in <out_dir>/mlflow_run_id;
+    # training.max_steps cannot change in MLflow's params, which a warning says.
+    ckpt = os.path.join(out, "ckpt", "step_00000006")
+    res = run(["train", TINY, "--resume-from", ckpt] +
+              overrides(out, **{"training.max_steps": 10, "training.eval_interval": 0}),
+              cwd=REPO, timeout=300, env=mlflow_env(server))
+    assert "training.max_steps" in res.stdout and "cannot change" in res.stdout, res.stdout[-3000:]
+    assert run_id_of(out) == existing.info.run_id
+    assert client.get_run(existing.info.run_id).info.status == "FINISHED"
+    assert_metrics_match(client, existing.info.run_id, os.path.join(out, "metrics.jsonl"))
+    steps = [m.step for m in client.get_metric_history(existing.info.run_id, "train/loss")]
+    assert steps == [1, 2, 4, 6, 8, 10]
+
+
+def test_sigterm_marks_the_run_killed(server, tmp):
+    out = os.path.join(tmp, "run")
+    env = dict(os.environ, DSTRAIN_DEVICE="cpu", **mlflow_env(server))
+    proc = subprocess.Popen([dstrain_binary(), "train", TINY] +
+                            overrides(out, **{"training.max_steps": 100000, "training.log_interval": 1}),
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        metrics = os.path.join(out, "metrics.jsonl")
+        wait_until(lambda: os.path.exists(os.path.join(out, "mlflow_run_id")) and
+                   os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= 3, 120, "training")
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGTERM, output[-3000:]
+    r = mlflow.MlflowClient(server["uri"]).get_run(run_id_of(out))
+    assert r.info.status == "KILLED"
+    assert r.info.end_time is not None
+
+
+def test_a_failing_rank_marks_the_run_failed(server, tmp):
+    out = os.path.join(tmp, "run")
+    # A learning rate this large makes the loss NaN within a few steps: every rank fails with
+    # "training diverged" and the launcher reports it.
+    r = run(["launch", "--nproc", "2", TINY] +
+            overrides(out, **{"training.max_steps": 50, "training.lr": 1e4,
+                              "training.gradient_clipping": 0, "training.log_interval": 1}),
+            cwd=REPO, timeout=300, env=mlflow_env(server), check=False)
+    assert r.returncode != 0 and "diverged" in r.stdout, r.stdout[-3000:]
+    run_info = mlflow.MlflowClient(server["uri"]).get_run(run_id_of(out)).info
+    assert run_info.status == "FAILED"
+    assert run_info.end_time is not None
+
+
+class BlackHole:
+    """A TCP server that accepts connections and never answers: an MLflow server that hangs."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.conns = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                self.conns.append(self.sock.accept()[0])
+            except OSError:
+                return
+
+    def close(self):
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+def test_a_server_that_never_answers_does_not_slow_training(tmp):
+    hole = BlackHole()
+    try:
+        out = os.path.join(tmp, "run")
+        start = time.time()
+        r = run(["train", TINY] + overrides(out, **{"training.log_interval": 1}), cwd=REPO,
+                timeout=300, env={"MLFLOW_TRACKING_URI": f"http://127.0.0.1:{hole.port}"})
+        elapsed = time.time() - start
+    finally:
+        hole.close()
+    # Requests time out after 10 s on the worker thread; no training step waits for one.
+    steps = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if "step_time_s" in l]
+    assert len(steps) == 12
+    assert max(s["step_time_s"] for s in steps) < 5, steps
+    assert "MLflow:" in r.stdout and "Timeout" in r.stdout, r.stdout[-3000:]
+    assert elapsed < 120
+
+
+def test_server_killed_mid_run_training_finishes_with_a_warning(server, tmp):
+    # Last in this file: it kills the module's server.
+    out = os.path.join(tmp, "run")
+    env = dict(os.environ, DSTRAIN_DEVICE="cpu", **mlflow_env(server))
+    proc = subprocess.Popen([dstrain_binary(), "train", TINY] +
+                            overrides(out, **{"training.max_steps": 80, "training.log_interval": 1,
+                                              "training.eval_interval": 0}),
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        metrics = os.path.join(out, "metrics.jsonl")
+        wait_until(lambda: os.path.exists(os.path.join(out, "mlflow_run_id")) and
+                   os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= 3, 120, "training")
+        os.killpg(server["proc"].pid, signal.SIGKILL)
+        output, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output[-3000:]
+    assert json.load(open(os.path.join(out, "summary.json")))["status"] == "completed"
+    assert sum(1 for l in open(metrics) if "train/loss" in l) == 80
+    warnings = [l for l in output.splitlines() if "MLflow:" in l and "warn" in l.lower()]
+    assert any(server["uri"] in l and "Couldn't connect" in l for l in warnings), output[-3000:]

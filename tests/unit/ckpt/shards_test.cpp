@@ -1,0 +1,130 @@
+// Checkpoint shards as ranks write them and any world size reads them: pieces written by N ranks
+// (each its own element ranges of each parameter) are assembled by the reader into any requested
+// range; the manifest records every file's size and crc32; a corrupted shard is an input error.
+#include "ckpt/shards.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "ckpt/layout.h"
+#include "core/error.h"
+
+namespace dstrain::ckpt {
+namespace {
+namespace stdfs = std::filesystem;
+using nlohmann::json;
+
+// A parameter "w" of shape [4, 5] (20 elements) and "b" of shape [7], with master = 100 + index.
+torch::Tensor values(int64_t offset, int64_t begin, int64_t end) {
+  return torch::arange(begin, end, torch::kFloat32) + static_cast<float>(offset);
+}
+
+// Rank r of `world` owns elements [r·n/world, (r+1)·n/world) of each parameter, for each kind.
+std::vector<Piece> rank_pieces(int rank, int world) {
+  std::vector<Piece> pieces;
+  for (const auto& [name, shape, offset] :
+       {std::tuple<std::string, std::vector<int64_t>, int64_t>{"w", {4, 5}, 100},
+        {"b", {7}, 500}}) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    const int64_t begin = rank * n / world;
+    const int64_t end = (rank + 1) * n / world;
+    if (begin == end) continue;
+    pieces.push_back({"master", name, shape, begin, end, values(offset, begin, end)});
+    pieces.push_back({"exp_avg", name, shape, begin, end, values(offset + 1000, begin, end)});
+  }
+  return pieces;
+}
+
+class ShardsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = stdfs::temp_directory_path() / ("dstrain_ckpt_shards_" + std::to_string(::getpid()));
+    stdfs::remove_all(dir_);
+    stdfs::create_directories(dir_);
+  }
+  void TearDown() override { stdfs::remove_all(dir_); }
+  // Saves a checkpoint of step 10 as `world` ranks would; returns the tag directory.
+  std::string save(int world) {
+    const std::string tag = tag_for_step(10);
+    stdfs::create_directories(dir_ / tag);
+    for (int r = 0; r < world; ++r) {
+      write_shard((dir_ / tag).string(), r, rank_pieces(r, world),
+                  {{"rng", torch::full({3}, r, torch::kInt64)}}, json{{"rank", r}});
+    }
+    finalize(dir_.string(), tag, world, json{{"step", 10}}, 0);
+    return (dir_ / tag).string();
+  }
+  stdfs::path dir_;
+};
+
+TEST_F(ShardsTest, PiecesOfAnyWorldSizeAssembleIntoAnyRange) {
+  for (int world : {1, 2, 3}) {
+    SCOPED_TRACE(world);
+    const CheckpointReader reader(save(world));
+    EXPECT_EQ(reader.world_size(), world);
+    EXPECT_TRUE(torch::equal(reader.read("master", "w", 0, 20), values(100, 0, 20)));
+    // A range crossing every rank's boundary, and one inside a single piece.
+    EXPECT_TRUE(torch::equal(reader.read("exp_avg", "w", 3, 17), values(1100, 3, 17)));
+    EXPECT_TRUE(torch::equal(reader.read("master", "b", 5, 6), values(500, 5, 6)));
+    EXPECT_TRUE(torch::equal(reader.read_full("master", "w"), values(100, 0, 20).view({4, 5})));
+    const auto params = reader.params("master");
+    ASSERT_EQ(params.size(), 2u);
+    EXPECT_EQ(params[0].first, "b");
+    EXPECT_EQ(params[1].second, (std::vector<int64_t>{4, 5}));
+    EXPECT_TRUE(torch::equal(reader.read_extra(world - 1, "rng"),
+                             torch::full({3}, world - 1, torch::kInt64)));
+    EXPECT_EQ(reader.rank_state(0).at("rank"), 0);
+    stdfs::remove_all(dir_);
+    stdfs::create_directories(dir_);
+  }
+}
+
+TEST_F(ShardsTest, ManifestRecordsEveryFileWithSizeAndCrc) {
+  const std::string tag_dir = save(2);
+  std::ifstream in(stdfs::path(tag_dir) / kManifestFile);
+  const json m = json::parse(in);
+  EXPECT_EQ(m.at("world_size"), 2);
+  EXPECT_EQ(m.at("files").size(), 4u);  // 2 shards first, then the 2 rank JSONs
+  EXPECT_EQ(m.at("files")[1].at("name"), shard_file_name(1));
+  for (const json& f : m.at("files")) {
+    const stdfs::path p = stdfs::path(tag_dir) / f.at("name").get<std::string>();
+    EXPECT_EQ(f.at("bytes").get<uint64_t>(), stdfs::file_size(p));
+    EXPECT_EQ(f.at("crc32").get<std::string>(), file_crc32(p.string()));
+  }
+  EXPECT_EQ(read_latest(dir_.string()), tag_for_step(10));
+}
+
+TEST_F(ShardsTest, CorruptedShardIsAnInputErrorNamingTheFile) {
+  const std::string tag_dir = save(2);
+  const stdfs::path shard = stdfs::path(tag_dir) / shard_file_name(1);
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f.put('\x7f');
+  }
+  const CheckpointReader reader(tag_dir);
+  EXPECT_TRUE(torch::equal(reader.read("master", "w", 0, 10), values(100, 0, 10)));  // rank 0's
+  try {
+    reader.read("master", "w", 0, 20);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInput);
+    EXPECT_NE(std::string(e.what()).find(shard_file_name(1)), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(ShardsTest, MissingRankIsAnIoErrorAtFinalize) {
+  const std::string tag = tag_for_step(20);
+  stdfs::create_directories(dir_ / tag);
+  write_shard((dir_ / tag).string(), 0, rank_pieces(0, 2), {}, json::object());
+  EXPECT_THROW(finalize(dir_.string(), tag, 2, json::object(), 0), Error);
+  EXPECT_FALSE(stdfs::exists(dir_ / tag / kManifestFile));
+  EXPECT_FALSE(read_latest(dir_.string()).has_value());
+}
+
+}  // namespace
+}  // namespace dstrain::ckpt
