@@ -73,7 +73,9 @@ def test_trained_export_loads_in_transformers(tmp, name, stage, world):
 
     # Every safetensors file of the checkpoint loads with the safetensors package.
     ckpt = os.path.join(run_dir, "checkpoints", "latest")
-    shards = glob.glob(os.path.join(ckpt, "**", "*.safetensors"), recursive=True)
+    with open(ckpt) as f:
+        tag_dir = os.path.join(run_dir, "checkpoints", f.read().strip())
+    shards = glob.glob(os.path.join(tag_dir, "*.safetensors"))
     assert shards
     for path in shards:
         assert safetensors_torch.load_file(path), path
