@@ -251,7 +251,8 @@ int64_t ModelConfig::num_parameters(bool include_embeddings) const {
 }
 
 double ModelConfig::training_flops_per_token(int64_t seq_len) const {
-  const double n = static_cast<double>(num_parameters(false));
+  const double n = static_cast<double>(num_parameters(false)) +
+                   static_cast<double>(vocab_size) * static_cast<double>(hidden_size);
   return 6.0 * n + 12.0 * static_cast<double>(num_hidden_layers) *
                        static_cast<double>(num_attention_heads) * static_cast<double>(head_dim) *
                        static_cast<double>(seq_len);

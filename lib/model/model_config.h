@@ -62,8 +62,10 @@ struct ModelConfig {
   // lm_head.weight (tied or not); true counts every distinct parameter tensor once.
   int64_t num_parameters(bool include_embeddings) const;
 
-  // Training FLOPs per token for sequence length T: 6·N + 12·L·H·Q·T with N = non-embedding
-  // parameters (forward + backward matmuls, plus attention scores and values).
+  // Training FLOPs per token for sequence length T: 6·N + 12·L·H·Q·T with N = the parameters that
+  // do matmul work: every non-embedding parameter plus the LM head (V·C, counted also when it is
+  // tied to the embedding, whose lookup does no matmul). Forward + backward matmuls, plus attention
+  // scores and values.
   double training_flops_per_token(int64_t seq_len) const;
 };
 

@@ -320,6 +320,13 @@ void Trainer::log_step(double loss, const zero::StepResult& r, double lr, double
   for (const auto& [key, value] : device_memory_metrics(device_)) rec.add(key, value);
   rec.add("eta_s", per_step * static_cast<double>(total_steps_ - step_));
   metrics_->write(rec);
+  if (cfg_.logging.wall_clock_breakdown) {
+    // DeepSpeed's wall_clock_breakdown: the phases of the last step, at every log step.
+    log::info(
+        "step {} time (ms) | data: {:.2f} | forward+backward: {:.2f} | optimizer: {:.2f} | "
+        "step: {:.2f}",
+        step_, data_s * 1e3, fwd_bwd_s * 1e3, step_s * 1e3, per_step * 1e3);
+  }
 }
 
 void Trainer::log_eval(const EvalResult& e) {

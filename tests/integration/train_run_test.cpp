@@ -24,7 +24,9 @@ TEST(TrainRun, LossFallsOnTwoRanksAndSummaryIsWritten) {
   spec.max_length = 64;
   spec.save_final = true;
   const std::string cfg = write_job_config(dir.path(), spec);
-  const RunResult r = launch_job(cfg, 2, {"training.eval_interval=30", "logging.progress=true"});
+  const RunResult r = launch_job(
+      cfg, 2,
+      {"training.eval_interval=30", "logging.progress=true", "logging.wall_clock_breakdown=true"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const auto loss = read_metric(dir.file("run/metrics.jsonl"), "train/loss");
   ASSERT_EQ(loss.size(), 60u);
@@ -44,6 +46,9 @@ TEST(TrainRun, LossFallsOnTwoRanksAndSummaryIsWritten) {
   // Rank 0 alone prints progress; every line of it is prefixed by the launcher.
   EXPECT_NE(r.out.find("[rank 0] step 60/60"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("[rank 1] step"), std::string::npos);
+  // logging.wall_clock_breakdown: rank 0 prints the phases at each log step.
+  EXPECT_NE(r.out.find("step 40 time (ms) | data: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| forward+backward: "), std::string::npos);
 }
 
 // SIGUSR1 to the launcher reaches every rank: they agree to stop, save a checkpoint at the next
