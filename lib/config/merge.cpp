@@ -96,6 +96,10 @@ void Merger::read_leaf(const RuleSet& rules, const KeyRule& rule, const YAML::No
   }
   // HF Trainer semantics: DeepSpeed "auto" takes the value from our own sections or defaults.
   if (rules.deepspeed && is_auto(value)) return;
+  if (!rule.no_effect.empty()) {
+    warn(fmt::format("{}: {}: accepted, no effect in dstrain ({})", origin.where, origin.key,
+                     rule.no_effect));
+  }
   std::optional<YAML::Node> node = value;
   if (rule.convert) node = rule.convert(value, origin);
   if (rule.field == nullptr || !node) return;

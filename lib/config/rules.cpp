@@ -3,6 +3,9 @@
 
 #include "config/rules.h"
 
+#include <initializer_list>
+#include <utility>
+
 #include "core/error.h"
 
 namespace dstrain::config::detail {
@@ -56,6 +59,25 @@ void add_zero_rules(RuleSet& rules, const std::string& prefix) {
   // DeepSpeed's older name for the same switch.
   rules.add_field(prefix + "stage3_gather_fp16_weights_on_model_save",
                   "zero.stage3_gather_16bit_weights_on_model_save");
+  // Settings DeepSpeed files carry that have no counterpart in dstrain's engine: stored, warned.
+  for (const auto& [key, why] : std::initializer_list<std::pair<const char*, const char*>>{
+           {"allgather_bucket_size",
+            "stages 1-2 all-gather the updated parameters per reduce bucket (reduce_bucket_size)"},
+           {"stage3_max_live_parameters",
+            "stage 3 holds the units of the current segment and its prefetch window "
+            "(stage3_prefetch_bucket_size)"},
+           {"stage3_max_reuse_distance",
+            "stage 3 releases a unit as soon as the next segment does not read it"},
+           {"stage3_gather_16bit_weights_on_model_save",
+            "checkpoints hold fp32 pieces; `dstrain export` writes the consolidated model"},
+           {"offload_optimizer.pin_memory",
+            "offloaded state is pinned whenever the parameters are on a GPU"},
+           {"offload_param.pin_memory",
+            "offloaded state is pinned whenever the parameters are on a GPU"}}) {
+    rules.leaves.at(prefix + key).no_effect = why;
+  }
+  rules.leaves.at(prefix + "stage3_gather_fp16_weights_on_model_save").no_effect =
+      "checkpoints hold fp32 pieces; `dstrain export` writes the consolidated model";
   // Real DeepSpeed ZeRO keys that tune machinery dstrain does not have (NVMe, quantized ZeRO,
   // MiCS, hierarchical partitioning...). Accepted so existing configs load; each one warns.
   for (const char* key : {"offload_optimizer.nvme_path",

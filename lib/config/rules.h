@@ -24,6 +24,9 @@ struct KeyRule {
   // For an ignored key: what dstrain does instead, shown in the warning in place of the generic
   // "a DeepSpeed setting that dstrain does not use".
   std::string note;
+  // A setting that is stored (it shows in --print-config and round-trips) but does nothing in
+  // dstrain: reading it warns "accepted, no effect (<no_effect>)".
+  std::string no_effect;
   // The key names a DeepSpeed config: an inline mapping or a path to a JSON/YAML file.
   bool deepspeed_config = false;
   // Rewrites the written value before the field parses it (DeepSpeed spellings such as "AdamW").

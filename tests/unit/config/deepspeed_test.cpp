@@ -247,6 +247,34 @@ deepspeed:
                 "mean deepspeed.activation_checkpointing.partition_activations?"));
 }
 
+// DeepSpeed keys dstrain stores but does not act on load, keep their value, and warn once each
+// with what dstrain does instead; the same for our own zero section's spelling.
+TEST(DeepSpeedConfig, StoredKeysWithoutEffectWarnAndSayWhy) {
+  std::vector<std::string> warnings;
+  LoadOptions options;
+  options.warnings = &warnings;
+  const Config c = load_config_from_string(minimal_yaml(R"(deepspeed:
+  zero_optimization:
+    stage: 2
+    allgather_bucket_size: 2.0e8
+    reduce_bucket_size: 2.0e8
+    offload_optimizer: {device: cpu, pin_memory: true}
+    stage3_gather_16bit_weights_on_model_save: true
+)"),
+                                           "m.yaml", options);
+  EXPECT_EQ(c.zero.allgather_bucket_size, 200'000'000);
+  ASSERT_EQ(warnings.size(), 3u);
+  EXPECT_THAT(warnings[0], HasSubstr("zero_optimization.allgather_bucket_size: accepted, no "
+                                     "effect in dstrain (stages 1-2 all-gather"));
+  EXPECT_THAT(warnings[1], HasSubstr("offload_optimizer.pin_memory: accepted, no effect"));
+  EXPECT_THAT(warnings[2], HasSubstr("stage3_gather_16bit_weights_on_model_save: accepted"));
+  warnings.clear();
+  load_config_from_string(minimal_yaml("zero:\n  stage3_max_live_parameters: 1000\n"), "m.yaml",
+                          options);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0], HasSubstr("zero.stage3_max_live_parameters: accepted, no effect"));
+}
+
 TEST(DeepSpeedConfig, UnknownDeepSpeedKeyIsAnErrorWithSuggestion) {
   EXPECT_THAT(load_error(minimal_yaml("deepspeed:\n  gradient_clip: 1.0\n")),
               HasSubstr("train.yaml:6:3: deepspeed.gradient_clip: unknown key; did you mean "
