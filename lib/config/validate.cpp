@@ -95,6 +95,14 @@ void check_zero(const ZeroSection& z, const Merger& m, const std::string& file) 
   }
 }
 
+void check_lora(const LoraSection& l, const Merger& m, const std::string& file) {
+  if (l.enabled && l.bias != "none") {
+    fail_at(origin_of(m, "lora.bias", file),
+            fmt::format("'{}' is not supported; only none (biases stay frozen, PEFT's default)",
+                        l.bias));
+  }
+}
+
 void check_data(const DataSection& d, const Merger& m, const std::string& file) {
   require(d.train_path, m, "data.train_path", file, "the training data path");
   if (d.eval_split > 0 && !d.eval_path.empty()) {
@@ -118,6 +126,7 @@ void resolve_and_validate(Config& config, const Merger& merger, const std::strin
   resolve_batch(config.training, merger, file, world_size);
   check_precision_and_optimizer(config, merger, file);
   check_zero(config.zero, merger, file);
+  check_lora(config.lora, merger, file);
 }
 
 }  // namespace dstrain::config::detail

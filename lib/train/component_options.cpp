@@ -53,16 +53,11 @@ zero::EngineOptions engine_options(const config::Config& c) {
   o.offload_param = c.zero.offload_param.device == "cpu";
   o.gradient_clipping = c.training.gradient_clipping;
   o.compute_dtype = compute_dtype(c);
-  if (c.training.fp16 && c.training.fp16_loss_scale > 0) {
-    fail(ErrorKind::kNotImplemented,
-         "{}: a static fp16 loss scale (fp16.loss_scale > 0) is not available yet; use 0 "
-         "(dynamic)",
-         c.source_path);
-  }
   o.loss_scaling.initial_scale_power = static_cast<int>(c.training.fp16_initial_scale_power);
   o.loss_scaling.loss_scale_window = c.training.fp16_loss_scale_window;
   o.loss_scaling.hysteresis = static_cast<int>(c.training.fp16_hysteresis);
   o.loss_scaling.min_loss_scale = c.training.fp16_min_loss_scale;
+  o.loss_scaling.static_scale = c.training.fp16_loss_scale;
   return o;
 }
 

@@ -21,12 +21,7 @@ namespace stdfs = std::filesystem;
 using nlohmann::json;
 
 lora::LoraOptions lora_options(const config::Config& c) {
-  const auto& s = c.lora;
-  if (s.bias != "none") {
-    fail(ErrorKind::kNotImplemented,
-         "{}: lora.bias '{}' is not supported; only none (biases stay frozen) is", c.source_path,
-         s.bias);
-  }
+  const auto& s = c.lora;  // lora.bias is none: the config refuses anything else
   lora::LoraOptions o;
   o.r = s.r;
   o.alpha = s.alpha;

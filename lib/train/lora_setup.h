@@ -20,8 +20,8 @@
 
 namespace dstrain::train {
 
-// lora: section → LoraOptions (seed = training.seed). Error(kNotImplemented) for a bias other
-// than none.
+// lora: section → LoraOptions (seed = training.seed). The config loader has already refused a
+// bias other than none.
 lora::LoraOptions lora_options(const config::Config& c);
 
 // lora.init_from: the adapter decides r, alpha, target_modules and use_rslora (its tensors have

@@ -16,12 +16,14 @@ LossScaler::LossScaler(bool enabled, const LossScalingOptions& options)
          "min_loss_scale ({}) > 0",
          options.loss_scale_window, options.hysteresis, options.min_loss_scale);
   }
-  state_.scale = std::ldexp(1.0, options.initial_scale_power);
+  state_.scale = options.static_scale > 0 ? options.static_scale
+                                          : std::ldexp(1.0, options.initial_scale_power);
   state_.hysteresis_left = options.hysteresis;
 }
 
 bool LossScaler::update(bool overflow) {
   if (!enabled_) return false;
+  if (options_.static_scale > 0) return overflow;
   if (overflow) {
     state_.good_steps = 0;
     if (state_.hysteresis_left > 1) {

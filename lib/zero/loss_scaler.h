@@ -4,8 +4,9 @@
 // at 2^initial_scale_power, halves after an overflow (the step is skipped), and doubles again after
 // loss_scale_window consecutive good steps. `hysteresis` overflows are tolerated (step skipped,
 // scale kept) before the first halving; the budget refills when the scale grows. The scale never
-// goes below min_loss_scale. Every rank must feed the same overflow verdict (the engine agrees it
-// across ranks).
+// goes below min_loss_scale. With static_scale > 0 (DeepSpeed's fp16.loss_scale) the scale is that
+// value for good: an overflowing step is still skipped, nothing else changes. Every rank must feed
+// the same overflow verdict (the engine agrees it across ranks).
 
 #include <cstdint>
 
@@ -16,6 +17,7 @@ struct LossScalingOptions {
   int64_t loss_scale_window = 1000;
   int hysteresis = 2;
   double min_loss_scale = 1.0;
+  double static_scale = 0.0;  // > 0: a fixed scale (no growth, no halving)
 };
 
 // What a checkpoint needs to continue scaling exactly where it stopped.

@@ -74,7 +74,7 @@ lora:
   alpha: 6.5
   dropout: 0.1
   target_modules: [gate_proj]
-  bias: lora_only
+  bias: none
   use_rslora: true
   init: gaussian
   init_from: adapters/x

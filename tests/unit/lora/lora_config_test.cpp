@@ -75,10 +75,9 @@ TEST(LoraConfig, UnknownTargetInTheConfigNamesTheFileAndKey) {
                {"test.yaml: lora.target_modules", "'c_attn' matches no module", "q_proj, k_proj"});
 }
 
-TEST(LoraConfig, BiasOtherThanNoneIsRefusedClearly) {
-  const config::Config c = tiny_config_with("lora:\n  bias: all\n");
-  expect_error([&] { train::lora_options(c); }, ErrorKind::kNotImplemented,
-               {"test.yaml", "lora.bias 'all'", "only none"});
+TEST(LoraConfig, BiasOtherThanNoneIsRefusedByTheConfigLoader) {
+  expect_error([&] { tiny_config_with("lora:\n  bias: all\n"); }, ErrorKind::kConfig,
+               {"test.yaml", "lora.bias", "'all' is not supported", "only none"});
 }
 
 // lora.init_from: the adapter's shape-defining settings win over the config's; the training ones

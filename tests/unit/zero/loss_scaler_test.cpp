@@ -36,6 +36,20 @@ TEST(LossScaler, GrowsAfterWindowOfGoodStepsAndRespectsMinimum) {
   EXPECT_EQ(s.scale(), 2.0);
 }
 
+// DeepSpeed's fp16.loss_scale > 0: a fixed scale; overflowing steps are skipped, nothing moves.
+TEST(LossScaler, StaticScaleSkipsOverflowsAndNeverChanges) {
+  LossScalingOptions o;
+  o.initial_scale_power = 4;
+  o.loss_scale_window = 2;
+  o.static_scale = 128;
+  LossScaler s(true, o);
+  EXPECT_EQ(s.scale(), 128.0);
+  EXPECT_TRUE(s.update(true));
+  EXPECT_EQ(s.scale(), 128.0);
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(s.update(false));
+  EXPECT_EQ(s.scale(), 128.0);
+}
+
 TEST(LossScaler, StateRoundTrips) {
   LossScaler a(true, {8, 10, 2, 1.0});
   a.update(true);
