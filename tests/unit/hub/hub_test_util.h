@@ -13,26 +13,11 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "tests/common/temp_dir.h"
 
 namespace dstrain::hub::testing {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "dstrain_hub_XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
-};
+using dstrain::testing::TempDir;
 
 // Sets (or, with nullptr, unsets) an environment variable until the end of the scope.
 class ScopedEnv {

@@ -9,28 +9,14 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/common/temp_dir.h"
+
 #include "core/error.h"
 #include "model/model_config.h"
 
 namespace dstrain::model::testing {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "dstrain_model_XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
-};
+using dstrain::testing::TempDir;
 
 inline std::filesystem::path tiny_config_path() {
   return std::filesystem::path(DSTRAIN_SOURCE_DIR) / "configs/models/tiny/config.json";
