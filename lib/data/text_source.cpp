@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
-#include "data/utf8.h"
+#include "core/utf8.h"
 
 namespace dstrain::data {
 namespace {

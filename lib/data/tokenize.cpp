@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "core/error.h"
-#include "data/utf8.h"
+#include "core/utf8.h"
 
 namespace dstrain::data {
 namespace {

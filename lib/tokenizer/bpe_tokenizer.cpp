@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "tokenizer/nfc.h"
-#include "tokenizer/utf8.h"
 
 namespace dstrain::tokenizer {
 
@@ -26,12 +26,11 @@ ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(const BpeSpec& spec)
 }
 
 std::vector<int32_t> ByteLevelBpeTokenizer::encode(std::string_view text) const {
-  const size_t bad = find_invalid_utf8(text);
-  if (bad != kValidUtf8) {
+  if (const std::optional<size_t> bad = find_invalid_utf8(text)) {
     fail(ErrorKind::kInput,
          "invalid UTF-8 at byte offset {} of the text to tokenize (byte 0x{:02X}); "
          "expected UTF-8 text",
-         bad, static_cast<unsigned char>(text[bad]));
+         *bad, static_cast<unsigned char>(text[*bad]));
   }
   std::vector<Segment> segments;
   added_.split(text, segments);

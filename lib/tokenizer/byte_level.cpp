@@ -1,6 +1,6 @@
 #include "tokenizer/byte_level.h"
 
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 namespace dstrain::tokenizer {
 namespace {
@@ -47,7 +47,7 @@ std::optional<std::string> symbols_to_bytes(std::string_view symbols) {
     for (int b = 0; b < 256; ++b) inv[byte_code_points()[b]] = b;
     return inv;
   }();
-  if (find_invalid_utf8(symbols) != kValidUtf8) return std::nullopt;
+  if (find_invalid_utf8(symbols)) return std::nullopt;
   std::string out;
   out.reserve(symbols.size());
   size_t pos = 0;

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/utf8.h"
 #include "tokenizer/unicode_tables.h"
-#include "tokenizer/utf8.h"
 
 namespace dstrain::tokenizer {
 namespace {

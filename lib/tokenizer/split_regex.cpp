@@ -8,8 +8,8 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "tokenizer/regex_classes.h"
-#include "tokenizer/utf8.h"
 
 namespace dstrain::tokenizer {
 namespace {

@@ -13,13 +13,6 @@ void validate(const EngineOptions& options, const std::vector<NamedParameter>& p
   if (options.stage < 0 || options.stage > 3) {
     fail(ErrorKind::kConfig, "zero_optimization.stage is {}; expected 0, 1, 2 or 3", options.stage);
   }
-  if (options.offload_param && options.stage != 3) {
-    fail(ErrorKind::kConfig, "offload_param needs zero_optimization.stage 3 (stage is {})",
-         options.stage);
-  }
-  if (options.offload_optimizer && options.stage == 0) {
-    fail(ErrorKind::kConfig, "offload_optimizer needs zero_optimization.stage 1, 2 or 3");
-  }
   if (options.gradient_clipping < 0) {
     fail(ErrorKind::kConfig, "gradient_clipping is {}; expected >= 0 (0 disables)",
          options.gradient_clipping);

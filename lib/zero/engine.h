@@ -197,8 +197,9 @@ class Engine {
 };
 
 // Builds the engine for options.stage: a ShardedEngine for stages 0-2, a Stage3Engine for stage 3.
-// Error(kConfig) for options it cannot honour (stage, dtype, clipping, offload at the wrong stage)
-// and for a model without trainable elements.
+// Error(kConfig) for options it cannot honour (stage, dtype, clipping) and for a model without
+// trainable elements. Precondition: the offload flags suit the stage (offload_optimizer 1-3,
+// offload_param 3), which the config loader checks (config/validate.cpp).
 std::unique_ptr<Engine> make_engine(std::vector<NamedParameter> params, comm::Communicator& comm,
                                     const OptimizerFactory& make_optimizer, EngineOptions options);
 

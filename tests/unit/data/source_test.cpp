@@ -5,7 +5,6 @@
 #include "data/text_source.h"
 #include "data/token_file.h"
 #include "data/tokenize_file.h"
-#include "data/utf8.h"
 #include "test_util.h"
 
 namespace dstrain::data {
@@ -18,14 +17,6 @@ using testing::TempDir;
 
 std::vector<int32_t> doc(const Corpus& c, int64_t i) {
   return {c.document_data(i), c.document_data(i) + c.document_length(i)};
-}
-
-TEST(Utf8, AcceptsValidAndFindsFirstBadByte) {
-  EXPECT_FALSE(find_invalid_utf8("plain ascii, h\xC3\xA9, \xE2\x82\xAC, \xF0\x9F\x98\x80"));
-  EXPECT_EQ(find_invalid_utf8("ab\xFF"), 2u);
-  EXPECT_EQ(find_invalid_utf8("a\xC0\xAF"), 1u);       // overlong '/'
-  EXPECT_EQ(find_invalid_utf8("ab\xED\xA0\x80"), 2u);  // surrogate
-  EXPECT_EQ(find_invalid_utf8("abc\xE2\x82"), 3u);     // truncated sequence
 }
 
 TEST(TextSource, WholeFileIsOneDocument) {

@@ -5,14 +5,14 @@
 #include <iostream>
 
 #include "optim/optimizer.h"
+#include "tests/common/thread_communicator.h"
 #include "tests/unit/lora/lora_test_util.h"
-#include "tests/unit/zero/thread_communicator.h"
 #include "zero/engine.h"
 
 namespace dstrain::lora::testing {
 namespace {
-using zero::testing::run_ranks;
-using zero::testing::ThreadCommunicator;
+using dstrain::testing::run_ranks;
+using dstrain::testing::ThreadCommunicator;
 
 zero::OptimizerFactory adamw() {
   return [](int64_t n, std::vector<optim::Range> no_decay) {

@@ -2,6 +2,10 @@
 // hand.
 
 #include <cmath>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -19,107 +23,155 @@ LrScheduleOptions options(const std::string& type) {
   return o;
 }
 
-TEST(LrSchedule, ConstantIsTheBaseLrEverywhere) {
-  auto s = make_lr_schedule(options("constant"), 3e-4, 100);
-  EXPECT_DOUBLE_EQ(s->lr(0), 3e-4);
-  EXPECT_DOUBLE_EQ(s->lr(99), 3e-4);
+// A schedule's value at one step; tol 0 asks for equality up to 4 ulps (EXPECT_DOUBLE_EQ).
+struct Point {
+  int64_t step;
+  double lr;
+  double tol = 0;
+};
+
+// One schedule built from `options` for a run of `total_steps` at `base_lr`, and what it must give.
+struct LrCase {
+  std::string name;
+  LrScheduleOptions options;
+  double base_lr;
+  int64_t total_steps;
+  std::vector<Point> points;
+};
+
+LrScheduleOptions with(const std::string& type,
+                       const std::function<void(LrScheduleOptions&)>& set) {
+  LrScheduleOptions o = options(type);
+  set(o);
+  return o;
 }
 
-TEST(LrSchedule, DeepSpeedWarmupLrLogWarmupThenFlat) {
-  LrScheduleOptions o = options("WarmupLR");
-  o.warmup_min_lr = 0.0;
-  o.warmup_max_lr = 0.01;
-  o.warmup_num_steps = 100;
-  auto s = make_lr_schedule(o, 1.0, 1000);
-  EXPECT_DOUBLE_EQ(s->lr(0), 0.0);                                        // log(1) = 0
-  EXPECT_NEAR(s->lr(9), 0.01 * std::log(10.0) / std::log(100.0), 1e-15);  // = 0.005
-  EXPECT_NEAR(s->lr(99), 0.01, 1e-15);
-  EXPECT_DOUBLE_EQ(s->lr(100), 0.01);
-  EXPECT_DOUBLE_EQ(s->lr(5000), 0.01);
+std::vector<LrCase> schedule_cases() {
+  const double cos_at_100 = 0.02 * (0.0001 + 0.9999 * (1 + std::cos(kPi * 1 / 900)) / 2);
+  return {
+      {"ConstantIsTheBaseLrEverywhere", options("constant"), 3e-4, 100, {{0, 3e-4}, {99, 3e-4}}},
+      {"DeepSpeedWarmupLrLogWarmupThenFlat",
+       with("WarmupLR",
+            [](LrScheduleOptions& o) {
+              o.warmup_min_lr = 0.0;
+              o.warmup_max_lr = 0.01;
+              o.warmup_num_steps = 100;
+            }),
+       1.0,
+       1000,
+       {{0, 0.0},                                             // log(1) = 0
+        {9, 0.01 * std::log(10.0) / std::log(100.0), 1e-15},  // = 0.005
+        {99, 0.01, 1e-15},
+        {100, 0.01},
+        {5000, 0.01}}},
+      {"DeepSpeedWarmupLrLinearAndMaxLrDefaultsToBaseLr",
+       with("WarmupLR",
+            [](LrScheduleOptions& o) {
+              o.warmup_min_lr = 0.001;
+              o.warmup_num_steps = 100;
+              o.warmup_type = "linear";
+            }),
+       0.011,
+       1000,
+       {{0, 0.001}, {50, 0.001 + 0.01 * 0.5, 1e-15}, {100, 0.011}}},
+      {"DeepSpeedWarmupStepsBelowTwoCountAsTwo",
+       with("WarmupLR",
+            [](LrScheduleOptions& o) {
+              o.warmup_max_lr = 0.01;
+              o.warmup_num_steps = 1;
+              o.warmup_type = "linear";
+            }),
+       1.0,
+       10,
+       {{1, 0.005}, {2, 0.01}}},
+      {"DeepSpeedWarmupDecayLrDecaysLinearlyToZero",
+       with("WarmupDecayLR",
+            [](LrScheduleOptions& o) {
+              o.warmup_max_lr = 0.01;
+              o.warmup_num_steps = 100;
+              o.warmup_type = "linear";
+              o.total_num_steps = 1000;  // overrides the run's total of 5
+            }),
+       1.0,
+       5,
+       {{100, 0.01}, {550, 0.01 * 450.0 / 900.0, 1e-15}, {1000, 0.0}, {1200, 0.0}}},
+      {"DeepSpeedWarmupCosineLrUsesRatiosOfBaseLr",
+       with("WarmupCosineLR",
+            [](LrScheduleOptions& o) {
+              o.warmup_num_steps = 100;
+              o.warmup_min_ratio = 0.1;
+              o.warmup_type = "linear";  // cos_min_ratio keeps its default 0.0001
+            }),
+       0.02,
+       1000,
+       {{0, 0.002, 1e-15},
+        {50, 0.02 * (0.1 + 0.5 * 0.9), 1e-15},
+        {100, cos_at_100, 1e-15},
+        {549, 0.02 * (0.0001 + 0.9999 * 0.5), 1e-15},
+        {999, 0.02 * 0.0001, 1e-15},
+        {1500, 0.02 * 0.0001, 1e-15}}},
+      {"HuggingFaceLinearWarmupByRatioThenLinearDecay",
+       with("linear", [](LrScheduleOptions& o) { o.warmup_ratio = 0.1; }),
+       1e-3,
+       100,
+       {{0, 0.0}, {5, 5e-4, 1e-18}, {10, 1e-3}, {55, 5e-4, 1e-18}, {100, 0.0}}},
+      {"HuggingFaceLinearDecayFloorsAtMinLrRatio",
+       with("linear",
+            [](LrScheduleOptions& o) {
+              o.warmup_ratio = 0.1;
+              o.min_lr_ratio = 0.1;
+            }),
+       1e-3,
+       100,
+       {{55, 1e-3 * (0.1 + 0.9 * 0.5), 1e-18}}},
+      {"HuggingFaceWarmupRatioRoundsUp",
+       with("constant_with_warmup", [](LrScheduleOptions& o) { o.warmup_ratio = 0.1; }),
+       1e-3,
+       95,  // ceil(9.5) = 10 warmup steps
+       {{9, 9e-4, 1e-18}, {10, 1e-3}}},
+      {"HuggingFaceCosineWarmupStepsWinOverRatio",
+       with("cosine",
+            [](LrScheduleOptions& o) {
+              o.warmup_steps = 10;
+              o.warmup_ratio = 0.5;  // warmup_steps wins, as in Hugging Face
+            }),
+       1e-3,
+       110,
+       {{5, 5e-4, 1e-18}, {60, 5e-4, 1e-15}, {110, 0.0, 1e-18}}},
+      {"HuggingFaceCosineFloorsAtMinLrRatio",
+       with("cosine",
+            [](LrScheduleOptions& o) {
+              o.warmup_steps = 10;
+              o.min_lr_ratio = 0.1;
+            }),
+       1e-3,
+       110,
+       {{60, 1e-3 * (0.1 + 0.9 * 0.5), 1e-15}, {110, 1e-4, 1e-15}}},
+  };
 }
 
-TEST(LrSchedule, DeepSpeedWarmupLrLinearAndMaxLrDefaultsToBaseLr) {
-  LrScheduleOptions o = options("WarmupLR");
-  o.warmup_min_lr = 0.001;
-  o.warmup_num_steps = 100;
-  o.warmup_type = "linear";
-  auto s = make_lr_schedule(o, 0.011, 1000);
-  EXPECT_DOUBLE_EQ(s->lr(0), 0.001);
-  EXPECT_NEAR(s->lr(50), 0.001 + 0.01 * 0.5, 1e-15);
-  EXPECT_DOUBLE_EQ(s->lr(100), 0.011);
+void PrintTo(const LrCase& c, std::ostream* os) {
+  *os << c.name;
 }
 
-TEST(LrSchedule, DeepSpeedWarmupStepsBelowTwoCountAsTwo) {
-  LrScheduleOptions o = options("WarmupLR");
-  o.warmup_max_lr = 0.01;
-  o.warmup_num_steps = 1;
-  o.warmup_type = "linear";
-  auto s = make_lr_schedule(o, 1.0, 10);
-  EXPECT_DOUBLE_EQ(s->lr(1), 0.005);
-  EXPECT_DOUBLE_EQ(s->lr(2), 0.01);
+class LrScheduleValues : public ::testing::TestWithParam<LrCase> {};
+
+TEST_P(LrScheduleValues, MatchTheFormulaAtEachStep) {
+  const LrCase& c = GetParam();
+  auto s = make_lr_schedule(c.options, c.base_lr, c.total_steps);
+  for (const Point& p : c.points) {
+    if (p.tol == 0) {
+      EXPECT_DOUBLE_EQ(s->lr(p.step), p.lr) << "step " << p.step;
+    } else {
+      EXPECT_NEAR(s->lr(p.step), p.lr, p.tol) << "step " << p.step;
+    }
+  }
 }
 
-TEST(LrSchedule, DeepSpeedWarmupDecayLrDecaysLinearlyToZero) {
-  LrScheduleOptions o = options("WarmupDecayLR");
-  o.warmup_max_lr = 0.01;
-  o.warmup_num_steps = 100;
-  o.warmup_type = "linear";
-  o.total_num_steps = 1000;
-  auto s = make_lr_schedule(o, 1.0, 5);  // total_num_steps overrides the run's total
-  EXPECT_DOUBLE_EQ(s->lr(100), 0.01);
-  EXPECT_NEAR(s->lr(550), 0.01 * 450.0 / 900.0, 1e-15);
-  EXPECT_DOUBLE_EQ(s->lr(1000), 0.0);
-  EXPECT_DOUBLE_EQ(s->lr(1200), 0.0);
-}
-
-TEST(LrSchedule, DeepSpeedWarmupCosineLrUsesRatiosOfBaseLr) {
-  LrScheduleOptions o = options("WarmupCosineLR");
-  o.warmup_num_steps = 100;
-  o.warmup_min_ratio = 0.1;
-  o.warmup_type = "linear";
-  auto s = make_lr_schedule(o, 0.02, 1000);  // cos_min_ratio keeps its default 0.0001
-  EXPECT_NEAR(s->lr(0), 0.002, 1e-15);
-  EXPECT_NEAR(s->lr(50), 0.02 * (0.1 + 0.5 * 0.9), 1e-15);
-  EXPECT_NEAR(s->lr(100), 0.02 * (0.0001 + 0.9999 * (1 + std::cos(kPi * 1 / 900)) / 2), 1e-15);
-  EXPECT_NEAR(s->lr(549), 0.02 * (0.0001 + 0.9999 * 0.5), 1e-15);
-  EXPECT_NEAR(s->lr(999), 0.02 * 0.0001, 1e-15);
-  EXPECT_NEAR(s->lr(1500), 0.02 * 0.0001, 1e-15);
-}
-
-TEST(LrSchedule, HuggingFaceLinearWarmupByRatioThenLinearDecay) {
-  LrScheduleOptions o = options("linear");
-  o.warmup_ratio = 0.1;
-  auto s = make_lr_schedule(o, 1e-3, 100);
-  EXPECT_DOUBLE_EQ(s->lr(0), 0.0);
-  EXPECT_NEAR(s->lr(5), 5e-4, 1e-18);
-  EXPECT_DOUBLE_EQ(s->lr(10), 1e-3);
-  EXPECT_NEAR(s->lr(55), 5e-4, 1e-18);
-  EXPECT_DOUBLE_EQ(s->lr(100), 0.0);
-  o.min_lr_ratio = 0.1;
-  EXPECT_NEAR(make_lr_schedule(o, 1e-3, 100)->lr(55), 1e-3 * (0.1 + 0.9 * 0.5), 1e-18);
-}
-
-TEST(LrSchedule, HuggingFaceWarmupRatioRoundsUp) {
-  LrScheduleOptions o = options("constant_with_warmup");
-  o.warmup_ratio = 0.1;
-  auto s = make_lr_schedule(o, 1e-3, 95);  // ceil(9.5) = 10 warmup steps
-  EXPECT_NEAR(s->lr(9), 9e-4, 1e-18);
-  EXPECT_DOUBLE_EQ(s->lr(10), 1e-3);
-}
-
-TEST(LrSchedule, HuggingFaceCosineWithWarmupStepsAndMinLrRatio) {
-  LrScheduleOptions o = options("cosine");
-  o.warmup_steps = 10;
-  o.warmup_ratio = 0.5;  // warmup_steps wins, as in Hugging Face
-  auto s = make_lr_schedule(o, 1e-3, 110);
-  EXPECT_NEAR(s->lr(5), 5e-4, 1e-18);
-  EXPECT_NEAR(s->lr(60), 5e-4, 1e-15);
-  EXPECT_NEAR(s->lr(110), 0.0, 1e-18);
-  o.min_lr_ratio = 0.1;
-  s = make_lr_schedule(o, 1e-3, 110);
-  EXPECT_NEAR(s->lr(60), 1e-3 * (0.1 + 0.9 * 0.5), 1e-15);
-  EXPECT_NEAR(s->lr(110), 1e-4, 1e-15);
-}
+INSTANTIATE_TEST_SUITE_P(Schedules, LrScheduleValues, ::testing::ValuesIn(schedule_cases()),
+                         [](const ::testing::TestParamInfo<LrCase>& info) {
+                           return info.param.name;
+                         });
 
 void expect_config_error(const LrScheduleOptions& o, const std::string& fragment) {
   try {

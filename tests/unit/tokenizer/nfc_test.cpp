@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/utf8.h"
 #include "tokenizer/nfc.h"
-#include "tokenizer/utf8.h"
 
 namespace dstrain::tokenizer {
 namespace {

@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "tokenizer/regex_classes.h"
 #include "tokenizer/split_regex.h"
-#include "tokenizer/utf8.h"
 
 namespace dstrain::tokenizer {
 namespace {

@@ -8,16 +8,16 @@
 #include "lora/lora_model.h"
 #include "model/model.h"
 #include "optim/optimizer.h"
+#include "tests/common/thread_communicator.h"
 #include "tests/unit/model/test_util.h"
-#include "tests/unit/zero/thread_communicator.h"
 #include "train/stage3_setup.h"
 #include "zero/engine.h"
 
 namespace dstrain::train {
 namespace {
 
-using zero::testing::run_ranks;
-using zero::testing::ThreadCommunicator;
+using dstrain::testing::run_ranks;
+using dstrain::testing::ThreadCommunicator;
 
 model::DecoderModel small_model(int64_t layers) {
   nlohmann::json doc = model::testing::small_config_json();

@@ -10,16 +10,16 @@
 #include "model/safetensors.h"
 #include "model/weights.h"
 #include "optim/optimizer.h"
+#include "tests/common/thread_communicator.h"
 #include "tests/unit/model/counting_allocator.h"
 #include "tests/unit/model/test_util.h"
-#include "tests/unit/zero/thread_communicator.h"
 #include "train/stage3_setup.h"
 #include "zero/engine.h"
 
 namespace dstrain::train {
 namespace {
 
-using zero::testing::ThreadCommunicator;
+using dstrain::testing::ThreadCommunicator;
 
 model::ModelConfig deep_config(int64_t layers) {
   auto j = model::testing::small_config_json("qwen2");
@@ -52,7 +52,7 @@ zero::EngineOptions stage3_options(const model::DecoderModelImpl& m, torch::Scal
 using Maker = std::function<model::DecoderModel(zero::InitialValues*)>;
 std::vector<double> train_stage3(const Maker& make, torch::ScalarType dtype, int steps = 3) {
   std::vector<std::vector<double>> losses(2);
-  zero::testing::run_ranks(2, [&](ThreadCommunicator& comm) {
+  dstrain::testing::run_ranks(2, [&](ThreadCommunicator& comm) {
     zero::InitialValues values;
     model::DecoderModel m = make(&values);
     zero::EngineOptions o = stage3_options(*m, dtype);
@@ -126,7 +126,7 @@ TEST(ShardedBuild, SafetensorsRangesTrainExactlyLikeLoadedWeights) {
 TEST(ShardedBuild, LoraBaseIsShardedFrozenAndReleasedAfterEachStep) {
   const model::ModelConfig c = deep_config(4);
   const int64_t base_numel = c.num_parameters(true);
-  zero::testing::run_ranks(2, [&](ThreadCommunicator& comm) {
+  dstrain::testing::run_ranks(2, [&](ThreadCommunicator& comm) {
     model::DecoderModel m(c, model::Materialize::kNo);
     for (auto& p : m->parameters()) p.set_requires_grad(false);
     lora::LoraOptions lo;

@@ -93,16 +93,5 @@ TEST(ZeroOffload, DeviceBytesDropByMasterOptimizerStateAndGradientShard) {
   }
 }
 
-TEST(ZeroOffload, StageZeroRefusesOffloadAsAConfigError) {
-  const Problem problem = make_problem(1);
-  RunConfig config = offload_config(Case{0, 1, torch::kFloat32}, true, 1);
-  try {
-    run_engine(problem, config);
-    FAIL() << "stage 0 accepted offload_optimizer";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
-  }
-}
-
 }  // namespace
 }  // namespace dstrain::zero::testing

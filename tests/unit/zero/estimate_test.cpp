@@ -8,7 +8,7 @@
 
 #include "model/model.h"
 #include "optim/optimizer.h"
-#include "tests/unit/zero/thread_communicator.h"
+#include "tests/common/thread_communicator.h"
 #include "zero/engine.h"
 #include "zero/estimate.h"
 
@@ -73,7 +73,7 @@ MemoryReport engine_bytes(int stage, int world, bool offload_opt, bool offload_p
                           torch::ScalarType dtype, int64_t threshold) {
   MemoryReport report;
   std::mutex mu;
-  testing::run_ranks(world, [&](testing::ThreadCommunicator& comm) {
+  dstrain::testing::run_ranks(world, [&](dstrain::testing::ThreadCommunicator& comm) {
     torch::manual_seed(0);
     model::DecoderModel model(tiny_config());
     std::vector<NamedParameter> params;

@@ -1,9 +1,6 @@
 #include "tests/unit/zero/stage3_fixtures.h"
 
-#include <mutex>
-
 #include "core/error.h"
-#include "tests/unit/zero/thread_communicator.h"
 
 namespace dstrain::zero::testing {
 
@@ -114,43 +111,27 @@ StateSource source_of(const std::map<std::pair<std::string, std::string>, torch:
 
 StackResult run_stack(const StackProblem& problem, const StackRun& run) {
   StackResult result;
-  const int accum = run.accum;
-  std::vector<std::vector<double>> losses(run.world, std::vector<double>(run.steps, 0.0));
-  result.memory.resize(run.world);
-  result.comm.resize(run.world);
-  std::mutex mutex;
-  run_ranks(run.world, [&](ThreadCommunicator& comm) {
+  drive_ranks(run, result, [&](ThreadCommunicator& comm) {
     const int rank = comm.rank();
     TinyStack model = make_stack(problem);
     EngineOptions options = run.options;
     options.segments = model->segments();
-    auto engine = make_engine(model->units(), comm, run.optimizer, options);
-    if (run.resume) engine->load_state(source_of(*run.resume), run.resume_steps, {});
-    for (int s = 0; s < run.steps; ++s) {
-      const int64_t data_step = run.resume_steps + s;
-      comm.reset_stats();
-      for (int m = 0; m < accum; ++m) {
-        torch::Tensor ids = micro_batch(problem.ids[data_step], run.world, rank, accum, m);
-        torch::Tensor labels = micro_batch(problem.labels[data_step], run.world, rank, accum, m);
-        torch::Tensor logits = model->forward(ids, engine.get()).to(torch::kFloat32);
-        torch::Tensor loss = torch::cross_entropy_loss(logits.reshape({-1, problem.shape.vocab}),
-                                                       labels.reshape({-1}));
-        losses[rank][s] += loss.item<double>() / accum;
-        engine->backward(loss, {m, accum});
-      }
-      StepResult step = engine->step(run.lr);
-      if (rank == 0) result.steps.push_back(step);
-    }
-    std::lock_guard<std::mutex> lock(mutex);
-    result.memory[rank] = engine->bytes();
-    result.comm[rank] = comm.stats();
-    assemble(result, engine->owned_state());
+    RankSide side;
+    side.engine = make_engine(model->units(), comm, run.optimizer, options);
+    if (run.resume) side.engine->load_state(source_of(*run.resume), run.resume_steps, {});
+    Engine* engine = side.engine.get();
+    side.loss = [&problem, &run, model, rank, engine](int s, int m) mutable {
+      const int64_t data_step = run.resume_steps + s;  // a resumed run reads on from there
+      const torch::Tensor ids = micro_batch(problem.ids[data_step], run.world, rank, run.accum, m);
+      const torch::Tensor labels =
+          micro_batch(problem.labels[data_step], run.world, rank, run.accum, m);
+      const torch::Tensor logits = model->forward(ids, engine).to(torch::kFloat32);
+      return torch::cross_entropy_loss(logits.reshape({-1, problem.shape.vocab}),
+                                       labels.reshape({-1}));
+    };
+    side.record = [&result](int, Engine& e) { assemble(result, e.owned_state()); };
+    return side;
   });
-  for (int s = 0; s < run.steps; ++s) {
-    double sum = 0;
-    for (int r = 0; r < run.world; ++r) sum += losses[r][s];
-    result.losses.push_back(sum / run.world);
-  }
   return result;
 }
 

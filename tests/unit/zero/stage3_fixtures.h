@@ -45,22 +45,12 @@ StackProblem make_stack_problem(StackShape shape = {}, int steps = 20, uint64_t 
 
 TinyStack make_stack(const StackProblem& problem);
 
-struct StackRun {
-  int world = 1;
-  EngineOptions options;
-  int accum = 1;  // micro-steps per optimizer step (gradient accumulation)
-  int steps = 20;
-  double lr = 1e-2;
-  OptimizerFactory optimizer = adamw_factory();
+struct StackRun : RunConfig {
   const std::map<std::pair<std::string, std::string>, torch::Tensor>* resume = nullptr;
   int64_t resume_steps = 0;  // optimizer steps of the resumed state; data starts there too
 };
 
-struct StackResult {
-  std::vector<double> losses;
-  std::vector<StepResult> steps;
-  std::vector<MemoryReport> memory;   // per rank after the last step
-  std::vector<comm::CommStats> comm;  // per rank, last step
+struct StackResult : EngineRecord {
   // Every rank's owned_state() assembled: (kind, param) → flattened fp32, and coverage counts.
   std::map<std::pair<std::string, std::string>, torch::Tensor> state;
   std::map<std::pair<std::string, std::string>, int64_t> covered;

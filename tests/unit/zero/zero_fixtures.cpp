@@ -101,43 +101,58 @@ torch::Tensor micro_batch(const torch::Tensor& batch, int world, int rank, int a
   return batch.narrow(0, (rank * accum + micro) * rows, rows);
 }
 
-RunResult run_engine(const Problem& problem, const RunConfig& config) {
-  RunResult result;
+void drive_ranks(const RunConfig& config, EngineRecord& record,
+                 const std::function<RankSide(ThreadCommunicator&)>& make_side) {
   const int accum = config.accum;
   std::vector<std::vector<double>> losses(config.world, std::vector<double>(config.steps, 0.0));
-  result.memory.resize(config.world);
-  result.comm.resize(config.world);
+  record.memory.resize(config.world);
+  record.comm.resize(config.world);
   std::mutex mutex;
   run_ranks(config.world, [&](ThreadCommunicator& comm) {
     const int rank = comm.rank();
-    TinyMlp model = make_model(problem);
-    auto engine = make_engine(named_parameters(model), comm, config.optimizer, config.options);
-    const torch::ScalarType dtype = config.options.compute_dtype;
+    RankSide side = make_side(comm);
     for (int s = 0; s < config.steps; ++s) {
       comm.reset_stats();
       for (int m = 0; m < accum; ++m) {
-        torch::Tensor x = micro_batch(problem.x[s], config.world, rank, accum, m).to(dtype);
-        torch::Tensor y = micro_batch(problem.y[s], config.world, rank, accum, m);
-        torch::Tensor loss = torch::mse_loss(model->forward(x).to(torch::kFloat32), y);
+        torch::Tensor loss = side.loss(s, m);
         losses[rank][s] += loss.item<double>() / accum;
-        engine->backward(loss, {m, accum});
+        side.engine->backward(loss, {m, accum});
       }
-      StepResult step = engine->step(config.lr);
-      if (rank == 0) result.steps.push_back(step);
+      StepResult step = side.engine->step(config.lr);
+      if (rank == 0) record.steps.push_back(step);
     }
     std::lock_guard<std::mutex> lock(mutex);
-    result.memory[rank] = engine->bytes();
-    result.comm[rank] = comm.stats();
-    if (rank == 0) {
-      for (const auto& p : model->parameters())
-        result.params.push_back(p.detach().to(torch::kFloat32).clone());
-    }
+    record.memory[rank] = side.engine->bytes();
+    record.comm[rank] = comm.stats();
+    if (side.record) side.record(rank, *side.engine);
   });
   for (int s = 0; s < config.steps; ++s) {
     double sum = 0;
     for (int r = 0; r < config.world; ++r) sum += losses[r][s];
-    result.losses.push_back(sum / config.world);
+    record.losses.push_back(sum / config.world);
   }
+}
+
+RunResult run_engine(const Problem& problem, const RunConfig& config) {
+  RunResult result;
+  drive_ranks(config, result, [&](ThreadCommunicator& comm) {
+    const int rank = comm.rank();
+    TinyMlp model = make_model(problem);
+    RankSide side;
+    side.engine = make_engine(named_parameters(model), comm, config.optimizer, config.options);
+    side.loss = [&problem, &config, model, rank](int s, int m) mutable {
+      const torch::Tensor x = micro_batch(problem.x[s], config.world, rank, config.accum, m);
+      const torch::Tensor y = micro_batch(problem.y[s], config.world, rank, config.accum, m);
+      const torch::Tensor out = model->forward(x.to(config.options.compute_dtype));
+      return torch::mse_loss(out.to(torch::kFloat32), y);
+    };
+    side.record = [&result, model](int rank, Engine&) mutable {
+      if (rank != 0) return;
+      for (const auto& p : model->parameters())
+        result.params.push_back(p.detach().to(torch::kFloat32).clone());
+    };
+    return side;
+  });
   return result;
 }
 

@@ -3,6 +3,7 @@
 // and a 1-D "norm" weight, a fixed problem (initial weights + per-step global batches), and runners
 // for the engine at any world size / stage and for a plain single-process reference.
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -11,10 +12,13 @@
 #include <torch/torch.h>
 
 #include "optim/optimizer.h"
-#include "tests/unit/zero/thread_communicator.h"
+#include "tests/common/thread_communicator.h"
 #include "zero/engine.h"
 
 namespace dstrain::zero::testing {
+
+using dstrain::testing::run_ranks;
+using dstrain::testing::ThreadCommunicator;
 
 // torch.optim.AdamW semantics over a flat fp32 shard; `no_decay` ranges take no weight decay.
 class TestAdamW : public optim::Optimizer {
@@ -60,6 +64,8 @@ Problem make_problem(int steps = 20, int64_t hidden = 16, uint64_t seed = 0);
 TinyMlp make_model(const Problem& problem, torch::ScalarType dtype = torch::kFloat32);
 std::vector<NamedParameter> named_parameters(TinyMlp& model);
 
+// How an engine run is driven: `world` thread ranks, `steps` optimizer steps of `accum`
+// micro-steps.
 struct RunConfig {
   int world = 1;
   EngineOptions options;
@@ -69,12 +75,31 @@ struct RunConfig {
   OptimizerFactory optimizer = adamw_factory();
 };
 
-struct RunResult {
+// What every engine run records.
+struct EngineRecord {
   std::vector<double> losses;         // global mean loss per step
   std::vector<StepResult> steps;      // rank 0's step results
-  std::vector<torch::Tensor> params;  // rank 0's final parameters (fp32 copies)
   std::vector<MemoryReport> memory;   // per rank, after the last step
   std::vector<comm::CommStats> comm;  // per rank, over the last step
+};
+
+// One rank's side of a run, built on the rank's thread: its engine, the loss of micro-step `micro`
+// of step `step` on this rank's rows (the driver runs backward and the step), and what the rank
+// adds to the record after its last step (called under a lock; may be empty).
+// (The engine is declared last so that it goes before the model the lambdas hold.)
+struct RankSide {
+  std::function<torch::Tensor(int step, int micro)> loss;
+  std::function<void(int rank, Engine& engine)> record;
+  std::unique_ptr<Engine> engine;
+};
+
+// Runs config.world ranks through config.steps optimizer steps of config.accum micro-steps at
+// config.lr, each rank's side from `make_side`, and fills `record`'s common fields.
+void drive_ranks(const RunConfig& config, EngineRecord& record,
+                 const std::function<RankSide(ThreadCommunicator&)>& make_side);
+
+struct RunResult : EngineRecord {
+  std::vector<torch::Tensor> params;  // rank 0's final parameters (fp32 copies)
 };
 
 RunResult run_engine(const Problem& problem, const RunConfig& config);

@@ -20,7 +20,7 @@
 
 #include "comm/communicator.h"
 
-namespace dstrain::zero::testing {
+namespace dstrain::testing {
 
 class ThreadGroup;
 
@@ -51,4 +51,4 @@ class ThreadCommunicator : public comm::Communicator {
 // wait on it, so tests keep ranks in lockstep).
 void run_ranks(int world_size, const std::function<void(ThreadCommunicator&)>& body);
 
-}  // namespace dstrain::zero::testing
+}  // namespace dstrain::testing

@@ -1,15 +1,15 @@
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 #include <gtest/gtest.h>
 
-namespace dstrain::tokenizer {
+namespace dstrain {
 namespace {
 
 TEST(Utf8, WellFormedTextHasNoInvalidOffset) {
-  EXPECT_EQ(find_invalid_utf8("plain ascii"), kValidUtf8);
+  EXPECT_EQ(find_invalid_utf8("plain ascii"), std::nullopt);
   EXPECT_EQ(find_invalid_utf8("日本 👩‍👧 é \xF4\x8F\xBF\xBF"),
-            kValidUtf8);  // includes U+10FFFF
-  EXPECT_EQ(find_invalid_utf8(""), kValidUtf8);
+            std::nullopt);  // includes U+10FFFF
+  EXPECT_EQ(find_invalid_utf8(""), std::nullopt);
 }
 
 TEST(Utf8, ReportsOffsetOfFirstIllFormedByte) {
@@ -23,6 +23,12 @@ TEST(Utf8, ReportsOffsetOfFirstIllFormedByte) {
   EXPECT_EQ(find_invalid_utf8("é\x80"), 2u);             // stray continuation byte
 }
 
+TEST(Utf8, AsciiIsOnlyBytesBelow0x80) {
+  EXPECT_TRUE(is_ascii("plain ascii\x7F"));
+  EXPECT_TRUE(is_ascii(""));
+  EXPECT_FALSE(is_ascii("caf\xC3\xA9"));
+}
+
 TEST(Utf8, EncodeDecodeRoundTrip) {
   for (char32_t cp : {U'A', U'\u00E9', U'\u65E5', U'\U0001F469', U'\U0010FFFF'}) {
     std::string s;
@@ -34,4 +40,4 @@ TEST(Utf8, EncodeDecodeRoundTrip) {
 }
 
 }  // namespace
-}  // namespace dstrain::tokenizer
+}  // namespace dstrain

@@ -1,4 +1,4 @@
-#include "tests/unit/zero/thread_communicator.h"
+#include "tests/common/thread_communicator.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 
-namespace dstrain::zero::testing {
+namespace dstrain::testing {
 namespace {
 
 using comm::CollectiveKind;
@@ -69,4 +69,4 @@ TEST(ThreadCommunicator, MismatchedCollectivesFail) {
 }
 
 }  // namespace
-}  // namespace dstrain::zero::testing
+}  // namespace dstrain::testing

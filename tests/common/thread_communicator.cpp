@@ -1,4 +1,4 @@
-#include "tests/unit/zero/thread_communicator.h"
+#include "tests/common/thread_communicator.h"
 
 #include <chrono>
 #include <exception>
@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 
-namespace dstrain::zero::testing {
+namespace dstrain::testing {
 
 using comm::CollectiveKind;
 using comm::ReduceOp;
@@ -241,4 +241,4 @@ void run_ranks(int world_size, const std::function<void(ThreadCommunicator&)>& b
   }
 }
 
-}  // namespace dstrain::zero::testing
+}  // namespace dstrain::testing

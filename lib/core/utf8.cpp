@@ -1,8 +1,8 @@
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 #include <cstdint>
 
-namespace dstrain::tokenizer {
+namespace dstrain {
 namespace {
 
 // Length of a well-formed sequence starting at text[pos], or 0 when it is ill-formed. Follows the
@@ -36,7 +36,7 @@ size_t sequence_length(std::string_view text, size_t pos) {
 
 }  // namespace
 
-size_t find_invalid_utf8(std::string_view text) {
+std::optional<size_t> find_invalid_utf8(std::string_view text) {
   size_t pos = 0;
   while (pos < text.size()) {
     if (static_cast<uint8_t>(text[pos]) < 0x80) {
@@ -47,7 +47,7 @@ size_t find_invalid_utf8(std::string_view text) {
     if (len == 0) return pos;
     pos += len;
   }
-  return kValidUtf8;
+  return std::nullopt;
 }
 
 void append_utf8(std::string& out, char32_t cp) {
@@ -84,4 +84,4 @@ bool is_ascii(std::string_view text) {
   return true;
 }
 
-}  // namespace dstrain::tokenizer
+}  // namespace dstrain
