@@ -4,15 +4,12 @@
 
 #include "train/component_options.h"
 
-#include <stdlib.h>
-
 #include <string>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "config/config.h"
-#include "launcher/stage_inputs.h"
 
 namespace dstrain::train {
 namespace {
@@ -22,14 +19,12 @@ config::Config load(const std::string& extra) {
       "model:\n  name_or_path: tiny\ndata:\n  train_path: train.txt\n" + extra, "train.yaml");
 }
 
-TEST(ComponentOptions, DataOptionsCarryTheDataSectionTheSeedAndTheCacheDirs) {
-  ::setenv(launcher::kStagedDataCacheEnv, "/node/staged", 1);
+TEST(ComponentOptions, DataOptionsCarryTheDataSectionTheSeedAndTheCacheDir) {
   const config::Config c = load(
       "data:\n  eval_path: b.parquet\n  format: parquet\n"
       "  text_field: body\n  document: file\n  max_length: 77\n  packing: false\n"
       "  eval_split: 0\ntraining:\n  seed: 99\nlogging:\n  out_dir: /runs/x\n");
   const data::DataOptions o = data_options(c);
-  ::unsetenv(launcher::kStagedDataCacheEnv);
   EXPECT_EQ(o.train_path, "train.txt");
   EXPECT_EQ(o.eval_path, "b.parquet");
   EXPECT_EQ(o.format, "parquet");
@@ -40,7 +35,6 @@ TEST(ComponentOptions, DataOptionsCarryTheDataSectionTheSeedAndTheCacheDirs) {
   EXPECT_EQ(o.eval_split, 0.0);
   EXPECT_EQ(o.seed, 99u);
   EXPECT_EQ(o.cache_dir, "/runs/x/data_cache");
-  EXPECT_EQ(o.staged_cache_dir, "/node/staged");
 }
 
 TEST(ComponentOptions, LoaderOptionsTakeTheBatchShapeAndThisRank) {
