@@ -19,30 +19,11 @@ namespace {
 namespace stdfs = std::filesystem;
 using nlohmann::json;
 
-json read_manifest(const std::string& tag_dir) {
-  const std::string path = (stdfs::path(tag_dir) / kManifestFile).string();
-  json m;
-  try {
-    m = json::parse(fs::read_file(path));
-  } catch (const json::exception& e) {
-    fail(ErrorKind::kInput, "{}: not valid JSON: {}", path, e.what());
-  }
-  if (!m.is_object() || !m.contains("files") || !m["files"].is_array()) {
-    fail(ErrorKind::kInput, "{}: expected an object with a \"files\" list", path);
-  }
-  return m;
-}
-
-FileCheck check_file(const stdfs::path& dir, const json& entry, const std::string& manifest) {
+FileCheck check_file(const stdfs::path& dir, const FileRecord& record) {
   FileCheck c;
-  try {
-    c.name = entry.at("name").get<std::string>();
-    c.bytes = entry.at("bytes").get<int64_t>();
-    c.crc32 = entry.at("crc32").get<std::string>();
-  } catch (const json::exception&) {
-    fail(ErrorKind::kInput, "{}: a \"files\" entry lacks name, bytes or crc32: {}", manifest,
-         entry.dump());
-  }
+  c.name = record.name;
+  c.bytes = record.bytes;
+  c.crc32 = record.crc32;
   const stdfs::path p = dir / c.name;
   std::error_code ec;
   if (!stdfs::is_regular_file(p, ec)) return c;
@@ -62,10 +43,11 @@ std::string human_bytes(int64_t n) {
   return u == 0 ? fmt::format("{} B", n) : fmt::format("{:.2f} {}", v, units[u]);
 }
 
-std::string value_or(const json& m, const char* key) {
-  if (!m.contains(key)) return "-";
-  const json& v = m[key];
-  return v.is_string() ? v.get<std::string>() : v.dump();
+// A component's state value as text, "-" when absent.
+std::string state_value(const Manifest& m, const char* component, const char* key) {
+  const ComponentRecord* c = m.component(component);
+  if (c == nullptr || !c->state.contains(key)) return "-";
+  return c->state[key].dump();
 }
 
 }  // namespace
@@ -84,11 +66,10 @@ bool VerifyReport::ok() const {
 VerifyReport verify_checkpoint(const std::string& path) {
   VerifyReport report;
   report.tag_dir = resolve_checkpoint(path);
-  const json m = read_manifest(report.tag_dir);
-  const std::string manifest_path = (stdfs::path(report.tag_dir) / kManifestFile).string();
+  const Manifest m = read_manifest(report.tag_dir);
   std::set<std::string> listed{kManifestFile};
-  for (const json& entry : m["files"]) {
-    report.files.push_back(check_file(report.tag_dir, entry, manifest_path));
+  for (const FileRecord& entry : m.files) {
+    report.files.push_back(check_file(report.tag_dir, entry));
     listed.insert(report.files.back().name);
   }
   std::error_code ec;
@@ -100,14 +81,14 @@ VerifyReport verify_checkpoint(const std::string& path) {
   return report;
 }
 
-std::vector<ConfigDifference> config_differences(const json& manifest,
+std::vector<ConfigDifference> config_differences(const Manifest& manifest,
                                                  const std::string& config_path,
                                                  const std::vector<std::string>& overrides) {
-  if (!manifest.contains("config") || !manifest["config"].is_string()) {
+  if (manifest.config_yaml.empty()) {
     fail(ErrorKind::kInput, "the checkpoint's manifest has no saved config to compare with");
   }
-  const config::Config saved = config::load_config_from_string(
-      manifest["config"].get<std::string>(), "the checkpoint's config.yaml");
+  const config::Config saved =
+      config::load_config_from_string(manifest.config_yaml, "the checkpoint's config.yaml");
   config::LoadOptions load;
   load.overrides = overrides;
   const config::Config given = config::load_config(config_path, load);
@@ -130,17 +111,18 @@ std::vector<ConfigDifference> config_differences(const json& manifest,
 std::string inspect_report(const std::string& path, const std::string& config_path,
                            const std::vector<std::string>& overrides) {
   const VerifyReport v = verify_checkpoint(path);
-  const json m = read_manifest(v.tag_dir);
+  const Manifest m = read_manifest(v.tag_dir);
   std::string out = fmt::format("checkpoint {}\n", v.tag_dir);
   out += fmt::format(
       "  step {}  world size {}  zero stage {}  dtype {}  optimizer steps {}\n"
       "  tokens seen {}  train loss {}\n",
-      value_or(m, "step"), value_or(m, "world_size"), value_or(m, "zero_stage"),
-      value_or(m, "compute_dtype"), value_or(m, "optimizer_steps"), value_or(m, "tokens_seen"),
-      value_or(m, "train_loss"));
-  if (m.contains("model") && m["model"].is_object()) {
-    out += fmt::format("  model {}\n", value_or(m["model"], "name_or_path"));
-  }
+      m.step, m.world_size, m.zero_stage, m.compute_dtype,
+      state_value(m, "engine", "optimizer_steps"), state_value(m, "progress", "tokens_seen"),
+      m.train_loss);
+  if (!m.model_name_or_path.empty()) out += fmt::format("  model {}\n", m.model_name_or_path);
+  std::string states;
+  for (const auto& [name, rec] : m.components) states += fmt::format(" {} (v{})", name, rec.version);
+  if (!states.empty()) out += "  state:" + states + "\n";
   int64_t total = 0;
   size_t bad = 0;
   out += "  files:\n";

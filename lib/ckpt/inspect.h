@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "ckpt/manifest.h"
 
 namespace dstrain::ckpt {
 
@@ -47,7 +47,7 @@ struct ConfigDifference {
 
 // Settings of the checkpoint's saved config that differ from the config at `config_path` (loaded
 // and resolved as `dstrain train` would, with `overrides`). Error(kConfig) for a bad config.
-std::vector<ConfigDifference> config_differences(const nlohmann::json& manifest,
+std::vector<ConfigDifference> config_differences(const Manifest& manifest,
                                                  const std::string& config_path,
                                                  const std::vector<std::string>& overrides);
 

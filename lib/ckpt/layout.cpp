@@ -37,6 +37,10 @@ std::string shard_state_file_name(int rank) {
   return fmt::format("shard_r{:05d}.json", rank);
 }
 
+std::string shard_error_file_name(int rank) {
+  return fmt::format("shard_r{:05d}.error", rank);
+}
+
 void write_latest(const std::string& dir, const std::string& tag) {
   fs::write_file_atomic(stdfs::path(dir) / kLatestFile, tag + "\n");
 }
@@ -122,6 +126,22 @@ void prune(const std::string& dir, int64_t keep_last, const std::string& protect
       if (ec) log::warn("could not remove old checkpoint {}: {}", e.path().string(), ec.message());
     }
   }
+}
+
+void prepare_tag_dir(const std::string& dir, const std::string& tag) {
+  std::error_code ec;
+  if (read_latest(dir) == tag) {
+    auto tags = list_complete_tags(dir);
+    tags.erase(std::remove(tags.begin(), tags.end(), tag), tags.end());
+    if (tags.empty()) {
+      stdfs::remove(stdfs::path(dir) / kLatestFile, ec);
+    } else {
+      write_latest(dir, tags.back());
+    }
+  }
+  const stdfs::path tag_dir = stdfs::path(dir) / tag;
+  stdfs::remove_all(tag_dir, ec);  // leftovers of a crashed save, or an older run's checkpoint
+  fs::create_dirs(tag_dir);
 }
 
 }  // namespace dstrain::ckpt

@@ -4,8 +4,9 @@
 //   <dir>/latest                        text: the tag of the newest complete checkpoint (atomic
 //   replace) <dir>/<tag>/                        tag = "step_%08d"
 //   <dir>/<tag>/shard_r%05d.safetensors one per rank, written by that rank
-//   <dir>/<tag>/shard_r%05d.json        that rank's small state + size and checksum of its shard,
+//   <dir>/<tag>/shard_r%05d.json        that rank's done record: size and checksum of its shard,
 //                                       written after the shard is durable
+//   <dir>/<tag>/shard_r%05d.error       instead, when that rank's write failed: the reason
 //   <dir>/<tag>/manifest.json           written by rank 0 after every rank finished; a tag
 //   directory
 //                                       without a manifest is incomplete and is never loaded
@@ -25,6 +26,7 @@ std::optional<int64_t> step_of_tag(const std::string& tag);
 
 std::string shard_file_name(int rank);
 std::string shard_state_file_name(int rank);
+std::string shard_error_file_name(int rank);
 inline constexpr const char* kManifestFile = "manifest.json";
 inline constexpr const char* kLatestFile = "latest";
 inline constexpr const char* kModelConfigFile = "config.json";
@@ -44,6 +46,12 @@ inline constexpr const char* kTokenizerFiles[] = {"tokenizer.json",
 void write_latest(const std::string& dir, const std::string& tag);
 // The tag in <dir>/latest, or nullopt when there is none.
 std::optional<std::string> read_latest(const std::string& dir);
+
+// Rank 0, before the ranks write a save of `tag`: makes <dir>/<tag> an empty directory. The
+// directory may hold an older run's checkpoint of the same step; if `latest` names it, `latest`
+// first moves to the newest other complete checkpoint (or is removed), so that `latest` never
+// names an incomplete checkpoint, even if this save is interrupted.
+void prepare_tag_dir(const std::string& dir, const std::string& tag);
 
 // Resolves what a user gives on the command line to a complete tag directory:
 //   <dir>/latest (the file) → the tag it names;  <dir> holding a `latest` file → same;

@@ -101,22 +101,21 @@ void write_shard(const std::string& tag_dir, int rank, const std::vector<Piece>&
   fs::write_file_atomic(stdfs::path(tag_dir) / shard_state_file_name(rank), record.dump(1));
 }
 
-void finalize(const std::string& dir, const std::string& tag, int world_size, json manifest,
-              int64_t keep_last) {
-  const stdfs::path tag_dir = stdfs::path(dir) / tag;
-  json files = json::array();
-  for (int r = 0; r < world_size; ++r) {
+void finalize(const std::string& dir, Manifest manifest, int64_t keep_last) {
+  const stdfs::path tag_dir = stdfs::path(dir) / manifest.tag;
+  manifest.files.clear();
+  for (int r = 0; r < manifest.world_size; ++r) {
     const stdfs::path p = tag_dir / shard_state_file_name(r);
     if (!stdfs::is_regular_file(p)) {
       fail(ErrorKind::kIo, "checkpoint {}: rank {} did not finish its shard ({} missing)",
            tag_dir.string(), r, p.filename().string());
     }
     const json rec = read_json_file(p);
-    files.push_back(
-        {{"name", rec.at("file")}, {"bytes", rec.at("bytes")}, {"crc32", rec.at("crc32")}});
+    manifest.files.push_back({rec.at("file").get<std::string>(), rec.at("bytes").get<int64_t>(),
+                              rec.at("crc32").get<std::string>()});
   }
-  // Every other file of the checkpoint (rank JSONs, config, tokenizer files) is small: record its
-  // size and checksum too, after the shards, so `files[r]` stays rank r's shard.
+  // Every other file of the checkpoint (rank records, config, tokenizer files) is small: record
+  // its size and checksum too, after the shards, so `files[r]` stays rank r's shard.
   std::vector<stdfs::path> others;
   for (const auto& e : stdfs::directory_iterator(tag_dir)) {
     const std::string name = e.path().filename().string();
@@ -126,29 +125,21 @@ void finalize(const std::string& dir, const std::string& tag, int world_size, js
   }
   std::sort(others.begin(), others.end());
   for (const auto& p : others) {
-    files.push_back({{"name", p.filename().string()},
-                     {"bytes", stdfs::file_size(p)},
-                     {"crc32", file_crc32(p.string())}});
+    manifest.files.push_back({p.filename().string(), static_cast<int64_t>(stdfs::file_size(p)),
+                              file_crc32(p.string())});
   }
-  manifest["format"] = "dstrain-checkpoint";
-  manifest["version"] = 1;
-  manifest["tag"] = tag;
-  manifest["world_size"] = world_size;
-  manifest["files"] = files;
-  fs::write_file_atomic(tag_dir / kManifestFile, manifest.dump(1));
-  write_latest(dir, tag);
-  prune(dir, keep_last, tag);
+  fs::write_file_atomic(tag_dir / kManifestFile, manifest_to_json(manifest).dump(1));
+  write_latest(dir, manifest.tag);
+  prune(dir, keep_last, manifest.tag);
 }
 
 CheckpointReader::CheckpointReader(std::string tag_dir) : dir_(std::move(tag_dir)) {
-  const stdfs::path mpath = stdfs::path(dir_) / kManifestFile;
-  manifest_ = read_json_file(mpath);
-  if (manifest_.value("format", "") != "dstrain-checkpoint" || !manifest_.contains("world_size") ||
-      !manifest_.contains("files")) {
-    fail(ErrorKind::kInput, "{}: not a dstrain checkpoint manifest (format/world_size/files)",
-         mpath.string());
+  manifest_ = read_manifest(dir_);
+  world_size_ = manifest_.world_size;
+  if (static_cast<int>(manifest_.files.size()) < world_size_) {
+    fail(ErrorKind::kInput, "{}/{}: lists {} files for {} ranks", dir_, kManifestFile,
+         manifest_.files.size(), world_size_);
   }
-  world_size_ = manifest_.at("world_size").get<int>();
   files_.resize(world_size_);
   for (int r = 0; r < world_size_; ++r) index_rank(r);
 }
@@ -182,16 +173,16 @@ void CheckpointReader::index_rank(int rank) {
 const model::SafetensorsFile& CheckpointReader::shard(int rank) const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!files_[rank]) {
-    const json& f = manifest_.at("files").at(rank);
-    const std::string path = (stdfs::path(dir_) / f.at("name").get<std::string>()).string();
+    const FileRecord& f = manifest_.files.at(rank);
+    const std::string path = (stdfs::path(dir_) / f.name).string();
     if (!stdfs::is_regular_file(path)) {
       fail(ErrorKind::kInput, "checkpoint {}: shard {} is missing", dir_, path);
     }
     const std::string crc = file_crc32(path);
-    if (crc != f.at("crc32").get<std::string>()) {
+    if (crc != f.crc32) {
       fail(ErrorKind::kInput,
            "checkpoint shard {} is corrupted: crc32 {} but the manifest records {}", path, crc,
-           f.at("crc32").get<std::string>());
+           f.crc32);
     }
     files_[rank] = std::make_unique<model::SafetensorsFile>(path);
   }

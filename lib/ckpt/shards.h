@@ -8,10 +8,9 @@
 // pieces are addressed by parameter and range, a checkpoint written at one world size / ZeRO stage
 // loads at any other: the reader assembles a requested range from every piece that overlaps it.
 //
-// Save protocol (the trainer runs it; `latest` moves only when every shard is durable):
-//   every rank: write_shard()  →  barrier  →  rank 0: finalize()  →  barrier
-// finalize() reads each rank's small JSON (size + crc32 of its shard), writes manifest.json
-// atomically, then `latest`, then prunes old checkpoints.
+// The save protocol that uses these (checkpointer.h): every rank write_shard(), then rank 0, once
+// every rank's done record exists, finalize(): it reads each rank's record (size + crc32 of its
+// shard), writes manifest.json atomically, then `latest`, then prunes old checkpoints.
 //
 // Integrity: every shard's crc32 is recorded in the manifest and checked the first time the
 // reader opens that shard (only shards a read needs are opened); a mismatch or a missing file is
@@ -28,35 +27,24 @@
 #include <torch/types.h>
 #include <nlohmann/json.hpp>
 
+#include "ckpt/manifest.h"
+#include "ckpt/stateful.h"
+
 namespace dstrain::model {
 class SafetensorsFile;
 }
 
 namespace dstrain::ckpt {
 
-struct Piece {
-  std::string kind;
-  std::string param;
-  std::vector<int64_t> shape;  // full shape of the parameter
-  int64_t begin = 0;           // element range within the flattened parameter
-  int64_t end = 0;
-  torch::Tensor data;  // 1-D, numel = end - begin, any float dtype (stored as float32)
-};
-
-// Named tensors a rank stores beside its pieces (e.g. its RNG state), any dtype.
-using ExtraTensors = std::vector<std::pair<std::string, torch::Tensor>>;
-
 // Writes this rank's shard and its JSON (`rank_state` is kept verbatim under "state").
 void write_shard(const std::string& tag_dir, int rank, const std::vector<Piece>& pieces,
                  const ExtraTensors& extras, const nlohmann::json& rank_state);
 
-// Rank 0, after every rank's write_shard and after writing any other files of the tag directory:
-// writes manifest.json = `manifest` + {"tag", "world_size", "files": [{name, bytes, crc32}]} (the
-// shards first, in rank order, then every other file), then `<dir>/latest`, then prunes to
-// `keep_last` (0 = keep all).
-// Error(kIo) when a rank's shard JSON is missing (that rank did not finish).
-void finalize(const std::string& dir, const std::string& tag, int world_size,
-              nlohmann::json manifest, int64_t keep_last);
+// Rank 0, after every rank's write_shard and after writing any other files of the tag directory
+// <dir>/<manifest.tag>: fills manifest.files (the shards first, in rank order, then every other
+// file), writes manifest.json, then `<dir>/latest`, then prunes to `keep_last` (0 = keep all).
+// Error(kIo) when a rank's done record is missing (that rank did not finish).
+void finalize(const std::string& dir, Manifest manifest, int64_t keep_last);
 
 // crc32 of a whole file, as 8 lowercase hex digits.
 std::string file_crc32(const std::string& path);
@@ -69,7 +57,7 @@ class CheckpointReader {
   ~CheckpointReader();
 
   const std::string& dir() const { return dir_; }
-  const nlohmann::json& manifest() const { return manifest_; }
+  const Manifest& manifest() const { return manifest_; }
   int world_size() const { return world_size_; }
   // "state" of rank `rank`'s shard JSON.
   nlohmann::json rank_state(int rank) const;
@@ -96,7 +84,7 @@ class CheckpointReader {
   void index_rank(int rank);
 
   std::string dir_;
-  nlohmann::json manifest_;
+  Manifest manifest_;
   int world_size_ = 0;
   std::vector<nlohmann::json> rank_json_;
   std::map<std::pair<std::string, std::string>, std::vector<Entry>> index_;

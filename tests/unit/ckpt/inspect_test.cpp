@@ -34,7 +34,13 @@ class InspectTest : public ::testing::Test {
                   {}, json::object());
     }
     std::ofstream(tag_dir_ / kRunConfigFile) << kConfig;
-    finalize(dir_.string(), tag, 2, json{{"step", 5}, {"zero_stage", 2}, {"config", kConfig}}, 0);
+    Manifest m;
+    m.tag = tag;
+    m.step = 5;
+    m.world_size = 2;
+    m.zero_stage = 2;
+    m.config_yaml = kConfig;
+    finalize(dir_.string(), m, 0);
   }
   void TearDown() override { stdfs::remove_all(dir_); }
   stdfs::path dir_;
@@ -75,8 +81,7 @@ TEST_F(InspectTest, EachDamagedFileIsNamedWithItsProblem) {
 TEST_F(InspectTest, ConfigDifferencesNameKeyAndBothValues) {
   const stdfs::path given = dir_ / "given.yaml";
   std::ofstream(given) << kConfig;
-  std::ifstream in(tag_dir_ / kManifestFile);
-  const json m = json::parse(in);
+  const Manifest m = read_manifest(tag_dir_.string());
   EXPECT_TRUE(config_differences(m, given.string(), {}).empty());
   const auto diffs = config_differences(m, given.string(), {"training.lr=2e-3"});
   ASSERT_EQ(diffs.size(), 1u);

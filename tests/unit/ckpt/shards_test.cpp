@@ -55,7 +55,11 @@ class ShardsTest : public ::testing::Test {
       write_shard((dir_ / tag).string(), r, rank_pieces(r, world),
                   {{"rng", torch::full({3}, r, torch::kInt64)}}, json{{"rank", r}});
     }
-    finalize(dir_.string(), tag, world, json{{"step", 10}}, 0);
+    Manifest m;
+    m.tag = tag;
+    m.step = 10;
+    m.world_size = world;
+    finalize(dir_.string(), m, 0);
     return (dir_ / tag).string();
   }
   stdfs::path dir_;
@@ -121,7 +125,10 @@ TEST_F(ShardsTest, MissingRankIsAnIoErrorAtFinalize) {
   const std::string tag = tag_for_step(20);
   stdfs::create_directories(dir_ / tag);
   write_shard((dir_ / tag).string(), 0, rank_pieces(0, 2), {}, json::object());
-  EXPECT_THROW(finalize(dir_.string(), tag, 2, json::object(), 0), Error);
+  Manifest m;
+  m.tag = tag;
+  m.world_size = 2;
+  EXPECT_THROW(finalize(dir_.string(), m, 0), Error);
   EXPECT_FALSE(stdfs::exists(dir_ / tag / kManifestFile));
   EXPECT_FALSE(read_latest(dir_.string()).has_value());
 }
