@@ -11,8 +11,10 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "launcher/free_port.h"
+#include "launcher/output.h"
 #include "launcher/program_path.h"
 #include "launcher/shell_quote.h"
+#include "launcher/stage_inputs.h"
 #include "launcher/supervisor.h"
 
 namespace dstrain::launcher {
@@ -22,6 +24,10 @@ void check_local_options(const LocalLaunchOptions& o) {
   if (o.master_port != 0) check_port(o.master_port, "--master-port");
   if (!std::isfinite(o.grace_seconds) || o.grace_seconds < 0) {
     fail(ErrorKind::kUsage, "--grace must be a number of seconds >= 0, got {}", o.grace_seconds);
+  }
+  if (o.exec && !o.stage_dir.empty()) {
+    fail(ErrorKind::kUsage,
+         "--stage-dir stages the model and data of a config; it does not apply to --exec");
   }
   if (o.exec) {
     if (o.args.empty())
@@ -42,11 +48,43 @@ void check_local_options(const LocalLaunchOptions& o) {
   }
 }
 
-void validate_config(const LocalLaunchOptions& o, int world_size) {
+namespace {
+
+config::Config load_run_config(const LocalLaunchOptions& o, int world_size) {
   config::LoadOptions load;
   load.overrides = o.overrides;
   load.world_size = world_size;
-  config::load_config(o.config_path, load);
+  return config::load_config(o.config_path, load);
+}
+
+// "stage: <what>" → "stage: node <host>: <what>".
+std::string name_node(const std::string& message, const std::string& host) {
+  const std::string prefix = "stage: ";
+  std::string rest = message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
+  return prefix + "node " + host + ": " + rest;
+}
+
+}  // namespace
+
+void validate_config(const LocalLaunchOptions& o, int world_size) {
+  load_run_config(o, world_size);
+}
+
+void stage_node_inputs(const LocalLaunchOptions& o, int world_size, const std::string& host,
+                       std::vector<RankSpec>& ranks) {
+  if (o.exec) return;
+  const config::Config config = load_run_config(o, world_size);
+  const std::string dir = stage_dir_of(o.stage_dir, config);
+  if (dir.empty()) return;
+  StageReport report;
+  try {
+    report = stage_inputs(config, dir);
+  } catch (const Error& e) {
+    throw Error(e.kind(), name_node(e.what(), host));
+  }
+  write_all(2, format_stage_report(report, host, dir));
+  for (RankSpec& rank : ranks)
+    rank.env.insert(rank.env.end(), report.env.begin(), report.env.end());
 }
 
 std::vector<std::string> rank_command(const LocalLaunchOptions& o) {
@@ -111,6 +149,7 @@ int run_local_launch(const LocalLaunchOptions& options) {
   if (!options.log_dir.empty()) fs::create_dirs(options.log_dir);
   std::fflush(stdout);  // rank lines are written to the raw descriptors from here on
   std::fflush(stderr);
+  stage_node_inputs(options, plan.world_size, local_hostname(), plan.ranks);
   JobOutcome outcome = run_local_job(plan.ranks, supervise);
   std::string summary = format_summary(outcome, local_hostname());
   write_all(2, summary);

@@ -20,6 +20,7 @@ struct LocalLaunchOptions {
   double grace_seconds = 5.0;
   bool exec = false;              // run `args` (a program) instead of `dstrain train`
   std::vector<std::string> args;  // train mode: extra args for every rank; exec: program + args
+  std::string stage_dir;          // --stage-dir (stage_inputs.h); "" = the config's data.stage_dir
 };
 
 // Checks the flags shared by every launch mode (ports, grace, --exec vs CONFIG, the config file
@@ -33,6 +34,13 @@ std::vector<std::string> rank_command(const LocalLaunchOptions& options);
 
 // Loads the config once (with `world_size` ranks), so an error is reported once, not per rank.
 void validate_config(const LocalLaunchOptions& options, int world_size);
+
+// Node-local staging for the ranks of one node (stage_inputs.h): when --stage-dir or the config's
+// data.stage_dir names a directory, stages the run's inputs there, prints the report on stderr
+// naming `host`, and adds the staged variables to every rank in `ranks`. Nothing for --exec or
+// without a stage directory. Error(kInput) "stage: node <host>: ..." when staging fails.
+void stage_node_inputs(const LocalLaunchOptions& options, int world_size, const std::string& host,
+                       std::vector<RankSpec>& ranks);
 
 // Checks everything that can be checked before spawning (flags, the config via load_config, the
 // program for --exec) and builds the plan. Throws Error(kUsage/kConfig/kInput) for bad input.

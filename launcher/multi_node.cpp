@@ -37,6 +37,8 @@ LocalLaunchOptions resolved_launch(const MultiNodeOptions& o) {
   if (!launch.exec && !launch.config_path.empty())
     launch.config_path = std::filesystem::absolute(launch.config_path).string();
   if (!launch.log_dir.empty()) launch.log_dir = std::filesystem::absolute(launch.log_dir).string();
+  if (!launch.stage_dir.empty())
+    launch.stage_dir = std::filesystem::absolute(launch.stage_dir).string();
   if (launch.master_port == 0) launch.master_port = 29500;
   return launch;
 }
@@ -85,6 +87,7 @@ std::vector<std::string> agent_argv(const MultiNodeOptions& options, const Multi
                                    "--ssh-keepalive",
                                    fmt::format("{}", options.ssh.keepalive_seconds)};
   if (!launch.log_dir.empty()) argv.insert(argv.end(), {"--log-dir", launch.log_dir});
+  if (!launch.stage_dir.empty()) argv.insert(argv.end(), {"--stage-dir", launch.stage_dir});
   for (const std::string& kv : launch.overrides) argv.insert(argv.end(), {"--set", kv});
   if (launch.exec) {
     argv.insert(argv.end(), {"--exec", "--"});

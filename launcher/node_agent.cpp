@@ -3,9 +3,12 @@
 #include <poll.h>
 #include <unistd.h>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -62,6 +65,40 @@ std::function<void()> alive_writer(double keepalive_seconds) {
     write_all(1, std::string(kAgentAliveLine) + "\n");
   };
 }
+
+// Writes kAgentAliveLine every keepalive_send_interval() until destroyed: staging a large model can
+// take longer than the keepalive, and nothing else is written to stdout meanwhile.
+class AliveWhileStaging {
+ public:
+  explicit AliveWhileStaging(double keepalive_seconds) {
+    if (keepalive_seconds <= 0) return;
+    const auto interval = std::chrono::duration<double>(keepalive_send_interval(keepalive_seconds));
+    thread_ = std::thread([this, interval] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      while (!done_) {
+        write_all(1, std::string(kAgentAliveLine) + "\n");
+        wake_.wait_for(lock, interval, [this] { return done_; });
+      }
+    });
+  }
+  ~AliveWhileStaging() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  AliveWhileStaging(const AliveWhileStaging&) = delete;
+  AliveWhileStaging& operator=(const AliveWhileStaging&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool done_ = false;
+  std::thread thread_;
+};
 
 void check_agent(const AgentOptions& o) {
   if (o.nodes_nproc.empty()) fail(ErrorKind::kUsage, "--nodes-nproc is required with --node-rank");
@@ -125,6 +162,10 @@ int run_node_agent(const AgentOptions& options) {
   if (options.watch_stdin) {
     watch_stdin(options.keepalive_seconds);
     if (options.keepalive_seconds > 0) supervise.on_tick = alive_writer(options.keepalive_seconds);
+  }
+  {
+    AliveWhileStaging alive(options.watch_stdin ? options.keepalive_seconds : 0);
+    stage_node_inputs(options.launch, plan.world_size, host, ranks);
   }
   JobOutcome outcome = run_local_job(ranks, supervise);
   write_all(2, format_summary(outcome, host));

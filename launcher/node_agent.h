@@ -17,6 +17,11 @@
 // The agent writes kAgentAliveLine to stdout as often (from the thread that writes rank lines, so
 // it never lands inside one); the launcher drops those lines and declares the host lost after
 // keepalive_seconds of silence (ssh_job.h).
+//
+// Staging (stage_inputs.h): with --stage-dir or data.stage_dir, the agent stages the run's inputs
+// on its node before it starts its ranks, writing the keepalive line meanwhile, and prints one
+// "stage: node <host>: ..." line; a staging failure ends the agent with exit code 2 and no rank
+// started on its node.
 
 #include <string>
 #include <vector>

@@ -133,6 +133,7 @@ std::vector<std::string> srun_command(const SlurmLaunchOptions& o, const EnvMap&
                                    "--grace",
                                    fmt::format("{}", l.grace_seconds)};
   if (!l.log_dir.empty()) argv.insert(argv.end(), {"--log-dir", l.log_dir});
+  if (!l.stage_dir.empty()) argv.insert(argv.end(), {"--stage-dir", l.stage_dir});
   for (const std::string& kv : l.overrides) argv.insert(argv.end(), {"--set", kv});
   if (l.exec) {
     argv.insert(argv.end(), {"--exec", "--"});

@@ -9,6 +9,7 @@ namespace {
 struct LaunchFlags {
   launcher::LaunchOptions options;
   std::string first;  // the first positional: CONFIG, or with --exec the program
+  bool trace = false;  // --trace: --set logging.trace=true
 };
 
 void add_local_flags(CLI::App* cmd, LaunchFlags* f) {
@@ -33,10 +34,16 @@ void add_local_flags(CLI::App* cmd, LaunchFlags* f) {
       ->type_name("PORT");
   cmd->add_option("--log-dir", o.log_dir, "Also write each rank's output to DIR/rank_K.log")
       ->type_name("DIR");
+  cmd->add_option("--stage-dir", o.stage_dir,
+                  "Copy the model and token cache to this node-local DIR on each node first "
+                  "[default: data.stage_dir]")
+      ->type_name("DIR");
   cmd->add_option("--grace", o.grace_seconds, "Seconds between SIGTERM and SIGKILL when stopping")
       ->type_name("SECONDS")
       ->default_val(5.0);
   cmd->add_flag("--dry-run", o.dry_run, "Validate, print the plan, start nothing");
+  cmd->add_flag("--trace", f->trace,
+                "Record a Chrome/Perfetto trace per rank (same as --set logging.trace=true)");
   cmd->add_flag("--exec", o.exec, "Run PROGRAM [ARGS...] (after --) instead of 'dstrain train'");
   cmd->add_option("CONFIG", f->first, "The run's YAML config (with --exec: the program)")
       ->type_name("");
@@ -127,6 +134,7 @@ void set_launch_command(CLI::App& root, int* exit_code) {
   add_slurm_and_agent_flags(cmd, flags.get());
   cmd->callback([flags, exit_code] {
     launcher::LaunchOptions options = flags->options;
+    if (flags->trace) options.launch.overrides.push_back("logging.trace=true");
     if (options.launch.exec) {
       if (!flags->first.empty())
         options.launch.args.insert(options.launch.args.begin(), flags->first);

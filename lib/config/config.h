@@ -44,6 +44,9 @@ struct DataSection {
   bool drop_last = true;
   int num_workers = 1;  // accepted from seed configs; the loader uses one prefetch thread
   int num_workers_eval = 1;
+  // Node-local directory into which `dstrain launch` copies the model and the tokenized dataset
+  // cache on every node before the ranks start (launcher/stage_inputs.h); "" = no staging.
+  std::string stage_dir;
 };
 
 struct OptimizerSection {

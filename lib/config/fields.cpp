@@ -103,6 +103,7 @@ void add_model_and_data(std::vector<Field>& t) {
   t.push_back(number("data.eval_split", Range::kFractionOpen, DSTRAIN_MEMBER(data.eval_split)));
   t.push_back(boolean("data.shuffle", DSTRAIN_MEMBER(data.shuffle)));
   t.push_back(boolean("data.drop_last", DSTRAIN_MEMBER(data.drop_last)));
+  t.push_back(text("data.stage_dir", DSTRAIN_MEMBER(data.stage_dir)));
 }
 
 void add_training_loop(std::vector<Field>& t) {

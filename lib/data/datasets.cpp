@@ -23,8 +23,8 @@ std::string nulls_note(const SourceStats& stats) {
 std::shared_ptr<const Corpus> load(const std::string& path, const DataOptions& o,
                                    const tokenizer::Tokenizer& tok, SourceStats& stats) {
   SourceOptions so{o.format, o.text_field, o.document, o.threads};
-  auto corpus = std::make_shared<Corpus>(
-      load_corpus_cached(path, so, CacheOptions{o.cache_dir, o.max_length}, tok, &stats));
+  auto corpus = std::make_shared<Corpus>(load_corpus_cached(
+      path, so, CacheOptions{o.cache_dir, o.max_length, o.staged_cache_dir}, tok, &stats));
   if (corpus->num_tokens() == 0) {
     fail(ErrorKind::kInput, "{}: the dataset is empty: {} documents, no tokens{}", path,
          corpus->num_documents(), nulls_note(stats));

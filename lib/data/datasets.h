@@ -29,8 +29,9 @@ struct DataOptions {
   bool packing = true;
   double eval_split = 0.0;  // in [0, 1)
   uint64_t seed = 42;
-  int threads = 0;        // tokenizer threads; 0 = every core
-  std::string cache_dir;  // token cache (token_cache.h); "" = none
+  int threads = 0;               // tokenizer threads; 0 = every core
+  std::string cache_dir;         // token cache (token_cache.h); "" = none
+  std::string staged_cache_dir;  // a node-local copy of cache entries, read first; "" = none
 };
 
 struct Datasets {

@@ -177,6 +177,16 @@ void write_entry(const Entry& e, const std::string& key_text, const std::string&
   }
 }
 
+// The entry `key` of a staged copy, when it is there and reads back.
+std::optional<Corpus> read_staged_entry(const std::string& staged_dir, const std::string& key,
+                                        const std::string& key_text, SourceStats& stats) {
+  if (staged_dir.empty()) return std::nullopt;
+  const Entry entry = entry_files(staged_dir, key);
+  std::optional<Corpus> hit = read_entry(entry, key_text, stats);
+  if (hit) log::info("data: tokens from the node-local copy {}", entry.tokens.string());
+  return hit;
+}
+
 }  // namespace
 
 std::string tokenizer_fingerprint(const tokenizer::Tokenizer& tok, int threads) {
@@ -222,7 +232,13 @@ Corpus load_corpus_cached(const std::string& path, const SourceOptions& options,
   if (cache.dir.empty() || !tokenizes) return load_corpus(path, options, tokenizer, stats);
 
   const std::string key_text = cache_key_text(files, options, cache.max_length, tokenizer);
-  const Entry entry = entry_files(cache.dir, hash_bytes(key_text));
+  const std::string key = hash_bytes(key_text);
+  SourceStats seen;
+  if (std::optional<Corpus> hit = read_staged_entry(cache.staged_dir, key, key_text, seen)) {
+    if (stats) *stats = seen;
+    return std::move(*hit);
+  }
+  const Entry entry = entry_files(cache.dir, key);
   std::optional<FileLock> lock;
   try {
     fs::create_dirs(cache.dir);
@@ -231,7 +247,6 @@ Corpus load_corpus_cached(const std::string& path, const SourceOptions& options,
     log::warn("data: no token cache for {}: {}", path, e.what());
     return load_corpus(path, options, tokenizer, stats);
   }
-  SourceStats seen;
   if (std::optional<Corpus> hit = read_entry(entry, key_text, seen)) {
     log::info("data: {}: tokens from the cache {}", path, entry.tokens.string());
     if (stats) *stats = seen;

@@ -18,6 +18,10 @@
 //             renamed into place, so a crash leaves no stale state.
 // An entry that does not read back (damaged, or from another key with the same name) is made
 // again. Nothing removes old entries: delete the directory to reclaim the space.
+//
+// A staged copy (`dstrain launch --stage-dir`, launcher/stage_inputs.h): a node-local folder of
+// entries copied from `dir`. An entry found there complete is read from it, without a lock (it is
+// never written); otherwise `dir` is used as above, so a new entry still lands in the shared cache.
 
 #include <cstdint>
 #include <string>
@@ -32,6 +36,7 @@ namespace dstrain::data {
 struct CacheOptions {
   std::string dir;         // where entries live, created when missing
   int64_t max_length = 0;  // data.max_length, part of the key
+  std::string staged_dir;  // a read-only node-local copy of entries of `dir`; "" = none
 };
 
 // The text the key is the hash of: one line per ingredient (see above). `files` are the files of

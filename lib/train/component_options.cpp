@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "launcher/stage_inputs.h"
 
 namespace dstrain::train {
 
@@ -18,7 +19,8 @@ data::DataOptions data_options(const config::Config& c) {
   o.packing = c.data.packing;
   o.eval_split = c.data.eval_split;
   o.seed = c.training.seed;
-  o.cache_dir = (std::filesystem::path(c.logging.out_dir) / "data_cache").string();
+  o.cache_dir = launcher::shared_token_cache_dir(c);
+  o.staged_cache_dir = launcher::staged_data_cache_dir();  // set by `launch --stage-dir`
   return o;
 }
 

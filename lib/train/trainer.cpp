@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "hub/resolve.h"
+#include "launcher/stage_inputs.h"
 #include "metrics/progress.h"
 #include "metrics/system.h"
 #include "metrics/tracking.h"
@@ -140,12 +141,18 @@ void Trainer::create_metrics() {
 void Trainer::build_model() {
   // Every rank resolves the model; a hub id not yet cached is downloaded once per node (local rank
   // 0 downloads, the others wait on the cache's lock) or once for a cache shared between nodes.
+  // A node-local copy staged by `launch --stage-dir` (launcher/stage_inputs.h) is read instead.
   hub::ResolveOptions where;
   if (const char* v = std::getenv("LOCAL_RANK")) where.local_rank = std::atoi(v);
-  model_dir_ =
-      hub::resolve_model_dir(
-          {cfg_.model.name_or_path, cfg_.model.revision, cfg_.model.init == "pretrained"}, where)
-          .string();
+  model_dir_ = launcher::staged_model_dir(cfg_.model);
+  if (!model_dir_.empty()) {
+    log::info("model {}: reading the node-local copy {}", cfg_.model.name_or_path, model_dir_);
+  } else {
+    model_dir_ =
+        hub::resolve_model_dir(
+            {cfg_.model.name_or_path, cfg_.model.revision, cfg_.model.init == "pretrained"}, where)
+            .string();
+  }
   model_config_ = model::load_model_config(model_dir_);
   const std::string tok = cfg_.model.tokenizer.empty() ? model_dir_ : cfg_.model.tokenizer;
   tokenizer_ = tokenizer::load_tokenizer(tok);

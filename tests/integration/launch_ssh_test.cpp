@@ -298,6 +298,126 @@ TEST_F(LaunchSshTest, TwoNodeTrainingJobRuns) {
   EXPECT_NE(r.out.find("4 rank(s)"), std::string::npos) << r.out;
 }
 
+// Node-local staging (launcher/stage_inputs.h): every host copies the model and the token cache
+// to its own disk (SshCluster::local_dir(), a different directory on each host) before its ranks
+// start; a second launch copies nothing. In the root namespace local_dir() is an empty directory,
+// so a rank that reads a file under it reads its own host's copy.
+class LaunchStageTest : public LaunchSshTest {
+ protected:
+  std::vector<std::string> stage_args(const std::string& config, const std::string& hostfile) {
+    return {"launch",
+            "--hostfile",
+            hostfile,
+            "--ssh-key",
+            cluster_->client_key(),
+            "--ssh-known-hosts",
+            cluster_->known_hosts(),
+            "--env",
+            std::string("GLOO_SOCKET_IFNAME=") + SshCluster::kInterface,
+            "--stage-dir",
+            cluster_->local_dir() + "/stage",
+            config,
+            "--set",
+            "model.name_or_path=" + tmp_.file("model")};
+  }
+
+  std::string hostfile_starting_at(int first) {
+    std::string path = tmp_.file("hosts_" + std::to_string(first));
+    std::ofstream out(path);
+    for (int k : {first, 1 - first}) out << host(k) << ":" << cluster_->port() << " slots=1\n";
+    return path;
+  }
+
+  size_t blobs_on(int k) {
+    size_t n = 0;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(
+             cluster_->host_local_dir(k) + "/stage/blobs/sha256", ec)) {
+      if (e.is_regular_file()) ++n;
+    }
+    return n;
+  }
+};
+
+TEST_F(LaunchStageTest, FirstLaunchCopiesSecondReusesAndRanksReadTheLocalCopy) {
+  std::filesystem::create_directories(tmp_.file("model"));
+  std::filesystem::copy_file(std::string(DSTRAIN_SOURCE_DIR) + "/configs/models/tiny/config.json",
+                             tmp_.file("model/config.json"));
+  JobSpec spec;
+  spec.max_steps = 2;
+  spec.save_final = true;
+  std::string config = write_job_config(tmp_.path(), spec);
+  // The shared token cache, made by a plain local run: staging copies what exists.
+  RunResult made =
+      run_dstrain({"launch", "--nproc", "1", config, "--set",
+                   "model.name_or_path=" + tmp_.file("model"), "--set", "training.max_steps=1"},
+                  env(), 120);
+  ASSERT_EQ(made.exit_code, 0) << made.out << made.err;
+
+  const std::string local = cluster_->local_dir() + "/stage";
+  RunResult first = run_dstrain(stage_args(config, hostfile_starting_at(0)), env(), 150);
+  ASSERT_FALSE(first.timed_out) << first.err;
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  for (int k = 0; k < 2; ++k) {
+    // config.json, and the token cache entry (tokens + description)
+    std::string line = "[" + host(k) + "] stage: node " + host(k) + ": copied 3 files (";
+    EXPECT_NE(first.err.find(line), std::string::npos) << line << "\n" << first.err;
+    EXPECT_EQ(blobs_on(k), 3u) << "host " << k;
+  }
+  EXPECT_NE(first.err.find("reused 0 (0 B)"), std::string::npos) << first.err;
+  // Rank 0 (on host 0) read the model and the tokens from its node-local copy.
+  EXPECT_NE(first.out.find("reading the node-local copy " + local + "/models/"), std::string::npos)
+      << first.out;
+  EXPECT_NE(first.out.find("tokens from the node-local copy " + local + "/data/"),
+            std::string::npos)
+      << first.out;
+
+  // Rank 0 on host 1 this time: its reads of local_dir() can only be host 1's own disk.
+  RunResult second = run_dstrain(stage_args(config, hostfile_starting_at(1)), env(), 150);
+  ASSERT_FALSE(second.timed_out) << second.err;
+  ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
+  for (int k = 0; k < 2; ++k) {
+    std::string line =
+        "[" + host(k) + "] stage: node " + host(k) + ": copied 0 files (0 B), reused 3 (";
+    EXPECT_NE(second.err.find(line), std::string::npos) << line << "\n" << second.err;
+    EXPECT_EQ(blobs_on(k), 3u) << "host " << k;
+  }
+  EXPECT_NE(second.out.find("[" + host(1) + ":0] "), std::string::npos) << second.out;
+  EXPECT_NE(second.out.find("reading the node-local copy " + local + "/models/"), std::string::npos)
+      << second.out;
+  EXPECT_NE(second.out.find("tokens from the node-local copy " + local + "/data/"),
+            std::string::npos)
+      << second.out;
+  EXPECT_TRUE(std::filesystem::is_empty(cluster_->local_dir())) << "staged outside the hosts";
+  // Outputs stay on shared storage and name the model as the config does.
+  EXPECT_EQ(read_metric(tmp_.file("run/metrics.jsonl"), "train/loss").size(), 2u);
+  std::string tag = read_text(tmp_.file("ckpt/latest"));
+  while (!tag.empty() && tag.back() == '\n') tag.pop_back();
+  std::string saved = read_text(tmp_.file("ckpt/" + tag + "/config.yaml"));
+  EXPECT_NE(saved.find("name_or_path: \"" + tmp_.file("model") + "\"\n"), std::string::npos)
+      << saved;
+}
+
+TEST_F(LaunchStageTest, UnusableStageDirIsOneErrorNamingNodeAndPathAndNoRankTrains) {
+  std::filesystem::create_directories(tmp_.file("model"));
+  std::filesystem::copy_file(std::string(DSTRAIN_SOURCE_DIR) + "/configs/models/tiny/config.json",
+                             tmp_.file("model/config.json"));
+  std::string config = write_job_config(tmp_.path(), JobSpec{});
+  // Host 1's disk holds a file where the stage directory should go.
+  std::ofstream(cluster_->host_local_dir(1) + "/stage") << "not a directory";
+  RunResult r = run_dstrain(stage_args(config, hostfile_starting_at(0)), env(), 60);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(
+      r.err.find("stage: node " + host(1) + ": cannot write " + cluster_->local_dir() + "/stage: "),
+      std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("node 1 (host " + host(1) + ", ranks 1-1) failed first"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out.find("step"), std::string::npos) << "a rank trained: " << r.out;
+  EXPECT_FALSE(std::filesystem::exists(tmp_.file("run/metrics.jsonl")));
+}
+
 TEST_F(LaunchSshTest, DryRunCheckReportsEveryHost) {
   RunResult r = run_dstrain(args("true", {"--dry-run", "--check"}), env(), 30);
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;

@@ -232,6 +232,9 @@ void SshCluster::start_sshd(int k) {
   const char* home = std::getenv("HOME");
   std::string bashrc = std::string(home != nullptr ? home : "/root") + "/.bashrc";
   if (file_exists(bashrc)) mask = "mount --bind /dev/null " + bashrc + " && ";
+  fs::create_directories(local_dir());
+  fs::create_directories(host_local_dir(k));
+  mask += "mount --bind " + host_local_dir(k) + " " + local_dir() + " && ";
   must("ip netns exec " + namespaces_[k] + " sh -c '" + mask + "exec /usr/sbin/sshd -f " + config +
        " -E " + log + "'");
   // Daemonized sshd writes its pid file once it listens.

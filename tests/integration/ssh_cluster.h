@@ -11,6 +11,10 @@
 // ~/.bashrc as an empty file (a bind mount in its own mount namespace): the build machine's rc file
 // would otherwise run in every SSH command (root's here runs `pyenv init`, ~0.4 s a login).
 //
+// Node-local disks: local_dir() is one path that each host sees as its own directory (a bind mount
+// in its sshd's mount namespace of host_local_dir(k), which the root namespace sees as is), the way
+// /local/scratch differs from machine to machine while the shared file system does not.
+//
 // Everything is removed by the destructor (and stale leftovers of killed test processes at the
 // next start). Tests must call SshCluster::skip_reason() first and GTEST_SKIP when it is not
 // empty (not root, no `ip netns`, no sshd).
@@ -48,6 +52,8 @@ class SshCluster {
   std::string client_key() const { return dir_ + "/client_key"; }
   std::string wrong_key() const { return dir_ + "/wrong_key"; }
   std::string known_hosts() const { return dir_ + "/known_hosts"; }
+  std::string local_dir() const { return dir_ + "/local"; }  // on a host: its node-local disk
+  std::string host_local_dir(int k) const { return dir_ + "/local_" + std::to_string(k); }
   // "addr:port slots=N" lines for hosts 0..size()-1.
   std::string hostfile(int slots) const;
 
