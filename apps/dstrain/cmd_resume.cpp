@@ -31,8 +31,12 @@ void set_resume_command(CLI::App& root, int* exit_code) {
   cmd->add_option("--log-dir", o->launch.log_dir, "Also write each rank's output to DIR/rank_K.log")
       ->type_name("DIR");
   cmd->add_flag("--dry-run", o->launch.dry_run, "Print the plan, start nothing");
-  cmd->callback([o, exit_code] {
+  auto trace = std::make_shared<bool>(false);
+  cmd->add_flag("--trace", *trace,
+                "Record a Chrome/Perfetto trace per rank (same as --set logging.trace=true)");
+  cmd->callback([o, trace, exit_code] {
     if (o->launch.nproc < 0) o->launch.nproc = 0;
+    if (*trace) o->launch.overrides.push_back("logging.trace=true");
     *exit_code = train::run_resume(*o);
   });
 }

@@ -21,10 +21,16 @@ void set_train_command(CLI::App& root, int* exit_code) {
       ->allow_extra_args(false);
   cmd->add_flag("--print-config", o->print_config,
                 "Print the fully resolved config (defaults filled in) as YAML and exit");
+  auto trace = std::make_shared<bool>(false);
+  cmd->add_flag("--trace", *trace,
+                "Record a Chrome/Perfetto trace of this rank (same as --set logging.trace=true)");
   cmd->add_option("--resume-from", o->resume_from,
                   "Restore state from a checkpoint (<dir>/latest, <dir> or a tag directory)")
       ->type_name("CKPT");
-  cmd->callback([o, exit_code] { *exit_code = train::run_train(*o); });
+  cmd->callback([o, trace, exit_code] {
+    if (*trace) o->overrides.push_back("logging.trace=true");
+    *exit_code = train::run_train(*o);
+  });
 }
 
 }  // namespace dstrain::app

@@ -15,6 +15,9 @@ void set_download_command(CLI::App& root, int* exit_code);
 void set_data_command(CLI::App& root, int* exit_code);
 void set_ckpt_command(CLI::App& root, int* exit_code);
 void set_debug_command(CLI::App& root, int* exit_code);  // hidden: reference checks
+// Run tools without LibTorch, run by `dstrain` itself: the HTML report and the trace merge.
+void set_report_command(CLI::App& root, int* exit_code);
+void set_trace_command(CLI::App& root, int* exit_code);
 void set_version_command(CLI::App& root, int* exit_code);
 
 }  // namespace dstrain::app

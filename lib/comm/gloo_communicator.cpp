@@ -21,6 +21,7 @@
 #include "comm/serial_executor.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/trace.h"
 
 namespace dstrain::comm {
 namespace {
@@ -136,12 +137,20 @@ GlooCommunicator::GlooCommunicator(const RendezvousOptions& options)
     }
   }
   executor_ = std::make_unique<SerialExecutor>();
+  executor_->submit([] { trace::name_thread("comm"); });
 }
 
 std::unique_ptr<Work> GlooCommunicator::launch(CollectiveKind kind, uint64_t bytes,
                                                std::function<void()> job) {
   count(kind, bytes);
-  return std::make_unique<FutureWork>(executor_->submit(std::move(job)), kind, context_);
+  // The span is the collective's own run on the executor thread, labelled by what launched it (a
+  // gradient bucket, a stage-3 unit): set against the main thread's spans it shows the overlap.
+  auto traced = [job = std::move(job), kind, label = trace::current_label(),
+                 size = static_cast<int64_t>(bytes)] {
+    const trace::Span span("comm", to_string(kind), label, {"bytes_sent", size});
+    job();
+  };
+  return std::make_unique<FutureWork>(executor_->submit(std::move(traced)), kind, context_);
 }
 
 int GlooCommunicator::take_ring_tags() {

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/trace.h"
 
 namespace dstrain::data {
 namespace {
@@ -90,6 +91,8 @@ void Loader::start(const LoaderState& state) {
   std::shared_ptr<const SampleSet> samples = samples_;
   prefetcher_ = std::make_unique<Prefetcher<Batch>>(
       [=]() -> std::optional<Batch> {
+        trace::name_thread("data prefetch");
+        const trace::Span span("data", "collate", {"step", cursor->step});
         sampler->set_epoch(cursor->epoch);
         Batch b = collate(*samples, sampler->micro_batch_indices(cursor->step, cursor->micro_step),
                           opt.pin_memory);
@@ -127,7 +130,9 @@ EvalLoader::EvalLoader(std::shared_ptr<const SampleSet> samples, int64_t micro_b
   std::shared_ptr<const SampleSet> set = samples_;
   prefetcher_ = std::make_unique<Prefetcher<Batch>>(
       [=]() -> std::optional<Batch> {
+        trace::name_thread("eval prefetch");
         if (*batch >= sampler.num_batches()) return std::nullopt;
+        const trace::Span span("data", "collate", {"batch", *batch});
         Batch b = collate(*set, sampler.batch_indices(*batch), pin_memory);
         b.step = (*batch)++;
         return b;

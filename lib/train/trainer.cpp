@@ -14,6 +14,7 @@
 #include "core/fs.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "core/trace.h"
 #include "hub/resolve.h"
 #include "launcher/stage_inputs.h"
 #include "metrics/progress.h"
@@ -24,6 +25,7 @@
 #include "model/weights.h"
 #include "train/component_options.h"
 #include "train/device.h"
+#include "train/run_outputs.h"
 #include "train/stage3_setup.h"
 
 namespace dstrain::train {
@@ -62,6 +64,7 @@ void Trainer::init() {
   rank_ = ro.rank;
   world_ = ro.world_size;
   log::set_rank(rank_);
+  if (cfg_.logging.trace) trace::start();
   set_intra_op_threads();
   // Anything random during training (dropout) draws from LibTorch's default generator, which is
   // otherwise seeded at random: seed it so runs repeat exactly.
@@ -100,6 +103,7 @@ void Trainer::init() {
   if (!resume_from_.empty()) restore(resume_from_);
 
   if (rank_ == 0) create_metrics();
+  if (rank_ == 0) write_run_config(cfg_);
   log::info("model {}: {:.2f}M parameters, {} layers; {} steps of {} tokens; zero stage {}",
             cfg_.model.name_or_path, model_config_.num_parameters(true) / 1e6,
             model_config_.num_hidden_layers, total_steps_, tokens_per_step_, cfg_.zero.stage);
@@ -258,12 +262,18 @@ double Trainer::train_step(double* fwd_bwd_s, double* data_s) {
   data::Batch b;
   do {
     Stopwatch d;
+    trace::Span data_span("data", "data");
     b = on_device(loader_->next());
+    data_span.end();
     *data_s += d.seconds();
     Stopwatch f;
+    trace::Span forward_span("forward", "forward", {"micro_step", b.micro_step});
     const torch::Tensor logits = forward_with_engine(*model_, *engine_, b.input_ids);
     const torch::Tensor loss = model::causal_lm_loss(logits, b.labels);
+    forward_span.end();
+    trace::Span backward_span("backward", "backward", {"micro_step", b.micro_step});
     engine_->backward(loss, {b.micro_step, b.micro_steps});
+    backward_span.end();
     loss_sum += loss.item<double>();
     *fwd_bwd_s += f.seconds();
   } while (!b.last_micro_step);
@@ -271,6 +281,7 @@ double Trainer::train_step(double* fwd_bwd_s, double* data_s) {
 }
 
 EvalResult Trainer::evaluate() {
+  const trace::Span span("eval", "eval");
   EvalResult r;
   if (!datasets_.eval) return r;
   torch::NoGradGuard no_grad;
@@ -350,6 +361,7 @@ RunSummary Trainer::run() {
   try {
     return run_steps();
   } catch (...) {
+    save_rank_trace(cfg_, rank_);
     if (metrics_) metrics_->finish(metrics::RunStatus::kFailed, kFinishSeconds);
     throw;
   }
@@ -367,10 +379,13 @@ RunSummary Trainer::run_steps() {
   int64_t interval_steps = 0;
   double fwd_bwd = 0, data_t = 0, opt_t = 0;
   while (step_ < total_steps_) {
+    const trace::Span step_span("step", "step", {"step", step_ + 1});
     const double lr = schedule_->lr(step_);
     const double local_loss = train_step(&fwd_bwd, &data_t);
     Stopwatch o;
+    trace::Span optimizer_span("optimizer", "optimizer");
     const zero::StepResult r = engine_->step(lr);
+    optimizer_span.end();
     opt_t += o.seconds();
     ++step_;
     ++interval_steps;
@@ -424,7 +439,9 @@ RunSummary Trainer::run_steps() {
     metrics_->finish(s.preempted ? metrics::RunStatus::kKilled : metrics::RunStatus::kFinished,
                      kFinishSeconds);
   }
+  save_rank_trace(cfg_, rank_);
   comm_->barrier();
+  if (rank_ == 0) write_run_outputs(cfg_, world_);
   return s;
 }
 

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "core/trace.h"
 #include "model/model.h"
 #include "train/component_options.h"
 #include "train/trainer.h"
@@ -55,6 +56,7 @@ void copy_tokenizer_files(const std::string& from_dir, const stdfs::path& to_dir
 }  // namespace
 
 std::string Trainer::save_checkpoint() {
+  const trace::Span span("checkpoint", "checkpoint save", {"step", step_});
   const std::string& dir = cfg_.checkpoint.dir;
   const std::string tag = ckpt::tag_for_step(step_);
   const stdfs::path tag_dir = stdfs::path(dir) / tag;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/trace.h"
 
 namespace dstrain::zero {
 
@@ -54,10 +55,12 @@ void GradReducer::launch_ready() {
 
 void GradReducer::launch(size_t bucket) {
   while (in_flight_.size() >= config_.max_in_flight) retire_oldest();
+  const trace::ScopedLabel label("bucket", static_cast<int64_t>(bucket));
   const Range flat = partition_.buckets()[bucket];
   const int64_t chunk = (flat.end - flat.begin) / partition_.world_size();
   const Range in_shard{partition_.shard_offset(bucket), partition_.shard_offset(bucket) + chunk};
   InFlight op;
+  op.bucket = static_cast<int64_t>(bucket);
   if (config_.stage == 0) {
     op.input = flat_grad_.narrow(0, flat.begin, flat.end - flat.begin);
     op.work = comm_.all_reduce(op.input, comm::ReduceOp::kAvg);
@@ -76,6 +79,7 @@ void GradReducer::launch(size_t bucket) {
 void GradReducer::launch_stage2(size_t bucket, Range chunk_in_shard) {
   if (!config_.contiguous_gradients) copy_bucket_from_grads(bucket);
   InFlight op;
+  op.bucket = static_cast<int64_t>(bucket);
   op.input = bucket_buffer(bucket);
   buffers_.erase(bucket);
   route_output(op, chunk_in_shard);
@@ -152,6 +156,7 @@ void GradReducer::copy_bucket_from_grads(size_t bucket) {
 void GradReducer::retire_oldest() {
   InFlight op = std::move(in_flight_.front());
   in_flight_.pop_front();
+  const trace::Span span("comm", "wait for bucket", {"bucket", op.bucket});
   op.work->wait();
   if (!op.target.defined()) return;
   if (op.output.device() != op.target.device() || op.output.dtype() != op.target.dtype()) {

@@ -71,6 +71,7 @@ class GradReducer {
     torch::Tensor output;
     torch::Tensor target;  // defined: output is added (or copied) here on completion
     bool assign = false;   // copy into target instead of adding
+    int64_t bucket = 0;    // for the trace
   };
 
   // The device and dtype of the gradients (and of every communication buffer).

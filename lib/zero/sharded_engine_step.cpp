@@ -1,5 +1,6 @@
 // ShardedEngine (stages 0-2): completing gradient communication for the step, the parameter
 // refresh after the MasterState's update, memory accounting and loading state.
+#include "core/trace.h"
 #include "zero/grad_reducer.h"
 #include "zero/sharded_engine.h"
 
@@ -59,10 +60,12 @@ void ShardedEngine::refresh_params() {
     torch::Tensor input = master.narrow(0, partition_.shard_offset(b), chunk);
     input = input.to(flat_params_.device(), flat_params_.scalar_type());
     torch::Tensor output = flat_params_.narrow(0, flat.begin, flat.end - flat.begin);
+    const trace::ScopedLabel label("bucket", static_cast<int64_t>(b));
     works.push_back(comm_.all_gather(output, input));
     keep.push_back(input);
     keep.push_back(output);
   }
+  const trace::Span span("comm", "wait for parameters");
   for (auto& work : works) work->wait();
 }
 

@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include "core/error.h"
+#include "core/trace.h"
 #include "model/storage.h"
 #include "zero/stage3_engine.h"
 
@@ -18,6 +19,7 @@ void Stage3Engine::launch_gather(size_t u) {
   torch::Tensor input = shard_of(unit, unit.frozen ? frozen_shard_ : param_shard_);
   if (input.device() != device_) input = input.to(device_, /*non_blocking=*/true);
   unit.gather_input = input;
+  const trace::ScopedLabel label("unit", static_cast<int64_t>(u));
   unit.gather = comm_.all_gather(unit.full, unit.gather_input);
   unit.state = UnitState::kGathering;
   note_gathered();
@@ -27,6 +29,7 @@ void Stage3Engine::wait_gathered(size_t u) {
   Unit& unit = units_[u];
   if (unit.state == UnitState::kFree) launch_gather(u);
   if (unit.state != UnitState::kGathering) return;
+  const trace::Span span("comm", "wait for unit", {"unit", static_cast<int64_t>(u)});
   unit.gather->wait();
   unit.gather.reset();
   unit.gather_input = torch::Tensor();
@@ -133,6 +136,7 @@ void Stage3Engine::reduce_unit(size_t u) {
   r.input = std::move(unit.grad_full);
   r.output = torch::empty({unit.partition.shard_numel()}, compute_options());
   r.target = shard_of(unit, grad_shard_);
+  const trace::ScopedLabel label("unit", static_cast<int64_t>(u));
   r.work = comm_.reduce_scatter(r.output, r.input, comm::ReduceOp::kAvg);
   in_flight_.push_back(std::move(r));
   release(u);
@@ -141,6 +145,7 @@ void Stage3Engine::reduce_unit(size_t u) {
 void Stage3Engine::retire_oldest() {
   Reduction r = std::move(in_flight_.front());
   in_flight_.pop_front();
+  const trace::Span span("comm", "wait for reduce_scatter");
   r.work->wait();
   // With offload the target is the host's fp32 shard: the chunk streams there now.
   if (r.target.device() != r.output.device() || r.target.dtype() != r.output.dtype()) {
