@@ -201,13 +201,7 @@ TEST(LoraTrain, Stage3ShardsTheFrozenBaseAndTrainsAsStage0) {
 
 TEST(LoraTrain, ResumeContinuesBitIdenticallyAndRefusesAnotherBase) {
   TempDir dir;
-  JobSpec spec;
-  spec.nproc = 2;
-  spec.stage = 2;
-  spec.accum = 2;
-  spec.clip = 1.0;
-  spec.checkpoint_interval = 10;
-  const std::string cfg = write_lora_job(dir, spec);
+  const std::string cfg = write_lora_job(dir, resumable_job());
   RunResult r = launch_job(cfg, 2);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const std::string metrics = dir.file("run/metrics.jsonl");
@@ -224,10 +218,7 @@ TEST(LoraTrain, ResumeContinuesBitIdenticallyAndRefusesAnotherBase) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const auto resumed = read_metric(metrics, "train/loss");
   ASSERT_EQ(resumed.size(), 10u);
-  for (const auto& [step, loss] : resumed) {
-    ASSERT_GT(step, 10);
-    EXPECT_EQ(loss, full.at(step)) << "step " << step << " differs after resume";
-  }
+  expect_same_losses_after(10, resumed, full);
 
   // Another seed with init: random is another base model.
   r = run_dstrain({"resume", dir.file("ckpt/step_00000010"), "--set", "training.seed=8"}, {}, 120);

@@ -9,7 +9,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -23,29 +26,46 @@ std::string metrics(const TempDir& d) {
   return d.file("run/metrics.jsonl");
 }
 
-TEST(Resume, SameWorldSizeContinuesBitIdentically) {
-  TempDir dir;
+// Runs `spec` in `dir` (failing the test unless it exits 0) and returns its train/loss by step in
+// *loss; the metrics file is then moved aside, so that a resume writes a fresh one.
+void train_and_set_metrics_aside(const TempDir& dir, const JobSpec& spec,
+                                 std::map<long, double>* loss) {
+  const RunResult r = run_job(dir, spec);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  *loss = read_metric(metrics(dir), "train/loss");
+  stdfs::rename(metrics(dir), dir.file("full.jsonl"));
+}
+
+// `dstrain resume <dir>/<checkpoint> <args...>`, failing the test unless it exits 0; *loss gets the
+// resumed run's train/loss by step (the metrics file is removed after reading, for the next run).
+void resume_run(const TempDir& dir, const std::string& checkpoint,
+                const std::vector<std::string>& args, std::map<long, double>* loss) {
+  std::vector<std::string> all = {"resume", dir.file(checkpoint)};
+  all.insert(all.end(), args.begin(), args.end());
+  const RunResult r = run_dstrain(all, {}, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  *loss = read_metric(metrics(dir), "train/loss");
+  stdfs::remove(metrics(dir));
+}
+
+// A finished two-rank run of `max_steps` steps that saves its final checkpoint.
+JobSpec short_run_saving_the_end(int max_steps) {
   JobSpec spec;
   spec.nproc = 2;
-  spec.stage = 2;
-  spec.accum = 2;
-  spec.clip = 1.0;
-  spec.checkpoint_interval = 10;
-  const std::string cfg = write_job_config(dir.path(), spec);
-  RunResult r = launch_job(cfg, 2);
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  const auto full = read_metric(metrics(dir), "train/loss");
-  ASSERT_EQ(full.size(), 20u);
-  stdfs::rename(metrics(dir), dir.file("full.jsonl"));
+  spec.max_steps = max_steps;
+  spec.save_final = true;
+  return spec;
+}
 
-  r = run_dstrain({"resume", dir.file("ckpt/step_00000010")}, {}, 120);
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  const auto resumed = read_metric(metrics(dir), "train/loss");
+TEST(Resume, SameWorldSizeContinuesBitIdentically) {
+  TempDir dir;
+  std::map<long, double> full, resumed;
+  ASSERT_NO_FATAL_FAILURE(train_and_set_metrics_aside(dir, resumable_job(), &full));
+  ASSERT_EQ(full.size(), 20u);
+
+  ASSERT_NO_FATAL_FAILURE(resume_run(dir, "ckpt/step_00000010", {}, &resumed));
   ASSERT_EQ(resumed.size(), 10u);
-  for (const auto& [step, loss] : resumed) {
-    ASSERT_GT(step, 10);
-    EXPECT_EQ(loss, full.at(step)) << "step " << step << " differs after resume";
-  }
+  expect_same_losses_after(10, resumed, full);
 }
 
 TEST(Resume, OtherWorldSizeAndStageContinuesTheCurve) {
@@ -54,16 +74,11 @@ TEST(Resume, OtherWorldSizeAndStageContinuesTheCurve) {
   spec.nproc = 2;
   spec.stage = 2;
   spec.checkpoint_interval = 10;
-  const std::string cfg = write_job_config(dir.path(), spec);
-  RunResult r = launch_job(cfg, 2);
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  const auto full = read_metric(metrics(dir), "train/loss");
-  stdfs::rename(metrics(dir), dir.file("full.jsonl"));
+  std::map<long, double> full, resumed;
+  ASSERT_NO_FATAL_FAILURE(train_and_set_metrics_aside(dir, spec, &full));
 
-  r = run_dstrain(
-      {"resume", dir.file("ckpt/step_00000010"), "--nproc", "3", "--set", "zero.stage=1"}, {}, 120);
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  const auto resumed = read_metric(metrics(dir), "train/loss");
+  ASSERT_NO_FATAL_FAILURE(
+      resume_run(dir, "ckpt/step_00000010", {"--nproc", "3", "--set", "zero.stage=1"}, &resumed));
   ASSERT_FALSE(resumed.empty());
   EXPECT_EQ(resumed.begin()->first, 11);
   // The restored weights carry on where step 10 left off: no jump back to the initial loss.
@@ -81,35 +96,30 @@ TEST(Resume, Stage3CheckpointResumesAtOtherWorldSizesAndExports) {
   spec.stage = 3;
   spec.checkpoint_interval = 10;
   spec.extra_overrides = {"zero.stage3_param_persistence_threshold=100"};
-  const std::string cfg = write_job_config(dir.path(), spec);
-  RunResult r = launch_job(cfg, 2, spec.extra_overrides);
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  const auto full = read_metric(metrics(dir), "train/loss");
+  std::map<long, double> full, one, three;
+  ASSERT_NO_FATAL_FAILURE(train_and_set_metrics_aside(dir, spec, &full));
   ASSERT_EQ(full.size(), 20u);
-  stdfs::rename(metrics(dir), dir.file("full.jsonl"));
 
-  r = run_dstrain({"resume", dir.file("ckpt/step_00000010"), "--nproc", "1", "--set",
-                   "training.per_device_train_batch_size=4", "--set", "checkpoint.interval=0"},
-                  {}, 120);
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  const auto one = read_metric(metrics(dir), "train/loss");
+  ASSERT_NO_FATAL_FAILURE(
+      resume_run(dir, "ckpt/step_00000010",
+                 {"--nproc", "1", "--set", "training.per_device_train_batch_size=4", "--set",
+                  "checkpoint.interval=0"},
+                 &one));
   ASSERT_EQ(one.size(), 10u);
   for (const auto& [step, loss] : one) {
     EXPECT_NEAR(loss, full.at(step), 1e-4 * full.at(step)) << "step " << step;
   }
-  stdfs::remove(metrics(dir));
 
-  r = run_dstrain(
-      {"resume", dir.file("ckpt/step_00000010"), "--nproc", "3", "--set", "zero.stage=0", "--set",
-       "checkpoint.interval=0", "--set", "training.max_steps=12"},
-      {}, 120);
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  const auto three = read_metric(metrics(dir), "train/loss");
+  ASSERT_NO_FATAL_FAILURE(resume_run(dir, "ckpt/step_00000010",
+                                     {"--nproc", "3", "--set", "zero.stage=0", "--set",
+                                      "checkpoint.interval=0", "--set", "training.max_steps=12"},
+                                     &three));
   ASSERT_FALSE(three.empty());
   EXPECT_EQ(three.begin()->first, 11);
   EXPECT_NEAR(three.begin()->second, full.at(11), 0.15 * full.at(11));
 
-  r = run_dstrain({"export", dir.file("ckpt/step_00000010"), "--out", dir.file("hf")}, {}, 120);
+  const RunResult r =
+      run_dstrain({"export", dir.file("ckpt/step_00000010"), "--out", dir.file("hf")}, {}, 120);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(stdfs::exists(dir.file("hf/model.safetensors")));
   EXPECT_TRUE(stdfs::exists(dir.file("hf/config.json")));
@@ -117,12 +127,7 @@ TEST(Resume, Stage3CheckpointResumesAtOtherWorldSizesAndExports) {
 
 TEST(Resume, CorruptedShardIsAClearInputError) {
   TempDir dir;
-  JobSpec spec;
-  spec.nproc = 2;
-  spec.max_steps = 4;
-  spec.save_final = true;
-  const std::string cfg = write_job_config(dir.path(), spec);
-  RunResult r = launch_job(cfg, 2);
+  RunResult r = run_job(dir, short_run_saving_the_end(4));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const std::string shard = dir.file("ckpt/step_00000004/shard_r00001.safetensors");
   ASSERT_TRUE(file_exists(shard));
@@ -141,14 +146,9 @@ TEST(Resume, CorruptedShardIsAClearInputError) {
 // replaces it: `latest` ends up naming the new run's state, never the old one.
 TEST(Checkpoint, FreshRunReplacesAnOlderRunsCheckpointOfTheSameStep) {
   TempDir dir;
-  JobSpec spec;
-  spec.nproc = 2;
-  spec.max_steps = 4;
-  spec.save_final = true;
-  const std::string cfg = write_job_config(dir.path(), spec);
-  RunResult r = launch_job(cfg, 2);
+  RunResult r = run_job(dir, short_run_saving_the_end(4));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  r = launch_job(cfg, 2, {"training.seed=8"});
+  r = run_job(dir, short_run_saving_the_end(4), {"training.seed=8"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const auto loss = read_metric(metrics(dir), "train/loss");
   const auto manifest =
@@ -214,13 +214,9 @@ TEST(Resume, RankKilledDuringSavesLeavesLoadableLatest) {
 
 TEST(Export, WritesHuggingFaceDirectoryThatTrainsOnFromTheCheckpoint) {
   TempDir dir;
-  JobSpec spec;
-  spec.nproc = 2;
+  JobSpec spec = short_run_saving_the_end(12);
   spec.stage = 2;
-  spec.max_steps = 12;
-  spec.save_final = true;
-  const std::string cfg = write_job_config(dir.path(), spec);
-  RunResult r = launch_job(cfg, 2);
+  RunResult r = run_job(dir, spec);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const auto first = read_metric(metrics(dir), "train/loss");
   r = run_dstrain({"export", dir.file("ckpt/latest"), "--out", dir.file("hf")}, {}, 60);
@@ -232,8 +228,7 @@ TEST(Export, WritesHuggingFaceDirectoryThatTrainsOnFromTheCheckpoint) {
   TempDir again;
   JobSpec spec2;
   spec2.max_steps = 2;
-  const std::string cfg2 = write_job_config(again.path(), spec2);
-  r = launch_job(cfg2, 1, {"model.name_or_path=" + dir.file("hf"), "model.init=pretrained"});
+  r = run_job(again, spec2, {"model.name_or_path=" + dir.file("hf"), "model.init=pretrained"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const auto cont = read_metric(again.file("run/metrics.jsonl"), "train/loss");
   ASSERT_FALSE(cont.empty());

@@ -2,7 +2,6 @@
 
 #include <signal.h>
 #include <unistd.h>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -12,29 +11,20 @@
 #include <gtest/gtest.h>
 
 #include "tests/integration/process_util.h"
+#include "tests/integration/shell_util.h"
 
 namespace dstrain::testing {
 namespace {
 
 namespace fs = std::filesystem;
 
+// Output and errors of `command`, together (Slurm's tools report on stderr).
 std::string capture(const std::string& command) {
-  std::string out;
-  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  ::pclose(p);
-  return out;
+  return shell_output(command + " 2>&1");
 }
 
 void must(const std::string& command) {
-  int rc = std::system((command + " >/dev/null 2>&1").c_str());
-  if (rc != 0) {
-    ADD_FAILURE() << "setup command failed (" << rc << "): " << command;
-    throw std::runtime_error("slurm cluster setup failed");
-  }
+  shell_must(command, "slurm cluster setup failed");
 }
 
 std::string first_line(const std::string& text) {
@@ -54,8 +44,7 @@ std::string SlurmCluster::skip_reason() {
 }
 
 SlurmCluster::SlurmCluster() {
-  std::string pattern = fs::temp_directory_path().string() + "/dstrain_slurm_XXXXXX";
-  dir_ = ::mkdtemp(pattern.data());
+  dir_ = make_temp_dir("dstrain_slurm_");
   try {
     fs::create_directories(dir_ + "/state");
     fs::create_directories(dir_ + "/spool");

@@ -4,56 +4,30 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <stdexcept>
 
 #include <gtest/gtest.h>
 
 #include "tests/integration/process_util.h"
+#include "tests/integration/shell_util.h"
 
 namespace dstrain::testing {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string run_capture(const std::string& command) {
-  std::string out;
-  FILE* p = ::popen(command.c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  ::pclose(p);
-  return out;
-}
-
 void must(const std::string& command) {
-  int rc = std::system((command + " >/dev/null 2>&1").c_str());
-  if (rc != 0) {
-    ADD_FAILURE() << "setup command failed (" << rc << "): " << command;
-    throw std::runtime_error("ssh cluster setup failed");
-  }
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty()) out.push_back(line);
-  }
-  return out;
+  shell_must(command, "ssh cluster setup failed");
 }
 
 // Kills every process inside network namespace `ns` (all of them were started by this fixture or
 // by the job under test there), then deletes it.
 void remove_namespace(const std::string& ns) {
   for (int round = 0; round < 20; ++round) {
-    std::vector<std::string> pids = lines_of(run_capture("ip netns pids " + ns + " 2>/dev/null"));
+    std::vector<std::string> pids = lines_of(shell_output("ip netns pids " + ns + " 2>/dev/null"));
     if (pids.empty()) break;
     for (const std::string& pid : pids) ::kill(std::atoi(pid.c_str()), SIGKILL);
     ::usleep(50 * 1000);
@@ -63,13 +37,14 @@ void remove_namespace(const std::string& ns) {
 
 // Namespaces and bridges left by a test process that no longer exists (killed by a timeout).
 void remove_stale_leftovers() {
-  for (const std::string& ns : lines_of(run_capture("ip netns list 2>/dev/null"))) {
+  for (const std::string& ns : lines_of(shell_output("ip netns list 2>/dev/null"))) {
     std::string name = ns.substr(0, ns.find(' '));
     if (name.rfind("dstrain_t", 0) != 0) continue;
     int pid = std::atoi(name.substr(9).c_str());
     if (pid > 0 && ::kill(pid, 0) != 0) remove_namespace(name);
   }
-  for (const std::string& line : lines_of(run_capture("ip -o link show type bridge 2>/dev/null"))) {
+  for (const std::string& line :
+       lines_of(shell_output("ip -o link show type bridge 2>/dev/null"))) {
     size_t at = line.find("dsb");
     if (at == std::string::npos) continue;
     std::string name = line.substr(at, line.find(':', at) - at);
@@ -81,7 +56,7 @@ void remove_stale_leftovers() {
 
 bool subnet_in_use(int subnet) {
   std::string needle = "10.77." + std::to_string(subnet) + ".";
-  return run_capture("ip -4 -o addr show 2>/dev/null").find(needle) != std::string::npos;
+  return shell_output("ip -4 -o addr show 2>/dev/null").find(needle) != std::string::npos;
 }
 
 }  // namespace
@@ -98,8 +73,7 @@ std::string SshCluster::skip_reason() {
 
 SshCluster::SshCluster(int hosts) {
   remove_stale_leftovers();
-  std::string pattern = fs::temp_directory_path().string() + "/dstrain_ssh_XXXXXX";
-  dir_ = ::mkdtemp(pattern.data());
+  dir_ = make_temp_dir("dstrain_ssh_");
   ::chmod(dir_.c_str(), 0755);
   tag_ = std::to_string(::getpid());
   bridge_ = "dsb" + tag_;
@@ -247,7 +221,7 @@ void SshCluster::start_sshd(int k) {
 
 std::string netns_of(int pid) {
   return [&] {
-    std::string out = run_capture("ip netns identify " + std::to_string(pid) + " 2>/dev/null");
+    std::string out = shell_output("ip netns identify " + std::to_string(pid) + " 2>/dev/null");
     while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
     return out;
   }();

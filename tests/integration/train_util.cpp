@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 namespace dstrain::testing {
@@ -50,6 +51,25 @@ checkpoint:
   return path;
 }
 
+JobSpec resumable_job() {
+  JobSpec spec;
+  spec.nproc = 2;
+  spec.stage = 2;
+  spec.accum = 2;
+  spec.clip = 1.0;
+  spec.checkpoint_interval = 10;
+  return spec;
+}
+
+void expect_same_losses_after(long from, const std::map<long, double>& resumed,
+                              const std::map<long, double>& full) {
+  for (const auto& [step, loss] : resumed) {
+    ASSERT_GT(step, from);
+    ASSERT_EQ(full.count(step), 1u) << "step " << step << " is not in the full run";
+    EXPECT_EQ(loss, full.at(step)) << "step " << step << " differs after resume";
+  }
+}
+
 RunResult launch_job(const std::string& config, int nproc,
                      const std::vector<std::string>& overrides, double timeout_s) {
   std::vector<std::string> args = {"launch", "--nproc", std::to_string(nproc), config};
@@ -58,6 +78,13 @@ RunResult launch_job(const std::string& config, int nproc,
     args.push_back(o);
   }
   return run_dstrain(args, {}, timeout_s);
+}
+
+RunResult run_job(const TempDir& dir, const JobSpec& spec,
+                  const std::vector<std::string>& overrides, double timeout_s) {
+  std::vector<std::string> all = spec.extra_overrides;
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return launch_job(write_job_config(dir.path(), spec), spec.nproc, all, timeout_s);
 }
 
 std::map<long, double> read_metric(const std::string& metrics_path, const std::string& key) {

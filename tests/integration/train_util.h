@@ -23,6 +23,14 @@ struct JobSpec {
   std::vector<std::string> extra_overrides;
 };
 
+// Two ranks at ZeRO stage 2 with gradient accumulation and clipping, 20 steps, a checkpoint every
+// 10: the run the bit-identical resume tests repeat from step 10.
+JobSpec resumable_job();
+
+// Every step of `resumed` comes after `from` and has exactly the loss `full` logged at that step.
+void expect_same_losses_after(long from, const std::map<long, double>& resumed,
+                              const std::map<long, double>& full);
+
 // Writes <dir>/run.yaml for `spec` (absolute paths to the repository's tiny model and corpus;
 // logging.out_dir = <dir>/run, checkpoint.dir = <dir>/ckpt) and returns its path.
 std::string write_job_config(const std::string& dir, const JobSpec& spec);
@@ -30,6 +38,11 @@ std::string write_job_config(const std::string& dir, const JobSpec& spec);
 // `dstrain launch --nproc N <config> --set ...`, bounded by `timeout_s`.
 RunResult launch_job(const std::string& config, int nproc,
                      const std::vector<std::string>& overrides = {}, double timeout_s = 300);
+
+// write_job_config(dir.path(), spec) + launch_job on spec.nproc ranks with spec.extra_overrides,
+// then `overrides`.
+RunResult run_job(const TempDir& dir, const JobSpec& spec,
+                  const std::vector<std::string>& overrides = {}, double timeout_s = 300);
 
 // step → value of `key` from every line of a metrics.jsonl that has it.
 std::map<long, double> read_metric(const std::string& metrics_path, const std::string& key);
