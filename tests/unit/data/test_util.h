@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "tests/common/expect_error.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dstrain::data::testing {
@@ -63,20 +64,7 @@ class TempDir {
   stdfs::path path_;
 };
 
-// Runs `fn`, expects Error(kind) whose message contains every one of `parts`.
-template <typename Fn>
-void expect_error(Fn&& fn, ErrorKind kind, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << e.what();
-    for (const auto& p : parts) {
-      EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
-          << "message \"" << e.what() << "\" lacks \"" << p << "\"";
-    }
-  }
-}
+using ::dstrain::testing::expect_error;
 
 // Tokens of a corpus document as a vector (for comparisons).
 inline std::vector<int32_t> ids(const std::string& text) {

@@ -6,13 +6,13 @@
 
 #include <filesystem>
 #include <fstream>
-#include <initializer_list>
 #include <optional>
 #include <string>
 
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "tests/common/expect_error.h"
 #include "tests/common/temp_dir.h"
 
 namespace dstrain::hub::testing {
@@ -51,18 +51,6 @@ inline std::string read(const std::filesystem::path& p) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// Runs `fn`, expecting Error of `kind` whose message contains every string of `parts`.
-template <typename Fn>
-void expect_error(Fn&& fn, ErrorKind kind, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << e.what();
-    for (const auto& p : parts)
-      EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
-          << "'" << p << "' not in: " << e.what();
-  }
-}
+using ::dstrain::testing::expect_error;
 
 }  // namespace dstrain::hub::testing

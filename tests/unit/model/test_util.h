@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/common/expect_error.h"
 #include "tests/common/temp_dir.h"
 
 #include "core/error.h"
@@ -36,18 +37,6 @@ inline ModelConfig small_config(const std::string& model_type = "llama") {
   return parse_model_config(small_config_json(model_type));
 }
 
-// Runs `fn`, expecting Error of `kind` whose message contains every string of `parts`.
-template <typename Fn>
-void expect_error(Fn&& fn, ErrorKind kind, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << e.what();
-    for (const auto& p : parts)
-      EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
-          << "message lacks '" << p << "': " << e.what();
-  }
-}
+using ::dstrain::testing::expect_error;
 
 }  // namespace dstrain::model::testing
