@@ -18,6 +18,7 @@
 #include "core/fs.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "core/trace.h"
 
 namespace dstrain::ckpt {
 namespace stdfs = std::filesystem;
@@ -179,9 +180,11 @@ SaveResult Checkpointer::write(Job& job) const {
   r.snapshot_s = job.snapshot_s;
   Stopwatch t;
   const int rank = options_.rank;
+  if (options_.async) trace::name_thread("checkpoint");
   try {
     try {
       WriterSlot slot(options_.node_lock_dir, options_.job_key, options_.max_writers_per_node);
+      const trace::Span span("checkpoint", "write shard", {"step", job.step});
       write_shard(r.tag_dir, rank, job.pieces, job.extras, {{"rank", rank}});
     } catch (const std::exception& e) {
       if (rank != 0) {
@@ -196,6 +199,7 @@ SaveResult Checkpointer::write(Job& job) const {
     job.extras.clear();
     r.bytes = static_cast<int64_t>(stdfs::file_size(job.tag_dir / shard_file_name(rank)));
     if (rank == 0) {
+      const trace::Span span("checkpoint", "commit", {"step", job.step});
       wait_for_ranks(job.tag_dir, options_.world_size, options_.commit_timeout_s);
       for (const auto& [name, bytes] : job.small_files) {
         fs::write_file_atomic(job.tag_dir / name, bytes);

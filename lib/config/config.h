@@ -29,6 +29,9 @@ struct ModelSection {
   std::string tokenizer;  // "" = same as name_or_path; "byte" = built-in byte tokenizer; or a dir
   bool use_flash_attn = false;  // accepted for compatibility; SDPA picks the kernel
   bool gradient_checkpointing = false;
+  // LM head and loss fused in token chunks, never holding the [tokens, vocab] logits
+  // (model/fused_linear_cross_entropy.h); false: logits, then the loss.
+  bool fused_loss = true;
 };
 
 struct DataSection {
@@ -154,6 +157,9 @@ struct CheckpointSection {
   int64_t interval = 0;   // steps; 0 = only at the end
   int64_t keep_last = 0;  // 0 = keep all
   bool save_final = true;
+  bool async = true;                 // write on a background thread while training continues
+  std::string on_error = "stop";     // a failed save: "stop" the run or "continue" (warn)
+  int64_t max_writers_per_node = 0;  // ranks of a node writing at once; 0 = all
 };
 
 struct Config {

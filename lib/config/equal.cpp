@@ -9,7 +9,7 @@ namespace dstrain::config {
 bool operator==(const ModelSection& a, const ModelSection& b) {
   auto t = [](const ModelSection& s) {
     return std::tie(s.name_or_path, s.revision, s.init, s.dtype, s.tokenizer, s.use_flash_attn,
-                    s.gradient_checkpointing);
+                    s.gradient_checkpointing, s.fused_loss);
   };
   return t(a) == t(b);
 }
@@ -89,7 +89,8 @@ bool operator==(const LoggingSection& a, const LoggingSection& b) {
 
 bool operator==(const CheckpointSection& a, const CheckpointSection& b) {
   auto t = [](const CheckpointSection& s) {
-    return std::tie(s.dir, s.interval, s.keep_last, s.save_final);
+    return std::tie(s.dir, s.interval, s.keep_last, s.save_final, s.async, s.on_error,
+                    s.max_writers_per_node);
   };
   return t(a) == t(b);
 }

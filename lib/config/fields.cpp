@@ -92,6 +92,7 @@ void add_model_and_data(std::vector<Field>& t) {
   t.push_back(text("model.tokenizer", DSTRAIN_MEMBER(model.tokenizer)));
   t.push_back(
       boolean("model.gradient_checkpointing", DSTRAIN_MEMBER(model.gradient_checkpointing)));
+  t.push_back(boolean("model.fused_loss", DSTRAIN_MEMBER(model.fused_loss)));
   t.push_back(text("data.train_path", DSTRAIN_MEMBER(data.train_path)));
   t.push_back(text("data.eval_path", DSTRAIN_MEMBER(data.eval_path)));
   t.push_back(text("data.format", DSTRAIN_MEMBER(data.format),
@@ -244,6 +245,11 @@ void add_logging_and_checkpoint(std::vector<Field>& t) {
   t.push_back(
       integer("checkpoint.keep_last", Range::kNonNegative, DSTRAIN_MEMBER(checkpoint.keep_last)));
   t.push_back(boolean("checkpoint.save_final", DSTRAIN_MEMBER(checkpoint.save_final)));
+  t.push_back(boolean("checkpoint.async", DSTRAIN_MEMBER(checkpoint.async)));
+  t.push_back(
+      text("checkpoint.on_error", DSTRAIN_MEMBER(checkpoint.on_error), {"stop", "continue"}));
+  t.push_back(integer("checkpoint.max_writers_per_node", Range::kNonNegative,
+                      DSTRAIN_MEMBER(checkpoint.max_writers_per_node)));
 }
 
 #undef DSTRAIN_MEMBER

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/trace.h"
+#include "core/log.h"
 
 namespace dstrain::data {
 namespace {
@@ -116,6 +117,25 @@ Batch Loader::next() {
 
 LoaderState Loader::state() const {
   return next_;
+}
+
+ckpt::State Loader::snapshot_state() const {
+  ckpt::State s;
+  s.json = nlohmann::json::parse(loader_state_to_json(state()));
+  return s;
+}
+
+void Loader::restore_state(const ckpt::StateIn& in) {
+  LoaderState st = loader_state_from_json(in.json().dump(), in.origin());
+  if (st.global_batch != global_batch_) {
+    const int64_t seen = st.step * st.global_batch;
+    log::warn("global batch changed from {} to {}: continuing epoch {} after {} samples",
+              st.global_batch, global_batch_, st.epoch, seen);
+    st.step = seen / global_batch_;
+    st.micro_step = 0;
+    st.global_batch = global_batch_;
+  }
+  restore(st);
 }
 
 void Loader::restore(const LoaderState& state) {

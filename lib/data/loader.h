@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include "ckpt/stateful.h"
 #include "data/batch.h"
 #include "data/eval_sampler.h"
 #include "data/prefetch.h"
@@ -48,13 +49,16 @@ std::string loader_state_to_json(const LoaderState& state);
 // Error(kInput) naming `origin` (e.g. the checkpoint file) for malformed JSON or missing keys.
 LoaderState loader_state_from_json(std::string_view json, const std::string& origin);
 
-class Loader {
+// A checkpoint component (ckpt/stateful.h): its state is the LoaderState. Restored with another
+// global batch (another world size), it continues the saved epoch at the step that has seen as
+// many samples, with a warning.
+class Loader : public ckpt::Stateful {
  public:
   // Error(kInput) when the dataset is smaller than one global batch, or `start` was saved for
   // another global batch or dataset size; Error(kConfig) for bad sizes.
   Loader(std::shared_ptr<const SampleSet> samples, const LoaderOptions& options,
          const LoaderState& start = {});
-  ~Loader();
+  ~Loader() override;
 
   // The next micro-batch of this rank. Rethrows an error raised while building it.
   Batch next();
@@ -62,6 +66,10 @@ class Loader {
   LoaderState state() const;
   // Drops prefetched batches and continues from `state` (same checks as the constructor).
   void restore(const LoaderState& state);
+
+  int state_version() const override { return 1; }
+  ckpt::State snapshot_state() const override;
+  void restore_state(const ckpt::StateIn& in) override;
 
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
   int64_t global_batch() const { return global_batch_; }

@@ -107,9 +107,16 @@ DebugForwardResult debug_forward(const DebugForwardOptions& o) {
   const std::unique_ptr<lora::LoraModel> lora_model =
       o.adapter_dir.empty() ? nullptr : attach_adapter(m, o.adapter_dir, device, dtype);
   m->train(!o.eval);
-  const torch::Tensor logits = m->forward(batch.ids.to(device));
-  const torch::Tensor loss = model::causal_lm_loss(logits, shift_labels(batch.labels).to(device));
+  // Loss and gradients as training computes them by default (model.fused_loss): the head fused
+  // with the loss. The logits are the head's output on the same hidden states, outside the graph.
+  const torch::Tensor hidden = m->hidden_states(batch.ids.to(device));
+  const torch::Tensor loss = m->head_loss_sum(hidden, shift_labels(batch.labels).to(device)).mean();
   loss.backward();
+  torch::Tensor logits;
+  {
+    torch::NoGradGuard no_grad;
+    logits = m->head(hidden);
+  }
 
   model::NamedTensors out;
   out.emplace_back("logits", logits.detach().to(torch::kCPU, torch::kFloat32));

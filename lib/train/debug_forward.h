@@ -5,8 +5,10 @@
 // the model exactly as training does: the same model code, and with an adapter the same LoRA
 // wiring as a LoRA run (frozen base in the compute dtype, adapters from lib/lora).
 //
-// Loss: the Hugging Face causal-LM loss. HF shifts inside the loss (logits[:, t] predicts
-// labels[:, t + 1]); model::causal_lm_loss does not shift, so the labels are shifted here:
+// Loss: the Hugging Face causal-LM loss, computed as training computes it by default (the head
+// fused with the loss, model.fused_loss; the logits written are the head's output on the same
+// hidden states). HF shifts inside the loss (logits[:, t] predicts labels[:, t + 1]); the model's
+// losses do not shift, so the labels are shifted here:
 // aligned[:, t] = labels[:, t + 1], aligned[:, T - 1] = -100. Without a "labels" tensor the labels
 // are the input ids, as in `model(input_ids, labels=input_ids)`.
 

@@ -11,6 +11,7 @@
 #include "comm/gloo_communicator.h"
 #include "comm/nccl_communicator.h"
 #include "core/error.h"
+#include "core/log.h"
 
 namespace dstrain::train {
 
@@ -65,6 +66,21 @@ std::vector<std::pair<std::string, double>> device_memory_metrics(const torch::D
   (void)device;
 #endif
   return out;
+}
+
+World join_world_from_env() {
+  const comm::RendezvousOptions ro = comm::rendezvous_options_from_env();
+  World w;
+  w.rank = ro.rank;
+  w.size = ro.world_size;
+  log::set_rank(w.rank);
+  int local_rank = 0;
+  if (const char* v = std::getenv("LOCAL_RANK")) local_rank = std::atoi(v);
+  w.device = select_device(local_rank);
+  w.comm = make_communicator(ro, w.device);
+  log::info("dstrain: {} rank(s), rendezvous at {}:{} done, device {}", w.size, ro.master_addr,
+            ro.master_port, w.device.str());
+  return w;
 }
 
 }  // namespace dstrain::train

@@ -24,6 +24,19 @@ torch::Device select_device(int local_rank);
 std::unique_ptr<comm::Communicator> make_communicator(const comm::RendezvousOptions& options,
                                                       const torch::Device& device);
 
+// Where a rank runs: its place in the world, its device and the communicator over every rank. The
+// trainer is given one, so that tests can give it an in-memory communicator.
+struct World {
+  int rank = 0;
+  int size = 1;
+  torch::Device device{torch::kCPU};
+  std::unique_ptr<comm::Communicator> comm;
+};
+
+// The world of the environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT): the
+// rendezvous, select_device(), make_communicator().
+World join_world_from_env();
+
 // Device memory for metrics.jsonl, in MB: memory/allocated_mb, memory/peak_allocated_mb,
 // memory/reserved_mb (torch.cuda's memory_allocated / max_memory_allocated / memory_reserved).
 // Read from the CUDA caching allocator, which only a CUDA LibTorch (DSTRAIN_CUDA) has: empty on

@@ -57,12 +57,12 @@ int run_export(const ExportOptions& options) {
   const model::ModelConfig mc =
       model::load_model_config(stdfs::path(tag_dir) / ckpt::kModelConfigFile);
   const std::string dtype_name =
-      options.dtype == "auto" ? reader.manifest().value("compute_dtype", "float32") : options.dtype;
+      options.dtype == "auto" ? reader.manifest().compute_dtype : options.dtype;
   const torch::ScalarType dtype = model::resolve_dtype(dtype_name, mc);
 
   torch::NoGradGuard no_grad;
   const stdfs::path out(options.out_dir);
-  if (options.adapter_only || options.merge_lora || reader.manifest().contains("lora")) {
+  if (options.adapter_only || options.merge_lora || reader.manifest().component("lora") != nullptr) {
     export_lora(options, reader, mc);
   } else {
     model::write_safetensors_dir_streamed(

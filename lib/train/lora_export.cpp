@@ -25,8 +25,9 @@ std::vector<lora::LoraWeights> read_lora_weights(const ckpt::CheckpointReader& r
 
 void export_lora(const ExportOptions& options, const ckpt::CheckpointReader& reader,
                  const model::ModelConfig& config) {
-  const nlohmann::json& m = reader.manifest();
-  if (!m.contains("lora")) {
+  const ckpt::Manifest& m = reader.manifest();
+  const ckpt::ComponentRecord* lora_state = m.component("lora");
+  if (lora_state == nullptr) {
     fail(ErrorKind::kUsage,
          "export: {} is a full fine-tuning checkpoint; --adapter-only and --merge-lora apply to "
          "LoRA checkpoints only",
@@ -38,7 +39,7 @@ void export_lora(const ExportOptions& options, const ckpt::CheckpointReader& rea
          "--merge-lora (the merged model)",
          reader.dir());
   }
-  const nlohmann::json& lj = m.at("lora");
+  const nlohmann::json& lj = lora_state->state;
   lora::Adapter adapter;
   adapter.options = lora_options_from_json(lj);
   adapter.base_model = lj.at("base").at("name_or_path").get<std::string>();
@@ -52,7 +53,7 @@ void export_lora(const ExportOptions& options, const ckpt::CheckpointReader& rea
     return;
   }
   const torch::ScalarType dtype = model::resolve_dtype(
-      options.dtype == "auto" ? m.value("compute_dtype", "float32") : options.dtype, config);
+      options.dtype == "auto" ? m.compute_dtype : options.dtype, config);
   model::DecoderModel base = rebuild_base_model(config, lj, reader.dir());
   lora::merge_lora(*base, adapter.weights, adapter.options.scale());
   model::save_weights(*base, options.out_dir, dtype);

@@ -161,8 +161,7 @@ std::vector<zero::NamedParameter> Trainer::trainable_parameters() const {
   return params;
 }
 
-void Trainer::add_lora_manifest(json& manifest) const {
-  if (!lora_) return;
+json Trainer::lora_reference_json() const {
   json j = lora_options_json(lora_->options());
   j["modules"] = lora_->modules();
   j["base"] = {{"name_or_path", cfg_.model.name_or_path},
@@ -171,24 +170,7 @@ void Trainer::add_lora_manifest(json& manifest) const {
                {"init", cfg_.model.init},
                {"seed", cfg_.training.seed},
                {"checksum", base_checksum_}};
-  manifest["lora"] = j;
-}
-
-void Trainer::check_lora_checkpoint(const json& manifest, const std::string& tag_dir) const {
-  const bool saved_lora = manifest.contains("lora");
-  if (saved_lora != static_cast<bool>(lora_)) {
-    fail(ErrorKind::kInput, "checkpoint {} is from a {} run but this run {}", tag_dir,
-         saved_lora ? "LoRA" : "full fine-tuning",
-         lora_ ? "trains LoRA adapters" : "has no lora section");
-  }
-  if (!lora_) return;
-  const std::string saved = manifest.at("lora").at("base").at("checksum").get<std::string>();
-  if (saved != base_checksum_) {
-    fail(ErrorKind::kInput,
-         "checkpoint {} holds a LoRA adapter for a base model with checksum {}, but this run's "
-         "base model ({}) has checksum {}; resume with the same base model",
-         tag_dir, saved, cfg_.model.name_or_path, base_checksum_);
-  }
+  return j;
 }
 
 void Trainer::save_lora_adapter() {

@@ -30,8 +30,12 @@ std::vector<std::vector<int>> forward_segments(const model::DecoderModelImpl& mo
   return segments;
 }
 
-torch::Tensor forward_with_engine(model::DecoderModelImpl& model, zero::Engine& engine,
-                                  const torch::Tensor& input_ids) {
+namespace {
+
+// Embed and every decoder layer, each segment bracketed: input_ids [B, T] → hidden [B, T, C].
+// The head segment is left to the caller.
+torch::Tensor hidden_with_engine(model::DecoderModelImpl& model, zero::Engine& engine,
+                                 const torch::Tensor& input_ids) {
   const auto& config = model.config();
   const int64_t T = input_ids.size(1);
   if (config.sliding_window && T > *config.sliding_window) {
@@ -50,11 +54,36 @@ torch::Tensor forward_with_engine(model::DecoderModelImpl& model, zero::Engine& 
     h = model.layer(i, h, cos, sin);
     engine.post_forward(segment, h);
   }
-  const auto last = static_cast<size_t>(model.num_layers() + 1);
-  engine.pre_forward(last);
+  return h;
+}
+
+size_t head_segment(const model::DecoderModelImpl& model) {
+  return static_cast<size_t>(model.num_layers() + 1);
+}
+
+}  // namespace
+
+torch::Tensor forward_with_engine(model::DecoderModelImpl& model, zero::Engine& engine,
+                                  const torch::Tensor& input_ids) {
+  const torch::Tensor h = hidden_with_engine(model, engine, input_ids);
+  engine.pre_forward(head_segment(model));
   torch::Tensor logits = model.head(h);
-  engine.post_forward(last, logits);
+  engine.post_forward(head_segment(model), logits);
   return logits;
+}
+
+model::LossSum loss_sum_with_engine(model::DecoderModelImpl& model, zero::Engine& engine,
+                                    const torch::Tensor& input_ids, const torch::Tensor& labels,
+                                    bool fused) {
+  if (!fused) {
+    return model::causal_lm_loss_sum(forward_with_engine(model, engine, input_ids), labels);
+  }
+  const torch::Tensor h = hidden_with_engine(model, engine, input_ids);
+  engine.pre_forward(head_segment(model));
+  model::LossSum loss = model.head_loss_sum(h, labels);
+  // The loss sum is the head segment's output: its gradient arriving starts the head's backward.
+  engine.post_forward(head_segment(model), loss.sum);
+  return loss;
 }
 
 }  // namespace dstrain::train

@@ -30,4 +30,12 @@ std::vector<std::vector<int>> forward_segments(const model::DecoderModelImpl& mo
 torch::Tensor forward_with_engine(model::DecoderModelImpl& model, zero::Engine& engine,
                                   const torch::Tensor& input_ids);
 
+// The loss of input_ids [B, T] against labels [B, T] (aligned, as model::causal_lm_loss_sum
+// takes them), every segment bracketed as above. fused (model.fused_loss): the head segment is
+// DecoderModelImpl::head_loss_sum, which never holds the [B, T, V] logits; otherwise the logits
+// and then model::causal_lm_loss_sum. Same loss and gradients either way, up to float rounding.
+model::LossSum loss_sum_with_engine(model::DecoderModelImpl& model, zero::Engine& engine,
+                                    const torch::Tensor& input_ids, const torch::Tensor& labels,
+                                    bool fused);
+
 }  // namespace dstrain::train

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/layout.h"
+#include "ckpt/manifest.h"
 #include "comm/communicator.h"
 #include "config/config.h"
 #include "core/error.h"
@@ -59,8 +60,10 @@ int run_train(const TrainOptions& options) {
     return 0;
   }
   install_stop_handler();
-  Trainer trainer(cfg, options.resume_from.empty() ? std::string()
-                                                   : ckpt::resolve_checkpoint(options.resume_from));
+  Trainer trainer(cfg,
+                  options.resume_from.empty() ? std::string()
+                                              : ckpt::resolve_checkpoint(options.resume_from),
+                  join_world_from_env());
   const RunSummary s = trainer.run();
   log::info("done: {} steps, train loss {:.4f}{}, {:.1f}s{}", s.steps, s.train_loss,
             s.eval_loss >= 0 ? fmt::format(", eval loss {:.4f}", s.eval_loss) : std::string(),
@@ -70,17 +73,13 @@ int run_train(const TrainOptions& options) {
 
 int run_resume(const ResumeOptions& options) {
   const std::string tag_dir = ckpt::resolve_checkpoint(options.checkpoint);
-  const auto manifest = nlohmann::json::parse(
-      fs::read_file(stdfs::path(tag_dir) / ckpt::kManifestFile), nullptr, false);
-  if (manifest.is_discarded() || !manifest.contains("world_size")) {
-    fail(ErrorKind::kInput, "{}/{}: not a valid checkpoint manifest", tag_dir, ckpt::kManifestFile);
-  }
+  const ckpt::Manifest manifest = ckpt::read_manifest(tag_dir);
   launcher::LocalLaunchOptions l = options.launch;
-  if (l.nproc <= 0) l.nproc = manifest.at("world_size").get<int>();
+  if (l.nproc <= 0) l.nproc = manifest.world_size;
   l.config_path = (stdfs::path(tag_dir) / ckpt::kRunConfigFile).string();
   l.exec = false;
   l.args.insert(l.args.begin(), {"--resume-from", tag_dir});
-  log::info("resuming {} (step {}) on {} rank(s)", tag_dir, manifest.value("step", 0), l.nproc);
+  log::info("resuming {} (step {}) on {} rank(s)", tag_dir, manifest.step, l.nproc);
   return launcher::run_local_launch(l);
 }
 

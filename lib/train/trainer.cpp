@@ -54,27 +54,23 @@ std::atomic<bool>& Trainer::stop_requested() {
   return flag;
 }
 
-Trainer::Trainer(config::Config config, std::string resume_from)
-    : cfg_(std::move(config)), resume_from_(std::move(resume_from)) {}
+Trainer::Trainer(config::Config config, std::string resume_from, World world)
+    : cfg_(std::move(config)),
+      resume_from_(std::move(resume_from)),
+      rank_(world.rank),
+      world_(world.size),
+      device_(world.device),
+      comm_(std::move(world.comm)) {}
 
 Trainer::~Trainer() = default;
 
 void Trainer::init() {
-  const comm::RendezvousOptions ro = comm::rendezvous_options_from_env();
-  rank_ = ro.rank;
-  world_ = ro.world_size;
   log::set_rank(rank_);
   if (cfg_.logging.trace) trace::start();
   set_intra_op_threads();
   // Anything random during training (dropout) draws from LibTorch's default generator, which is
   // otherwise seeded at random: seed it so runs repeat exactly.
   torch::manual_seed(cfg_.training.seed + static_cast<uint64_t>(rank_));
-  int local_rank = 0;
-  if (const char* v = std::getenv("LOCAL_RANK")) local_rank = std::atoi(v);
-  device_ = select_device(local_rank);
-  comm_ = make_communicator(ro, device_);
-  log::info("dstrain: {} rank(s), rendezvous at {}:{} done, device {}", world_, ro.master_addr,
-            ro.master_port, device_.str());
 
   build_model();
   build_data();
@@ -100,6 +96,7 @@ void Trainer::init() {
   tokens_per_step_ = loader_->global_batch() * cfg_.data.max_length;
   flops_per_token_ = model_config_.training_flops_per_token(cfg_.data.max_length);
 
+  create_checkpointer();
   if (!resume_from_.empty()) restore(resume_from_);
 
   if (rank_ == 0) create_metrics();
@@ -268,8 +265,9 @@ double Trainer::train_step(double* fwd_bwd_s, double* data_s) {
     *data_s += d.seconds();
     Stopwatch f;
     trace::Span forward_span("forward", "forward", {"micro_step", b.micro_step});
-    const torch::Tensor logits = forward_with_engine(*model_, *engine_, b.input_ids);
-    const torch::Tensor loss = model::causal_lm_loss(logits, b.labels);
+    const torch::Tensor loss =
+        loss_sum_with_engine(*model_, *engine_, b.input_ids, b.labels, cfg_.model.fused_loss)
+            .mean();
     forward_span.end();
     trace::Span backward_span("backward", "backward", {"micro_step", b.micro_step});
     engine_->backward(loss, {b.micro_step, b.micro_steps});
@@ -300,7 +298,7 @@ EvalResult Trainer::evaluate() {
     if (!next) break;
     const data::Batch b = on_device(std::move(*next));
     const auto ls =
-        model::causal_lm_loss_sum(forward_with_engine(*model_, *engine_, b.input_ids), b.labels);
+        loss_sum_with_engine(*model_, *engine_, b.input_ids, b.labels, cfg_.model.fused_loss);
     acc[0] += ls.sum.item<double>();
     acc[1] += static_cast<double>(ls.count.item<int64_t>());
   }
@@ -412,20 +410,23 @@ RunSummary Trainer::run_steps() {
       last_eval_step = step_;
     }
     if (agreed[1] > 0) {
-      last_checkpoint_ = save_checkpoint();
+      save_checkpoint();
+      finish_saves();
       log::info("stop requested (SIGUSR1): checkpoint saved at step {}", step_);
       s.preempted = true;
       break;
     }
     if (cfg_.checkpoint.interval > 0 && step_ % cfg_.checkpoint.interval == 0) {
-      last_checkpoint_ = save_checkpoint();
+      save_checkpoint();
       last_save_step = step_;
     }
+    report_saves();
   }
   if (!s.preempted) {
     if (datasets_.eval && last_eval_step != step_) log_eval(evaluate());
-    if (cfg_.checkpoint.save_final && last_save_step != step_) last_checkpoint_ = save_checkpoint();
+    if (cfg_.checkpoint.save_final && last_save_step != step_) save_checkpoint();
     if (lora_) save_lora_adapter();
+    finish_saves();
   }
   s.steps = step_;
   s.tokens = tokens_seen_;

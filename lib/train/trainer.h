@@ -11,6 +11,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "ckpt/checkpointer.h"
 #include "comm/communicator.h"
 #include "config/config.h"
 #include "data/datasets.h"
@@ -21,6 +22,7 @@
 #include "model/model.h"
 #include "optim/lr_schedule.h"
 #include "tokenizer/tokenizer.h"
+#include "train/device.h"
 #include "zero/engine.h"
 
 namespace dstrain::train {
@@ -44,8 +46,9 @@ struct RunSummary {
 
 class Trainer {
  public:
-  // `resume_from`: a complete checkpoint tag directory, or "".
-  Trainer(config::Config config, std::string resume_from);
+  // `resume_from`: a complete checkpoint tag directory, or "". `world`: this rank's place, device
+  // and communicator (join_world_from_env() for a launched rank).
+  Trainer(config::Config config, std::string resume_from, World world);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -74,7 +77,13 @@ class Trainer {
   data::Batch on_device(data::Batch b) const;
   double train_step(double* fwd_bwd_s, double* data_s);
   EvalResult evaluate();
-  std::string save_checkpoint();
+  // Checkpoints (trainer_checkpoint.cpp). save_checkpoint() is collective and returns once the
+  // state is snapshotted (checkpoint.async) or written; report_saves() logs finished saves and
+  // applies checkpoint.on_error to failed ones; finish_saves() waits for the save in flight.
+  void create_checkpointer();
+  void save_checkpoint();
+  void report_saves();
+  void finish_saves();
   void restore(const std::string& tag_dir);
   void log_step(double loss, const zero::StepResult& r, double lr, double interval_s,
                 int64_t interval_steps, double fwd_bwd_s, double data_s, double step_s);
@@ -87,9 +96,8 @@ class Trainer {
   void attach_lora();
   // What the engine trains: the LoRA matrices with LoRA on, else every model parameter.
   std::vector<zero::NamedParameter> trainable_parameters() const;
-  void add_lora_manifest(nlohmann::json& manifest) const;
-  // Error(kInput) when a checkpoint's LoRA-ness or base model differs from this run's.
-  void check_lora_checkpoint(const nlohmann::json& manifest, const std::string& tag_dir) const;
+  // The LoRA run's checkpoint reference: adapter settings and the base model with its checksum.
+  nlohmann::json lora_reference_json() const;
   // Collective: rank 0 writes logging.out_dir/lora_adapter/ from the fp32 master weights.
   void save_lora_adapter();
 
@@ -110,6 +118,16 @@ class Trainer {
   zero::InitialValues initial_values_;     // stage 3: the values of this rank's shard
   std::unique_ptr<zero::Engine> engine_;
   std::unique_ptr<optim::LrSchedule> schedule_;
+  std::unique_ptr<ckpt::Stateful> progress_state_;
+  std::unique_ptr<ckpt::Stateful> lora_reference_;
+  std::unique_ptr<ckpt::Checkpointer> checkpointer_;  // after the components it saves
+  struct {
+    int64_t saves = 0;
+    int64_t failed = 0;
+    int64_t bytes = 0;
+    double stall_s = 0;  // training loop time spent in saves
+    double write_s = 0;  // writer time (in the background when async)
+  } ckpt_stats_;
   std::unique_ptr<metrics::MetricsLogger> metrics_;
   std::unique_ptr<metrics::TerminationWatch> termination_;  // after metrics_: it uses it
   int64_t total_steps_ = 0;

@@ -1,6 +1,10 @@
 // Engine: the micro-step order every implementation relies on, and make_engine().
 #include "zero/engine.h"
 
+#include <map>
+
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "zero/sharded_engine.h"
 #include "zero/stage3_engine.h"
@@ -55,6 +59,39 @@ void Engine::load_state(const StateSource& source, int64_t step_count,
                         const LossScalerState& scaler) {
   done_ = MicroStep{-1, 0};
   do_load_state(source, step_count, scaler);
+}
+
+ckpt::State Engine::snapshot_state() const {
+  ckpt::State s;
+  for (const StatePiece& sp : owned_state()) {
+    for (const auto& [kind, t] : sp.tensors) {
+      s.pieces.push_back(
+          {kind, sp.param, sp.shape, sp.elements.begin, sp.elements.end, ckpt::host_copy(t)});
+    }
+  }
+  s.json = {{"optimizer_steps", step_count()}};
+  return s;
+}
+
+void Engine::restore_state(const ckpt::StateIn& in) {
+  std::map<std::string, std::vector<int64_t>> saved;
+  for (auto& [name, shape] : in.params("master")) saved[name] = shape;
+  for (const StatePiece& sp : owned_state()) {
+    const auto it = saved.find(sp.param);
+    if (it == saved.end() || it->second != sp.shape) {
+      fail(ErrorKind::kInput, "{}: does not match the model: parameter {} is {} there", in.origin(),
+           sp.param, it == saved.end() ? "missing" : "of another shape");
+    }
+  }
+  int64_t steps = 0;
+  try {
+    steps = in.json().at("optimizer_steps").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    fail(ErrorKind::kInput, "{}: {}", in.origin(), e.what());
+  }
+  load_state([&in](const std::string& kind, const std::string& param,
+                   Range r) { return in.read(kind, param, r.begin, r.end); },
+             steps, loss_scaler().state());
 }
 
 std::unique_ptr<Engine> make_engine(std::vector<NamedParameter> params, comm::Communicator& comm,

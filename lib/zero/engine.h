@@ -48,6 +48,7 @@
 
 #include <torch/types.h>
 
+#include "ckpt/stateful.h"
 #include "comm/communicator.h"
 #include "optim/optimizer.h"
 #include "zero/loss_scaler.h"
@@ -147,9 +148,9 @@ struct StatePiece {
 using StateSource =
     std::function<torch::Tensor(const std::string& kind, const std::string& param, Range elements)>;
 
-class Engine {
+class Engine : public ckpt::Stateful {
  public:
-  virtual ~Engine() = default;
+  ~Engine() override = default;
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
@@ -181,6 +182,15 @@ class Engine {
   // sizes and stages because pieces are named by parameter and element range. Drops the gradients
   // of micro-steps done since the last step().
   void load_state(const StateSource& source, int64_t step_count, const LossScalerState& scaler);
+
+  // The engine as a checkpoint component (ckpt/stateful.h): the pieces of owned_state() as host
+  // copies and {"optimizer_steps"}. restore_state() is collective: it checks that every parameter
+  // this rank loads is saved with this run's shape (Error(kInput) naming it), then load_state()
+  // with the loss scaler as it is: the scaler is a component of its own (loss_scaler()).
+  int state_version() const override { return 1; }
+  ckpt::State snapshot_state() const override;
+  void restore_state(const ckpt::StateIn& in) override;
+  virtual LossScaler& loss_scaler() = 0;
 
  protected:
   Engine() = default;

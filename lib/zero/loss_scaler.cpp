@@ -41,4 +41,23 @@ bool LossScaler::update(bool overflow) {
   return false;
 }
 
+ckpt::State LossScaler::snapshot_state() const {
+  ckpt::State s;
+  s.json = {{"scale", state_.scale},
+            {"good_steps", state_.good_steps},
+            {"hysteresis_left", state_.hysteresis_left}};
+  return s;
+}
+
+void LossScaler::restore_state(const ckpt::StateIn& in) {
+  try {
+    const auto& j = in.json();
+    state_.scale = j.at("scale").get<double>();
+    state_.good_steps = j.at("good_steps").get<int64_t>();
+    state_.hysteresis_left = j.at("hysteresis_left").get<int>();
+  } catch (const nlohmann::json::exception& e) {
+    fail(ErrorKind::kInput, "{}: {}", in.origin(), e.what());
+  }
+}
+
 }  // namespace dstrain::zero

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "ckpt/stateful.h"
+
 namespace dstrain::zero {
 
 struct LossScalingOptions {
@@ -27,7 +29,8 @@ struct LossScalerState {
   int hysteresis_left = 1;  // overflows still tolerated before the next halving
 };
 
-class LossScaler {
+// A checkpoint component (ckpt/stateful.h): its state is LossScalerState as JSON.
+class LossScaler : public ckpt::Stateful {
  public:
   // enabled == false: scale stays 1 and update() never changes it (fp32/bf16 compute).
   LossScaler(bool enabled, const LossScalingOptions& options);
@@ -39,6 +42,10 @@ class LossScaler {
 
   const LossScalerState& state() const { return state_; }
   void load_state(const LossScalerState& state) { state_ = state; }
+
+  int state_version() const override { return 1; }
+  ckpt::State snapshot_state() const override;
+  void restore_state(const ckpt::StateIn& in) override;
 
  private:
   bool enabled_;

@@ -72,6 +72,7 @@ class MasterState {
   std::vector<std::string> state_kinds() const;  // "master", then the optimizer's names
   int64_t step_count() const { return optimizer_->step_count(); }
   LossScalerState loss_scaler_state() const { return scaler_.state(); }
+  LossScaler& scaler() { return scaler_; }
   // Fills the master and the optimizer state with `source`'s values of every held piece (Error
   // (kInput) when one is missing), and the scaler with `scaler`. The caller then refreshes its
   // parameters.

@@ -52,6 +52,7 @@ class ShardedEngine final : public Engine {
   std::vector<std::string> state_kinds() const override { return master_->state_kinds(); }
   int64_t step_count() const override { return master_->step_count(); }
   LossScalerState loss_scaler_state() const override { return master_->loss_scaler_state(); }
+  LossScaler& loss_scaler() override { return master_->scaler(); }
 
   const Partition& partition() const { return partition_; }
 

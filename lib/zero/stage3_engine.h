@@ -79,6 +79,7 @@ class Stage3Engine final : public Engine {
   std::vector<std::string> state_kinds() const override { return master_->state_kinds(); }
   int64_t step_count() const override { return master_->step_count(); }
   LossScalerState loss_scaler_state() const override { return master_->loss_scaler_state(); }
+  LossScaler& loss_scaler() override { return master_->scaler(); }
 
   // Internal units: trainable units 0..U-1 in the caller's numbering, frozen twins U..2U-1, then
   // the persistent trainable and the persistent frozen unit.

@@ -112,7 +112,13 @@ TEST(LoraTrain, SeedSectionTrainsOnTwoRanksAndExportsAdapterAndMergedModel) {
   const auto saved = reader.params("master");
   ASSERT_EQ(saved.size(), 32u);
   for (const auto& [name, shape] : saved) EXPECT_NE(name.find(".lora_"), std::string::npos) << name;
-  EXPECT_EQ(reader.manifest().at("lora").at("base").at("checksum").get<std::string>().size(), 8u);
+  EXPECT_EQ(reader.manifest()
+                .component("lora")
+                ->state.at("base")
+                .at("checksum")
+                .get<std::string>()
+                .size(),
+            8u);
 
   // The run's own adapter directory and `export --adapter-only` agree exactly.
   const std::string run_adapter = dir.file("run/lora_adapter");
@@ -182,7 +188,8 @@ TEST(LoraTrain, Stage3ShardsTheFrozenBaseAndTrainsAsStage0) {
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     losses[run] = read_metric(dir.file("run/metrics.jsonl"), "train/loss");
     ckpt::CheckpointReader reader(dir.file("ckpt/step_00000012"));
-    checksums[run] = reader.manifest().at("lora").at("base").at("checksum").get<std::string>();
+    checksums[run] =
+        reader.manifest().component("lora")->state.at("base").at("checksum").get<std::string>();
     const auto saved = reader.params("master");
     EXPECT_EQ(saved.size(), 32u) << "adapters only";
     EXPECT_TRUE(stdfs::exists(dir.file("run/lora_adapter/adapter_model.safetensors")));

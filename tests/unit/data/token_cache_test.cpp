@@ -52,7 +52,7 @@ class TokenCache : public ::testing::Test {
   }
   Corpus load(const tokenizer::Tokenizer& tok, int64_t max_length = 64,
               SourceStats* stats = nullptr) {
-    return load_corpus_cached(dir_.path("data"), options_, {cache_, max_length}, tok, stats);
+    return load_corpus_cached(dir_.path("data"), options_, {cache_, max_length, ""}, tok, stats);
   }
   TempDir dir_;
   std::string data_;
@@ -130,8 +130,8 @@ TEST_F(TokenCache, NullRowCountComesBackFromTheEntry) {
                                {std::string("DOC a"), std::nullopt, std::nullopt});
   CountingTokenizer tok;
   SourceStats first, second;
-  load_corpus_cached(dir_.path("pq"), {}, {cache_, 64}, tok, &first);
-  load_corpus_cached(dir_.path("pq"), {}, {cache_, 64}, tok, &second);
+  load_corpus_cached(dir_.path("pq"), {}, {cache_, 64, ""}, tok, &first);
+  load_corpus_cached(dir_.path("pq"), {}, {cache_, 64, ""}, tok, &second);
   EXPECT_EQ(tok.data_encodes, 1);
   EXPECT_EQ(first.null_rows, 2);
   EXPECT_EQ(second.null_rows, 2);
@@ -142,10 +142,10 @@ TEST_F(TokenCache, TokenFilesAndAnUnusableDirectoryBypassTheCache) {
   c.add_document(testing::ids("DOC").data(), 3);
   write_token_file(dir_.path("tok/a.tok"), c, 258);
   CountingTokenizer tok;
-  EXPECT_EQ(load_corpus_cached(dir_.path("tok"), {}, {cache_, 64}, tok).tokens, c.tokens);
+  EXPECT_EQ(load_corpus_cached(dir_.path("tok"), {}, {cache_, 64, ""}, tok).tokens, c.tokens);
   EXPECT_FALSE(stdfs::exists(cache_));
   const std::string not_a_dir = dir_.write("file", "x");
-  EXPECT_EQ(load_corpus_cached(dir_.path("data"), options_, {not_a_dir + "/cache", 64}, tok)
+  EXPECT_EQ(load_corpus_cached(dir_.path("data"), options_, {not_a_dir + "/cache", 64, ""}, tok)
                 .num_documents(),
             2);
 }
