@@ -134,8 +134,7 @@ LossSum causal_lm_loss_sum(const torch::Tensor& logits, const torch::Tensor& lab
 }
 
 torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& labels) {
-  const LossSum s = causal_lm_loss_sum(logits, labels);
-  return s.sum / s.count.clamp_min(1).to(torch::kFloat);
+  return causal_lm_loss_sum(logits, labels).mean();
 }
 
 }  // namespace dstrain::model

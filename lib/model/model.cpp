@@ -81,13 +81,26 @@ torch::Tensor DecoderModelImpl::layer(int64_t index, const torch::Tensor& hidden
   return out;
 }
 
+const torch::Tensor& DecoderModelImpl::head_weight() const {
+  return lm_head ? lm_head->weight : model->embed_tokens->weight;
+}
+
 torch::Tensor DecoderModelImpl::head(const torch::Tensor& hidden) {
-  const torch::Tensor h = model->norm(hidden);
-  if (lm_head) return lm_head(h);
-  return torch::nn::functional::linear(h, model->embed_tokens->weight);
+  return torch::nn::functional::linear(model->norm(hidden), head_weight());
+}
+
+LossSum DecoderModelImpl::head_loss_sum(const torch::Tensor& hidden, const torch::Tensor& labels,
+                                        int64_t chunk_bytes) {
+  const torch::Tensor sum = linear_cross_entropy_sum(model->norm(hidden), head_weight(), labels,
+                                                     kIgnoreIndex, chunk_bytes);
+  return {sum, labels.ne(kIgnoreIndex).sum()};
 }
 
 torch::Tensor DecoderModelImpl::forward(const torch::Tensor& input_ids) {
+  return head(hidden_states(input_ids));
+}
+
+torch::Tensor DecoderModelImpl::hidden_states(const torch::Tensor& input_ids) {
   if (input_ids.dim() != 2)
     fail(ErrorKind::kInternal, "DecoderModel::forward expects input_ids [B, T], got {} dims",
          input_ids.dim());
@@ -100,7 +113,7 @@ torch::Tensor DecoderModelImpl::forward(const torch::Tensor& input_ids) {
   torch::Tensor h = embed(input_ids);
   auto [cos, sin] = rope(T, h);
   for (int64_t i = 0; i < num_layers(); ++i) h = layer(i, h, cos, sin);
-  return head(h);
+  return h;
 }
 
 }  // namespace dstrain::model

@@ -22,6 +22,7 @@
 
 #include <torch/torch.h>
 
+#include "model/fused_linear_cross_entropy.h"
 #include "model/layers.h"
 #include "model/model_config.h"
 
@@ -34,6 +35,16 @@ namespace dstrain::model {
 struct LayerHooks {
   std::function<void(int64_t layer, const torch::Tensor& hidden)> before;
   std::function<void(int64_t layer, const torch::Tensor& hidden)> after;
+};
+
+constexpr int64_t kIgnoreIndex = -100;
+
+// Sum of the per-token losses and the number of counted tokens, for averaging over micro-batches.
+struct LossSum {
+  torch::Tensor sum;    // float32 scalar, differentiable
+  torch::Tensor count;  // int64 scalar (a tensor, so computing it does not sync with the device)
+  // sum / max(count, 1): the mean over counted tokens, 0 when none is counted.
+  torch::Tensor mean() const { return sum / count.clamp_min(1).to(torch::kFloat); }
 };
 
 // kYes: parameters hold memory. kNo: parameters know their shapes but hold no memory (see
@@ -64,11 +75,23 @@ class DecoderModelImpl : public torch::nn::Module {
   // Error(kNotImplemented) when T exceeds an enabled sliding window.
   torch::Tensor forward(const torch::Tensor& input_ids);
 
+  // embed and every layer, without the head: input_ids [B, T] → hidden [B, T, C]. Same contract
+  // as forward(); forward(ids) is head(hidden_states(ids)).
+  torch::Tensor hidden_states(const torch::Tensor& input_ids);
+
   // The three stages forward() runs, for engines that schedule units themselves.
   torch::Tensor embed(const torch::Tensor& input_ids);  // [B, T] → [B, T, C]
   torch::Tensor layer(int64_t index, const torch::Tensor& hidden, const torch::Tensor& cos,
                       const torch::Tensor& sin);    // [B, T, C] → [B, T, C]
   torch::Tensor head(const torch::Tensor& hidden);  // final norm + lm_head: [B, T, C] → [B, T, V]
+  // The head and the loss without the [B, T, V] logits: final norm, then the lm_head projection
+  // (or the tied embedding) fused with the cross entropy (fused_linear_cross_entropy.h), chunks of
+  // `chunk_bytes` float32 logits at a time. hidden [B, T, C], labels [B, T] aligned as for
+  // causal_lm_loss_sum, whose value and gradients this equals up to float rounding.
+  LossSum head_loss_sum(const torch::Tensor& hidden, const torch::Tensor& labels,
+                        int64_t chunk_bytes = kDefaultLossChunkBytes);
+  // The weight the head projects with: lm_head.weight, or model.embed_tokens.weight when tied.
+  const torch::Tensor& head_weight() const;
   // RoPE cos/sin [T, D] on `like`'s device, in its dtype.
   std::pair<torch::Tensor, torch::Tensor> rope(int64_t seq_len, const torch::Tensor& like);
 
@@ -124,13 +147,6 @@ DecoderModel build_model(const ModelConfig& config, torch::ScalarType dtype, uin
 // is -100 (so an empty micro-batch adds nothing instead of NaN).
 torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& labels);
 
-// Sum of the per-token losses and the number of counted tokens, for averaging over micro-batches.
-struct LossSum {
-  torch::Tensor sum;    // float32 scalar, differentiable
-  torch::Tensor count;  // int64 scalar (a tensor, so computing it does not sync with the device)
-};
 LossSum causal_lm_loss_sum(const torch::Tensor& logits, const torch::Tensor& labels);
-
-constexpr int64_t kIgnoreIndex = -100;
 
 }  // namespace dstrain::model

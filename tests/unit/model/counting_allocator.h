@@ -1,11 +1,14 @@
 #pragma once
-// A counting CPU allocator for memory tests: bytes LibTorch's CPU allocator hands out now and at
-// most since the last reset (process-wide counters; blocks freed after a scope ends are counted
-// down correctly, their deleter does not use the allocator).
+// A counting CPU allocator for memory tests and benchmarks: bytes LibTorch's CPU allocator hands
+// out now and at most since the last reset (process-wide counters; blocks freed after a scope ends
+// are counted down correctly, their deleter does not use the allocator). A block's context is its
+// data pointer, as raw_allocate() (used by oneDNN's scratch buffers) requires.
 
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 #include <c10/core/CPUAllocator.h>
 
@@ -22,6 +25,7 @@ class CountingAllocator : public c10::Allocator {
   void copy_data(void* dest, const void* src, std::size_t count) const {
     std::memcpy(dest, src, count);
   }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
   void reset_peak() { peak_ = current_.load(); }
   int64_t current() const { return current_; }
   int64_t peak() const { return peak_; }
@@ -29,25 +33,37 @@ class CountingAllocator : public c10::Allocator {
  private:
   struct Block {
     c10::DataPtr inner;
-    size_t bytes;
+    size_t bytes = 0;
   };
-  static void release(void* ctx) {
-    auto* block = static_cast<Block*>(ctx);
-    current_ -= static_cast<int64_t>(block->bytes);
-    delete block;
-  }
+  static void release(void* data) {
+    Block block;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = blocks_.find(data);
+      block = std::move(it->second);
+      blocks_.erase(it);
+    }
+    current_ -= static_cast<int64_t>(block.bytes);
+  }  // block.inner frees the memory here
   static c10::DataPtr wrap(c10::DataPtr inner, size_t n) {
     void* data = inner.get();
+    if (data == nullptr) return inner;  // zero bytes
     const c10::Device device = inner.device();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      blocks_[data] = Block{std::move(inner), n};
+    }
     const int64_t now = current_ += static_cast<int64_t>(n);
     int64_t seen = peak_;
     while (now > seen && !peak_.compare_exchange_weak(seen, now)) {
     }
-    return {data, new Block{std::move(inner), n}, &release, device};
+    return {data, data, &release, device};
   }
   c10::Allocator* inner_;
   static inline std::atomic<int64_t> current_{0};
   static inline std::atomic<int64_t> peak_{0};
+  static inline std::mutex mutex_;
+  static inline std::unordered_map<void*, Block> blocks_;
 };
 
 // Installs a CountingAllocator as LibTorch's CPU allocator for its lifetime.

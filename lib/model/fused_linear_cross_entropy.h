@@ -1,0 +1,50 @@
+#pragma once
+// The LM head's projection and the cross-entropy loss fused, so that the [tokens, vocab] logits
+// are never held whole: tokens are taken in chunks of at most `chunk_tokens(V, chunk_bytes)` rows,
+// and only one chunk's logits (in the compute dtype, plus their float32 copy) exist at a time.
+// For Qwen2.5-0.5B (V = 151936) at 2048 tokens the unfused path holds 1.2 GB of fp32 logits, their
+// log-softmax and their gradient; this holds one ~128 MiB chunk (measured: docs/performance.md).
+//
+// Why the gradients are computed in forward (as Liger-Kernel does) and not recomputed in
+// backward: the chunk's softmax is at hand in forward, so dL/dh = (softmax - onehot) @ W and
+// dL/dW = (softmax - onehot)^T @ h cost the same two matmuls as the unfused backward, whereas
+// recomputing would add a third pass over the vocabulary (about a third more head FLOPs; the head
+// is ~30% of Qwen2.5-0.5B's matmul work). What is kept between forward and backward is dh [N, C]
+// and dW [V, C] in float32 — no more than the weight gradient backward would allocate anyway, at
+// the same point of the step (the loss is the last thing forward computes and the first thing
+// backward differentiates) — and neither W nor h: a ZeRO-3 engine may release the gathered head
+// weight right after forward. When no gradient is wanted (eval, no-grad mode) only the loss is
+// computed; a frozen weight (LoRA) gets no dW, a hidden state that needs no gradient no dh.
+//
+// The function returns the SUM of the per-token losses; the caller divides by the number of
+// counted tokens (known from the labels alone). So no 1/N enters forward: the stored gradients
+// are those of the sum, accumulated in float32, and backward scales them once by the incoming
+// gradient (1/N times the engine's loss scale and 1/accumulation) before casting to the weight's
+// dtype. That keeps fp16 chunk gradients in [-1, 1] (no underflow from 1/N before loss scaling)
+// and rounds bf16/fp16 gradients once, as the unfused path does.
+
+#include <cstdint>
+
+#include <torch/torch.h>
+
+namespace dstrain::model {
+
+// Default budget for one chunk's float32 logits.
+constexpr int64_t kDefaultLossChunkBytes = int64_t{128} << 20;
+
+// Tokens per chunk: as many rows of `vocab` float32 logits as fit in `chunk_bytes`, at least 1.
+int64_t loss_chunk_tokens(int64_t vocab, int64_t chunk_bytes);
+
+// Sum over tokens whose label is not `ignore_index` of cross_entropy(hidden @ weight^T, label),
+// computed as logsumexp(logits) - logits[label] with logits in float32 (label smoothing 0).
+// hidden [..., C] and weight [V, C] in one dtype on one device; labels [...] int64 with hidden's
+// leading shape, already aligned (not shifted here). Returns a float32 scalar, differentiable with
+// respect to hidden and weight (gradients in their dtypes, accumulated like any other: a tied
+// embedding weight gets the sum of both uses). Every label ignored: 0, with zero gradients.
+// Labels outside [0, V) other than ignore_index: the error torch's gather raises. Backward may run
+// once (the stored gradients are handed over, not copied).
+torch::Tensor linear_cross_entropy_sum(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                       const torch::Tensor& labels, int64_t ignore_index,
+                                       int64_t chunk_bytes = kDefaultLossChunkBytes);
+
+}  // namespace dstrain::model
