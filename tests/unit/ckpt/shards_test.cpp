@@ -8,13 +8,16 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "ckpt/layout.h"
 #include "core/error.h"
+#include "tests/common/expect_error.h"
 
 namespace dstrain::ckpt {
 namespace {
 namespace stdfs = std::filesystem;
+using ::dstrain::testing::expect_error;
 using nlohmann::json;
 
 // A parameter "w" of shape [4, 5] (20 elements) and "b" of shape [7], with master = 100 + index.
@@ -74,6 +77,7 @@ TEST_F(ShardsTest, PiecesOfAnyWorldSizeAssembleIntoAnyRange) {
     // A range crossing every rank's boundary, and one inside a single piece.
     EXPECT_TRUE(torch::equal(reader.read("exp_avg", "w", 3, 17), values(1100, 3, 17)));
     EXPECT_TRUE(torch::equal(reader.read("master", "b", 5, 6), values(500, 5, 6)));
+    EXPECT_TRUE(torch::equal(reader.read("exp_avg", "b", 0, 7), values(1500, 0, 7)));
     EXPECT_TRUE(torch::equal(reader.read_full("master", "w"), values(100, 0, 20).view({4, 5})));
     const auto params = reader.params("master");
     ASSERT_EQ(params.size(), 2u);
@@ -85,6 +89,17 @@ TEST_F(ShardsTest, PiecesOfAnyWorldSizeAssembleIntoAnyRange) {
     stdfs::remove_all(dir_);
     stdfs::create_directories(dir_);
   }
+}
+
+// 8 ranks: more than "b" has elements, so some ranks (rank 0 among them) hold no piece of it.
+TEST_F(ShardsTest, RanksWithoutAPieceOfAParameterStillAssembleIt) {
+  const CheckpointReader reader(save(8));
+  EXPECT_TRUE(torch::equal(reader.read("exp_avg", "b", 0, 7), values(1500, 0, 7)));
+  EXPECT_TRUE(torch::equal(reader.read("master", "b", 2, 5), values(500, 2, 5)));
+  EXPECT_TRUE(torch::equal(reader.read_full("master", "w"), values(100, 0, 20).view({4, 5})));
+  const auto params = reader.params("exp_avg");
+  const std::map<std::string, std::vector<int64_t>> shapes(params.begin(), params.end());
+  EXPECT_EQ(shapes, (std::map<std::string, std::vector<int64_t>>{{"b", {7}}, {"w", {4, 5}}}));
 }
 
 TEST_F(ShardsTest, ManifestRecordsEveryFileWithSizeAndCrc) {
@@ -119,6 +134,46 @@ TEST_F(ShardsTest, CorruptedShardIsAnInputErrorNamingTheFile) {
     EXPECT_EQ(e.kind(), ErrorKind::kInput);
     EXPECT_NE(std::string(e.what()).find(shard_file_name(1)), std::string::npos) << e.what();
   }
+}
+
+TEST_F(ShardsTest, ARangeNoPieceCoversIsAnInputErrorNamingIt) {
+  const std::string tag = tag_for_step(10);
+  const std::string tag_dir = (dir_ / tag).string();
+  stdfs::create_directories(tag_dir);
+  write_shard(tag_dir, 0, rank_pieces(0, 2), {}, json::object());
+  write_shard(tag_dir, 1, {}, {}, json::object());  // rank 1 saved nothing: upper halves missing
+  Manifest m;
+  m.tag = tag;
+  m.world_size = 2;
+  finalize(dir_.string(), m, 0);
+  const CheckpointReader reader(tag_dir);
+  EXPECT_TRUE(torch::equal(reader.read("master", "w", 0, 10), values(100, 0, 10)));
+  expect_error([&] { reader.read("master", "w", 5, 15); }, ErrorKind::kInput,
+               {"does not hold", "master of w", "[5, 15)"});
+  expect_error([&] { reader.read("exp_avg_sq", "w", 0, 1); }, ErrorKind::kInput,
+               {"exp_avg_sq of w"});
+  expect_error([&] { reader.read_full("master", "nope"); }, ErrorKind::kInput,
+               {"no parameter nope"});
+  EXPECT_FALSE(reader.read_extra(0, "rng").defined());
+}
+
+TEST_F(ShardsTest, MissingShardIsAnInputErrorNamingTheFile) {
+  const std::string tag_dir = save(2);
+  stdfs::remove(stdfs::path(tag_dir) / shard_file_name(1));
+  const CheckpointReader reader(tag_dir);  // shards are opened only when a read needs one
+  EXPECT_TRUE(torch::equal(reader.read("master", "w", 0, 10), values(100, 0, 10)));
+  expect_error([&] { reader.read("master", "w", 10, 20); }, ErrorKind::kInput,
+               {shard_file_name(1), "missing"});
+}
+
+TEST(FileCrc32, IsTheStandardCrc32AsEightHexDigits) {
+  const stdfs::path p =
+      stdfs::temp_directory_path() / ("dstrain_ckpt_crc_" + std::to_string(::getpid()) + ".txt");
+  std::ofstream(p, std::ios::binary) << "123456789";
+  EXPECT_EQ(file_crc32(p.string()), "cbf43926");  // the CRC-32 check value
+  std::ofstream(p, std::ios::binary | std::ios::trunc).flush();
+  EXPECT_EQ(file_crc32(p.string()), "00000000");
+  stdfs::remove(p);
 }
 
 TEST_F(ShardsTest, MissingRankIsAnIoErrorAtFinalize) {
