@@ -15,6 +15,8 @@ SHARED = os.environ.get("DSTRAIN_SHARED", os.path.join(REPO, "..", "shared"))
 
 FP32_TOL = 1e-5
 
+TINY = os.path.join(REPO, "configs", "tiny.yaml")  # the built-in tiny model and corpus
+
 
 def dstrain_binary():
     path = os.environ.get("DSTRAIN_BINARY", os.path.join(REPO, "build", "apps", "dstrain", "dstrain"))
@@ -40,6 +42,84 @@ def run(args, cwd=None, env=None, timeout=600, check=True):
         raise AssertionError(f"dstrain {' '.join(map(str, args))} exited {r.returncode}:\n"
                              f"{r.stdout[-4000:]}")
     return r
+
+
+def train(config, world=1):
+    """Trains with `config`: `dstrain train` on one rank, `dstrain launch --nproc <world>` on more."""
+    if world == 1:
+        return run(["train", config])
+    return run(["launch", "--nproc", str(world), config])
+
+
+def tiny_run_overrides(out, **extra):
+    """`--set` arguments for a short run of TINY (12 steps, logs every 2, eval every 6) writing under
+    `out`; `extra` adds or replaces keys."""
+    sets = {"training.max_steps": 12, "training.log_interval": 2, "training.eval_interval": 6,
+            "logging.out_dir": out, "checkpoint.dir": os.path.join(out, "ckpt"),
+            "logging.progress": "false"}
+    sets.update(extra)
+    args = []
+    for k, v in sets.items():
+        args += ["--set", f"{k}={v}"]
+    return args
+
+
+def flatten(node, prefix=""):
+    """A nested dict (a loaded YAML config) as {"a.b.c": value}."""
+    out = {}
+    for k, v in node.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def write_packed_corpus(path, words, batches, micro, seq, stride, lengths):
+    """Writes text lines of `words` (line i: 3 + i % lengths of them, every third from position
+    i·stride) until they fill `batches` batches, and returns the batches dstrain packs of them with
+    the byte tokenizer (UTF-8 bytes, eos 256): [(input_ids, labels)], each [micro, seq]."""
+    docs, total, i = [], 0, 0
+    while total <= batches * micro * seq + seq:
+        line = " ".join(words[(i * stride + k * 3) % len(words)] for k in range(3 + i % lengths))
+        docs.append(list(line.encode("utf-8")))
+        total += len(docs[-1]) + 1
+        i += 1
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(bytes(d).decode("utf-8") for d in docs) + "\n")
+    inp, lab = pack_samples(docs, 256, seq)
+    return [(inp[s * micro:(s + 1) * micro], lab[s * micro:(s + 1) * micro]) for s in range(batches)]
+
+
+def _yaml_value(v):
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def line_corpus_data(corpus, max_length, **keys):
+    """A run's data section for a text file of one document a line, packed, without an eval split;
+    `keys` add to it or replace its keys."""
+    return dict({"train_path": corpus, "format": "text", "document": "line",
+                 "max_length": max_length, "packing": True, "eval_split": 0}, **keys)
+
+
+def write_run_config(path, model_dir, run_dir, data, training, stage=0, save_final=False,
+                     init="pretrained", more=None):
+    """Writes the YAML config of a dstrain run to `path` and returns `path`: the Hugging Face model
+    directory `model_dir` (`init`, None to leave it out) with the byte tokenizer in float32, `data`
+    and `training` as those sections' keys, ZeRO `stage`, metrics in run_dir and checkpoints in
+    run_dir/checkpoints; `more` maps further section names (lora) to their keys. Values are written
+    as given, booleans as true / false."""
+    model = {"name_or_path": model_dir, "init": init, "tokenizer": "byte", "dtype": "float32"}
+    sections = {"model": {k: v for k, v in model.items() if v is not None},
+                "data": data, "training": training, "zero": {"stage": stage},
+                "logging": {"out_dir": run_dir, "progress": False},
+                "checkpoint": {"dir": f"{run_dir}/checkpoints", "save_final": save_final}}
+    sections.update(more or {})
+    with open(path, "w", encoding="utf-8") as f:
+        for name, keys in sections.items():
+            f.write(f"{name}:\n" + "".join(f"  {k}: {_yaml_value(v)}\n" for k, v in keys.items()))
+    return path
 
 
 def rel_diff(got, want):

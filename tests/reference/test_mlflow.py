@@ -17,11 +17,11 @@ import uuid
 import pytest
 import yaml
 
-from reflib import REPO, dstrain_binary, run
+from reflib import REPO, TINY, dstrain_binary, flatten, run
+from reflib import tiny_run_overrides as overrides
 
 mlflow = pytest.importorskip("mlflow")
 
-TINY = os.path.join(REPO, "configs", "tiny.yaml")
 MLFLOW = os.path.join(os.path.dirname(sys.executable), "mlflow")
 SERVER_START_S = 180  # a cold start imports a lot: about 30-45 s on 2 busy cores
 
@@ -78,17 +78,6 @@ def server(tmp_path_factory):
         log.close()
 
 
-def overrides(out, **extra):
-    sets = {"training.max_steps": 12, "training.log_interval": 2, "training.eval_interval": 6,
-            "logging.out_dir": out, "checkpoint.dir": os.path.join(out, "ckpt"),
-            "logging.progress": "false"}
-    sets.update(extra)
-    args = []
-    for k, v in sets.items():
-        args += ["--set", f"{k}={v}"]
-    return args
-
-
 def mlflow_env(server, **extra):
     env = {"MLFLOW_TRACKING_URI": server["uri"]}
     env.update(extra)
@@ -108,17 +97,6 @@ def jsonl_series(path):
             if k not in ("step", "time") and v is not None:
                 series.setdefault(k, []).append((rec["step"], v))
     return series
-
-
-def flatten(node, prefix=""):
-    out = {}
-    for k, v in node.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
 
 
 def assert_metrics_match(client, run_id, jsonl_path):

@@ -263,43 +263,21 @@ def test_bad_files_exit_2_naming_the_file_and_fault(tokenizer_dir, tmp, kind):
 SEQ, MICRO, STEPS = 32, 2, 6
 
 
-def train_yaml(model_dir, train_path, eval_path, run_dir):
-    return f"""model:
-  name_or_path: {model_dir}
-  tokenizer: byte
-  dtype: float32
-data:
-  train_path: {train_path}
-  eval_path: {eval_path}
-  text_field: text
-  max_length: {SEQ}
-  shuffle: true
-training:
-  max_steps: {STEPS}
-  per_device_train_batch_size: {MICRO}
-  gradient_accumulation_steps: 2
-  lr: 1.0e-3
-  seed: 42
-  log_interval: 1
-  eval_interval: 3
-zero:
-  stage: 0
-logging:
-  out_dir: {run_dir}
-  progress: false
-checkpoint:
-  dir: {run_dir}/checkpoints
-  save_final: false
-"""
+def write_train_config(path, model_dir, train_path, eval_path, run_dir):
+    data = {"train_path": train_path, "eval_path": eval_path, "text_field": "text",
+            "max_length": SEQ, "shuffle": True}
+    training = {"max_steps": STEPS, "per_device_train_batch_size": MICRO,
+                "gradient_accumulation_steps": 2, "lr": "1.0e-3", "seed": 42, "log_interval": 1,
+                "eval_interval": 3}
+    return reflib.write_run_config(path, model_dir, run_dir, data, training, init=None)
 
 
 def run_training(tmp, name, train_path, eval_path):
     model_dir = reflib.save_tiny_model(os.path.join(tmp, "model"),
                                        dict(reflib.TINY_CONFIGS["qwen2-tied"], vocab_size=264))
     run_dir = os.path.join(tmp, "runs", name)
-    yaml = os.path.join(tmp, f"{name}.yaml")
-    with open(yaml, "w") as f:
-        f.write(train_yaml(model_dir, train_path, eval_path, run_dir))
+    yaml = write_train_config(os.path.join(tmp, f"{name}.yaml"), model_dir, train_path, eval_path,
+                              run_dir)
     r = reflib.run(["train", yaml], cwd=tmp)
     return r.stdout, reflib.read_losses(run_dir), run_dir
 

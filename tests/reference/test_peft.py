@@ -47,16 +47,7 @@ def write_corpus(path, batches):
     """Text lines of several scripts, and the first `batches` batches dstrain packs of them with the
     byte tokenizer (UTF-8 bytes, eos 256): [(input_ids, labels)], each [MICRO, SEQ]."""
     words = ["the", "quick", "brown", "fox", "über", "naïve", "中文", "テスト", "code()", "x=1;", "42"]
-    docs, total, i = [], 0, 0
-    while total <= batches * MICRO * SEQ + SEQ:
-        line = " ".join(words[(i * 5 + k * 3) % len(words)] for k in range(3 + i % 7))
-        docs.append(list(line.encode("utf-8")))
-        total += len(docs[-1]) + 1
-        i += 1
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(bytes(d).decode("utf-8") for d in docs) + "\n")
-    inp, lab = reflib.pack_samples(docs, 256, SEQ)
-    return [(inp[s * MICRO:(s + 1) * MICRO], lab[s * MICRO:(s + 1) * MICRO]) for s in range(batches)]
+    return reflib.write_packed_corpus(path, words, batches, MICRO, SEQ, stride=5, lengths=7)
 
 
 def yaml_targets(targets):
@@ -68,44 +59,13 @@ def yaml_targets(targets):
 
 def write_run_yaml(tmp, model_dir, corpus, lora, steps, lr, stage=0):
     run_dir = os.path.join(tmp, "run")
-    lines = "\n".join(f"  {k}: {yaml_targets(v) if k == 'target_modules' else v}"
-                      for k, v in lora.items())
-    text = f"""model:
-  name_or_path: {model_dir}
-  init: pretrained
-  tokenizer: byte
-  dtype: float32
-data:
-  train_path: {corpus}
-  format: text
-  document: line
-  max_length: {SEQ}
-  packing: true
-  shuffle: false
-  eval_split: 0
-training:
-  max_steps: {steps}
-  per_device_train_batch_size: {MICRO}
-  gradient_accumulation_steps: 1
-  lr: {lr}
-  lr_scheduler: constant
-  weight_decay: 0.0
-  seed: 11
-  log_interval: 1
-zero:
-  stage: {stage}
-logging:
-  out_dir: {run_dir}
-  progress: false
-checkpoint:
-  dir: {run_dir}/checkpoints
-  save_final: true
-lora:
-{lines}
-"""
-    path = os.path.join(tmp, "run.yaml")
-    with open(path, "w") as f:
-        f.write(text)
+    training = {"max_steps": steps, "per_device_train_batch_size": MICRO,
+                "gradient_accumulation_steps": 1, "lr": lr, "lr_scheduler": "constant",
+                "weight_decay": 0.0, "seed": 11, "log_interval": 1}
+    lora = {k: yaml_targets(v) if k == "target_modules" else v for k, v in lora.items()}
+    path = reflib.write_run_config(os.path.join(tmp, "run.yaml"), model_dir, run_dir,
+                                   reflib.line_corpus_data(corpus, SEQ, shuffle=False), training,
+                                   stage=stage, save_final=True, more={"lora": lora})
     return path, run_dir
 
 
@@ -245,10 +205,7 @@ def test_dstrain_adapter_loads_in_peft_with_same_outputs(models, tmp, case):
     write_corpus(corpus, 4 * spec["world"])
     yaml, run_dir = write_run_yaml(tmp, model_dir, corpus, lora, steps=4, lr=2e-2,
                                    stage=spec["stage"])
-    if spec["world"] == 1:
-        reflib.run(["train", yaml])
-    else:
-        reflib.run(["launch", "--nproc", str(spec["world"]), yaml])
+    reflib.train(yaml, spec["world"])
     assert len(reflib.read_losses(run_dir)) == 4
     adapter = os.path.join(run_dir, "lora_adapter")
     rslora = lora["use_rslora"] == "true"

@@ -17,34 +17,11 @@ safetensors_torch = pytest.importorskip("safetensors.torch")
 STEPS = 6
 
 
-def run_yaml(model_dir, corpus, run_dir, stage, world):
-    return f"""model:
-  name_or_path: {model_dir}
-  init: pretrained
-  tokenizer: byte
-  dtype: float32
-data:
-  train_path: {corpus}
-  format: text
-  document: line
-  max_length: 32
-  packing: true
-  eval_split: 0
-training:
-  max_steps: {STEPS}
-  per_device_train_batch_size: {4 // world}
-  lr: 3.0e-3
-  lr_scheduler: constant
-  log_interval: 1
-zero:
-  stage: {stage}
-logging:
-  out_dir: {run_dir}
-  progress: false
-checkpoint:
-  dir: {run_dir}/checkpoints
-  save_final: true
-"""
+def write_train_config(path, model_dir, corpus, run_dir, stage, world):
+    training = {"max_steps": STEPS, "per_device_train_batch_size": 4 // world, "lr": "3.0e-3",
+                "lr_scheduler": "constant", "log_interval": 1}
+    return reflib.write_run_config(path, model_dir, run_dir, reflib.line_corpus_data(corpus, 32),
+                                   training, stage=stage, save_final=True)
 
 
 def write_corpus(path):
@@ -61,13 +38,9 @@ def test_trained_export_loads_in_transformers(tmp, name, stage, world):
     corpus = os.path.join(tmp, "train.txt")
     write_corpus(corpus)
     run_dir = os.path.join(tmp, "run")
-    yaml = os.path.join(tmp, "run.yaml")
-    with open(yaml, "w") as f:
-        f.write(run_yaml(model_dir, corpus, run_dir, stage, world))
-    if world == 1:
-        reflib.run(["train", yaml])
-    else:
-        reflib.run(["launch", "--nproc", str(world), yaml])
+    yaml = write_train_config(os.path.join(tmp, "run.yaml"), model_dir, corpus, run_dir, stage,
+                              world)
+    reflib.train(yaml, world)
     losses = reflib.read_losses(run_dir)
     assert len(losses) == STEPS and losses[STEPS] < losses[1]
 

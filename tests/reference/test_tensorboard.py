@@ -12,24 +12,12 @@ import numpy as np
 import pytest
 import yaml
 
-from reflib import REPO, run
+from reflib import REPO, TINY, flatten, run
+from reflib import tiny_run_overrides as overrides
 
 pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing import event_accumulator  # noqa: E402
 from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2  # noqa: E402
-
-TINY = os.path.join(REPO, "configs", "tiny.yaml")
-
-
-def overrides(out, **extra):
-    sets = {"training.max_steps": 12, "training.log_interval": 2, "training.eval_interval": 6,
-            "logging.out_dir": out, "checkpoint.dir": os.path.join(out, "ckpt"),
-            "logging.progress": "false"}
-    sets.update(extra)
-    args = []
-    for k, v in sets.items():
-        args += ["--set", f"{k}={v}"]
-    return args
 
 
 def load(tb_dir):
@@ -70,17 +58,6 @@ def assert_scalars_match(acc, jsonl):
 def hparams(acc, tag):
     content = acc.PluginTagToContent("hparams")[tag]
     return plugin_data_pb2.HParamsPluginData.FromString(content)
-
-
-def flatten(node, prefix=""):
-    out = {}
-    for k, v in node.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
 
 
 def test_two_rank_run_writes_every_metric_config_and_hparams(tmp):

@@ -74,56 +74,16 @@ def training_corpus(path, steps, micro, seq):
     of them with the byte tokenizer (UTF-8 bytes, eos 256)."""
     words = ["the", "quick", "brown", "fox", "jumps", "über", "naïve", "中文", "テスト", "한국어",
              "مرحبا", "code()", "x=1;", "42", "3.14"]
-    docs = []
-    need = steps * micro * seq + seq
-    total, i = 0, 0
-    while total <= need:
-        line = " ".join(words[(i * 7 + k * 3) % len(words)] for k in range(3 + i % 9))
-        docs.append(list(line.encode("utf-8")))
-        total += len(docs[-1]) + 1
-        i += 1
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(bytes(d).decode("utf-8") for d in docs) + "\n")
-    inp, lab = reflib.pack_samples(docs, 256, seq)
-    return [(inp[s * micro:(s + 1) * micro], lab[s * micro:(s + 1) * micro]) for s in range(steps)]
+    return reflib.write_packed_corpus(path, words, steps, micro, seq, stride=7, lengths=9)
 
 
-def train_yaml(model_dir, corpus, run_dir):
-    return f"""model:
-  name_or_path: {model_dir}
-  init: pretrained
-  tokenizer: byte
-  dtype: float32
-data:
-  train_path: {corpus}
-  format: text
-  document: line
-  max_length: {SEQ}
-  packing: true
-  shuffle: false
-  eval_split: 0
-training:
-  max_steps: {TRAIN_STEPS}
-  per_device_train_batch_size: {MICRO}
-  gradient_accumulation_steps: 1
-  lr: {LR}
-  betas: [0.9, 0.999]
-  eps: 1.0e-8
-  weight_decay: {WD}
-  lr_scheduler: cosine
-  warmup_steps: {WARMUP}
-  gradient_clipping: {CLIP}
-  seed: 3
-  log_interval: 1
-zero:
-  stage: 0
-logging:
-  out_dir: {run_dir}
-  progress: false
-checkpoint:
-  dir: {run_dir}/checkpoints
-  save_final: false
-"""
+def write_train_config(path, model_dir, corpus, run_dir):
+    training = {"max_steps": TRAIN_STEPS, "per_device_train_batch_size": MICRO,
+                "gradient_accumulation_steps": 1, "lr": LR, "betas": "[0.9, 0.999]",
+                "eps": "1.0e-8", "weight_decay": WD, "lr_scheduler": "cosine",
+                "warmup_steps": WARMUP, "gradient_clipping": CLIP, "seed": 3, "log_interval": 1}
+    return reflib.write_run_config(path, model_dir, run_dir,
+                                   reflib.line_corpus_data(corpus, SEQ, shuffle=False), training)
 
 
 def hf_training_losses(model_dir, batches):
@@ -156,10 +116,7 @@ def test_training_matches_transformers_adamw_loop(tmp, name):
     corpus = os.path.join(tmp, "train.txt")
     batches = training_corpus(corpus, TRAIN_STEPS, MICRO, SEQ)
     run_dir = os.path.join(tmp, "run")
-    yaml = os.path.join(tmp, "train.yaml")
-    with open(yaml, "w") as f:
-        f.write(train_yaml(model_dir, corpus, run_dir))
-    reflib.run(["train", yaml])
+    reflib.train(write_train_config(os.path.join(tmp, "train.yaml"), model_dir, corpus, run_dir))
     got = reflib.read_losses(run_dir)
     ours = [got[k] for k in sorted(got)]
     want = hf_training_losses(model_dir, batches)
