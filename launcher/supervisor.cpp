@@ -1,5 +1,7 @@
 #include "launcher/supervisor.h"
 
+#include "core/teardown_signal.h"
+
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -152,8 +154,21 @@ class LocalJob {
     kill_at_ = clock_.seconds() + options_.grace_seconds;
     if (options_.grace_seconds <= 0) {
       kill_all(SIGKILL);
-    } else {
-      signal_all(SIGTERM);
+      return;
+    }
+    if (failed_rank_ >= 0) tell_ranks_a_rank_failed();
+    signal_all(SIGTERM);
+  }
+
+  // A SIGTERM carrying kTeardownForFailedRank to each rank (the group leader) before the plain
+  // one to its group: a pending SIGTERM is not queued twice, so the rank sees this one's value
+  // and records its run as FAILED rather than KILLED (core/teardown_signal.h).
+  void tell_ranks_a_rank_failed() {
+    for (auto& slot : slots_) {
+      if (!slot->running) continue;
+      union sigval value {};
+      value.sival_int = kTeardownForFailedRank;
+      ::sigqueue(slot->proc.pid, SIGTERM, value);
     }
   }
 

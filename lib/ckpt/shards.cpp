@@ -154,9 +154,7 @@ void CheckpointReader::index_rank(int rank) {
   rank_json_.push_back(read_json_file(p));
   const json& rec = rank_json_.back();
   for (const auto& [param, shape] : rec.at("shapes").items()) {
-    if (shapes_.emplace(param, shape.get<std::vector<int64_t>>()).second) {
-      param_order_.push_back(param);
-    }
+    shapes_.emplace(param, shape.get<std::vector<int64_t>>());
   }
   // The piece list is in the small JSON, so indexing opens no shard; a shard is opened (and its
   // checksum verified) only when a read needs it.
@@ -231,8 +229,8 @@ torch::Tensor CheckpointReader::read_full(const std::string& kind, const std::st
 std::vector<std::pair<std::string, std::vector<int64_t>>> CheckpointReader::params(
     const std::string& kind) const {
   std::vector<std::pair<std::string, std::vector<int64_t>>> out;
-  for (const auto& p : param_order_) {
-    if (index_.count({kind, p}) != 0) out.emplace_back(p, shapes_.at(p));
+  for (const auto& [p, shape] : shapes_) {  // a std::map: sorted by name
+    if (index_.count({kind, p}) != 0) out.emplace_back(p, shape);
   }
   return out;
 }

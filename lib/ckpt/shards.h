@@ -89,7 +89,6 @@ class CheckpointReader {
   std::vector<nlohmann::json> rank_json_;
   std::map<std::pair<std::string, std::string>, std::vector<Entry>> index_;
   std::map<std::string, std::vector<int64_t>> shapes_;
-  std::vector<std::string> param_order_;
   mutable std::mutex mutex_;
   mutable std::vector<std::unique_ptr<model::SafetensorsFile>> files_;
 };

@@ -8,21 +8,25 @@
 #include <cerrno>
 
 #include "core/error.h"
+#include "core/teardown_signal.h"
 
 namespace dstrain::metrics {
 namespace {
 
 constexpr int kSignals[] = {SIGTERM, SIGINT};
 constexpr unsigned char kQuit = 0;  // not a signal number: the destructor's wake-up
+constexpr unsigned char kFailedFlag = 0x80;  // or'ed into the signal number: a peer rank failed
 
 std::atomic<int> g_write_fd{-1};
 struct sigaction g_previous[2];
 
-void on_signal(int signo) {
+void on_signal(int signo, siginfo_t* info, void*) {
   const int saved = errno;
   const int fd = g_write_fd.load();
   if (fd >= 0) {
-    const auto byte = static_cast<unsigned char>(signo);
+    const bool peer_failed = info != nullptr && info->si_code == SI_QUEUE &&
+                             info->si_value.sival_int == kTeardownForFailedRank;
+    const auto byte = static_cast<unsigned char>(signo | (peer_failed ? kFailedFlag : 0));
     [[maybe_unused]] const ssize_t n = ::write(fd, &byte, 1);
   }
   errno = saved;
@@ -30,15 +34,15 @@ void on_signal(int signo) {
 
 }  // namespace
 
-TerminationWatch::TerminationWatch(std::function<void(int)> on_signal_fn)
+TerminationWatch::TerminationWatch(std::function<void(int, bool)> on_signal_fn)
     : on_signal_(std::move(on_signal_fn)) {
   if (::pipe2(pipe_, O_CLOEXEC) != 0) fail(ErrorKind::kIo, "cannot create a pipe for signals");
   g_write_fd.store(pipe_[1]);
   thread_ = std::thread([this] { watch(); });
   struct sigaction sa {};
-  sa.sa_handler = on_signal;
+  sa.sa_sigaction = on_signal;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
+  sa.sa_flags = SA_RESTART | SA_SIGINFO;
   for (int i = 0; i < 2; ++i) sigaction(kSignals[i], &sa, &g_previous[i]);
 }
 
@@ -58,8 +62,8 @@ void TerminationWatch::watch() {
     const ssize_t n = ::read(pipe_[0], &byte, 1);
     if (n < 0 && errno == EINTR) continue;
     if (n != 1 || byte == kQuit) return;
-    const int signo = byte;
-    on_signal_(signo);
+    const int signo = byte & ~kFailedFlag;
+    on_signal_(signo, (byte & kFailedFlag) != 0);
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);

@@ -1,7 +1,8 @@
 #pragma once
 // TerminationWatch: lets a run record how it ended when it is told to stop by a signal. While one
 // lives, SIGTERM and SIGINT do not kill the process at once: the handler only wakes a watcher
-// thread (async-signal-safe: one write to a pipe), which calls `on_signal(signo)` — on that
+// thread (async-signal-safe: one write to a pipe), which calls `on_signal(signo, peer_failed)`
+// (`peer_failed`: the launcher sent it because another rank failed, core/teardown_signal.h) — on that
 // thread, so it works even while the main thread is blocked in a collective — then restores the
 // default action and raises the signal again, so the process still dies by it (exit status 128 +
 // signal, what the launcher and schedulers expect). `on_signal` must return in bounded time: the
@@ -16,7 +17,7 @@ namespace dstrain::metrics {
 
 class TerminationWatch {
  public:
-  explicit TerminationWatch(std::function<void(int)> on_signal);
+  explicit TerminationWatch(std::function<void(int, bool)> on_signal);
   ~TerminationWatch();
   TerminationWatch(const TerminationWatch&) = delete;
   TerminationWatch& operator=(const TerminationWatch&) = delete;
@@ -24,7 +25,7 @@ class TerminationWatch {
  private:
   void watch();
 
-  std::function<void(int)> on_signal_;
+  std::function<void(int, bool)> on_signal_;
   int pipe_[2] = {-1, -1};
   std::thread thread_;
 };

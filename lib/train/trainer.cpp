@@ -134,9 +134,12 @@ void Trainer::create_metrics() {
   t.start_step = step_;
   t.resumed = !resume_from_.empty();
   metrics::add_tracking_sinks(*metrics_, t);
-  // A signal ends the run as KILLED within the launcher's grace period (5 s by default).
-  termination_ = std::make_unique<metrics::TerminationWatch>(
-      [this](int) { metrics_->finish(metrics::RunStatus::kKilled, kSignalFinishSeconds); });
+  // A signal ends the run within the launcher's grace period (5 s by default): FAILED when the
+  // launcher stops the ranks because one failed, else KILLED.
+  termination_ = std::make_unique<metrics::TerminationWatch>([this](int, bool peer_failed) {
+    metrics_->finish(peer_failed ? metrics::RunStatus::kFailed : metrics::RunStatus::kKilled,
+                     kSignalFinishSeconds);
+  });
 }
 
 void Trainer::build_model() {

@@ -235,6 +235,48 @@ def test_a_failing_rank_marks_the_run_failed(server, tmp):
     assert run_info.end_time is not None
 
 
+def rank_pid(marker, rank):
+    """pid of the rank process whose environment holds `marker` and RANK=`rank`, or None."""
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            env = open(f"/proc/{d}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if marker.encode() in env and f"RANK={rank}".encode() in env:
+            return int(d)
+    return None
+
+
+def test_a_rank_killed_by_sigkill_marks_the_run_failed(server, tmp):
+    # Rank 1 dies without a word; the launcher stops rank 0 (which holds the MLflow run) with a
+    # SIGTERM that says a rank failed, so the run ends FAILED, not KILLED.
+    out = os.path.join(tmp, "run")
+    marker = f"DSTRAIN_TEST_MARKER={uuid.uuid4().hex}"
+    env = dict(os.environ, DSTRAIN_DEVICE="cpu", DSTRAIN_TEST_MARKER=marker.split("=", 1)[1],
+               **mlflow_env(server))
+    proc = subprocess.Popen([dstrain_binary(), "launch", "--nproc", "2", TINY] +
+                            overrides(out, **{"training.max_steps": 100000, "training.log_interval": 1}),
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        metrics = os.path.join(out, "metrics.jsonl")
+        wait_until(lambda: os.path.exists(os.path.join(out, "mlflow_run_id")) and
+                   os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= 3, 120, "training")
+        victim = rank_pid(marker, 1)
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0, output[-3000:]
+    r = mlflow.MlflowClient(server["uri"]).get_run(run_id_of(out))
+    assert r.info.status == "FAILED", output[-3000:]
+    assert r.info.end_time is not None
+
+
 class BlackHole:
     """A TCP server that accepts connections and never answers: an MLflow server that hangs."""
 

@@ -8,30 +8,40 @@
 #include <chrono>
 #include <thread>
 
+#include "core/teardown_signal.h"
+
 namespace dstrain::metrics {
 namespace {
 
-// In a child: the callback runs (it writes to a pipe the parent reads) and the process then dies by
-// the signal itself, as it would have without the watch.
-void expect_callback_then_death_by(int signo) {
+// In a child: the callback runs (it writes to a pipe the parent reads: the signal, and 'F' when the
+// launcher said a peer rank failed) and the process then dies by the signal itself, as it would
+// have without the watch. `queued_value`: send with sigqueue() and this value instead of kill().
+void expect_callback_then_death_by(int signo, int queued_value = 0, bool peer_failed = false) {
   int fds[2];
   ASSERT_EQ(::pipe(fds), 0);
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     ::close(fds[0]);
-    TerminationWatch watch([&](int s) {
-      const char c = static_cast<char>(s);
-      [[maybe_unused]] ssize_t n = ::write(fds[1], &c, 1);
+    TerminationWatch watch([&](int s, bool failed) {
+      const char c[2] = {static_cast<char>(s), failed ? 'F' : 'K'};
+      [[maybe_unused]] ssize_t n = ::write(fds[1], c, 2);
     });
-    ::kill(::getpid(), signo);
+    if (queued_value != 0) {
+      union sigval v {};
+      v.sival_int = queued_value;
+      ::sigqueue(::getpid(), signo, v);
+    } else {
+      ::kill(::getpid(), signo);
+    }
     std::this_thread::sleep_for(std::chrono::seconds(10));
     ::_exit(0);  // not reached
   }
   ::close(fds[1]);
-  char got = 0;
-  EXPECT_EQ(::read(fds[0], &got, 1), 1);
-  EXPECT_EQ(got, static_cast<char>(signo));
+  char got[2] = {0, 0};
+  EXPECT_EQ(::read(fds[0], got, 2), 2);
+  EXPECT_EQ(got[0], static_cast<char>(signo));
+  EXPECT_EQ(got[1], peer_failed ? 'F' : 'K');
   ::close(fds[0]);
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
@@ -47,11 +57,16 @@ TEST(TerminationWatch, SigintRunsTheCallbackThenEndsTheProcessBySigint) {
   expect_callback_then_death_by(SIGINT);
 }
 
+TEST(TerminationWatch, TheLaunchersFailedRankValueIsToldApart) {
+  expect_callback_then_death_by(SIGTERM, kTeardownForFailedRank, /*peer_failed=*/true);
+  expect_callback_then_death_by(SIGTERM, 12345, /*peer_failed=*/false);
+}
+
 TEST(TerminationWatch, DestroyingItRestoresThePreviousHandler) {
   struct sigaction before {};
   sigaction(SIGTERM, nullptr, &before);
   {
-    TerminationWatch watch([](int) {});
+    TerminationWatch watch([](int, bool) {});
   }
   struct sigaction after {};
   sigaction(SIGTERM, nullptr, &after);
