@@ -81,7 +81,8 @@ class Checkpointer {
   // Collective (see the protocol above). `header`: the manifest's description of the run (tag,
   // world size, files and components are filled in here); `small_files`: (name, bytes) rank 0
   // writes into the tag directory (config, tokenizer files). Both matter on rank 0 only.
-  void save(int64_t step, Manifest header, std::vector<std::pair<std::string, std::string>> small_files);
+  void save(int64_t step, Manifest header,
+            std::vector<std::pair<std::string, std::string>> small_files);
   // Results of saves that finished since the last call (at most one per save), oldest first.
   std::vector<SaveResult> take_finished();
   // Blocks until the save in flight (if any) has finished; its result is then in take_finished().

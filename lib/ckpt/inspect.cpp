@@ -121,7 +121,8 @@ std::string inspect_report(const std::string& path, const std::string& config_pa
       m.train_loss);
   if (!m.model_name_or_path.empty()) out += fmt::format("  model {}\n", m.model_name_or_path);
   std::string states;
-  for (const auto& [name, rec] : m.components) states += fmt::format(" {} (v{})", name, rec.version);
+  for (const auto& [name, rec] : m.components)
+    states += fmt::format(" {} (v{})", name, rec.version);
   if (!states.empty()) out += "  state:" + states + "\n";
   int64_t total = 0;
   size_t bad = 0;

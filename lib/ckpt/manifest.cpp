@@ -20,8 +20,10 @@ std::map<std::string, ComponentRecord> components_v1(const json& j) {
   out["engine"] = {1, {{"optimizer_steps", j.at("optimizer_steps")}}};
   out["loss_scaler"] = {1, j.at("loss_scaler")};
   out["loader"] = {1, j.at("loader")};
-  out["progress"] = {
-      1, {{"step", j.at("step")}, {"tokens_seen", j.at("tokens_seen")}, {"train_loss", j.value("train_loss", 0.0)}}};
+  out["progress"] = {1,
+                     {{"step", j.at("step")},
+                      {"tokens_seen", j.at("tokens_seen")},
+                      {"train_loss", j.value("train_loss", 0.0)}}};
   if (j.contains("lora")) out["lora"] = {1, j.at("lora")};
   return out;
 }

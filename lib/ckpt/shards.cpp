@@ -125,8 +125,8 @@ void finalize(const std::string& dir, Manifest manifest, int64_t keep_last) {
   }
   std::sort(others.begin(), others.end());
   for (const auto& p : others) {
-    manifest.files.push_back({p.filename().string(), static_cast<int64_t>(stdfs::file_size(p)),
-                              file_crc32(p.string())});
+    manifest.files.push_back(
+        {p.filename().string(), static_cast<int64_t>(stdfs::file_size(p)), file_crc32(p.string())});
   }
   fs::write_file_atomic(tag_dir / kManifestFile, manifest_to_json(manifest).dump(1));
   write_latest(dir, manifest.tag);

@@ -14,7 +14,7 @@ namespace dstrain::metrics {
 namespace {
 
 constexpr int kSignals[] = {SIGTERM, SIGINT};
-constexpr unsigned char kQuit = 0;  // not a signal number: the destructor's wake-up
+constexpr unsigned char kQuit = 0;           // not a signal number: the destructor's wake-up
 constexpr unsigned char kFailedFlag = 0x80;  // or'ed into the signal number: a peer rank failed
 
 std::atomic<int> g_write_fd{-1};

@@ -97,9 +97,10 @@ void Trainer::report_saves() {
     }
     ckpt_stats_.failed += 1;
     if (cfg_.checkpoint.on_error == "continue") {
-      log::warn("checkpoint at step {} failed: {}; `latest` still names the previous checkpoint "
-                "(checkpoint.on_error: continue)",
-                r.step, r.error);
+      log::warn(
+          "checkpoint at step {} failed: {}; `latest` still names the previous checkpoint "
+          "(checkpoint.on_error: continue)",
+          r.step, r.error);
       continue;
     }
     fail(ErrorKind::kIo,

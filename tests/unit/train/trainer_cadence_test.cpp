@@ -108,9 +108,9 @@ TEST(TrainerCadence, EvalAndCheckpointsAtTheirIntervalsAndAtTheEnd) {
     if (rec.contains("eval/loss")) evals.insert(step);
   }
   EXPECT_EQ(evals, (std::set<int64_t>{3, 6, 7}));
-  EXPECT_EQ(tags(dir.path() / "ckpt"),
-            (std::set<std::string>{ckpt::tag_for_step(3), ckpt::tag_for_step(6),
-                                   ckpt::tag_for_step(7)}));
+  EXPECT_EQ(
+      tags(dir.path() / "ckpt"),
+      (std::set<std::string>{ckpt::tag_for_step(3), ckpt::tag_for_step(6), ckpt::tag_for_step(7)}));
   EXPECT_EQ(ckpt::read_latest((dir.path() / "ckpt").string()), ckpt::tag_for_step(7));
   EXPECT_EQ(s.checkpoint, (dir.path() / "ckpt" / ckpt::tag_for_step(7)).string());
 }
