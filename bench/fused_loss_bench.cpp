@@ -1,16 +1,17 @@
 // One forward+backward of an LM head and its cross-entropy loss, unfused (logits [N, V], then
 // the loss) against fused (model/fused_linear_cross_entropy.h), in float32 and bfloat16.
-//   fused_loss_bench [tokens] [hidden] [vocab] [runs] [chunk_mib]
+//   fused_loss_bench [tokens] [hidden] [vocab] [runs] [chunk_mib] [float32|bfloat16]
 // Defaults: the Qwen2.5-0.5B head (hidden 896, vocab 151936) at 2048 tokens, 5 runs, the default
-// chunk budget. Prints, per dtype and path, the peak bytes LibTorch's CPU allocator held during the
-// pass above what was held before it (the weight and hidden state themselves are not counted; the
-// gradients are), and the median wall time of the runs.
+// chunk budget, both dtypes. Prints, per dtype and path, the peak bytes LibTorch's CPU allocator
+// held during the pass above what was held before it (the weight and hidden state themselves are
+// not counted; the gradients are), and the median wall time of the runs.
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include <ATen/Parallel.h>
@@ -92,9 +93,11 @@ int main(int argc, char** argv) {
   const int runs = argc > 4 ? std::atoi(argv[4]) : 5;
   const int64_t chunk_bytes =
       argc > 5 ? std::atoll(argv[5]) << 20 : dstrain::model::kDefaultLossChunkBytes;
+  const std::string only = argc > 6 ? argv[6] : "";
   dstrain::model::testing::CountingScope scope;
   std::printf("threads=%d\n", at::get_num_threads());
   for (torch::ScalarType dtype : {torch::kFloat, torch::kBFloat16}) {
+    if (!only.empty() && only != dstrain::model::dtype_name(dtype)) continue;
     compare(scope.counter(), dtype, tokens, hidden, vocab, runs, chunk_bytes);
   }
   return 0;

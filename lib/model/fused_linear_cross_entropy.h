@@ -1,20 +1,27 @@
 #pragma once
 // The LM head's projection and the cross-entropy loss fused, so that the [tokens, vocab] logits
-// are never held whole: tokens are taken in chunks of at most `chunk_tokens(V, chunk_bytes)` rows,
-// and only one chunk's logits (in the compute dtype, plus their float32 copy) exist at a time.
-// For Qwen2.5-0.5B (V = 151936) at 2048 tokens the unfused path holds 1.2 GB of fp32 logits, their
-// log-softmax and their gradient; this holds one ~128 MiB chunk (measured: docs/performance.md).
+// are never held whole: tokens are taken in chunks of at most loss_chunk_tokens(V, chunk_bytes)
+// rows, and only one chunk's float32 logits and log-probabilities exist at a time (about twice
+// chunk_bytes). For Qwen2.5-0.5B's head (V = 151936) at 2048 tokens the unfused forward+backward
+// peaks at 4.1-4.6 GiB of allocations (fp32 logits, their log-softmax, their gradient); the fused
+// one at about 1 GiB, most of it the float32 weight gradient (docs/performance.md).
+//
+// Chunk size: every chunk adds its product into dW [V, C], one pass over V·C elements, so small
+// chunks cost time where memory bandwidth is scarce (2 CPU cores, bf16, the head above: 1.49x the
+// unfused time at 128 MiB, 1.24x at 256 MiB, 1.10x at 512 MiB; fp32 is at parity). The default,
+// 256 MiB, keeps the peak near a quarter of the unfused one.
 //
 // Why the gradients are computed in forward (as Liger-Kernel does) and not recomputed in
 // backward: the chunk's softmax is at hand in forward, so dL/dh = (softmax - onehot) @ W and
 // dL/dW = (softmax - onehot)^T @ h cost the same two matmuls as the unfused backward, whereas
 // recomputing would add a third pass over the vocabulary (about a third more head FLOPs; the head
 // is ~30% of Qwen2.5-0.5B's matmul work). What is kept between forward and backward is dh [N, C]
-// and dW [V, C] in float32 — no more than the weight gradient backward would allocate anyway, at
-// the same point of the step (the loss is the last thing forward computes and the first thing
-// backward differentiates) — and neither W nor h: a ZeRO-3 engine may release the gathered head
-// weight right after forward. When no gradient is wanted (eval, no-grad mode) only the loss is
-// computed; a frozen weight (LoRA) gets no dW, a hidden state that needs no gradient no dh.
+// and dW [V, C] in float32 — the size of the weight gradient backward allocates anyway (twice it
+// for bf16 weights), at the same point of the step (the loss is the last thing forward computes
+// and the first thing backward differentiates) — and neither W nor h: a ZeRO-3 engine may release
+// the gathered head weight right after forward. When no gradient is wanted (eval, no-grad mode)
+// only the loss is computed; a frozen weight (LoRA) gets no dW, a hidden state that needs no
+// gradient no dh.
 //
 // The function returns the SUM of the per-token losses; the caller divides by the number of
 // counted tokens (known from the labels alone). So no 1/N enters forward: the stored gradients
@@ -30,7 +37,7 @@
 namespace dstrain::model {
 
 // Default budget for one chunk's float32 logits.
-constexpr int64_t kDefaultLossChunkBytes = int64_t{128} << 20;
+constexpr int64_t kDefaultLossChunkBytes = int64_t{256} << 20;
 
 // Tokens per chunk: as many rows of `vocab` float32 logits as fit in `chunk_bytes`, at least 1.
 int64_t loss_chunk_tokens(int64_t vocab, int64_t chunk_bytes);

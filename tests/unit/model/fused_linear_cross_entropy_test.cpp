@@ -82,7 +82,7 @@ int64_t logit_bytes(int64_t tokens, int64_t vocab) {
 }
 
 TEST(FusedLinearCrossEntropy, ChunkTokensFollowTheByteBudget) {
-  EXPECT_EQ(loss_chunk_tokens(151936, kDefaultLossChunkBytes), 220);
+  EXPECT_EQ(loss_chunk_tokens(151936, kDefaultLossChunkBytes), 441);
   EXPECT_EQ(loss_chunk_tokens(100, logit_bytes(7, 100)), 7);
   EXPECT_EQ(loss_chunk_tokens(100, 1), 1);  // never zero rows
 }
