@@ -7,9 +7,10 @@
 // one at about 1 GiB, most of it the float32 weight gradient (docs/performance.md).
 //
 // Chunk size: every chunk adds its product into dW [V, C], one pass over V·C elements, so small
-// chunks cost time where memory bandwidth is scarce (2 CPU cores, bf16, the head above: 1.49x the
-// unfused time at 128 MiB, 1.24x at 256 MiB, 1.10x at 512 MiB; fp32 is at parity). The default,
-// 256 MiB, keeps the peak near a quarter of the unfused one.
+// chunks cost time where memory bandwidth is scarce. On 2 CPU cores (bf16, the head above) the
+// fused pass took 1.00x the unfused time at 128 MiB, 0.89x at 256 MiB and 0.93x at 512 MiB on a
+// quiet machine, 1.49x / 1.24x / 1.10x with other jobs competing. The default, 256 MiB, keeps the
+// peak near a quarter of the unfused one.
 //
 // Why the gradients are computed in forward (as Liger-Kernel does) and not recomputed in
 // backward: the chunk's softmax is at hand in forward, so dL/dh = (softmax - onehot) @ W and
