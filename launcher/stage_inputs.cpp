@@ -1,5 +1,7 @@
 #include "launcher/stage_inputs.h"
 
+#include "core/bytes.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -163,8 +165,8 @@ std::string format_stage_report(const StageReport& r, const std::string& host,
                                 const std::string& stage_dir) {
   std::string out =
       fmt::format("stage: node {}: copied {} {} ({}), reused {} ({}) in {:.1f} s into {}\n", host,
-                  r.copied_files, files_word(r.copied_files), format_bytes(r.copied_bytes),
-                  r.reused_files, format_bytes(r.reused_bytes), r.seconds, stage_dir);
+                  r.copied_files, files_word(r.copied_files), human_bytes(r.copied_bytes, 1),
+                  r.reused_files, human_bytes(r.reused_bytes, 1), r.seconds, stage_dir);
   for (const std::string& note : r.notes) out += fmt::format("stage: node {}: {}\n", host, note);
   return out;
 }
@@ -191,17 +193,6 @@ std::string staged_model_dir(const config::ModelSection& model) {
 std::string staged_data_cache_dir() {
   const char* dir = std::getenv(kStagedDataCacheEnv);
   return dir != nullptr ? dir : "";
-}
-
-std::string format_bytes(int64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024 && unit < 4) {
-    value /= 1024;
-    ++unit;
-  }
-  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", value, units[unit]);
 }
 
 }  // namespace dstrain::launcher

@@ -71,7 +71,4 @@ std::string staged_model_dir(const config::ModelSection& model);
 // Rank side: this node's staged token cache entries, or "".
 std::string staged_data_cache_dir();
 
-// 1536 → "1.5 KiB".
-std::string format_bytes(int64_t bytes);
-
 }  // namespace dstrain::launcher

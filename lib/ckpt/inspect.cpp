@@ -10,6 +10,7 @@
 #include "ckpt/layout.h"
 #include "ckpt/shards.h"
 #include "config/config.h"
+#include "core/bytes.h"
 #include "core/error.h"
 #include "core/fs.h"
 
@@ -30,17 +31,6 @@ FileCheck check_file(const stdfs::path& dir, const FileRecord& record) {
   c.actual_bytes = static_cast<int64_t>(stdfs::file_size(p, ec));
   if (c.actual_bytes == c.bytes) c.actual_crc32 = file_crc32(p.string());
   return c;
-}
-
-std::string human_bytes(int64_t n) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(n);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  return u == 0 ? fmt::format("{} B", n) : fmt::format("{:.2f} {}", v, units[u]);
 }
 
 // A component's state value as text, "-" when absent.

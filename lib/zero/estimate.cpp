@@ -6,6 +6,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "core/bytes.h"
+
 namespace dstrain::zero {
 namespace {
 
@@ -32,17 +34,6 @@ Stage3Layout stage3_layout(const EstimateInput& in) {
   for (int64_t n : numel) layout.shard += round_up(n, in.world_size) / in.world_size;
   layout.persistent = round_up(numel.back(), in.world_size);
   return layout;
-}
-
-std::string human(int64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.2f} {}", v, units[u]);
 }
 
 }  // namespace
@@ -106,8 +97,8 @@ std::string format_estimate(const EstimateInput& in, const std::string& model_na
                                 : r.offload_optimizer ? "optimizer"
                                                       : "none";
     out += fmt::format("{:<6}{:<19}{:>12}{:>12}{:>12}{:>12}{:>12}{:>12}\n", r.stage, offload,
-                       human(r.params), human(r.gradients), human(r.master), human(r.optimizer),
-                       human(r.device()), human(r.host));
+                       human_bytes(r.params), human_bytes(r.gradients), human_bytes(r.master),
+                       human_bytes(r.optimizer), human_bytes(r.device()), human_bytes(r.host));
   }
   out +=
       "\nNot included: activations, transient communication buffers, the CUDA context and "

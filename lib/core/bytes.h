@@ -1,0 +1,13 @@
+#pragma once
+// Byte counts for people: "512 B", "1.50 KiB", "3.2 GiB" (binary units, B up to TiB).
+
+#include <cstdint>
+#include <string>
+
+namespace dstrain {
+
+// `bytes` in the largest unit that keeps the value at least 1, with `decimals` digits after the
+// point (none for plain bytes).
+std::string human_bytes(int64_t bytes, int decimals = 2);
+
+}  // namespace dstrain
