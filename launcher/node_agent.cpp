@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/teardown_signal.h"
 #include "core/timer.h"
 #include "launcher/output.h"
 #include "launcher/supervisor.h"
@@ -25,14 +26,25 @@ namespace {
 
 // Turns stdin control lines into signals to this process (handled by the supervisor's signal
 // pipe); end of file, an error, or `keepalive_seconds` (> 0) without a byte means SIGTERM. Unknown
-// lines (kAgentPingLine among them) are ignored. The thread is detached: a job that ends first
-// simply exits under it.
+// lines (kAgentPingLine among them) are ignored. After a stop line the thread ends: the launcher
+// closes the channel right after it, and that end of file must not count as a second interrupt
+// (which would skip the ranks' grace period). The thread is detached: a job that ends first simply
+// exits under it.
 void watch_stdin(double keepalive_seconds) {
   std::thread([keepalive_seconds] {
     LineSplitter lines(256);
-    auto on_line = [](std::string_view line) {
+    bool stopped = false;
+    auto on_line = [&stopped](std::string_view line) {
+      if (stopped) return;
       if (line == kAgentUsr1Line) ::kill(::getpid(), SIGUSR1);
-      if (line == kAgentStopLine) ::kill(::getpid(), SIGTERM);
+      if (line == kAgentStopLine) {
+        ::kill(::getpid(), SIGTERM);
+        stopped = true;
+      }
+      if (line == kAgentStopForFailedRankLine) {
+        send_teardown_for_failed_rank(::getpid());
+        stopped = true;
+      }
     };
     int timeout_ms = keepalive_seconds > 0 ? static_cast<int>(keepalive_seconds * 1000) : -1;
     char buf[256];
@@ -49,6 +61,7 @@ void watch_stdin(double keepalive_seconds) {
       ssize_t n = ready < 0 ? -1 : ::read(0, buf, sizeof(buf));
       if (n == 0 || (n < 0 && errno != EINTR)) break;
       if (n > 0) lines.feed(std::string_view(buf, static_cast<size_t>(n)), on_line);
+      if (stopped) return;
     }
     ::kill(::getpid(), SIGTERM);
   }).detach();

@@ -6,7 +6,9 @@
 //
 // Teardown from outside: SIGTERM/SIGINT/SIGHUP stop the ranks (supervisor.h). With watch_stdin,
 // stdin is a control channel (over SSH it is the connection itself): a line kAgentStopLine or end
-// of file acts as SIGTERM, a line kAgentUsr1Line as SIGUSR1 (forwarded to the ranks). So a root
+// of file acts as SIGTERM, a line kAgentStopForFailedRankLine as the SIGTERM that says another rank
+// failed (core/teardown_signal.h: the ranks record their run as FAILED, not KILLED), a line
+// kAgentUsr1Line as SIGUSR1 (forwarded to the ranks). So a root
 // launcher that closes the channel, exits or loses its connection stops this node's ranks, and
 // only them (the agent signals only the process groups it created).
 //
@@ -32,6 +34,7 @@
 namespace dstrain::launcher {
 
 constexpr const char* kAgentStopLine = "dstrain-agent-stop";
+constexpr const char* kAgentStopForFailedRankLine = "dstrain-agent-stop-rank-failed";
 constexpr const char* kAgentUsr1Line = "dstrain-agent-usr1";
 constexpr const char* kAgentPingLine = "dstrain-agent-ping";    // launcher → agent keepalive
 constexpr const char* kAgentAliveLine = "dstrain-agent-alive";  // agent → launcher keepalive

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/teardown_signal.h"
 
 namespace dstrain::launcher {
 namespace {
@@ -16,9 +17,12 @@ int g_write_fd = -1;
 struct sigaction g_saved[sizeof(kCaught) / sizeof(kCaught[0])];
 struct sigaction g_saved_pipe;
 
-void on_signal(int sig) {
+constexpr unsigned char kPeerFailedFlag = 0x80;  // or'ed into the signal number's byte
+
+void on_signal(int sig, siginfo_t* info, void*) {
   int saved_errno = errno;
-  unsigned char byte = static_cast<unsigned char>(sig);
+  unsigned char byte =
+      static_cast<unsigned char>(sig | (is_teardown_for_failed_rank(info) ? kPeerFailedFlag : 0));
   ssize_t ignored = ::write(g_write_fd, &byte, 1);  // a full pipe drops the byte; one is enough
   (void)ignored;
   errno = saved_errno;
@@ -34,9 +38,9 @@ SignalPipe::SignalPipe() {
   read_fd_ = fds[0];
   g_write_fd = fds[1];
   struct sigaction action {};
-  action.sa_handler = on_signal;
+  action.sa_sigaction = on_signal;
   sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
+  action.sa_flags = SA_RESTART | SA_SIGINFO;
   for (size_t i = 0; i < sizeof(kCaught) / sizeof(kCaught[0]); ++i) {
     ::sigaction(kCaught[i], &action, &g_saved[i]);
   }
@@ -56,12 +60,14 @@ SignalPipe::~SignalPipe() {
   g_write_fd = -1;
 }
 
-std::vector<int> SignalPipe::drain() {
-  std::vector<int> out;
+std::vector<ReceivedSignal> SignalPipe::drain() {
+  std::vector<ReceivedSignal> out;
   unsigned char buf[64];
   ssize_t n;
   while ((n = ::read(read_fd_, buf, sizeof(buf))) > 0) {
-    for (ssize_t i = 0; i < n; ++i) out.push_back(buf[i]);
+    for (ssize_t i = 0; i < n; ++i) {
+      out.push_back({buf[i] & ~kPeerFailedFlag, (buf[i] & kPeerFailedFlag) != 0});
+    }
   }
   return out;
 }

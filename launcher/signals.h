@@ -4,11 +4,17 @@
 // While a SignalPipe lives: SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGCHLD are caught (each delivery
 // writes its number as one byte to the pipe) and SIGPIPE is ignored (a closed console must not kill
 // the launcher and orphan the job). The destructor restores the previous dispositions. One instance
-// at a time.
+// at a time. A SIGTERM that carries the launcher's "another rank failed" value
+// (core/teardown_signal.h) is reported as such, so a node agent passes it on to its ranks.
 
 #include <vector>
 
 namespace dstrain::launcher {
+
+struct ReceivedSignal {
+  int number = 0;
+  bool peer_failed = false;  // SIGTERM sent because a rank elsewhere failed
+};
 
 class SignalPipe {
  public:
@@ -17,8 +23,8 @@ class SignalPipe {
   SignalPipe(const SignalPipe&) = delete;
   SignalPipe& operator=(const SignalPipe&) = delete;
 
-  int fd() const { return read_fd_; }  // becomes readable when a signal arrived
-  std::vector<int> drain();            // the signals received since the last drain, in order
+  int fd() const { return read_fd_; }   // becomes readable when a signal arrived
+  std::vector<ReceivedSignal> drain();  // the signals received since the last drain, in order
 
  private:
   int read_fd_ = -1;

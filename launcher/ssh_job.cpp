@@ -42,6 +42,7 @@ struct AgentRun {
   int first_rank = 0, last_rank = 0;
   // main → thread
   std::atomic<bool> stop{false};
+  std::atomic<bool> stop_for_failed_rank{false};  // set before `stop`: tell the agent why
   std::atomic<int> usr1{0};
   // thread → main (read after `done`)
   std::atomic<bool> done{false};
@@ -96,7 +97,8 @@ class SshJob {
   }
 
   void handle_signals() {
-    for (int sig : signals_.drain()) {
+    for (const ReceivedSignal& received : signals_.drain()) {
+      const int sig = received.number;
       if (sig == SIGCHLD) continue;
       if (sig == SIGUSR1) {
         for (auto& r : runs_) r->usr1++;
@@ -106,7 +108,7 @@ class SshJob {
         interrupt_signal_ = sig;
         exit_code_ = 128 + sig;
       }
-      stop_all();
+      stop_all(received.peer_failed);
     }
   }
 
@@ -116,17 +118,22 @@ class SshJob {
       if (!r->error.empty() || r->exit_code != 0) {
         failed_node_ = r->node;
         exit_code_ = r->error.empty() && r->exit_code > 0 ? r->exit_code : kSshFailureExit;
-        stop_all();
+        stop_all(/*for_failed_rank=*/true);
       }
     }
   }
 
-  void stop_all() {
+  // Stops every agent; `for_failed_rank`: because a rank failed (a node failed, or the signal that
+  // stopped this launcher said so), which the agents pass on to their ranks.
+  void stop_all(bool for_failed_rank) {
     if (!stopping_) {
       for (auto& r : runs_) r->stopped_by_launcher = !r->done;
     }
     stopping_ = true;
-    for (auto& r : runs_) r->stop = true;
+    for (auto& r : runs_) {
+      if (for_failed_rank) r->stop_for_failed_rank = true;
+      r->stop = true;
+    }
   }
 
   bool all_done() const {
@@ -161,7 +168,9 @@ class SshJob {
     double next_ping = 0;
     while (true) {
       if (run.stop && deadline == 0) {
-        session.write_stdin(std::string(kAgentStopLine) + "\n");
+        session.write_stdin(
+            std::string(run.stop_for_failed_rank ? kAgentStopForFailedRankLine : kAgentStopLine) +
+            "\n");
         session.send_eof();
         deadline = clock_.seconds() + grace_ + kAfterGraceSeconds;
       }

@@ -115,7 +115,8 @@ class LocalJob {
   }
 
   void handle_signals() {
-    for (int sig : signals_.drain()) {
+    for (const ReceivedSignal& received : signals_.drain()) {
+      const int sig = received.number;
       if (sig == SIGCHLD) continue;  // exits are collected by collect_exits()
       if (sig == SIGUSR1) {          // "checkpoint now" (Slurm preemption): pass it on, keep going
         if (!tearing_down_) signal_all(SIGUSR1);
@@ -125,6 +126,7 @@ class LocalJob {
         kill_all(SIGKILL);  // a second interrupt: stop waiting for the grace period
       } else {
         interrupt_signal_ = sig;
+        peer_failed_ = received.peer_failed;  // a node agent stopped because another node failed
         begin_teardown();
       }
     }
@@ -156,7 +158,7 @@ class LocalJob {
       kill_all(SIGKILL);
       return;
     }
-    if (failed_rank_ >= 0) tell_ranks_a_rank_failed();
+    if (failed_rank_ >= 0 || peer_failed_) tell_ranks_a_rank_failed();
     signal_all(SIGTERM);
   }
 
@@ -165,10 +167,7 @@ class LocalJob {
   // and records its run as FAILED rather than KILLED (core/teardown_signal.h).
   void tell_ranks_a_rank_failed() {
     for (auto& slot : slots_) {
-      if (!slot->running) continue;
-      union sigval value {};
-      value.sival_int = kTeardownForFailedRank;
-      ::sigqueue(slot->proc.pid, SIGTERM, value);
+      if (slot->running) send_teardown_for_failed_rank(slot->proc.pid);
     }
   }
 
@@ -247,6 +246,7 @@ class LocalJob {
   double kill_at_ = 0;
   int failed_rank_ = -1;
   int interrupt_signal_ = 0;
+  bool peer_failed_ = false;
 };
 
 }  // namespace

@@ -24,8 +24,7 @@ void on_signal(int signo, siginfo_t* info, void*) {
   const int saved = errno;
   const int fd = g_write_fd.load();
   if (fd >= 0) {
-    const bool peer_failed = info != nullptr && info->si_code == SI_QUEUE &&
-                             info->si_value.sival_int == kTeardownForFailedRank;
+    const bool peer_failed = is_teardown_for_failed_rank(info);
     const auto byte = static_cast<unsigned char>(signo | (peer_failed ? kFailedFlag : 0));
     [[maybe_unused]] const ssize_t n = ::write(fd, &byte, 1);
   }

@@ -153,6 +153,43 @@ TEST_F(LaunchSshTest, InterruptStopsEveryHost) {
   EXPECT_TRUE(wait_until([&] { return processes_with_marker(token_).empty(); }, 10));
 }
 
+// Why a rank was stopped crosses nodes: a rank killed on node 1 makes the root launcher tell node
+// 0's agent "a rank failed", and that agent's ranks get the SIGTERM that says so (a rank's MLflow
+// and TensorBoard runs end FAILED); an interrupt of the launcher stays a plain SIGTERM (KILLED).
+TEST_F(LaunchSshTest, RanksOnEveryNodeLearnThatARankFailed) {
+  Child child = start_dstrain(args("exec " SIGTERM_PROBE), env());
+  pid_t victim = -1;
+  for (int rank = 0; rank < 4; ++rank) ASSERT_GT(victim = find_rank(rank, "sigterm_probe"), 0);
+  ::kill(victim, SIGKILL);  // rank 3, on node 1
+  RunResult r = finish(child, 20);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r.err;
+  const std::string all = r.out + r.err;
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string line =
+        "[" + host(rank / 2) + ":" + std::to_string(rank) + "] probe: SIGTERM for a failed rank";
+    EXPECT_NE(all.find(line), std::string::npos) << line << "\n" << all;
+  }
+  EXPECT_EQ(all.find("plain SIGTERM"), std::string::npos) << all;
+  EXPECT_TRUE(wait_until([&] { return processes_with_marker(token_).empty(); }, 10));
+}
+
+TEST_F(LaunchSshTest, InterruptedLauncherStopsRanksWithAPlainSigterm) {
+  Child child = start_dstrain(args("exec " SIGTERM_PROBE), env());
+  for (int rank = 0; rank < 4; ++rank) ASSERT_GT(find_rank(rank, "sigterm_probe"), 0);
+  ::kill(child.pid, SIGINT);
+  RunResult r = finish(child, 20);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 128 + SIGINT) << r.err;
+  const std::string all = r.out + r.err;
+  for (int rank = 0; rank < 4; ++rank) {
+    const std::string line =
+        "[" + host(rank / 2) + ":" + std::to_string(rank) + "] probe: plain SIGTERM";
+    EXPECT_NE(all.find(line), std::string::npos) << line << "\n" << all;
+  }
+  EXPECT_EQ(all.find("for a failed rank"), std::string::npos) << all;
+}
+
 TEST_F(LaunchSshTest, LauncherKilledOutrightStillStopsRemoteRanks) {
   Child child = start_dstrain(args("exec sleep 1000"), env());
   ASSERT_GT(find_rank(3, "sleep"), 0);
