@@ -27,6 +27,7 @@
 #include "train/device.h"
 #include "train/run_outputs.h"
 #include "train/stage3_setup.h"
+#include "train/step_sync.h"
 
 namespace dstrain::train {
 namespace stdfs = std::filesystem;
@@ -256,9 +257,9 @@ void Trainer::all_reduce_sum(std::vector<double>& values) {
 }
 
 // One optimizer step's micro-batches: the loader says which micro-step each one is, and the last
-// one ends the step.
-double Trainer::train_step(double* fwd_bwd_s, double* data_s) {
-  double loss_sum = 0;
+// one ends the step. Returns this rank's mean loss over them, on the device (read at log steps).
+torch::Tensor Trainer::train_step(double* fwd_bwd_s, double* data_s) {
+  torch::Tensor loss_sum;
   data::Batch b;
   do {
     Stopwatch d;
@@ -275,10 +276,21 @@ double Trainer::train_step(double* fwd_bwd_s, double* data_s) {
     trace::Span backward_span("backward", "backward", {"micro_step", b.micro_step});
     engine_->backward(loss, {b.micro_step, b.micro_steps});
     backward_span.end();
-    loss_sum += loss.item<double>();
+    const torch::Tensor value = loss.detach().to(torch::kFloat64);
+    loss_sum = loss_sum.defined() ? loss_sum + value : value;
     *fwd_bwd_s += f.seconds();
   } while (!b.last_micro_step);
   return loss_sum / static_cast<double>(b.micro_steps);
+}
+
+double Trainer::mean_loss_over_ranks(const torch::Tensor& local_loss) {
+  std::vector<double> sum = {local_loss.item<double>()};
+  all_reduce_sum(sum);
+  const double loss = sum[0] / world_;
+  if (!std::isfinite(loss)) {
+    fail(ErrorKind::kRuntime, "training diverged: loss is {} at step {}", loss, step_);
+  }
+  return loss;
 }
 
 EvalResult Trainer::evaluate() {
@@ -322,7 +334,7 @@ void Trainer::log_step(double loss, const zero::StepResult& r, double lr, double
   rec.add("train/loss", loss);
   rec.add("train/ppl", std::exp(loss));
   rec.add("lr", lr);
-  rec.add("grad_norm", r.grad_norm);
+  rec.add("grad_norm", r.grad_norm());
   if (cfg_.training.fp16) rec.add("loss_scale", r.loss_scale);
   if (r.skipped) rec.add("skipped", 1);
   rec.add("tokens_per_s", tps);
@@ -379,10 +391,13 @@ RunSummary Trainer::run_steps() {
   Stopwatch interval;
   int64_t interval_steps = 0;
   double fwd_bwd = 0, data_t = 0, opt_t = 0;
+  // The stop vote (SIGUSR1) of a step is resolved after the next one (step_sync.h); the loss is
+  // read only when it is logged, saved or final: other steps wait for nothing on the device.
+  DeferredSum stop_vote(*comm_, device_);
   while (step_ < total_steps_) {
     const trace::Span step_span("step", "step", {"step", step_ + 1});
     const double lr = schedule_->lr(step_);
-    const double local_loss = train_step(&fwd_bwd, &data_t);
+    const torch::Tensor local_loss = train_step(&fwd_bwd, &data_t);
     Stopwatch o;
     trace::Span optimizer_span("optimizer", "optimizer");
     const zero::StepResult r = engine_->step(lr);
@@ -391,13 +406,13 @@ RunSummary Trainer::run_steps() {
     ++step_;
     ++interval_steps;
     tokens_seen_ += tokens_per_step_;
-    std::vector<double> agreed = {local_loss, stop_requested().load() ? 1.0 : 0.0};
-    all_reduce_sum(agreed);
-    last_loss_ = agreed[0] / world_;
-    if (!std::isfinite(last_loss_)) {
-      fail(ErrorKind::kRuntime, "training diverged: loss is {} at step {}", last_loss_, step_);
-    }
-    if (step_ % cfg_.training.log_interval == 0 || step_ == 1 || step_ == total_steps_) {
+    const bool stop = stop_vote.pending() && stop_vote.finish()[0] > 0;
+    if (!stop && step_ < total_steps_) stop_vote.start({stop_requested().load() ? 1.0 : 0.0});
+    const bool log_due =
+        step_ % cfg_.training.log_interval == 0 || step_ == 1 || step_ == total_steps_;
+    const bool save_due = cfg_.checkpoint.interval > 0 && step_ % cfg_.checkpoint.interval == 0;
+    if (log_due || save_due || stop) last_loss_ = mean_loss_over_ranks(local_loss);
+    if (log_due) {
       const double n = static_cast<double>(interval_steps);
       log_step(last_loss_, r, lr, interval.seconds(), interval_steps, fwd_bwd / n, data_t / n,
                opt_t / n);
@@ -412,14 +427,14 @@ RunSummary Trainer::run_steps() {
       log_eval(evaluate());
       last_eval_step = step_;
     }
-    if (agreed[1] > 0) {
+    if (stop) {
       save_checkpoint();
       finish_saves();
       log::info("stop requested (SIGUSR1): checkpoint saved at step {}", step_);
       s.preempted = true;
       break;
     }
-    if (cfg_.checkpoint.interval > 0 && step_ % cfg_.checkpoint.interval == 0) {
+    if (save_due) {
       save_checkpoint();
       last_save_step = step_;
     }

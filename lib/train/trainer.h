@@ -75,7 +75,10 @@ class Trainer {
   void move_model_to_device();
   // `b` with its tensors on the compute device (non-blocking copies from pinned memory on CUDA).
   data::Batch on_device(data::Batch b) const;
-  double train_step(double* fwd_bwd_s, double* data_s);
+  torch::Tensor train_step(double* fwd_bwd_s, double* data_s);
+  // Collective: the mean over ranks of each rank's `local_loss` (a host read); Error(kRuntime) when
+  // it is not finite (training diverged).
+  double mean_loss_over_ranks(const torch::Tensor& local_loss);
   EvalResult evaluate();
   // Checkpoints (trainer_checkpoint.cpp). save_checkpoint() is collective and returns once the
   // state is snapshotted (checkpoint.async) or written; report_saves() logs finished saves and

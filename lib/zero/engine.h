@@ -108,9 +108,14 @@ struct MicroStep {
 };
 
 struct StepResult {
-  double grad_norm = 0;   // global L2 norm of the averaged, unscaled gradient, before clipping
+  // The global L2 norm of the averaged, unscaled gradient, before clipping: one fp64 element on the
+  // compute device, so that a step needs no host sync; grad_norm() reads it (a sync: log steps).
+  torch::Tensor grad_norm_tensor;
   double loss_scale = 1;  // loss scale this step's gradients were computed with
   bool skipped = false;   // fp16 overflow: no update was made
+  double grad_norm() const {
+    return grad_norm_tensor.defined() ? grad_norm_tensor.item<double>() : 0.0;
+  }
 };
 
 // Bytes of the tensors the engine holds now, by category.

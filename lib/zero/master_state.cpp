@@ -7,9 +7,9 @@
 
 namespace dstrain::zero {
 
-double gradient_coefficient(const StepResult& r, double clip) {
-  double coef = 1.0 / r.loss_scale;
-  if (clip > 0 && r.grad_norm > clip) coef *= clip / (r.grad_norm + 1e-6);
+torch::Tensor gradient_coefficient(const torch::Tensor& grad_norm, double loss_scale, double clip) {
+  torch::Tensor coef = torch::full_like(grad_norm, 1.0 / loss_scale);
+  if (clip > 0) coef = torch::where(grad_norm > clip, coef * (clip / (grad_norm + 1e-6)), coef);
   return coef;
 }
 
@@ -39,15 +39,22 @@ std::vector<Range> MasterState::no_decay_ranges() const {
 StepResult MasterState::step(torch::Tensor grad32, const torch::Tensor& local_sq, double lr) {
   StepResult result;
   result.loss_scale = scaler_.scale();
-  // All-reduced on the communicator's device; one device sync per step (item() below).
+  // All-reduced on the communicator's device, where the norm and the coefficient stay: without
+  // fp16 loss scaling nothing here waits for the device. With it, whether to skip the step is
+  // decided on the host (one sync per step); with offload the coefficient is read where the
+  // master lives.
   torch::Tensor sq = local_sq.to(device_, torch::kFloat64).reshape({1});
   comm_.all_reduce(sq, comm::ReduceOp::kSum)->wait();
-  const double total = sq.item<double>();
-  result.grad_norm = std::sqrt(total) / result.loss_scale;
-  result.skipped = scaler_.update(!std::isfinite(total));
-  if (result.skipped) return result;
-  const double coef = gradient_coefficient(result, clip_);
-  if (coef != 1.0) grad32.mul_(coef);
+  result.grad_norm_tensor = sq.sqrt() / result.loss_scale;
+  if (scaler_.enabled()) {
+    result.skipped = scaler_.update(!std::isfinite(sq.item<double>()));
+    if (result.skipped) return result;
+  }
+  if (clip_ > 0 || result.loss_scale != 1.0) {
+    // In fp32 before the multiply: the same rounding as a host-side float coefficient.
+    grad32.mul_(gradient_coefficient(result.grad_norm_tensor, result.loss_scale, clip_)
+                    .to(grad32.device(), torch::kFloat32));
+  }
   optimizer_->step(master_, grad32, lr);
   return result;
 }

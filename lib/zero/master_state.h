@@ -12,10 +12,10 @@
 //
 // The step. Given the reduced gradient in master coordinates (fp32, where the master lives) and
 // this rank's Σg² over the elements it owns (each element counted once across ranks), step()
-// all-reduces Σg² (fp64, on the compute device: one sync per step), reports the unscaled global
-// norm, lets the loss scaler see a non-finite sum as an fp16 overflow (every rank gets the same
-// verdict through the all-reduce, so all skip together), and otherwise multiplies the gradient by
-// gradient_coefficient() and runs the optimizer on the master.
+// all-reduces Σg² (fp64, on the compute device), reports the unscaled global norm as a device
+// tensor, lets the loss scaler see a non-finite sum as an fp16 overflow (every rank gets the same
+// verdict through the all-reduce, so all skip together; the only host sync, fp16 only), and
+// otherwise multiplies the gradient by gradient_coefficient() and runs the optimizer on the master.
 
 #include <cstdint>
 #include <memory>
@@ -45,8 +45,9 @@ struct MasterLayout {
 };
 
 // The factor the summed fp32 gradient is multiplied by before the update: 1/loss_scale, times
-// clip/(norm + 1e-6) when `clip` > 0 and the (unscaled) global norm exceeds it.
-double gradient_coefficient(const StepResult& r, double clip);
+// clip/(norm + 1e-6) when `clip` > 0 and the (unscaled) global norm `grad_norm` exceeds it;
+// computed where `grad_norm` is (no host sync).
+torch::Tensor gradient_coefficient(const torch::Tensor& grad_norm, double loss_scale, double clip);
 
 class MasterState {
  public:

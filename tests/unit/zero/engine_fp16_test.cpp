@@ -41,7 +41,7 @@ void run_overflow_case(int stage) {
     EXPECT_EQ(results[2].loss_scale, 128.0);
     EXPECT_EQ(engine->loss_scaler_state().scale, 128.0);
     EXPECT_EQ(engine->step_count(), 3);
-    EXPECT_TRUE(std::isfinite(results[2].grad_norm));
+    EXPECT_TRUE(std::isfinite(results[2].grad_norm()));
   });
 }
 

@@ -182,8 +182,9 @@ RunResult run_reference(const Problem& problem, int steps, double clip, double l
     }
     torch::Tensor fp = torch::cat(flat_p), fg = torch::cat(flat_g);
     StepResult step;
-    step.grad_norm = fg.norm().item<double>();
-    if (clip > 0 && step.grad_norm > clip) fg.mul_(clip / (step.grad_norm + 1e-6));
+    const double norm = fg.norm().item<double>();
+    step.grad_norm_tensor = torch::tensor({norm}, torch::kFloat64);
+    if (clip > 0 && norm > clip) fg.mul_(clip / (norm + 1e-6));
     adam.step(fp, fg, lr);
     int64_t offset = 0;
     for (auto& p : params) {
