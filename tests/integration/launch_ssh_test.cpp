@@ -74,6 +74,15 @@ class LaunchSshTest : public ::testing::Test {
     return found;
   }
 
+  // Ranks 0..ranks-1 (2 per host) each printed "probe: <said>" (sigterm_probe.cpp) in `output`.
+  void expect_probes_said(const std::string& output, int ranks, const std::string& said) const {
+    for (int rank = 0; rank < ranks; ++rank) {
+      const std::string line =
+          "[" + host(rank / 2) + ":" + std::to_string(rank) + "] probe: " + said;
+      EXPECT_NE(output.find(line), std::string::npos) << line << "\n" << output;
+    }
+  }
+
   TempDir tmp_;
   std::unique_ptr<SshCluster> cluster_;
   std::string hostfile_;
@@ -165,11 +174,7 @@ TEST_F(LaunchSshTest, RanksOnEveryNodeLearnThatARankFailed) {
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r.err;
   const std::string all = r.out + r.err;
-  for (int rank = 0; rank < 3; ++rank) {
-    const std::string line =
-        "[" + host(rank / 2) + ":" + std::to_string(rank) + "] probe: SIGTERM for a failed rank";
-    EXPECT_NE(all.find(line), std::string::npos) << line << "\n" << all;
-  }
+  expect_probes_said(all, 3, "SIGTERM for a failed rank");
   EXPECT_EQ(all.find("plain SIGTERM"), std::string::npos) << all;
   EXPECT_TRUE(wait_until([&] { return processes_with_marker(token_).empty(); }, 10));
 }
@@ -182,11 +187,7 @@ TEST_F(LaunchSshTest, InterruptedLauncherStopsRanksWithAPlainSigterm) {
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.exit_code, 128 + SIGINT) << r.err;
   const std::string all = r.out + r.err;
-  for (int rank = 0; rank < 4; ++rank) {
-    const std::string line =
-        "[" + host(rank / 2) + ":" + std::to_string(rank) + "] probe: plain SIGTERM";
-    EXPECT_NE(all.find(line), std::string::npos) << line << "\n" << all;
-  }
+  expect_probes_said(all, 4, "plain SIGTERM");
   EXPECT_EQ(all.find("for a failed rank"), std::string::npos) << all;
 }
 
