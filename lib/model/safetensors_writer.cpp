@@ -4,8 +4,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <set>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -157,6 +159,36 @@ void write_streamed_file(const stdfs::path& path, const std::vector<TensorSpec>&
   out.commit();
 }
 
+// One file, or `shard_count` shard files and the index: `write_shard(i, path)` writes shard i and
+// returns its tensors' names and stored byte sizes. Removes the layout not written (a single file
+// replaces an index and the other way round). Returns the files written, the index last.
+std::vector<stdfs::path> write_file_or_shards(
+    const stdfs::path& dir, size_t shard_count,
+    const std::function<std::vector<std::pair<std::string, uint64_t>>(size_t, const stdfs::path&)>&
+        write_shard) {
+  if (shard_count == 1) {
+    write_shard(0, dir / kSafetensorsFile);
+    remove_if_present(dir / kSafetensorsIndexFile);
+    return {dir / kSafetensorsFile};
+  }
+  std::vector<stdfs::path> written;
+  json weight_map = json::object();
+  uint64_t total = 0;
+  for (size_t i = 0; i < shard_count; ++i) {
+    const std::string file = shard_name(i, shard_count);
+    for (const auto& [name, bytes] : write_shard(i, dir / file)) {
+      weight_map[name] = file;
+      total += bytes;
+    }
+    written.push_back(dir / file);
+  }
+  const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  fs::write_file_atomic(dir / kSafetensorsIndexFile, index.dump(2) + "\n");
+  remove_if_present(dir / kSafetensorsFile);
+  written.push_back(dir / kSafetensorsIndexFile);
+  return written;
+}
+
 }  // namespace
 
 void write_safetensors(const stdfs::path& path, const NamedTensors& tensors, Dtype dtype,
@@ -178,28 +210,12 @@ std::vector<stdfs::path> write_safetensors_dir(const stdfs::path& dir, const Nam
                                                uint64_t max_shard_bytes, Dtype dtype) {
   fs::create_dirs(dir);
   const std::vector<NamedTensors> shards = plan_shards(tensors, max_shard_bytes, dtype);
-  if (shards.size() == 1) {
-    write_safetensors(dir / kSafetensorsFile, tensors, dtype);
-    remove_if_present(dir / kSafetensorsIndexFile);
-    return {dir / kSafetensorsFile};
-  }
-  std::vector<stdfs::path> written;
-  json weight_map = json::object();
-  uint64_t total = 0;
-  for (size_t i = 0; i < shards.size(); ++i) {
-    const std::string file = shard_name(i, shards.size());
-    write_safetensors(dir / file, shards[i], dtype);
-    written.push_back(dir / file);
-    for (const auto& [name, t] : shards[i]) {
-      weight_map[name] = file;
-      total += byte_size(t, dtype);
-    }
-  }
-  const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-  fs::write_file_atomic(dir / kSafetensorsIndexFile, index.dump(2) + "\n");
-  remove_if_present(dir / kSafetensorsFile);
-  written.push_back(dir / kSafetensorsIndexFile);
-  return written;
+  return write_file_or_shards(dir, shards.size(), [&](size_t i, const stdfs::path& path) {
+    write_safetensors(path, shards[i], dtype);
+    std::vector<std::pair<std::string, uint64_t>> names;
+    for (const auto& [name, t] : shards[i]) names.emplace_back(name, byte_size(t, dtype));
+    return names;
+  });
 }
 
 std::vector<stdfs::path> write_safetensors_dir_streamed(const stdfs::path& dir,
@@ -220,28 +236,12 @@ std::vector<stdfs::path> write_safetensors_dir_streamed(const stdfs::path& dir,
     shards.back().push_back(spec);
     used += n;
   }
-  if (shards.size() == 1) {
-    write_streamed_file(dir / kSafetensorsFile, specs, dtype, source);
-    remove_if_present(dir / kSafetensorsIndexFile);
-    return {dir / kSafetensorsFile};
-  }
-  std::vector<stdfs::path> written;
-  json weight_map = json::object();
-  uint64_t total = 0;
-  for (size_t i = 0; i < shards.size(); ++i) {
-    const std::string file = shard_name(i, shards.size());
-    write_streamed_file(dir / file, shards[i], dtype, source);
-    written.push_back(dir / file);
-    for (const TensorSpec& spec : shards[i]) {
-      weight_map[spec.name] = file;
-      total += spec_bytes(spec, dtype);
-    }
-  }
-  const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-  fs::write_file_atomic(dir / kSafetensorsIndexFile, index.dump(2) + "\n");
-  remove_if_present(dir / kSafetensorsFile);
-  written.push_back(dir / kSafetensorsIndexFile);
-  return written;
+  return write_file_or_shards(dir, shards.size(), [&](size_t i, const stdfs::path& path) {
+    write_streamed_file(path, shards[i], dtype, source);
+    std::vector<std::pair<std::string, uint64_t>> names;
+    for (const TensorSpec& spec : shards[i]) names.emplace_back(spec.name, spec_bytes(spec, dtype));
+    return names;
+  });
 }
 
 }  // namespace dstrain::model
