@@ -54,8 +54,13 @@ std::string format_summary(const JobOutcome& outcome, const std::string& hostnam
       return fmt::format("dstrain launch: all {} rank(s) exited 0 after {:.1f} s\n",
                          outcome.ranks.size(), outcome.seconds);
     case JobOutcome::Cause::kInterrupted:
-      out =
-          fmt::format("dstrain launch: interrupted by {} after {:.1f} s; all ranks were stopped\n",
+      out = outcome.peer_failed
+                ? fmt::format(
+                      "dstrain launch: stopped after {:.1f} s because a rank on another "
+                      "node failed; all ranks were stopped\n",
+                      outcome.seconds)
+                : fmt::format(
+                      "dstrain launch: interrupted by {} after {:.1f} s; all ranks were stopped\n",
                       signal_name(outcome.interrupt_signal), outcome.seconds);
       break;
     case JobOutcome::Cause::kRankFailed:

@@ -206,6 +206,7 @@ class LocalJob {
     if (interrupt_signal_ != 0) {
       out.cause = JobOutcome::Cause::kInterrupted;
       out.interrupt_signal = interrupt_signal_;
+      out.peer_failed = peer_failed_;
       out.exit_code = 128 + interrupt_signal_;
     } else if (failed_rank_ >= 0) {
       out.cause = JobOutcome::Cause::kRankFailed;

@@ -55,6 +55,7 @@ struct JobOutcome {
   int exit_code = 0;
   int failed_rank = -1;           // kRankFailed: the root-cause rank
   int interrupt_signal = 0;       // kInterrupted: the signal the launcher received
+  bool peer_failed = false;       // kInterrupted: that signal said a rank elsewhere failed
   double seconds = 0;             // wall time of the whole job
   std::vector<RankReport> ranks;  // in rank order
 };

@@ -175,6 +175,8 @@ TEST_F(LaunchSshTest, RanksOnEveryNodeLearnThatARankFailed) {
   EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r.err;
   const std::string all = r.out + r.err;
   expect_probes_said(all, 3, "SIGTERM for a failed rank");
+  EXPECT_NE(all.find("[" + host(0) + "] dstrain launch: stopped after"), std::string::npos) << all;
+  EXPECT_NE(all.find("because a rank on another node failed"), std::string::npos) << all;
   EXPECT_EQ(all.find("plain SIGTERM"), std::string::npos) << all;
   EXPECT_TRUE(wait_until([&] { return processes_with_marker(token_).empty(); }, 10));
 }
