@@ -115,6 +115,10 @@ torch::Tensor host_copy(const torch::Tensor& t) {
   return out.copy_(t);
 }
 
+torch::Tensor snapshot_tensor(const torch::Tensor& t, Snapshot how) {
+  return how == Snapshot::kView && t.device().is_cpu() ? t : host_copy(t);
+}
+
 struct Checkpointer::Job {
   int64_t step = 0;
   std::string tag;
@@ -158,7 +162,7 @@ void Checkpointer::save(int64_t step, Manifest header,
   header.step = step;
   header.world_size = options_.world_size;
   for (const auto& [name, component] : components_) {
-    State s = component->snapshot_state();
+    State s = component->snapshot_state(options_.async ? Snapshot::kCopy : Snapshot::kView);
     for (auto& p : s.pieces) job->pieces.push_back(std::move(p));
     for (auto& t : s.rank_tensors) job->extras.push_back(std::move(t));
     header.components[name] = {component->state_version(), std::move(s.json)};

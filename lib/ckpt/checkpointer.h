@@ -7,7 +7,8 @@
 //     1. wait for this rank's previous save if it is still being written (else no wait)
 //     2. rank 0: prepare_tag_dir() (layout.h)
 //     3. barrier: the one collective of a save, so no rank writes before the directory is ready
-//     4. snapshot every component into host memory the save owns (pinned for GPU tensors)
+//     4. async: snapshot every component into host memory the save owns (pinned for GPU
+//        tensors); sync: host tensors are taken as they are (Snapshot::kView, no copy)
 //     5. hand the snapshot to this rank's writer thread (async) or write it now (sync)
 //   each rank's writer: the shard file (large sequential writes, fsync), then its done record
 //     shard_rK.json with the shard's size and crc32 (atomic), or shard_rK.error with the reason

@@ -37,8 +37,16 @@ struct Piece {
 // Named tensors of one rank, any dtype.
 using ExtraTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
-// One component's state on this rank. A snapshot: it owns its memory (host copies), so it stays
-// valid while training continues and may be written from another thread.
+// How snapshot_state() hands over its tensors.
+enum class Snapshot {
+  kCopy,  // host copies it owns: valid while training continues, writable from another thread
+          // (asynchronous saves)
+  kView,  // tensors already in host memory may be views of the live state, valid until the
+          // component next changes (a synchronous save writes them before training continues):
+          // no copy of the state; device tensors are still copied to the host
+};
+
+// One component's state on this rank: a snapshot as Snapshot says.
 struct State {
   nlohmann::json json = nlohmann::json::object();
   std::vector<Piece> pieces;
@@ -69,7 +77,7 @@ class Stateful {
   // The layout version snapshot_state() writes.
   virtual int state_version() const = 0;
   // Called at a step boundary, on every rank.
-  virtual State snapshot_state() const = 0;
+  virtual State snapshot_state(Snapshot how) const = 0;
   // Called on every rank in the same order (an implementation may communicate). Error(kInput)
   // naming in.origin() for state that does not fit this run.
   virtual void restore_state(const StateIn& in) = 0;
@@ -78,5 +86,8 @@ class Stateful {
 // A host copy of `t` that shares no memory with it (pinned when `t` is on a GPU, so the copy is a
 // fast DMA); the snapshot_state() building block.
 torch::Tensor host_copy(const torch::Tensor& t);
+
+// `t` itself when `how` is kView and `t` is in host memory, else host_copy(t).
+torch::Tensor snapshot_tensor(const torch::Tensor& t, Snapshot how);
 
 }  // namespace dstrain::ckpt

@@ -3,8 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "core/trace.h"
 #include "core/log.h"
+#include "core/trace.h"
 
 namespace dstrain::data {
 namespace {
@@ -119,7 +119,7 @@ LoaderState Loader::state() const {
   return next_;
 }
 
-ckpt::State Loader::snapshot_state() const {
+ckpt::State Loader::snapshot_state(ckpt::Snapshot) const {
   ckpt::State s;
   s.json = nlohmann::json::parse(loader_state_to_json(state()));
   return s;

@@ -68,7 +68,7 @@ class Loader : public ckpt::Stateful {
   void restore(const LoaderState& state);
 
   int state_version() const override { return 1; }
-  ckpt::State snapshot_state() const override;
+  ckpt::State snapshot_state(ckpt::Snapshot how) const override;
   void restore_state(const ckpt::StateIn& in) override;
 
   int64_t steps_per_epoch() const { return steps_per_epoch_; }

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/log.h"
 
 namespace dstrain::metrics {
 
@@ -37,10 +38,42 @@ bool Record::has(const std::string& name) const {
   return false;
 }
 
-JsonlSink::JsonlSink(const std::string& path, bool append) {
+namespace {
+
+// Drops the lines of `path` that a run resumed at `step` writes again (see JsonlSink).
+void keep_steps_up_to(const std::string& path, int64_t step) {
+  if (!std::filesystem::exists(path)) return;
+  const std::string text = fs::read_file(path);
+  std::string kept;
+  int64_t dropped = 0;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find('\n', begin);
+    const bool complete = end != std::string::npos;
+    if (!complete) end = text.size();
+    const std::string_view line(text.data() + begin, end - begin);
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (complete && j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+        j["step"].get<int64_t>() <= step) {
+      kept.append(line).push_back('\n');
+    } else if (!line.empty()) {
+      ++dropped;
+    }
+    begin = end + 1;
+  }
+  if (dropped == 0) return;
+  fs::write_file_atomic(path, kept);
+  log::info("{}: removed {} line(s) after step {}, which the resumed run writes again", path,
+            dropped, step);
+}
+
+}  // namespace
+
+JsonlSink::JsonlSink(const std::string& path, int64_t resumed_at) {
   const auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) fs::create_dirs(parent);
-  file_ = std::fopen(path.c_str(), append ? "a" : "w");
+  if (resumed_at >= 0) keep_steps_up_to(path, resumed_at);
+  file_ = std::fopen(path.c_str(), resumed_at >= 0 ? "a" : "w");
   if (file_ == nullptr) fail(ErrorKind::kIo, "cannot open metrics file {} for writing", path);
 }
 

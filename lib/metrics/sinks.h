@@ -48,10 +48,14 @@ class Sink {
   virtual void finish(RunStatus status, double timeout_s) {}
 };
 
-// Appends JSON lines to `path` (created with its parent directories; Error(kIo) naming it if not).
+// Writes JSON lines to `path` (created with its parent directories; Error(kIo) naming it if not).
+// A new run (`resumed_at` < 0) starts the file afresh. A run resumed at step S continues it: the
+// lines of steps after S (written before the interruption, written again now) and lines that are
+// not a JSON object with a step (a line cut short by a crash) are removed first, so that the file
+// holds each step once.
 class JsonlSink : public Sink {
  public:
-  explicit JsonlSink(const std::string& path, bool append = false);
+  explicit JsonlSink(const std::string& path, int64_t resumed_at = -1);
   ~JsonlSink() override;
   JsonlSink(const JsonlSink&) = delete;
   JsonlSink& operator=(const JsonlSink&) = delete;

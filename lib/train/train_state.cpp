@@ -37,7 +37,7 @@ T state_value(const ckpt::StateIn& in, const char* key) {
 
 }  // namespace
 
-ckpt::State ProgressState::snapshot_state() const {
+ckpt::State ProgressState::snapshot_state(ckpt::Snapshot) const {
   ckpt::State s;
   s.json = {{"step", step_}, {"tokens_seen", tokens_seen_}, {"train_loss", train_loss_}};
   s.rank_tensors.emplace_back(kRngTensor, cpu_rng_state());
@@ -53,7 +53,7 @@ void ProgressState::restore_state(const ckpt::StateIn& in) {
   if (rng.defined()) set_cpu_rng_state(rng);
 }
 
-ckpt::State LoraReference::snapshot_state() const {
+ckpt::State LoraReference::snapshot_state(ckpt::Snapshot) const {
   ckpt::State s;
   s.json = reference_;
   return s;

@@ -18,7 +18,7 @@ class ProgressState : public ckpt::Stateful {
   ProgressState(int64_t& step, int64_t& tokens_seen, double& train_loss)
       : step_(step), tokens_seen_(tokens_seen), train_loss_(train_loss) {}
   int state_version() const override { return 1; }
-  ckpt::State snapshot_state() const override;
+  ckpt::State snapshot_state(ckpt::Snapshot how) const override;
   void restore_state(const ckpt::StateIn& in) override;
 
  private:
@@ -32,7 +32,7 @@ class LoraReference : public ckpt::Stateful {
   // `reference`: the adapter settings and {"base": {..., "checksum"}} of this run.
   explicit LoraReference(nlohmann::json reference) : reference_(std::move(reference)) {}
   int state_version() const override { return 1; }
-  ckpt::State snapshot_state() const override;
+  ckpt::State snapshot_state(ckpt::Snapshot how) const override;
   // Error(kInput) when the saved base checksum differs from this run's.
   void restore_state(const ckpt::StateIn& in) override;
 

@@ -112,7 +112,7 @@ void Trainer::create_metrics() {
   const std::string path = cfg_.logging.metrics_path.empty()
                                ? (stdfs::path(cfg_.logging.out_dir) / "metrics.jsonl").string()
                                : cfg_.logging.metrics_path;
-  metrics_->add_sink(std::make_unique<metrics::JsonlSink>(path, !resume_from_.empty()));
+  metrics_->add_sink(std::make_unique<metrics::JsonlSink>(path, resume_from_.empty() ? -1 : step_));
   if (cfg_.logging.progress) {
     metrics_->add_sink(
         std::make_unique<metrics::ProgressSink>(total_steps_, metrics::stdout_is_terminal()));

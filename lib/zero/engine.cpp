@@ -61,12 +61,12 @@ void Engine::load_state(const StateSource& source, int64_t step_count,
   do_load_state(source, step_count, scaler);
 }
 
-ckpt::State Engine::snapshot_state() const {
+ckpt::State Engine::snapshot_state(ckpt::Snapshot how) const {
   ckpt::State s;
   for (const StatePiece& sp : owned_state()) {
     for (const auto& [kind, t] : sp.tensors) {
-      s.pieces.push_back(
-          {kind, sp.param, sp.shape, sp.elements.begin, sp.elements.end, ckpt::host_copy(t)});
+      s.pieces.push_back({kind, sp.param, sp.shape, sp.elements.begin, sp.elements.end,
+                          ckpt::snapshot_tensor(t, how)});
     }
   }
   s.json = {{"optimizer_steps", step_count()}};

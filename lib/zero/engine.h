@@ -193,7 +193,7 @@ class Engine : public ckpt::Stateful {
   // this rank loads is saved with this run's shape (Error(kInput) naming it), then load_state()
   // with the loss scaler as it is: the scaler is a component of its own (loss_scaler()).
   int state_version() const override { return 1; }
-  ckpt::State snapshot_state() const override;
+  ckpt::State snapshot_state(ckpt::Snapshot how) const override;
   void restore_state(const ckpt::StateIn& in) override;
   virtual LossScaler& loss_scaler() = 0;
 

@@ -41,7 +41,7 @@ bool LossScaler::update(bool overflow) {
   return false;
 }
 
-ckpt::State LossScaler::snapshot_state() const {
+ckpt::State LossScaler::snapshot_state(ckpt::Snapshot) const {
   ckpt::State s;
   s.json = {{"scale", state_.scale},
             {"good_steps", state_.good_steps},

@@ -44,7 +44,7 @@ class LossScaler : public ckpt::Stateful {
   void load_state(const LossScalerState& state) { state_ = state; }
 
   int state_version() const override { return 1; }
-  ckpt::State snapshot_state() const override;
+  ckpt::State snapshot_state(ckpt::Snapshot how) const override;
   void restore_state(const ckpt::StateIn& in) override;
 
  private:

@@ -209,6 +209,14 @@ TEST(Resume, RankKilledDuringSavesLeavesLoadableLatest) {
     EXPECT_EQ(r.exit_code, 0) << "attempt " << attempt << "\n" << r.out << r.err;
     const auto resumed = read_metric(metrics(dir), "train/loss");
     EXPECT_EQ(resumed.count(step + 1), 1u) << "attempt " << attempt;
+    // The steps the killed run logged after `latest` were dropped, not logged twice.
+    std::map<long, int> lines_per_step;
+    std::ifstream in(metrics(dir));
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("train/loss")) ++lines_per_step[j["step"].get<long>()];
+    }
+    for (const auto& [s, n] : lines_per_step) EXPECT_EQ(n, 1) << "step " << s << " logged " << n;
   }
 }
 

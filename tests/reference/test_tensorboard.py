@@ -103,13 +103,18 @@ def test_resumed_run_appends_without_duplicating_steps(tmp):
     out = os.path.join(tmp, "run")
     run(["train", TINY] + overrides(out, **{"checkpoint.interval": 4}), cwd=REPO, timeout=300)
     first = jsonl_values(os.path.join(out, "metrics.jsonl"))
+    first_lines = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
     # Resume from step 8: steps 10 and 12 and the eval at 12 are logged a second time.
     ckpt = os.path.join(out, "ckpt", "step_00000008")
     run(["train", TINY, "--resume-from", ckpt] + overrides(out), cwd=REPO, timeout=300)
     files = sorted(glob.glob(os.path.join(out, "tb", "events.out.tfevents.*")))
     assert len(files) == 2, files
+    # metrics.jsonl: the first run's lines up to step 8 kept as they were, its later lines
+    # replaced by the resumed run's, so each step is there once.
     lines = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
-    assert [l["step"] for l in lines if "train/loss" in l].count(12) == 2  # appended, not rewritten
+    assert [l for l in lines if l["step"] <= 8] == [l for l in first_lines if l["step"] <= 8]
+    steps = [l["step"] for l in lines if "train/loss" in l]
+    assert steps == sorted(set(steps)) and steps[-1] == 12, steps
 
     acc = load(os.path.join(out, "tb"))
     final = jsonl_values(os.path.join(out, "metrics.jsonl"))

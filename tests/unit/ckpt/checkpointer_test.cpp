@@ -26,11 +26,11 @@ class Counter : public Stateful {
  public:
   Counter(int rank, int world) : rank_(rank), world_(world) {}
   int state_version() const override { return version; }
-  State snapshot_state() const override {
+  State snapshot_state(Snapshot how) const override {
     State s;
     s.json = {{"count", count}};
     const int64_t b = rank_ * 10 / world_, e = (rank_ + 1) * 10 / world_;
-    s.pieces.push_back({"value", "w", {10}, b, e, host_copy(w.narrow(0, b, e - b))});
+    s.pieces.push_back({"value", "w", {10}, b, e, snapshot_tensor(w.narrow(0, b, e - b), how)});
     if (bad_piece) s.pieces.back().end += 1;  // a numel mismatch: write_shard refuses it
     s.rank_tensors.emplace_back("mine", torch::full({2}, rank_ + 100 * count));
     return s;
@@ -128,6 +128,30 @@ TEST_F(CheckpointerTest, SaveWritesTheSnapshotNotLaterChanges) {
   reader.restore(results[0].tag_dir);
   EXPECT_EQ(back.count, 1);
   EXPECT_TRUE(torch::equal(back.w, torch::arange(10, torch::kFloat32)));
+}
+
+// A synchronous save writes before it returns, so host tensors go to the writer as they are (no
+// copy of the state); an asynchronous one hands over copies (above).
+TEST_F(CheckpointerTest, SynchronousSaveWritesTheLiveTensorsWithoutACopy) {
+  const torch::Tensor live = torch::arange(4, torch::kFloat32);
+  EXPECT_EQ(snapshot_tensor(live, Snapshot::kView).data_ptr(), live.data_ptr());
+  EXPECT_NE(snapshot_tensor(live, Snapshot::kCopy).data_ptr(), live.data_ptr());
+  Counter c(0, 1);
+  CheckpointerOptions o = options(0, 1);
+  o.async = false;
+  Checkpointer ck(o, [] {});
+  ck.add("counter", &c);
+  c.w += 7;
+  ck.save(6, Manifest{}, {});
+  const auto results = ck.take_finished();  // already written: no wait()
+  ASSERT_EQ(results.size(), 1u);
+  ASSERT_TRUE(results[0].ok) << results[0].error;
+  EXPECT_EQ(read_latest(tmp_.path().string()), tag_for_step(6));
+  Counter back(0, 1);
+  Checkpointer reader(options(0, 1), [] {});
+  reader.add("counter", &back);
+  reader.restore(results[0].tag_dir);
+  EXPECT_TRUE(torch::equal(back.w, torch::arange(10, torch::kFloat32) + 7));
 }
 
 TEST_F(CheckpointerTest, AFailedRankLeavesLatestOnThePreviousCheckpoint) {

@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -38,6 +40,36 @@ TEST(JsonlSink, WritesOneParsableObjectPerRecordInOrder) {
   j = nlohmann::ordered_json::parse(line);
   EXPECT_TRUE(j["train/loss"].is_null());
   std::filesystem::remove_all(path.parent_path());
+}
+
+// A run resumed at step 4 of a file that the interrupted run had written up to step 6, its last
+// line cut short by the crash: steps 5 and 6 and the cut line go, step 4 stays, new lines follow.
+TEST(JsonlSink, AResumedRunDropsTheStepsItWritesAgain) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("dstrain_metrics_resume_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto path = dir / "m.jsonl";
+  std::ofstream(path) << "{\"step\":2,\"train/loss\":3.0}\n{\"step\":4,\"eval/loss\":2.0}\n"
+                      << "{\"step\":5,\"train/loss\":2.5}\n{\"step\":6,\"train/lo";
+  {
+    JsonlSink sink(path.string(), /*resumed_at=*/4);
+    Record r{5, {}};
+    r.add("train/loss", 2.25);
+    sink.write(r);
+  }
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0]["step"], 2);
+  EXPECT_EQ(lines[1]["step"], 4);
+  EXPECT_EQ(lines[2]["step"], 5);
+  EXPECT_DOUBLE_EQ(lines[2]["train/loss"].get<double>(), 2.25);
+  {
+    JsonlSink fresh(path.string());  // a new run starts the file afresh
+  }
+  EXPECT_EQ(std::filesystem::file_size(path), 0u);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ProgressSink, LineShowsStepLossLrThroughputAndEta) {
