@@ -10,7 +10,7 @@ void set_train_command(CLI::App& root, int* exit_code) {
   auto* cmd = add_worker_subcommand(root, kTrainCommand);
   cmd->footer(
       "The world comes from RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (a single process when\n"
-      "unset). SIGUSR1 saves a checkpoint at the next step boundary and stops cleanly.\n"
+      "unset). SIGUSR1 saves a checkpoint within two steps and stops cleanly.\n"
       "Examples:\n"
       "  dstrain train configs/tiny.yaml --set training.max_steps=20\n"
       "  dstrain train --print-config run.yaml");

@@ -27,8 +27,8 @@ void on_sigusr1(int) {
   Trainer::stop_requested().store(true);
 }
 
-// SIGUSR1 (Slurm's pre-preemption signal, forwarded by the launcher) asks for a checkpoint at the
-// next step boundary and a clean stop.
+// SIGUSR1 (Slurm's pre-preemption signal, forwarded by the launcher) asks for a checkpoint within
+// two steps (the ranks' stop vote, step_sync.h) and a clean stop.
 void install_stop_handler() {
   struct sigaction sa {};
   sa.sa_handler = on_sigusr1;

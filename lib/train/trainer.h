@@ -55,7 +55,7 @@ class Trainer {
 
   RunSummary run();
 
-  // Set by the SIGUSR1 handler: save a checkpoint at the next step boundary and stop.
+  // Set by the SIGUSR1 handler: save a checkpoint within two steps (the ranks vote) and stop.
   static std::atomic<bool>& stop_requested();
 
  private:
