@@ -1,7 +1,7 @@
 // dstrain: the command users type. It links no LibTorch and runs `launch` (the local and SSH
-// launchers and the node agent), `report`, `trace` and `version` itself; every other command is handed, arguments
-// untouched, to dstrain-worker beside it (command_info.h says why). main() only builds the command
-// tree and runs it; run_cli.h maps errors to exit codes.
+// launchers and the node agent), `report`, `trace` and `version` itself; every other command is
+// handed, arguments untouched, to dstrain-worker beside it (command_info.h says why). main() only
+// builds the command tree and runs it; run_cli.h maps errors to exit codes.
 
 #include <CLI/CLI.hpp>
 

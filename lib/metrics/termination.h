@@ -2,10 +2,10 @@
 // TerminationWatch: lets a run record how it ended when it is told to stop by a signal. While one
 // lives, SIGTERM and SIGINT do not kill the process at once: the handler only wakes a watcher
 // thread (async-signal-safe: one write to a pipe), which calls `on_signal(signo, peer_failed)`
-// (`peer_failed`: the launcher sent it because another rank failed, core/teardown_signal.h) — on that
-// thread, so it works even while the main thread is blocked in a collective — then restores the
-// default action and raises the signal again, so the process still dies by it (exit status 128 +
-// signal, what the launcher and schedulers expect). `on_signal` must return in bounded time: the
+// (`peer_failed`: the launcher sent it because another rank failed, core/teardown_signal.h) — on
+// that thread, so it works even while the main thread is blocked in a collective — then restores
+// the default action and raises the signal again, so the process still dies by it (exit status 128
+// + signal, what the launcher and schedulers expect). `on_signal` must return in bounded time: the
 // launcher sends SIGKILL after its grace period (5 s by default).
 //
 // One at a time per process. The destructor restores the previous handlers.

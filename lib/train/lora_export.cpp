@@ -52,8 +52,8 @@ void export_lora(const ExportOptions& options, const ckpt::CheckpointReader& rea
               adapter.options.r, options.out_dir);
     return;
   }
-  const torch::ScalarType dtype = model::resolve_dtype(
-      options.dtype == "auto" ? m.compute_dtype : options.dtype, config);
+  const torch::ScalarType dtype =
+      model::resolve_dtype(options.dtype == "auto" ? m.compute_dtype : options.dtype, config);
   model::DecoderModel base = rebuild_base_model(config, lj, reader.dir());
   lora::merge_lora(*base, adapter.weights, adapter.options.scale());
   model::save_weights(*base, options.out_dir, dtype);

@@ -60,10 +60,10 @@ int run_train(const TrainOptions& options) {
     return 0;
   }
   install_stop_handler();
-  Trainer trainer(cfg,
-                  options.resume_from.empty() ? std::string()
-                                              : ckpt::resolve_checkpoint(options.resume_from),
-                  join_world_from_env());
+  Trainer trainer(
+      cfg,
+      options.resume_from.empty() ? std::string() : ckpt::resolve_checkpoint(options.resume_from),
+      join_world_from_env());
   const RunSummary s = trainer.run();
   log::info("done: {} steps, train loss {:.4f}{}, {:.1f}s{}", s.steps, s.train_loss,
             s.eval_loss >= 0 ? fmt::format(", eval loss {:.4f}", s.eval_loss) : std::string(),
