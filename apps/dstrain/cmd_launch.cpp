@@ -8,7 +8,7 @@ namespace {
 
 struct LaunchFlags {
   launcher::LaunchOptions options;
-  std::string first;  // the first positional: CONFIG, or with --exec the program
+  std::string first;   // the first positional: CONFIG, or with --exec the program
   bool trace = false;  // --trace: --set logging.trace=true
 };
 

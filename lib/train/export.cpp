@@ -62,7 +62,8 @@ int run_export(const ExportOptions& options) {
 
   torch::NoGradGuard no_grad;
   const stdfs::path out(options.out_dir);
-  if (options.adapter_only || options.merge_lora || reader.manifest().component("lora") != nullptr) {
+  if (options.adapter_only || options.merge_lora ||
+      reader.manifest().component("lora") != nullptr) {
     export_lora(options, reader, mc);
   } else {
     model::write_safetensors_dir_streamed(
