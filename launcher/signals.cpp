@@ -17,12 +17,9 @@ int g_write_fd = -1;
 struct sigaction g_saved[sizeof(kCaught) / sizeof(kCaught[0])];
 struct sigaction g_saved_pipe;
 
-constexpr unsigned char kPeerFailedFlag = 0x80;  // or'ed into the signal number's byte
-
 void on_signal(int sig, siginfo_t* info, void*) {
   int saved_errno = errno;
-  unsigned char byte =
-      static_cast<unsigned char>(sig | (is_teardown_for_failed_rank(info) ? kPeerFailedFlag : 0));
+  unsigned char byte = signal_byte(sig, info);
   ssize_t ignored = ::write(g_write_fd, &byte, 1);  // a full pipe drops the byte; one is enough
   (void)ignored;
   errno = saved_errno;
@@ -66,7 +63,7 @@ std::vector<ReceivedSignal> SignalPipe::drain() {
   ssize_t n;
   while ((n = ::read(read_fd_, buf, sizeof(buf))) > 0) {
     for (ssize_t i = 0; i < n; ++i) {
-      out.push_back({buf[i] & ~kPeerFailedFlag, (buf[i] & kPeerFailedFlag) != 0});
+      out.push_back({signal_of_byte(buf[i]), peer_failed_of_byte(buf[i])});
     }
   }
   return out;

@@ -17,6 +17,20 @@ inline bool is_teardown_for_failed_rank(const siginfo_t* info) noexcept {
          info->si_value.sival_int == kTeardownForFailedRank;
 }
 
+// A signal handler's delivery as one byte for a self-pipe (async-signal-safe): the signal number,
+// with kPeerFailedBit set when it is the launcher's "another rank failed" SIGTERM.
+inline constexpr unsigned char kPeerFailedBit = 0x80;
+inline unsigned char signal_byte(int signo, const siginfo_t* info) noexcept {
+  return static_cast<unsigned char>(signo |
+                                    (is_teardown_for_failed_rank(info) ? kPeerFailedBit : 0));
+}
+inline int signal_of_byte(unsigned char byte) noexcept {
+  return byte & ~kPeerFailedBit;
+}
+inline bool peer_failed_of_byte(unsigned char byte) noexcept {
+  return (byte & kPeerFailedBit) != 0;
+}
+
 // Sends that SIGTERM to `pid` (async-signal-safe); returns sigqueue()'s result.
 inline int send_teardown_for_failed_rank(pid_t pid) noexcept {
   union sigval value {};

@@ -14,8 +14,7 @@ namespace dstrain::metrics {
 namespace {
 
 constexpr int kSignals[] = {SIGTERM, SIGINT};
-constexpr unsigned char kQuit = 0;           // not a signal number: the destructor's wake-up
-constexpr unsigned char kFailedFlag = 0x80;  // or'ed into the signal number: a peer rank failed
+constexpr unsigned char kQuit = 0;  // not a signal number: the destructor's wake-up
 
 std::atomic<int> g_write_fd{-1};
 struct sigaction g_previous[2];
@@ -24,8 +23,7 @@ void on_signal(int signo, siginfo_t* info, void*) {
   const int saved = errno;
   const int fd = g_write_fd.load();
   if (fd >= 0) {
-    const bool peer_failed = is_teardown_for_failed_rank(info);
-    const auto byte = static_cast<unsigned char>(signo | (peer_failed ? kFailedFlag : 0));
+    const unsigned char byte = signal_byte(signo, info);
     [[maybe_unused]] const ssize_t n = ::write(fd, &byte, 1);
   }
   errno = saved;
@@ -61,8 +59,8 @@ void TerminationWatch::watch() {
     const ssize_t n = ::read(pipe_[0], &byte, 1);
     if (n < 0 && errno == EINTR) continue;
     if (n != 1 || byte == kQuit) return;
-    const int signo = byte & ~kFailedFlag;
-    on_signal_(signo, (byte & kFailedFlag) != 0);
+    const int signo = signal_of_byte(byte);
+    on_signal_(signo, peer_failed_of_byte(byte));
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);
