@@ -284,9 +284,9 @@ torch::Tensor Trainer::train_step(double* fwd_bwd_s, double* data_s) {
 }
 
 double Trainer::mean_loss_over_ranks(const torch::Tensor& local_loss) {
-  std::vector<double> sum = {local_loss.item<double>()};
-  all_reduce_sum(sum);
-  const double loss = sum[0] / world_;
+  torch::Tensor sum = local_loss.reshape({1}).clone();  // fp64, on the device
+  comm::synchronize(*comm_->all_reduce(sum, comm::ReduceOp::kSum));
+  const double loss = sum.item<double>() / world_;
   if (!std::isfinite(loss)) {
     fail(ErrorKind::kRuntime, "training diverged: loss is {} at step {}", loss, step_);
   }
