@@ -44,16 +44,21 @@ class AdamW : public Optimizer {
     state_["exp_avg_sq"] = zeros.clone();
   }
 
-  void step(torch::Tensor& params, const torch::Tensor& grads, double lr) override {
-    check_shard("AdamW", params, grads, numel_, device_);
+  void begin_step(double lr) override {
     ++step_;
-    AdamWScalars s = scalars(lr);
+    scalars_ = scalars(lr);
+    begun_ = true;
+  }
+
+  void update(torch::Tensor& params, const torch::Tensor& grads, int64_t offset) override {
+    if (!begun_) fail(ErrorKind::kInternal, "AdamW: update() before begin_step()");
+    check_piece("AdamW", params, grads, offset, numel_, device_);
     if (device_.is_cpu()) {
-      update_cpu(params, grads, s);
+      update_cpu(params, grads, offset);
     } else if (device_.is_cuda() && kernels::cuda_kernels_available()) {
-      update_cuda(params, grads, s);
+      update_cuda(params, grads, offset);
     } else {
-      update_aten(params, grads, s);
+      update_aten(params, grads, offset);
     }
   }
 
@@ -79,50 +84,56 @@ class AdamW : public Optimizer {
     return s;
   }
 
-  void update_cpu(torch::Tensor& params, const torch::Tensor& grads, const AdamWScalars& s) {
+  // The decay segments inside the piece [offset, offset + n), as positions in the piece, with the
+  // step's scalars for each.
+  template <typename Fn>
+  void for_each_segment(int64_t offset, int64_t n, Fn&& fn) const {
+    for_each_segment_in(segments_, offset, offset + n, [&](const Segment& seg) {
+      AdamWScalars local = scalars_;
+      if (!seg.decay) local.decay_factor = 1.0f;
+      fn(seg.begin - offset, seg.end - seg.begin, local);
+    });
+  }
+
+  void update_cpu(torch::Tensor& params, const torch::Tensor& grads, int64_t offset) {
     float* p = params.data_ptr<float>();
     const float* g = grads.data_ptr<float>();
-    float* m = state_["exp_avg"].data_ptr<float>();
-    float* v = state_["exp_avg_sq"].data_ptr<float>();
-    at::parallel_for(0, numel_, kGrain, [&](int64_t begin, int64_t end) {
-      for_each_segment_in(segments_, begin, end, [&](const Segment& seg) {
-        AdamWScalars local = s;
-        if (!seg.decay) local.decay_factor = 1.0f;
-        const int64_t b = seg.begin;
-        adamw_update(p + b, g + b, m + b, v + b, seg.end - seg.begin, local);
+    float* m = state_["exp_avg"].data_ptr<float>() + offset;
+    float* v = state_["exp_avg_sq"].data_ptr<float>() + offset;
+    at::parallel_for(0, params.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      for_each_segment(offset + begin, end - begin, [&](int64_t at, int64_t n, const auto& s) {
+        const int64_t b = begin + at;
+        adamw_update(p + b, g + b, m + b, v + b, n, s);
       });
     });
   }
 
   // One fused kernel launch per decay segment, on the legacy default stream (LibTorch's current
   // stream unless the caller changed it), so it is ordered after the gradient's producers.
-  void update_cuda(torch::Tensor& params, const torch::Tensor& grads, const AdamWScalars& s) {
-    for (const Segment& seg : segments_) {
+  void update_cuda(torch::Tensor& params, const torch::Tensor& grads, int64_t offset) {
+    for_each_segment(offset, params.numel(), [&](int64_t at, int64_t n, const auto& s) {
       kernels::AdamWBuffers b;
-      b.param = params.data_ptr<float>() + seg.begin;
-      b.exp_avg = state_["exp_avg"].data_ptr<float>() + seg.begin;
-      b.exp_avg_sq = state_["exp_avg_sq"].data_ptr<float>() + seg.begin;
-      b.grad = grads.data_ptr<float>() + seg.begin;
+      b.param = params.data_ptr<float>() + at;
+      b.exp_avg = state_["exp_avg"].data_ptr<float>() + offset + at;
+      b.exp_avg_sq = state_["exp_avg_sq"].data_ptr<float>() + offset + at;
+      b.grad = grads.data_ptr<float>() + at;
       b.grad_type = kernels::GradType::kFloat32;
-      b.n = seg.end - seg.begin;
-      AdamWScalars local = s;
-      if (!seg.decay) local.decay_factor = 1.0f;
-      kernels::adamw_update_cuda(b, local, /*stream=*/nullptr);
-    }
+      b.n = n;
+      kernels::adamw_update_cuda(b, s, /*stream=*/nullptr);
+    });
   }
 
-  void update_aten(torch::Tensor& params, const torch::Tensor& grads, const AdamWScalars& s) {
-    for (const Segment& seg : segments_) {
-      const int64_t n = seg.end - seg.begin;
-      auto p = params.narrow(0, seg.begin, n);
-      auto g = grads.narrow(0, seg.begin, n);
-      auto m = state_["exp_avg"].narrow(0, seg.begin, n);
-      auto v = state_["exp_avg_sq"].narrow(0, seg.begin, n);
-      if (seg.decay) p.mul_(s.decay_factor);
+  void update_aten(torch::Tensor& params, const torch::Tensor& grads, int64_t offset) {
+    for_each_segment(offset, params.numel(), [&](int64_t at, int64_t n, const auto& s) {
+      auto p = params.narrow(0, at, n);
+      auto g = grads.narrow(0, at, n);
+      auto m = state_["exp_avg"].narrow(0, offset + at, n);
+      auto v = state_["exp_avg_sq"].narrow(0, offset + at, n);
+      if (s.decay_factor != 1.0f) p.mul_(s.decay_factor);
       m.mul_(s.beta1).add_(g, s.one_minus_beta1);
       v.mul_(s.beta2).addcmul_(g, g, s.one_minus_beta2);
       p.addcdiv_(m, v.sqrt().div_(s.bias2_sqrt).add_(s.eps), -s.step_size);
-    }
+    });
   }
 
   int64_t numel_;
@@ -131,6 +142,8 @@ class AdamW : public Optimizer {
   std::vector<Segment> segments_;
   std::map<std::string, torch::Tensor> state_;  // "exp_avg", "exp_avg_sq": [numel] float32
   int64_t step_ = 0;
+  AdamWScalars scalars_;  // of the step begun last
+  bool begun_ = false;
 };
 
 }  // namespace

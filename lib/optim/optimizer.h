@@ -26,9 +26,20 @@ struct Range {
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  // One update with learning rate `lr`. Increments step_count() first (AdamW bias correction uses
-  // the incremented count, as torch.optim.AdamW does).
-  virtual void step(torch::Tensor& params, const torch::Tensor& grads, double lr) = 0;
+  // One update of the whole shard with learning rate `lr`: begin_step(lr), then
+  // update(params, grads, 0).
+  void step(torch::Tensor& params, const torch::Tensor& grads, double lr) {
+    begin_step(lr);
+    update(params, grads, 0);
+  }
+  // The same update in pieces, so that a piece can be updated as soon as its gradient is ready:
+  // begin_step(lr) once, which increments step_count() (AdamW bias correction uses the incremented
+  // count, as torch.optim.AdamW does), then update() for pieces that cover the shard once, in any
+  // order. `params` and `grads` are the shard's elements [offset, offset + numel) (e.g. views of
+  // it). Each element's update depends on that element only, so any split gives bit for bit the
+  // result of step().
+  virtual void begin_step(double lr) = 0;
+  virtual void update(torch::Tensor& params, const torch::Tensor& grads, int64_t offset) = 0;
   virtual int64_t step_count() const = 0;
   // Named state tensors shaped like the shard (e.g. "exp_avg", "exp_avg_sq") for checkpoints, plus
   // the step count. load_state() checks names and sizes and throws Error(kInput) on mismatch.

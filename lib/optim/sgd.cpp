@@ -27,19 +27,27 @@ class Sgd : public Optimizer {
     }
   }
 
-  void step(torch::Tensor& params, const torch::Tensor& grads, double lr) override {
-    check_shard("SGD", params, grads, numel_, device_);
+  void begin_step(double lr) override {
     ++step_;
+    lr_ = lr;
+    begun_ = true;
+  }
+
+  void update(torch::Tensor& params, const torch::Tensor& grads, int64_t offset) override {
+    if (!begun_) fail(ErrorKind::kInternal, "SGD: update() before begin_step()");
+    check_piece("SGD", params, grads, offset, numel_, device_);
+    const int64_t numel = params.numel();
     torch::Tensor d = grads.clone();
     if (options_.weight_decay != 0.0) {
-      for (const Segment& seg : segments_) {
-        if (!seg.decay) continue;
+      for_each_segment_in(segments_, offset, offset + numel, [&](const Segment& seg) {
+        if (!seg.decay) return;
         const int64_t n = seg.end - seg.begin;
-        d.narrow(0, seg.begin, n).add_(params.narrow(0, seg.begin, n), options_.weight_decay);
-      }
+        d.narrow(0, seg.begin - offset, n)
+            .add_(params.narrow(0, seg.begin - offset, n), options_.weight_decay);
+      });
     }
     if (options_.momentum != 0.0) {
-      torch::Tensor& buf = state_["momentum_buffer"];
+      torch::Tensor buf = state_["momentum_buffer"].narrow(0, offset, numel);
       if (step_ == 1) {
         buf.copy_(d);
       } else {
@@ -47,7 +55,7 @@ class Sgd : public Optimizer {
       }
       d = buf;
     }
-    params.add_(d, -lr);
+    params.add_(d, -lr_);
   }
 
   int64_t step_count() const override { return step_; }
@@ -64,6 +72,8 @@ class Sgd : public Optimizer {
   std::vector<Segment> segments_;
   std::map<std::string, torch::Tensor> state_;  // "momentum_buffer": [numel] float32, if momentum
   int64_t step_ = 0;
+  double lr_ = 0;  // of the step begun last
+  bool begun_ = false;
 };
 
 }  // namespace

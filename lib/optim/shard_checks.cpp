@@ -17,10 +17,15 @@ void check_one(const char* optimizer, const char* name, const torch::Tensor& t, 
 
 }  // namespace
 
-void check_shard(const char* optimizer, const torch::Tensor& params, const torch::Tensor& grads,
-                 int64_t numel, torch::Device device) {
-  check_one(optimizer, "params", params, numel, device);
-  check_one(optimizer, "grads", grads, numel, device);
+void check_piece(const char* optimizer, const torch::Tensor& params, const torch::Tensor& grads,
+                 int64_t offset, int64_t numel, torch::Device device) {
+  const int64_t n = params.defined() ? params.numel() : 0;
+  if (offset < 0 || offset + n > numel) {
+    fail(ErrorKind::kInternal, "{}: piece [{}, {}) outside the shard of {} elements", optimizer,
+         offset, offset + n, numel);
+  }
+  check_one(optimizer, "params", params, n, device);
+  check_one(optimizer, "grads", grads, n, device);
 }
 
 void load_named_state(const char* optimizer, std::map<std::string, torch::Tensor>& into,

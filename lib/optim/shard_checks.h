@@ -9,9 +9,10 @@
 
 namespace dstrain::optim {
 
-// params/grads: 1-D float32, contiguous, `numel` elements, on `device`. Error(kInternal) otherwise.
-void check_shard(const char* optimizer, const torch::Tensor& params, const torch::Tensor& grads,
-                 int64_t numel, torch::Device device);
+// params/grads: the elements [offset, offset + params.numel()) of a shard of `numel` elements: 1-D
+// float32, contiguous, of the same numel, on `device`. Error(kInternal) otherwise.
+void check_piece(const char* optimizer, const torch::Tensor& params, const torch::Tensor& grads,
+                 int64_t offset, int64_t numel, torch::Device device);
 
 // Copies `state` into `into` after checking that the names match exactly and every tensor has the
 // shard's numel. Error(kInput) naming the first difference.

@@ -105,6 +105,9 @@ void Trainer::init() {
   log::info("model {}: {:.2f}M parameters, {} layers; {} steps of {} tokens; zero stage {}",
             cfg_.model.name_or_path, model_config_.num_parameters(true) / 1e6,
             model_config_.num_hidden_layers, total_steps_, tokens_per_step_, cfg_.zero.stage);
+  if (engine_->can_update_during_backward()) {
+    log::info("no gradient clipping: each gradient bucket is updated during backward");
+  }
 }
 
 void Trainer::create_metrics() {
@@ -397,6 +400,7 @@ RunSummary Trainer::run_steps() {
   while (step_ < total_steps_) {
     const trace::Span step_span("step", "step", {"step", step_ + 1});
     const double lr = schedule_->lr(step_);
+    engine_->set_step_lr(lr);
     const torch::Tensor local_loss = train_step(&fwd_bwd, &data_t);
     Stopwatch o;
     trace::Span optimizer_span("optimizer", "optimizer");

@@ -52,12 +52,18 @@ StepResult Engine::step(double lr) {
          done_.count);
   }
   done_ = MicroStep{-1, 0};
-  return do_step(lr);
+  if (step_lr_ && *step_lr_ != lr) {
+    fail(ErrorKind::kInternal, "zero engine: step({}) after set_step_lr({})", lr, *step_lr_);
+  }
+  const StepResult result = do_step(lr);
+  step_lr_.reset();
+  return result;
 }
 
 void Engine::load_state(const StateSource& source, int64_t step_count,
                         const LossScalerState& scaler) {
   done_ = MicroStep{-1, 0};
+  step_lr_.reset();
   do_load_state(source, step_count, scaler);
 }
 

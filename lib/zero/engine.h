@@ -22,6 +22,7 @@
 // partition.h. Communication during backward: grad_reducer.h.
 //
 // Use, per optimizer step of A micro-steps (gradient accumulation):
+//   engine->set_step_lr(lr);           // optional: lets the update start during backward
 //   for (int i = 0; i < A; ++i) engine->backward(model_loss(micro_batch[i]), {i, A});
 //   StepResult r = engine->step(lr);   // zero_grad is part of step()
 // `loss` is this rank's mean loss over its micro-batch; backward scales it by 1/A (and the fp16
@@ -43,6 +44,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -171,6 +173,14 @@ class Engine : public ckpt::Stateful {
   // After the backward() of the last micro-step (else Error(kInternal)): completes communication,
   // clips, updates (unless fp16 overflow), refreshes the parameters, zeroes the gradients.
   StepResult step(double lr);
+  // Optional, before the backward() of a step's last micro-step: the learning rate that step() will
+  // be given (else Error(kInternal) there). At stages 0-2 without gradient clipping and fp16 loss
+  // scaling (where no update waits for the global norm) each bucket is then updated as soon as its
+  // gradient is reduced, and its parameters refreshed, while backward goes on with the earlier
+  // layers; the values are bit for bit those of updating in step().
+  void set_step_lr(double lr) { step_lr_ = lr; }
+  // Whether the stage and options let set_step_lr() move the update into backward.
+  virtual bool can_update_during_backward() const { return false; }
 
   virtual MemoryReport bytes() const = 0;
 
@@ -207,8 +217,12 @@ class Engine : public ckpt::Stateful {
   virtual void do_load_state(const StateSource& source, int64_t step_count,
                              const LossScalerState& scaler) = 0;
 
+  // The learning rate of set_step_lr() for the coming step, if any.
+  const std::optional<double>& step_lr() const { return step_lr_; }
+
  private:
   MicroStep done_{-1, 0};  // the last micro-step backward() ran since step(); index -1: none
+  std::optional<double> step_lr_;
 };
 
 // Builds the engine for options.stage: a ShardedEngine for stages 0-2, a Stage3Engine for stage 3.

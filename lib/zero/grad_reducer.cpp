@@ -17,7 +17,7 @@ GradReducer::GradReducer(const Partition& partition, comm::Communicator& comm,
   }
 }
 
-void GradReducer::begin_backward(bool communicate, bool accumulate) {
+void GradReducer::begin_backward(bool communicate, bool accumulate, bool notify) {
   // Collectives of the previous micro-step may still be in flight (they overlap this forward);
   // only half-filled bucket buffers would be a bug.
   if (!buffers_.empty()) {
@@ -25,6 +25,7 @@ void GradReducer::begin_backward(bool communicate, bool accumulate) {
   }
   active_ = communicate;
   accumulate_ = accumulate;
+  notify_ = notify;
   waiting_ = params_per_bucket_;
   next_launch_ = static_cast<int64_t>(partition_.buckets().size()) - 1;
 }
@@ -61,6 +62,7 @@ void GradReducer::launch(size_t bucket) {
   const Range in_shard{partition_.shard_offset(bucket), partition_.shard_offset(bucket) + chunk};
   InFlight op;
   op.bucket = static_cast<int64_t>(bucket);
+  op.notify = notify_;
   if (config_.stage == 0) {
     op.input = flat_grad_.narrow(0, flat.begin, flat.end - flat.begin);
     op.work = comm_.all_reduce(op.input, comm::ReduceOp::kAvg);
@@ -80,6 +82,7 @@ void GradReducer::launch_stage2(size_t bucket, Range chunk_in_shard) {
   if (!config_.contiguous_gradients) copy_bucket_from_grads(bucket);
   InFlight op;
   op.bucket = static_cast<int64_t>(bucket);
+  op.notify = notify_;
   op.input = bucket_buffer(bucket);
   buffers_.erase(bucket);
   route_output(op, chunk_in_shard);
@@ -156,17 +159,21 @@ void GradReducer::copy_bucket_from_grads(size_t bucket) {
 void GradReducer::retire_oldest() {
   InFlight op = std::move(in_flight_.front());
   in_flight_.pop_front();
-  const trace::Span span("comm", "wait for bucket", {"bucket", op.bucket});
-  op.work->wait();
-  if (!op.target.defined()) return;
-  if (op.output.device() != op.target.device() || op.output.dtype() != op.target.dtype()) {
-    op.output = op.output.to(op.target.device(), op.target.scalar_type());
+  {
+    const trace::Span span("comm", "wait for bucket", {"bucket", op.bucket});
+    op.work->wait();
   }
-  if (op.assign) {
-    op.target.copy_(op.output);
-  } else {
-    op.target.add_(op.output);
+  if (op.target.defined()) {
+    if (op.output.device() != op.target.device() || op.output.dtype() != op.target.dtype()) {
+      op.output = op.output.to(op.target.device(), op.target.scalar_type());
+    }
+    if (op.assign) {
+      op.target.copy_(op.output);
+    } else {
+      op.target.add_(op.output);
+    }
   }
+  if (op.notify && on_reduced_) on_reduced_(static_cast<size_t>(op.bucket));
 }
 
 void GradReducer::note_allocation() {

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -51,9 +52,18 @@ class GradReducer {
   // collective completes, during backward.
   void set_grad_shard(torch::Tensor grad_shard) { grad_shard_ = std::move(grad_shard); }
 
+  // Called with a bucket's index once its reduced gradient is in place (the flat buffer's range at
+  // stage 0, this rank's chunk of the shard at stages 1/2, added to it when accumulating), for the
+  // buckets of a backward begun with `notify`: during backward, in the order the buckets were
+  // launched, or from finish().
+  void set_on_reduced(std::function<void(size_t bucket)> on_reduced) {
+    on_reduced_ = std::move(on_reduced);
+  }
+
   // `communicate`: reduce this backward's gradients (stage 0/1: last micro-step only).
   // `accumulate`: stage 2, add into the shard instead of overwriting it.
-  void begin_backward(bool communicate, bool accumulate);
+  // `notify`: call on_reduced for this backward's buckets (the step's last micro-step).
+  void begin_backward(bool communicate, bool accumulate, bool notify = false);
   // Hook: parameter `param`'s gradient is final for this backward.
   void on_grad_ready(size_t param);
   // Launches the buckets not launched yet (parameters that got no gradient count as zero).
@@ -71,7 +81,8 @@ class GradReducer {
     torch::Tensor output;
     torch::Tensor target;  // defined: output is added (or copied) here on completion
     bool assign = false;   // copy into target instead of adding
-    int64_t bucket = 0;    // for the trace
+    bool notify = false;   // call on_reduced_ once complete
+    int64_t bucket = 0;
   };
 
   // The device and dtype of the gradients (and of every communication buffer).
@@ -100,6 +111,8 @@ class GradReducer {
   int64_t next_launch_ = -1;            // next bucket to launch (descending); -1: all launched
   bool active_ = false;
   bool accumulate_ = false;
+  bool notify_ = false;
+  std::function<void(size_t)> on_reduced_;
   std::map<size_t, torch::Tensor> buffers_;  // stage 2: bucket buffers being filled
   std::deque<InFlight> in_flight_;
   int64_t peak_bytes_ = 0;

@@ -37,26 +37,38 @@ std::vector<Range> MasterState::no_decay_ranges() const {
 }
 
 StepResult MasterState::step(torch::Tensor grad32, const torch::Tensor& local_sq, double lr) {
+  StepResult result = reduce_norm(local_sq);
+  if (result.skipped) return result;
+  begin_update(lr);
+  update(std::move(grad32), 0, coefficient(result));
+  return result;
+}
+
+StepResult MasterState::reduce_norm(const torch::Tensor& local_sq) {
   StepResult result;
   result.loss_scale = scaler_.scale();
   // All-reduced on the communicator's device, where the norm and the coefficient stay: without
   // fp16 loss scaling nothing here waits for the device. With it, whether to skip the step is
-  // decided on the host (one sync per step); with offload the coefficient is read where the
-  // master lives.
+  // decided on the host (one sync per step).
   torch::Tensor sq = local_sq.to(device_, torch::kFloat64).reshape({1});
   comm_.all_reduce(sq, comm::ReduceOp::kSum)->wait();
   result.grad_norm_tensor = sq.sqrt() / result.loss_scale;
-  if (scaler_.enabled()) {
-    result.skipped = scaler_.update(!std::isfinite(sq.item<double>()));
-    if (result.skipped) return result;
-  }
-  if (clip_ > 0 || result.loss_scale != 1.0) {
-    // In fp32 before the multiply: the same rounding as a host-side float coefficient.
-    grad32.mul_(gradient_coefficient(result.grad_norm_tensor, result.loss_scale, clip_)
-                    .to(grad32.device(), torch::kFloat32));
-  }
-  optimizer_->step(master_, grad32, lr);
+  if (scaler_.enabled()) result.skipped = scaler_.update(!std::isfinite(sq.item<double>()));
   return result;
+}
+
+// In fp32 before the multiply: the same rounding as a host-side float coefficient. With offload it
+// is read where the master lives.
+torch::Tensor MasterState::coefficient(const StepResult& reduced) const {
+  if (clip_ <= 0 && reduced.loss_scale == 1.0) return torch::Tensor();
+  return gradient_coefficient(reduced.grad_norm_tensor, reduced.loss_scale, clip_)
+      .to(master_.device(), torch::kFloat32);
+}
+
+void MasterState::update(torch::Tensor grad32, int64_t offset, const torch::Tensor& coef) {
+  if (coef.defined()) grad32.mul_(coef);
+  torch::Tensor piece = master_.narrow(0, offset, grad32.numel());
+  optimizer_->update(piece, grad32, offset);
 }
 
 std::vector<std::string> MasterState::state_kinds() const {

@@ -66,8 +66,25 @@ class MasterState {
   // Collective (one all-reduce). `grad32`: the reduced gradient in master coordinates, fp32, on the
   // master's device; scaled in place (pass it moved so that it is freed on return). `local_sq`:
   // this rank's Σg², one element of any float dtype. When the result is not skipped the master has
-  // been updated and the caller refreshes its parameters from it.
+  // been updated and the caller refreshes its parameters from it. The same as reduce_norm(),
+  // begin_update() and update() of the whole master.
   StepResult step(torch::Tensor grad32, const torch::Tensor& local_sq, double lr);
+
+  // The step in pieces, for an engine that updates bucket by bucket:
+  //   reduce_norm(local_sq)           collective: the global norm and the fp16 verdict (skipped)
+  //   begin_update(lr)                once, unless skipped
+  //   update(grad32, offset, coef)    for pieces that cover the master once, in any order: the
+  //                                   master's elements [offset, offset + grad32.numel()) from
+  //                                   their fp32 gradient (scaled by `coef` in place)
+  // with coef = coefficient(reduce_norm's result). When no_norm_needed() the coefficient is 1
+  // whatever the norm, so begin_update() and update() (with an undefined coef) may come first,
+  // while the other pieces' gradients are still being computed, and reduce_norm() only reports.
+  bool no_norm_needed() const { return clip_ == 0 && !scaler_.enabled(); }
+  StepResult reduce_norm(const torch::Tensor& local_sq);
+  // fp32, one element where the master lives; undefined when it is 1.
+  torch::Tensor coefficient(const StepResult& reduced) const;
+  void begin_update(double lr) { optimizer_->begin_step(lr); }
+  void update(torch::Tensor grad32, int64_t offset, const torch::Tensor& coef);
 
   std::vector<StatePiece> owned_state() const;
   std::vector<std::string> state_kinds() const;  // "master", then the optimizer's names

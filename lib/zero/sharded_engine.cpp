@@ -47,6 +47,7 @@ ShardedEngine::ShardedEngine(std::vector<NamedParameter> params, comm::Communica
   reducer_ = std::make_unique<GradReducer>(
       partition_, comm_, tensors,
       GradReducerConfig{options_.stage, options_.overlap_comm, options_.contiguous_gradients});
+  reducer_->set_on_reduced([this](size_t bucket) { update_reduced_bucket(bucket); });
   if (flat_grad_.defined()) reducer_->set_flat_grad(flat_grad_);
   if (grad_shard_.defined()) reducer_->set_grad_shard(grad_shard_);
   install_hooks();
@@ -152,8 +153,15 @@ void ShardedEngine::do_backward(const torch::Tensor& loss, MicroStep micro) {
     grad_shard_ = torch::zeros({partition_.shard_numel()}, grad_shard_options_);
     reducer_->set_grad_shard(grad_shard_);
   }
+  backward_lr_.reset();
+  if (micro.last() && step_lr() && master_->no_norm_needed()) {
+    backward_lr_ = *step_lr();
+    buckets_updated_ = 0;
+    backward_sq_ = torch::zeros({1}, master_->master().options().dtype(torch::kFloat64));
+  }
   reducer_->begin_backward(/*communicate=*/stage2 || micro.last(),
-                           /*accumulate=*/stage2 && !micro.first());
+                           /*accumulate=*/stage2 && !micro.first(),
+                           /*notify=*/backward_lr_.has_value());
   (loss * (master_->loss_scale() / static_cast<double>(micro.count))).backward();
   reducer_->end_backward();
 }

@@ -24,8 +24,20 @@
 // offload_optimizer (stages 1/2): the master shard and the optimizer state live in host memory
 // (pinned with CUDA parameters); step() copies the gradient shard to the host, updates there and
 // streams each bucket's updated chunk back as its all-gather input.
+//
+// The update goes bucket by bucket, from the last bucket to the first: a bucket's part of the
+// master is updated, then its parameters are refreshed (a copy at stage 0, the bucket's all-gather
+// launched at stages 1/2, so that it overlaps the update of the next bucket). Without clipping and
+// fp16 loss scaling the update needs no global norm, and once the trainer has said the step's
+// learning rate (Engine::set_step_lr) it moves into the last backward: the gradient reducer calls
+// back as each bucket's reduction completes, the bucket is updated there and its all-gather
+// launched while backward goes on with the earlier layers (whose buckets come later); step() then
+// completes the last buckets, all-reduces Σg² for the reported norm and waits for the parameters.
+// Safe because a bucket is launched only once every parameter in it has its final gradient, after
+// which backward reads none of them again.
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +67,7 @@ class ShardedEngine final : public Engine {
   LossScaler& loss_scaler() override { return master_->scaler(); }
 
   const Partition& partition() const { return partition_; }
+  bool can_update_during_backward() const override { return master_->no_norm_needed(); }
 
  private:
   struct ParamInfo {
@@ -77,7 +90,17 @@ class ShardedEngine final : public Engine {
   void install_hooks();
   torch::Tensor fp32_gradients() const;
   torch::Tensor local_grad_sq(const torch::Tensor& grad32) const;
+  // Where bucket `bucket`'s part of the master and of the gradient sits: stage 0 its flat range,
+  // stages 1/2 this rank's chunk of it in the shard.
+  Range in_master(size_t bucket) const;
+  // Updates the bucket's part of the master from its fp32 gradient (scaled by `coef` unless
+  // undefined) and refreshes its parameters (refresh_bucket).
+  void update_bucket(size_t bucket, torch::Tensor grad32, const torch::Tensor& coef);
+  // The reducer's callback: the bucket's reduced gradient is in place during the last backward.
+  void update_reduced_bucket(size_t bucket);
   void refresh_params();
+  void refresh_bucket(size_t bucket);
+  void wait_for_params();
   void zero_grad();
 
   comm::Communicator& comm_;
@@ -96,6 +119,15 @@ class ShardedEngine final : public Engine {
   std::unique_ptr<MasterState> master_;
   std::unique_ptr<GradReducer> reducer_;
   std::vector<AccumulatorHandle> hooks_;
+  // The step in progress when it is updated during backward: its learning rate, the buckets
+  // updated so far and their Σg² (fp64, where the master lives).
+  std::optional<double> backward_lr_;
+  size_t buckets_updated_ = 0;
+  torch::Tensor backward_sq_;
+  // Parameter all-gathers launched by refresh_bucket(), with their buffers, until
+  // wait_for_params().
+  std::vector<std::unique_ptr<comm::Work>> gathers_;
+  std::vector<torch::Tensor> gather_buffers_;
 };
 
 }  // namespace dstrain::zero

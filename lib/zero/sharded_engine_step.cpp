@@ -1,5 +1,6 @@
 // ShardedEngine (stages 0-2): completing gradient communication for the step, the parameter
 // refresh after the MasterState's update, memory accounting and loading state.
+#include "core/error.h"
 #include "core/trace.h"
 #include "zero/grad_reducer.h"
 #include "zero/sharded_engine.h"
@@ -8,13 +9,61 @@ namespace dstrain::zero {
 
 StepResult ShardedEngine::do_step(double lr) {
   torch::NoGradGuard no_grad;
-  reducer_->finish();
-  torch::Tensor grad32 = fp32_gradients();
-  const torch::Tensor sq = local_grad_sq(grad32);
-  const StepResult result = master_->step(std::move(grad32), sq, lr);
-  if (!result.skipped) refresh_params();
+  reducer_->finish();  // during backward: the buckets still in flight are updated here
+  StepResult result;
+  if (backward_lr_) {
+    if (buckets_updated_ != partition_.buckets().size()) {
+      fail(ErrorKind::kInternal, "zero engine: {} of {} buckets updated during backward",
+           buckets_updated_, partition_.buckets().size());
+    }
+    result = master_->reduce_norm(backward_sq_);
+    backward_lr_.reset();
+  } else {
+    torch::Tensor grad32 = fp32_gradients();
+    result = master_->reduce_norm(local_grad_sq(grad32));
+    if (!result.skipped) {
+      const torch::Tensor coef = master_->coefficient(result);
+      master_->begin_update(lr);
+      for (size_t b = partition_.buckets().size(); b-- > 0;) {
+        const Range r = in_master(b);
+        update_bucket(b, grad32.narrow(0, r.begin, r.end - r.begin), coef);
+      }
+    }
+  }
+  wait_for_params();
   zero_grad();
   return result;
+}
+
+void ShardedEngine::update_reduced_bucket(size_t bucket) {
+  torch::NoGradGuard no_grad;
+  const trace::Span span("optimizer", "update bucket", {"bucket", static_cast<int64_t>(bucket)});
+  if (buckets_updated_++ == 0) master_->begin_update(*backward_lr_);
+  const Range r = in_master(bucket);
+  const torch::Tensor& grads = options_.stage == 0 ? flat_grad_ : grad_shard_;
+  torch::Tensor grad32 =
+      grads.narrow(0, r.begin, r.end - r.begin).to(master_->master().device(), torch::kFloat32);
+  // Σg² of the elements this rank owns (local_grad_sq's rule, bucket by bucket).
+  Range mine{0, r.end - r.begin};
+  if (options_.stage == 0) {
+    const Range owned = partition_.owned(bucket, comm_.rank());
+    mine = {owned.begin - r.begin, owned.end - r.begin};
+  }
+  backward_sq_ +=
+      grad32.narrow(0, mine.begin, mine.end - mine.begin).pow(2).sum().to(torch::kFloat64);
+  update_bucket(bucket, std::move(grad32), torch::Tensor());
+}
+
+Range ShardedEngine::in_master(size_t bucket) const {
+  const Range flat = partition_.buckets()[bucket];
+  if (options_.stage == 0) return flat;
+  const int64_t begin = partition_.shard_offset(bucket);
+  return {begin, begin + (flat.end - flat.begin) / partition_.world_size()};
+}
+
+void ShardedEngine::update_bucket(size_t bucket, torch::Tensor grad32, const torch::Tensor& coef) {
+  master_->update(std::move(grad32), in_master(bucket).begin, coef);
+  refresh_bucket(bucket);
 }
 
 // The reduced gradient in master coordinates as fp32, where the master lives: stage 0 the full
@@ -42,31 +91,38 @@ torch::Tensor ShardedEngine::local_grad_sq(const torch::Tensor& grad32) const {
   return total;
 }
 
-// Copies the updated master weights into the compute parameters: a cast at stage 0 (nothing when
-// they alias), one all-gather per bucket at stages 1/2 (all launched, then all completed); with
-// offload each bucket's chunk is cast on the host and streamed back to the device as its input.
+// Copies the updated master weights into the compute parameters (after loading state).
 void ShardedEngine::refresh_params() {
+  for (size_t b = partition_.buckets().size(); b-- > 0;) refresh_bucket(b);
+  wait_for_params();
+}
+
+// One bucket's parameters from the master: a cast at stage 0 (nothing when they alias), the
+// bucket's all-gather launched at stages 1/2 (completed by wait_for_params()); with offload the
+// chunk is cast on the host and streamed back to the device as its input.
+void ShardedEngine::refresh_bucket(size_t bucket) {
   if (master_->aliases_params()) return;
-  const torch::Tensor& master = master_->master();
+  const Range flat = partition_.buckets()[bucket];
+  const Range mine = in_master(bucket);
+  torch::Tensor input = master_->master().narrow(0, mine.begin, mine.end - mine.begin);
+  torch::Tensor output = flat_params_.narrow(0, flat.begin, flat.end - flat.begin);
   if (options_.stage == 0) {
-    flat_params_.copy_(master);
+    output.copy_(input);
     return;
   }
-  std::vector<std::unique_ptr<comm::Work>> works;
-  std::vector<torch::Tensor> keep;
-  for (size_t b = 0; b < partition_.buckets().size(); ++b) {
-    const Range flat = partition_.buckets()[b];
-    const int64_t chunk = (flat.end - flat.begin) / partition_.world_size();
-    torch::Tensor input = master.narrow(0, partition_.shard_offset(b), chunk);
-    input = input.to(flat_params_.device(), flat_params_.scalar_type());
-    torch::Tensor output = flat_params_.narrow(0, flat.begin, flat.end - flat.begin);
-    const trace::ScopedLabel label("bucket", static_cast<int64_t>(b));
-    works.push_back(comm_.all_gather(output, input));
-    keep.push_back(input);
-    keep.push_back(output);
-  }
+  input = input.to(flat_params_.device(), flat_params_.scalar_type());
+  const trace::ScopedLabel label("bucket", static_cast<int64_t>(bucket));
+  gathers_.push_back(comm_.all_gather(output, input));
+  gather_buffers_.push_back(input);
+  gather_buffers_.push_back(output);
+}
+
+void ShardedEngine::wait_for_params() {
+  if (gathers_.empty()) return;
   const trace::Span span("comm", "wait for parameters");
-  for (auto& work : works) work->wait();
+  for (auto& work : gathers_) work->wait();
+  gathers_.clear();
+  gather_buffers_.clear();
 }
 
 void ShardedEngine::zero_grad() {

@@ -116,6 +116,46 @@ TEST(AdamW, MultiThreadedResultIsBitIdenticalToSingleThreaded) {
   EXPECT_TRUE(single.equal(multi));
 }
 
+// Pieces in a scrambled order whose borders fall inside decay and no-decay segments.
+const std::vector<Range> kPieces = {{7000, kNumel}, {0, 99}, {1050, 7000}, {99, 1050}};
+
+TEST(AdamW, UpdateInPiecesIsBitIdenticalToAWholeStep) {
+  AdamWOptions o;
+  o.weight_decay = 0.1;
+  o.no_decay = {{100, 1100}, {5000, 5001}, {9000, kNumel}};
+  torch::Tensor whole = random_shard(kNumel, 1);
+  torch::Tensor pieces = whole.clone();
+  auto first = make_adamw(kNumel, o);
+  auto second = make_adamw(kNumel, o);
+  for (int step = 0; step < 5; ++step) {
+    const torch::Tensor grad = random_shard(kNumel, 100 + step);
+    first->step(whole, grad, 1e-2);
+    second->begin_step(1e-2);
+    for (const Range& r : kPieces) {
+      torch::Tensor p = pieces.narrow(0, r.begin, r.end - r.begin);
+      second->update(p, grad.narrow(0, r.begin, r.end - r.begin), r.begin);
+    }
+  }
+  EXPECT_EQ(second->step_count(), 5);
+  EXPECT_TRUE(pieces.equal(whole));
+  for (const auto& [name, t] : first->state()) EXPECT_TRUE(second->state().at(name).equal(t));
+}
+
+TEST(AdamW, APieceOutsideTheShardOrBeforeBeginStepIsAnInternalError) {
+  auto optimizer = make_adamw(10, AdamWOptions{});
+  torch::Tensor p = torch::zeros({4});
+  EXPECT_THROW(optimizer->update(p, torch::zeros({4}), 0), Error);  // no begin_step()
+  optimizer->begin_step(1e-3);
+  try {
+    optimizer->update(p, torch::zeros({4}), 7);
+    ADD_FAILURE() << "a piece past the shard's end was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInternal);
+    EXPECT_NE(std::string(e.what()).find("[7, 11)"), std::string::npos) << e.what();
+  }
+  optimizer->update(p, torch::zeros({4}), 6);
+}
+
 TEST(AdamW, SavedAndLoadedStateContinuesIdentically) {
   AdamWOptions o;
   o.weight_decay = 0.01;

@@ -43,5 +43,28 @@ TEST(Sgd, MatchesTorchSgdWithMomentumWeightDecayAndANoDecayRange) {
   EXPECT_FALSE(torch::allclose(ours, seeded(n, 1)));
 }
 
+TEST(Sgd, UpdateInPiecesIsBitIdenticalToAWholeStep) {
+  const int64_t n = 1000;
+  SgdOptions o;
+  o.momentum = 0.9;
+  o.weight_decay = 0.05;
+  o.no_decay = {{300, 700}};
+  torch::Tensor whole = seeded(n, 1);
+  torch::Tensor pieces = whole.clone();
+  auto first = make_sgd(n, o);
+  auto second = make_sgd(n, o);
+  for (int step = 0; step < 5; ++step) {
+    const torch::Tensor grad = seeded(n, 10 + step);
+    first->step(whole, grad, 0.1);
+    second->begin_step(0.1);
+    for (const Range& r : {Range{500, n}, Range{0, 500}}) {
+      torch::Tensor p = pieces.narrow(0, r.begin, r.end - r.begin);
+      second->update(p, grad.narrow(0, r.begin, r.end - r.begin), r.begin);
+    }
+  }
+  EXPECT_TRUE(pieces.equal(whole));
+  EXPECT_FALSE(whole.equal(seeded(n, 1)));
+}
+
 }  // namespace
 }  // namespace dstrain::optim

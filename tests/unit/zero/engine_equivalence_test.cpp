@@ -15,13 +15,15 @@ struct Case {
   double clip;
   bool overlap = true;
   bool contiguous = true;
-  bool real_adamw = false;  // lib/optim's AdamW instead of the test's reference one
+  bool real_adamw = false;   // lib/optim's AdamW instead of the test's reference one
+  bool set_step_lr = false;  // the lr said before backward: buckets updated during it (no clip)
 };
 
 std::string name_of(const Case& c) {
-  return fmt::format("stage{}_world{}_accum{}{}{}{}{}", c.stage, c.world, c.accum,
+  return fmt::format("stage{}_world{}_accum{}{}{}{}{}{}", c.stage, c.world, c.accum,
                      c.clip > 0 ? "_clip" : "", c.overlap ? "" : "_nooverlap",
-                     c.contiguous ? "" : "_noncontiguous", c.real_adamw ? "_optim_adamw" : "");
+                     c.contiguous ? "" : "_noncontiguous", c.real_adamw ? "_optim_adamw" : "",
+                     c.set_step_lr ? "_step_lr" : "");
 }
 
 class ZeroMatchesSingleProcess : public ::testing::TestWithParam<Case> {};
@@ -44,6 +46,7 @@ TEST_P(ZeroMatchesSingleProcess, LossesGradNormsAndParametersOver20Steps) {
   config.options.overlap_comm = c.overlap;
   config.options.contiguous_gradients = c.contiguous;
   if (c.real_adamw) config.optimizer = real_adamw_factory();
+  config.set_step_lr = c.set_step_lr;
   const RunResult got = run_engine(problem, config);
   const RunResult want = run_reference(problem, 20, c.clip);
   int clipped = 0;
@@ -79,6 +82,13 @@ std::vector<Case> cases() {
   out.push_back({2, 2, 2, 0.0, true, false});
   out.push_back({2, 4, 2, 0.5, false, false});
   for (int stage : {0, 1, 2}) out.push_back({stage, 3, 2, 0.5, true, true, true});
+  for (int stage : {0, 1, 2}) {
+    out.push_back({stage, 1, 1, 0.0, true, true, false, true});
+    out.push_back({stage, 3, 2, 0.0, true, true, false, true});
+    out.push_back({stage, 2, 2, 0.5, true, true, false, true});  // clipping: updated in step()
+  }
+  out.push_back({1, 3, 2, 0.0, false, true, false, true});
+  out.push_back({2, 4, 2, 0.0, true, false, true, true});
   return out;
 }
 

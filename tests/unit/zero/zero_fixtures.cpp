@@ -15,15 +15,21 @@ TestAdamW::TestAdamW(int64_t numel, double weight_decay, const std::vector<optim
   for (const optim::Range& r : no_decay) decay_.narrow(0, r.begin, r.end - r.begin).zero_();
 }
 
-void TestAdamW::step(torch::Tensor& params, const torch::Tensor& grads, double lr) {
-  const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+void TestAdamW::begin_step(double lr) {
   ++steps_;
-  params.mul_(1 - lr * weight_decay_ * decay_);
-  exp_avg_.mul_(b1).add_(grads, 1 - b1);
-  exp_avg_sq_.mul_(b2).addcmul_(grads, grads, 1 - b2);
+  lr_ = lr;
+}
+
+void TestAdamW::update(torch::Tensor& params, const torch::Tensor& grads, int64_t offset) {
+  const double b1 = 0.9, b2 = 0.999, eps = 1e-8, lr = lr_;
+  const int64_t n = params.numel();
+  torch::Tensor m = exp_avg_.narrow(0, offset, n), v = exp_avg_sq_.narrow(0, offset, n);
+  params.mul_(1 - lr * weight_decay_ * decay_.narrow(0, offset, n));
+  m.mul_(b1).add_(grads, 1 - b1);
+  v.mul_(b2).addcmul_(grads, grads, 1 - b2);
   const double bc1 = 1 - std::pow(b1, steps_);
   const double bc2 = 1 - std::pow(b2, steps_);
-  params.addcdiv_(exp_avg_, exp_avg_sq_.sqrt() / std::sqrt(bc2) + eps, -lr / bc1);
+  params.addcdiv_(m, v.sqrt() / std::sqrt(bc2) + eps, -lr / bc1);
 }
 
 std::map<std::string, torch::Tensor> TestAdamW::state() const {
@@ -113,6 +119,7 @@ void drive_ranks(const RunConfig& config, EngineRecord& record,
     RankSide side = make_side(comm);
     for (int s = 0; s < config.steps; ++s) {
       comm.reset_stats();
+      if (config.set_step_lr) side.engine->set_step_lr(config.lr);
       for (int m = 0; m < accum; ++m) {
         torch::Tensor loss = side.loss(s, m);
         losses[rank][s] += loss.item<double>() / accum;

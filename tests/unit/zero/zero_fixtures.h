@@ -24,7 +24,8 @@ using dstrain::testing::ThreadCommunicator;
 class TestAdamW : public optim::Optimizer {
  public:
   TestAdamW(int64_t numel, double weight_decay, const std::vector<optim::Range>& no_decay);
-  void step(torch::Tensor& params, const torch::Tensor& grads, double lr) override;
+  void begin_step(double lr) override;
+  void update(torch::Tensor& params, const torch::Tensor& grads, int64_t offset) override;
   int64_t step_count() const override { return steps_; }
   std::map<std::string, torch::Tensor> state() const override;
   void load_state(const std::map<std::string, torch::Tensor>& state, int64_t step_count) override;
@@ -33,6 +34,7 @@ class TestAdamW : public optim::Optimizer {
  private:
   torch::Tensor exp_avg_, exp_avg_sq_, decay_;
   double weight_decay_;
+  double lr_ = 0;
   int64_t steps_ = 0;
 };
 
@@ -73,6 +75,7 @@ struct RunConfig {
   int steps = 20;
   double lr = 1e-2;
   OptimizerFactory optimizer = adamw_factory();
+  bool set_step_lr = false;  // tell the engine the lr before backward (Engine::set_step_lr)
 };
 
 // What every engine run records.
