@@ -106,7 +106,7 @@ void Trainer::init() {
             cfg_.model.name_or_path, model_config_.num_parameters(true) / 1e6,
             model_config_.num_hidden_layers, total_steps_, tokens_per_step_, cfg_.zero.stage);
   if (engine_->can_update_during_backward()) {
-    log::info("no gradient clipping: each gradient bucket is updated during backward");
+    log::info("no gradient clipping: each bucket/unit is updated during backward, once reduced");
   }
 }
 

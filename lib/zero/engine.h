@@ -174,10 +174,10 @@ class Engine : public ckpt::Stateful {
   // clips, updates (unless fp16 overflow), refreshes the parameters, zeroes the gradients.
   StepResult step(double lr);
   // Optional, before the backward() of a step's last micro-step: the learning rate that step() will
-  // be given (else Error(kInternal) there). At stages 0-2 without gradient clipping and fp16 loss
-  // scaling (where no update waits for the global norm) each bucket is then updated as soon as its
-  // gradient is reduced, and its parameters refreshed, while backward goes on with the earlier
-  // layers; the values are bit for bit those of updating in step().
+  // be given (else Error(kInternal) there). Without gradient clipping and fp16 loss scaling (where
+  // no update waits for the global norm) each bucket (stages 0-2) or unit (stage 3) is then updated
+  // as soon as its gradient is reduced, and its parameters refreshed, while backward goes on with
+  // the earlier layers; the values are bit for bit those of updating in step().
   void set_step_lr(double lr) { step_lr_ = lr; }
   // Whether the stage and options let set_step_lr() move the update into backward.
   virtual bool can_update_during_backward() const { return false; }

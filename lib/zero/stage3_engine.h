@@ -44,6 +44,12 @@
 // gather (tied embedding: +Ψ_embed). The persistent unit: one reduce-scatter per micro-step and one
 // all-gather per step.
 //
+// Update during backward. Without clipping and fp16 loss scaling, once the trainer has said the
+// step's learning rate (Engine::set_step_lr), each unit's part of the master is updated, and copied
+// into the parameter shard, as soon as its reduce-scatter completes in the last micro-step's
+// backward (a reduced unit is not gathered again in that backward); step() then only all-reduces
+// Σg² for the reported norm and gathers the persistent unit.
+//
 // Offload. offload_optimizer: master shard, optimizer state and the fp32 gradient shard live in
 // host memory (pinned when CUDA is available); each unit's reduced gradient chunk is added to the
 // host shard as its reduce-scatter completes, during backward; the optimizer runs there and the
@@ -54,6 +60,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <torch/types.h>
@@ -87,6 +94,7 @@ class Stage3Engine final : public Engine {
   // Elements of unit `unit` (without padding).
   int64_t unit_numel(size_t unit) const { return units_[unit].partition.numel(); }
   bool unit_gathered(size_t unit) const { return units_[unit].state != UnitState::kFree; }
+  bool can_update_during_backward() const override { return master_->no_norm_needed(); }
 
  private:
   enum class UnitState { kFree, kGathering, kGathered };
@@ -109,6 +117,8 @@ class Stage3Engine final : public Engine {
   struct Reduction {
     std::unique_ptr<comm::Work> work;
     torch::Tensor input, output, target;  // target += output on completion
+    size_t unit = 0;
+    bool update = false;  // then update the unit's part of the master (update_unit)
   };
 
   void do_backward(const torch::Tensor& loss, MicroStep micro) override;
@@ -132,7 +142,11 @@ class Stage3Engine final : public Engine {
   void reduce_unit(size_t unit);
   void retire_oldest();
   void finish_backward();
+  // Updates unit `unit`'s part of the master from its reduced gradient during the step's last
+  // backward, and its part of the parameter shard.
+  void update_unit(size_t unit);
   void refresh_params();
+  void gather_persistent();
   void note_gathered();
   int64_t gathered_bytes() const;
   torch::TensorOptions compute_options() const {
@@ -159,6 +173,11 @@ class Stage3Engine final : public Engine {
   std::vector<AccumulatorHandle> hooks_;
   std::deque<Reduction> in_flight_;
   bool in_backward_ = false;
+  // The step being updated during its last backward (Engine::set_step_lr, no clipping or fp16
+  // scaling): its learning rate, the units updated so far and their Σg² (fp64, with the master).
+  std::optional<double> backward_lr_;
+  size_t units_updated_ = 0;
+  torch::Tensor backward_sq_;
   int64_t gathered_peak_ = 0;
 };
 

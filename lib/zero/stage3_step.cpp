@@ -2,15 +2,30 @@
 // parameter shard and the persistent unit refreshed after), memory accounting and loading state.
 #include "zero/stage3_engine.h"
 
+#include "core/error.h"
+
 namespace dstrain::zero {
 
 StepResult Stage3Engine::do_step(double lr) {
   torch::NoGradGuard no_grad;
-  // The gradient shard in fp32 where the master lives (the host when offloading the optimizer).
-  torch::Tensor grad32 = grad_shard_.to(master_->master().device(), torch::kFloat32);
-  const torch::Tensor sq = grad32.pow(2).sum();
-  const StepResult result = master_->step(std::move(grad32), sq, lr);
-  if (!result.skipped) refresh_params();
+  StepResult result;
+  if (backward_lr_) {
+    size_t reduced_units = 0;
+    for (const Unit& unit : units_) reduced_units += !unit.frozen && unit.partition.padded_numel();
+    if (units_updated_ != reduced_units) {
+      fail(ErrorKind::kInternal, "zero engine: {} of {} units updated during backward",
+           units_updated_, reduced_units);
+    }
+    result = master_->reduce_norm(backward_sq_);
+    backward_lr_.reset();
+    gather_persistent();
+  } else {
+    // The gradient shard in fp32 where the master lives (the host when offloading the optimizer).
+    torch::Tensor grad32 = grad_shard_.to(master_->master().device(), torch::kFloat32);
+    const torch::Tensor sq = grad32.pow(2).sum();
+    result = master_->step(std::move(grad32), sq, lr);
+    if (!result.skipped) refresh_params();
+  }
   grad_shard_.zero_();
   return result;
 }
@@ -19,6 +34,10 @@ StepResult Stage3Engine::do_step(double lr) {
 // persistent unit's all-gather. Other units are gathered when next used.
 void Stage3Engine::refresh_params() {
   if (!master_->aliases_params()) param_shard_.copy_(master_->master());
+  gather_persistent();
+}
+
+void Stage3Engine::gather_persistent() {
   Unit& persistent = units_[persistent_unit_];
   if (persistent.partition.padded_numel() == 0) return;
   torch::Tensor input = shard_of(persistent, param_shard_).to(device_);

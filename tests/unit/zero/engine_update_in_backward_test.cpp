@@ -1,6 +1,6 @@
-// Stages 0-2 without clipping: once the step's learning rate is said (Engine::set_step_lr), each
-// bucket is updated as soon as its gradient is reduced, during backward, with the same values as
-// the update in step().
+// Without clipping: once the step's learning rate is said (Engine::set_step_lr), each bucket
+// (stages 0-2) or unit (stage 3) is updated as soon as its gradient is reduced, during backward,
+// with the same values as the update in step().
 #include <gtest/gtest.h>
 
 #include <map>
@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "tests/unit/zero/stage3_fixtures.h"
 #include "tests/unit/zero/zero_fixtures.h"
 
 namespace dstrain::zero::testing {
@@ -149,6 +150,93 @@ TEST(ZeroUpdateInBackward, NothingIsUpdatedDuringBackwardOtherwise) {
       EXPECT_FALSE(changed) << param << " clip " << clip;
     }
     EXPECT_TRUE(o.after_step.at("fc1.weight")) << "clip " << clip;
+  }
+}
+
+// Stage 3 on the layered model (tied embedding, persistent small parameters or not, offload): the
+// master and optimizer state after 8 steps are those of updating in step(), bit for bit.
+TEST(ZeroUpdateInBackward, Stage3GivesBitForBitTheUpdateInStep) {
+  torch::set_num_threads(1);
+  const StackProblem problem = make_stack_problem({}, 8);
+  struct Stage3Case {
+    int world, accum;
+    torch::ScalarType dtype;
+    int64_t persistence;
+    bool offload;
+  };
+  for (const Stage3Case& c :
+       {Stage3Case{1, 1, torch::kFloat32, 0, false}, Stage3Case{3, 2, torch::kFloat32, 7, false},
+        Stage3Case{2, 2, torch::kBFloat16, 0, false},
+        Stage3Case{4, 1, torch::kBFloat16, 7, true}}) {
+    const auto what =
+        fmt::format("world {} accum {} {} persistence {}{}", c.world, c.accum,
+                    c10::toString(c.dtype), c.persistence, c.offload ? " offload" : "");
+    auto result = [&](bool set_step_lr) {
+      StackRun run;
+      run.world = c.world;
+      run.accum = c.accum;
+      run.steps = 8;
+      run.options.stage = 3;
+      run.options.compute_dtype = c.dtype;
+      run.options.param_persistence_threshold = c.persistence;
+      run.options.offload_optimizer = c.offload;
+      run.options.offload_param = c.offload;
+      run.optimizer = real_adamw_factory();
+      run.set_step_lr = set_step_lr;
+      return run_stack(problem, run);
+    };
+    const StackResult in_step = result(false);
+    const StackResult in_backward = result(true);
+    for (size_t s = 0; s < in_step.losses.size(); ++s) {
+      EXPECT_EQ(in_backward.losses[s], in_step.losses[s]) << what << " step " << s;
+      EXPECT_NEAR(in_backward.steps[s].grad_norm(), in_step.steps[s].grad_norm(),
+                  1e-6 * in_step.steps[s].grad_norm())
+          << what << " step " << s;
+    }
+    EXPECT_LT(in_step.losses.back(), in_step.losses.front()) << what << ": does not train";
+    ASSERT_EQ(in_backward.state.size(), in_step.state.size()) << what;
+    for (const auto& [key, values] : in_step.state) {
+      EXPECT_TRUE(torch::equal(in_backward.state.at(key), values))
+          << what << ": " << key.first << " of " << key.second;
+    }
+  }
+}
+
+// At stage 3 every unit is reduced, and so updated, inside backward(): the master has moved before
+// step() is called.
+TEST(ZeroUpdateInBackward, Stage3MasterIsUpdatedBeforeStep) {
+  torch::set_num_threads(1);
+  const StackProblem problem = make_stack_problem({}, 1);
+  for (const bool set_step_lr : {true, false}) {
+    run_ranks(2, [&](ThreadCommunicator& comm) {
+      TinyStack model = make_stack(problem);
+      EngineOptions options;
+      options.stage = 3;
+      options.segments = model->segments();
+      options.param_persistence_threshold = 0;
+      std::unique_ptr<Engine> engine =
+          make_engine(model->units(), comm, real_adamw_factory(), options);
+      std::map<std::string, torch::Tensor> before;
+      for (const StatePiece& piece : engine->owned_state()) {
+        before[fmt::format("{}@{}", piece.param, piece.elements.begin)] =
+            piece.tensors.at("master").clone();
+      }
+      if (set_step_lr) engine->set_step_lr(1e-2);
+      const torch::Tensor ids = micro_batch(problem.ids[0], 2, comm.rank(), 1, 0);
+      const torch::Tensor labels = micro_batch(problem.labels[0], 2, comm.rank(), 1, 0);
+      const torch::Tensor logits = model->forward(ids, engine.get());
+      engine->backward(
+          torch::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), labels.reshape({-1})));
+      const std::map<std::string, bool> after_backward = changed_since(*engine, before);
+      engine->step(1e-2);
+      const std::map<std::string, bool> after_step = changed_since(*engine, before);
+      if (comm.rank() != 0) return;
+      ASSERT_FALSE(after_backward.empty());
+      for (const auto& [param, changed] : after_backward) {
+        EXPECT_EQ(changed, set_step_lr) << param << " set_step_lr " << set_step_lr;
+        EXPECT_TRUE(after_step.at(param)) << param;
+      }
+    });
   }
 }
 
