@@ -36,6 +36,20 @@ RunConfig config_of(const Case& c, bool set_step_lr) {
   return config;
 }
 
+// Equal losses, gradient norms equal but for the last bits (Σg² is summed bucket by bucket or unit
+// by unit instead of over the whole shard), and a run that trains.
+void expect_same_losses_and_norms(const EngineRecord& in_backward, const EngineRecord& in_step,
+                                  const std::string& what) {
+  ASSERT_EQ(in_backward.losses.size(), in_step.losses.size()) << what;
+  for (size_t s = 0; s < in_step.losses.size(); ++s) {
+    EXPECT_EQ(in_backward.losses[s], in_step.losses[s]) << what << " step " << s;
+    EXPECT_NEAR(in_backward.steps[s].grad_norm(), in_step.steps[s].grad_norm(),
+                1e-6 * in_step.steps[s].grad_norm())
+        << what << " step " << s;
+  }
+  EXPECT_LT(in_step.losses.back(), in_step.losses.front()) << what << ": does not train";
+}
+
 TEST(ZeroUpdateInBackward, GivesBitForBitTheUpdateInStep) {
   torch::set_num_threads(1);
   const Problem problem = make_problem(6);
@@ -51,15 +65,7 @@ TEST(ZeroUpdateInBackward, GivesBitForBitTheUpdateInStep) {
                                   c10::toString(c.dtype), c.offload ? " offload" : "");
     const RunResult in_step = run_engine(problem, config_of(c, false));
     const RunResult in_backward = run_engine(problem, config_of(c, true));
-    ASSERT_EQ(in_backward.losses.size(), in_step.losses.size()) << what;
-    for (size_t s = 0; s < in_step.losses.size(); ++s) {
-      EXPECT_EQ(in_backward.losses[s], in_step.losses[s]) << what << " step " << s;
-      // Σg² is summed bucket by bucket instead of over the whole shard: the last bits may differ.
-      EXPECT_NEAR(in_backward.steps[s].grad_norm(), in_step.steps[s].grad_norm(),
-                  1e-6 * in_step.steps[s].grad_norm())
-          << what << " step " << s;
-    }
-    EXPECT_LT(in_step.losses.back(), in_step.losses.front()) << what << ": does not train";
+    expect_same_losses_and_norms(in_backward, in_step, what);
     ASSERT_EQ(in_backward.params.size(), in_step.params.size());
     for (size_t i = 0; i < in_step.params.size(); ++i) {
       EXPECT_TRUE(torch::equal(in_backward.params[i], in_step.params[i]))
@@ -187,13 +193,7 @@ TEST(ZeroUpdateInBackward, Stage3GivesBitForBitTheUpdateInStep) {
     };
     const StackResult in_step = result(false);
     const StackResult in_backward = result(true);
-    for (size_t s = 0; s < in_step.losses.size(); ++s) {
-      EXPECT_EQ(in_backward.losses[s], in_step.losses[s]) << what << " step " << s;
-      EXPECT_NEAR(in_backward.steps[s].grad_norm(), in_step.steps[s].grad_norm(),
-                  1e-6 * in_step.steps[s].grad_norm())
-          << what << " step " << s;
-    }
-    EXPECT_LT(in_step.losses.back(), in_step.losses.front()) << what << ": does not train";
+    expect_same_losses_and_norms(in_backward, in_step, what);
     ASSERT_EQ(in_backward.state.size(), in_step.state.size()) << what;
     for (const auto& [key, values] : in_step.state) {
       EXPECT_TRUE(torch::equal(in_backward.state.at(key), values))
