@@ -71,6 +71,29 @@ void MasterState::update(torch::Tensor grad32, int64_t offset, const torch::Tens
   optimizer_->update(piece, grad32, offset);
 }
 
+void MasterState::arm_backward_update(std::optional<double> lr) {
+  backward_lr_ = no_norm_needed() ? lr : std::nullopt;
+  backward_pieces_ = 0;
+  if (backward_lr_) backward_sq_ = torch::zeros({1}, master_.options().dtype(torch::kFloat64));
+}
+
+void MasterState::backward_update(torch::Tensor grad32, int64_t offset, Range owned) {
+  if (!backward_lr_) fail(ErrorKind::kInternal, "zero engine: backward update not armed");
+  if (backward_pieces_++ == 0) begin_update(*backward_lr_);
+  backward_sq_ +=
+      grad32.narrow(0, owned.begin, owned.end - owned.begin).pow(2).sum().to(torch::kFloat64);
+  update(std::move(grad32), offset, torch::Tensor());
+}
+
+StepResult MasterState::finish_backward_update(size_t pieces) {
+  if (backward_pieces_ != pieces) {
+    fail(ErrorKind::kInternal, "zero engine: {} of {} pieces updated during backward",
+         backward_pieces_, pieces);
+  }
+  backward_lr_.reset();
+  return reduce_norm(backward_sq_);
+}
+
 std::vector<std::string> MasterState::state_kinds() const {
   std::vector<std::string> kinds{"master"};
   for (const auto& [name, tensor] : optimizer_->state()) kinds.push_back(name);

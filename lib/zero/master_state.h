@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,20 @@ class MasterState {
   void begin_update(double lr) { optimizer_->begin_step(lr); }
   void update(torch::Tensor grad32, int64_t offset, const torch::Tensor& coef);
 
+  // The same pieces during the step's last backward, for both engines:
+  //   arm_backward_update(lr)         before that backward: armed when `lr` is set and
+  //                                   no_norm_needed(), else disarmed
+  //   backward_update(grad32, offset, owned)
+  //                                   each piece as its gradient is reduced: the first begins the
+  //                                   update; Σg² of `owned` (the elements of grad32 this rank
+  //                                   owns) is added up for the reported norm
+  //   finish_backward_update(pieces)  in step(): Error(kInternal) unless `pieces` pieces came,
+  //                                   then reduce_norm() of their Σg²; disarms
+  void arm_backward_update(std::optional<double> lr);
+  bool backward_update_armed() const { return backward_lr_.has_value(); }
+  void backward_update(torch::Tensor grad32, int64_t offset, Range owned);
+  StepResult finish_backward_update(size_t pieces);
+
   std::vector<StatePiece> owned_state() const;
   std::vector<std::string> state_kinds() const;  // "master", then the optimizer's names
   int64_t step_count() const { return optimizer_->step_count(); }
@@ -110,6 +125,11 @@ class MasterState {
   double clip_;
   LossScaler scaler_;
   std::unique_ptr<optim::Optimizer> optimizer_;
+  // The update during backward: its learning rate while armed, the pieces updated so far and
+  // their Σg² (fp64, where the master lives).
+  std::optional<double> backward_lr_;
+  size_t backward_pieces_ = 0;
+  torch::Tensor backward_sq_;
 };
 
 }  // namespace dstrain::zero

@@ -153,15 +153,10 @@ void ShardedEngine::do_backward(const torch::Tensor& loss, MicroStep micro) {
     grad_shard_ = torch::zeros({partition_.shard_numel()}, grad_shard_options_);
     reducer_->set_grad_shard(grad_shard_);
   }
-  backward_lr_.reset();
-  if (micro.last() && step_lr() && master_->no_norm_needed()) {
-    backward_lr_ = *step_lr();
-    buckets_updated_ = 0;
-    backward_sq_ = torch::zeros({1}, master_->master().options().dtype(torch::kFloat64));
-  }
+  master_->arm_backward_update(micro.last() ? step_lr() : std::nullopt);
   reducer_->begin_backward(/*communicate=*/stage2 || micro.last(),
                            /*accumulate=*/stage2 && !micro.first(),
-                           /*notify=*/backward_lr_.has_value());
+                           /*notify=*/master_->backward_update_armed());
   (loss * (master_->loss_scale() / static_cast<double>(micro.count))).backward();
   reducer_->end_backward();
 }

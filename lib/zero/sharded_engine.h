@@ -37,7 +37,6 @@
 // which backward reads none of them again.
 
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -119,11 +118,6 @@ class ShardedEngine final : public Engine {
   std::unique_ptr<MasterState> master_;
   std::unique_ptr<GradReducer> reducer_;
   std::vector<AccumulatorHandle> hooks_;
-  // The step in progress when it is updated during backward: its learning rate, the buckets
-  // updated so far and their Σg² (fp64, where the master lives).
-  std::optional<double> backward_lr_;
-  size_t buckets_updated_ = 0;
-  torch::Tensor backward_sq_;
   // Parameter all-gathers launched by refresh_bucket(), with their buffers, until
   // wait_for_params().
   std::vector<std::unique_ptr<comm::Work>> gathers_;

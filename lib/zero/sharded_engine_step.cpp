@@ -1,6 +1,5 @@
 // ShardedEngine (stages 0-2): completing gradient communication for the step, the parameter
 // refresh after the MasterState's update, memory accounting and loading state.
-#include "core/error.h"
 #include "core/trace.h"
 #include "zero/grad_reducer.h"
 #include "zero/sharded_engine.h"
@@ -11,13 +10,8 @@ StepResult ShardedEngine::do_step(double lr) {
   torch::NoGradGuard no_grad;
   reducer_->finish();  // during backward: the buckets still in flight are updated here
   StepResult result;
-  if (backward_lr_) {
-    if (buckets_updated_ != partition_.buckets().size()) {
-      fail(ErrorKind::kInternal, "zero engine: {} of {} buckets updated during backward",
-           buckets_updated_, partition_.buckets().size());
-    }
-    result = master_->reduce_norm(backward_sq_);
-    backward_lr_.reset();
+  if (master_->backward_update_armed()) {
+    result = master_->finish_backward_update(partition_.buckets().size());
   } else {
     torch::Tensor grad32 = fp32_gradients();
     result = master_->reduce_norm(local_grad_sq(grad32));
@@ -38,20 +32,18 @@ StepResult ShardedEngine::do_step(double lr) {
 void ShardedEngine::update_reduced_bucket(size_t bucket) {
   torch::NoGradGuard no_grad;
   const trace::Span span("optimizer", "update bucket", {"bucket", static_cast<int64_t>(bucket)});
-  if (buckets_updated_++ == 0) master_->begin_update(*backward_lr_);
   const Range r = in_master(bucket);
   const torch::Tensor& grads = options_.stage == 0 ? flat_grad_ : grad_shard_;
   torch::Tensor grad32 =
       grads.narrow(0, r.begin, r.end - r.begin).to(master_->master().device(), torch::kFloat32);
-  // Σg² of the elements this rank owns (local_grad_sq's rule, bucket by bucket).
+  // The elements this rank owns (local_grad_sq's rule): at stage 0 its chunk of the bucket.
   Range mine{0, r.end - r.begin};
   if (options_.stage == 0) {
     const Range owned = partition_.owned(bucket, comm_.rank());
     mine = {owned.begin - r.begin, owned.end - r.begin};
   }
-  backward_sq_ +=
-      grad32.narrow(0, mine.begin, mine.end - mine.begin).pow(2).sum().to(torch::kFloat64);
-  update_bucket(bucket, std::move(grad32), torch::Tensor());
+  master_->backward_update(std::move(grad32), r.begin, mine);
+  refresh_bucket(bucket);
 }
 
 Range ShardedEngine::in_master(size_t bucket) const {

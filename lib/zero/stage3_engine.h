@@ -60,7 +60,6 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include <torch/types.h>
@@ -173,11 +172,6 @@ class Stage3Engine final : public Engine {
   std::vector<AccumulatorHandle> hooks_;
   std::deque<Reduction> in_flight_;
   bool in_backward_ = false;
-  // The step being updated during its last backward (Engine::set_step_lr, no clipping or fp16
-  // scaling): its learning rate, the units updated so far and their Σg² (fp64, with the master).
-  std::optional<double> backward_lr_;
-  size_t units_updated_ = 0;
-  torch::Tensor backward_sq_;
   int64_t gathered_peak_ = 0;
 };
 

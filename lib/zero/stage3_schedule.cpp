@@ -137,7 +137,7 @@ void Stage3Engine::reduce_unit(size_t u) {
   r.output = torch::empty({unit.partition.shard_numel()}, compute_options());
   r.target = shard_of(unit, grad_shard_);
   r.unit = u;
-  r.update = backward_lr_.has_value();
+  r.update = master_->backward_update_armed();
   const trace::ScopedLabel label("unit", static_cast<int64_t>(u));
   r.work = comm_.reduce_scatter(r.output, r.input, comm::ReduceOp::kAvg);
   in_flight_.push_back(std::move(r));
@@ -160,12 +160,11 @@ void Stage3Engine::retire_oldest() {
 void Stage3Engine::update_unit(size_t u) {
   torch::NoGradGuard no_grad;
   const trace::Span span("optimizer", "update unit", {"unit", static_cast<int64_t>(u)});
-  if (units_updated_++ == 0) master_->begin_update(*backward_lr_);
   const Unit& unit = units_[u];
   torch::Tensor grad32 =
       shard_of(unit, grad_shard_).to(master_->master().device(), torch::kFloat32);
-  backward_sq_ += grad32.pow(2).sum().to(torch::kFloat64);
-  master_->update(std::move(grad32), unit.shard_offset, torch::Tensor());
+  const int64_t n = grad32.numel();
+  master_->backward_update(std::move(grad32), unit.shard_offset, {0, n});
   if (!master_->aliases_params()) {
     shard_of(unit, param_shard_).copy_(shard_of(unit, master_->master()));
   }
@@ -173,12 +172,7 @@ void Stage3Engine::update_unit(size_t u) {
 
 // Every micro-step alike: each unit's reduce-scatter is added into the gradient shard.
 void Stage3Engine::do_backward(const torch::Tensor& loss, MicroStep micro) {
-  backward_lr_.reset();
-  if (micro.last() && step_lr() && master_->no_norm_needed()) {
-    backward_lr_ = *step_lr();
-    units_updated_ = 0;
-    backward_sq_ = torch::zeros({1}, master_->master().options().dtype(torch::kFloat64));
-  }
+  master_->arm_backward_update(micro.last() ? step_lr() : std::nullopt);
   for (Unit& unit : units_) {
     unit.waiting = static_cast<int>(unit.params.size());
     unit.reduced = false;

@@ -2,22 +2,15 @@
 // parameter shard and the persistent unit refreshed after), memory accounting and loading state.
 #include "zero/stage3_engine.h"
 
-#include "core/error.h"
-
 namespace dstrain::zero {
 
 StepResult Stage3Engine::do_step(double lr) {
   torch::NoGradGuard no_grad;
   StepResult result;
-  if (backward_lr_) {
+  if (master_->backward_update_armed()) {
     size_t reduced_units = 0;
     for (const Unit& unit : units_) reduced_units += !unit.frozen && unit.partition.padded_numel();
-    if (units_updated_ != reduced_units) {
-      fail(ErrorKind::kInternal, "zero engine: {} of {} units updated during backward",
-           units_updated_, reduced_units);
-    }
-    result = master_->reduce_norm(backward_sq_);
-    backward_lr_.reset();
+    result = master_->finish_backward_update(reduced_units);
     gather_persistent();
   } else {
     // The gradient shard in fp32 where the master lives (the host when offloading the optimizer).
