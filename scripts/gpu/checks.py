@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""The checks behind gpu-bundle/run's steps (scripts/gpu/run), each printing one line of key
+figures for the summary table and exiting non-zero when the check fails:
+
+  checks.py versions SHORT_OUT            the device's torch, CUDA, NCCL and reference packages
+                                          (one line of them also written to SHORT_OUT)
+  checks.py tiny-run FIRST RESUMED FROM HF DSTRAIN DEVICE
+                                          loss falls; the resumed run's losses after step FROM equal
+                                          the first run's bit for bit; the export in HF gives
+                                          dstrain's logits, loss and gradients in transformers
+  checks.py bench-figures TABLE.md        the benchmark table in one line
+  checks.py trace-top TRACE N TABLE_OUT   the N phases with the most time in a merged trace
+
+Only the standard library is needed for bench-figures and trace-top; versions and tiny-run import
+torch, transformers and safetensors of the device's python3.
+"""
+
+import json
+import os
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUNDLE = os.path.dirname(os.path.dirname(HERE))
+
+
+def versions(short_out):
+    import importlib
+    info = {}
+    try:
+        import torch
+        info["torch"] = torch.__version__
+        info["CUDA"] = torch.version.cuda or "none"
+        if torch.cuda.is_available():
+            nccl = torch.cuda.nccl.version()
+            info["NCCL"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+            info["device"] = (f"{torch.cuda.get_device_name(0)} (sm_"
+                              f"{''.join(map(str, torch.cuda.get_device_capability(0)))})")
+        else:
+            info["device"] = "no CUDA device"
+    except Exception as e:  # report, do not stop: the rest of the environment is still of use
+        info["torch"] = f"not importable: {e}"
+    for name in ("transformers", "peft", "tokenizers", "safetensors", "pyarrow", "pytest"):
+        try:
+            info[name] = importlib.import_module(name).__version__
+        except Exception:
+            info[name] = "missing"
+    for k, v in info.items():
+        print(f"{k}: {v}")
+    keys = ("device", "torch", "CUDA", "NCCL", "transformers", "pyarrow")
+    with open(short_out, "w") as f:
+        f.write(", ".join(f"{k} {info[k]}" for k in keys if k in info))
+    return 0 if not info["torch"].startswith("not importable") else 1
+
+
+def read_losses(path):
+    losses = {}
+    with open(path) as f:
+        for line in f:
+            rec = json.loads(line)
+            if "train/loss" in rec:
+                losses[rec["step"]] = rec["train/loss"]
+    return losses
+
+
+def tiny_run(first, resumed, from_step, hf_dir, dstrain, device):
+    a, b = read_losses(first), read_losses(resumed)
+    steps = sorted(a)
+    figures, ok = [], True
+    tail = [a[s] for s in steps[-5:]]
+    falls = len(steps) >= 10 and sum(tail) / len(tail) < 0.75 * a[steps[0]]
+    ok &= falls
+    figures.append(f"loss {a[steps[0]]:.3f} -> {tail[-1]:.3f} in {len(steps)} steps"
+                   + ("" if falls else " (NOT FALLING)"))
+    after = [s for s in steps if s > from_step]
+    same = [s for s in after if s in b and b[s] == a[s]]
+    ok &= bool(after) and len(same) == len(after)
+    figures.append(f"resume from {from_step}: {len(same)}/{len(after)} losses bit-identical")
+    if len(same) != len(after):
+        diff = [s for s in after if s not in same][:3]
+        print("resume differs at steps " + ", ".join(
+            f"{s}: {a[s]!r} vs {b.get(s)!r}" for s in diff), file=sys.stderr)
+
+    os.environ["DSTRAIN_BINARY"], os.environ["DSTRAIN_REF_DEVICE"] = dstrain, device
+    sys.path.insert(0, os.path.join(BUNDLE, "tests", "reference"))
+    import reflib
+    with open(os.path.join(hf_dir, "config.json")) as f:
+        vocab = json.load(f)["vocab_size"]
+    ids = reflib.random_ids(vocab, 2, 64, seed=3)
+    with tempfile.TemporaryDirectory() as tmp:
+        got = reflib.dstrain_forward(tmp, hf_dir, ids, "float32")
+    want = reflib.hf_forward(reflib.load_hf(hf_dir), ids)
+    diffs = {k: reflib.rel_diff(got[k], w) for k, w in want.items() if k in got}
+    worst = max(diffs, key=diffs.get) if diffs else "nothing compared"
+    same_keys = sorted(got) == sorted(want)
+    export_ok = same_keys and diffs[worst] <= reflib.FP32_TOL
+    ok &= export_ok
+    figures.append(f"export in transformers: {len(diffs)} tensors, worst {worst} "
+                   f"{diffs.get(worst, float('nan')):.2g} (tol {reflib.FP32_TOL:g})"
+                   + ("" if same_keys else ", tensor names differ"))
+    print("; ".join(figures))
+    return 0 if ok else 1
+
+
+def bench_figures(table):
+    """One line from gpu-train's markdown table: per mode, dstrain against the peer."""
+    rows = []
+    with open(table) as f:
+        for line in f:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) == 8 and cells[0] in ("full", "lora"):
+                rows.append(cells)
+    if not rows:
+        print("no benchmark rows")
+        return 1
+    parts = []
+    for mode, seq, system, micro, tps, mfu, peak, _ in rows:
+        name = "dstrain" if system == "dstrain" else "peer"
+        parts.append(f"{mode} {name}: {tps} tok/s, MFU {mfu}, {peak}")
+    print("; ".join(parts))
+    return 0
+
+
+def trace_top(trace_path, n, table_out):
+    """Sums the complete events of a merged trace by (track, name): the parent `step` spans give
+    the total; the others are ranked by their time."""
+    with open(trace_path) as f:
+        trace = json.load(f)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+               if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    totals, counts, step_us, steps = {}, {}, 0.0, 0
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        if e["name"] == "step":
+            step_us += e["dur"]
+            steps += 1
+            continue
+        key = (threads.get((e["pid"], e["tid"]), str(e["tid"])), e["name"])
+        totals[key] = totals.get(key, 0.0) + e["dur"]
+        counts[key] = counts.get(key, 0) + 1
+    if steps == 0:
+        print("no step spans in the trace")
+        return 1
+    top = sorted(totals.items(), key=lambda kv: -kv[1])[:n]
+    with open(table_out, "w") as f:
+        f.write("| phase | track | count | total ms | ms per step | % of step time |\n"
+                "|---|---|---|---|---|---|\n")
+        for (track, name), us in top:
+            f.write(f"| {name} | {track} | {counts[(track, name)]} | {us / 1e3:.1f} | "
+                    f"{us / 1e3 / steps:.1f} | {100 * us / step_us:.1f}% |\n")
+    head = ", ".join(f"{name} {100 * us / step_us:.0f}%" for (_, name), us in top[:4])
+    print(f"{steps} steps, {step_us / 1e3 / steps:.0f} ms per step; {head}")
+    return 0
+
+
+def main(argv):
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "versions" and len(rest) == 1:
+        return versions(rest[0])
+    if cmd == "tiny-run" and len(rest) == 6:
+        return tiny_run(rest[0], rest[1], int(rest[2]), rest[3], rest[4], rest[5])
+    if cmd == "bench-figures" and len(rest) == 1:
+        return bench_figures(rest[0])
+    if cmd == "trace-top" and len(rest) == 3:
+        return trace_top(rest[0], int(rest[1]), rest[2])
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

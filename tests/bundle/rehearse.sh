@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The GPU bundle rehearsed on a machine without a GPU (ctest label `bundle`):
+#   rehearse.sh BUILD_DIR SOURCE_DIR
+# 1. scripts/gpu/bundle makes the bundle and its archive from BUILD_DIR (built already);
+# 2. the archive alone is unpacked elsewhere, as on the GPU machine (python3 -m tarfile);
+# 3. gpu-bundle/run --cpu runs with LibTorch taken from another directory (hard links, or symbolic
+#    links across file systems, of the environment's torch/lib and nvidia/) and the build directory
+#    hidden under an empty tmpfs in a private mount namespace: nothing can come from the build;
+# 4. the summary must show the CPU steps passing and the CUDA steps "skipped: no GPU";
+# 5. with one bundled library removed, the environment step must fail naming it.
+# Needs root (the mount namespace): exits 77 (skipped) otherwise.
+set -euo pipefail
+build=$(cd "$1" && pwd) repo=$(cd "$2" && pwd)
+if [ "$(id -u)" != 0 ] || ! unshare -m true 2>/dev/null; then
+  echo "skipped: hiding the build directory needs root and a mount namespace"
+  exit 77
+fi
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/dstrain-bundle.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+
+echo "== 1. bundle"
+python3 "$repo/scripts/gpu/bundle" --build "$build" --out "$tmp/made" --no-build
+
+echo "== 2. unpack the archive alone"
+mkdir device
+(cd device && python3 -m tarfile -e "$tmp/made/gpu-bundle.tar.xz" .)
+bundle=$tmp/device/gpu-bundle
+
+echo "== 3. run --cpu with LibTorch from $tmp/site and $build hidden"
+site=$(echo "$repo"/.venv/lib/python3*/site-packages)
+mkdir -p site/torch
+cp -al "$site/torch/lib" site/torch/lib 2>/dev/null || cp -rs "$site/torch/lib" site/torch/lib
+cp -al "$site/nvidia" site/nvidia 2>/dev/null || cp -rs "$site/nvidia" site/nvidia
+export DSTRAIN_TORCH_LIB=$tmp/site/torch/lib DSTRAIN_PYTHON=$repo/.venv/bin/python
+hide_build="mount -t tmpfs -o size=1M none '$build' && test -z \"\$(ls -A '$build')\""
+rc=0
+unshare -m bash -c "$hide_build && bash '$bundle/run' --cpu '$tmp/out'" || rc=$?
+
+echo "== 4. check the summary (run exit $rc)"
+summary=$tmp/out/summary.md
+fails=0
+expect() {  # expect PATTERN WHAT
+  if grep -qE -- "$1" "$2"; then echo "ok: $3"; else echo "FAILED: $3 (no /$1/ in $2)"; fails=1; fi
+}
+expect '^\| 1 environment \| ok \|.*libtorch_cuda\.so from '"$tmp"'/site/torch/lib' "$summary" \
+       "environment ok, LibTorch from the other directory"
+expect '^\| 2 gpu-tests \| skipped: no GPU \|.*CPU-side tests passed' "$summary" "gpu-tests skipped"
+expect '^\| 3 parity \| skipped: no GPU \|.*1 passed' "$summary" "parity skipped (plumbing ran)"
+expect '^\| 4 tiny-run \| ok \|.*30/30 losses bit-identical.*export in transformers' "$summary" \
+       "tiny run, resume and export"
+expect '^\| 5 benchmark \| skipped: no GPU \|' "$summary" "benchmark skipped"
+expect '^\| 6 trace \| ok \| [0-9]+ \| 3 steps' "$summary" "trace summarised"
+if grep -q -- "$build/" "$tmp/out/1-environment.log"; then
+  echo "FAILED: the environment log names the build directory"; fails=1
+fi
+files=$(find "$tmp/out" -type f | wc -l)
+[ "$files" = 7 ] || { echo "FAILED: $files files in the output directory, expected 7"; fails=1; }
+[ "$rc" = 0 ] || { echo "FAILED: run exited $rc"; fails=1; }
+
+echo "== 5. a bundled library removed"
+victim=$(cd "$bundle/lib" && ls libyaml-cpp.so.* | head -1)
+rm "$bundle/lib/$victim"
+rc=0
+bash "$bundle/run" --cpu --only environment "$tmp/out-missing" || rc=$?
+expect "^\| 1 environment \| FAIL \(1\) \|.*dstrain-worker: $victim from outside the bundle" \
+       "$tmp/out-missing/summary.md" "missing $victim reported"
+[ "$rc" != 0 ] || { echo "FAILED: run exited 0 with $victim missing"; fails=1; }
+if [ "$fails" != 0 ]; then
+  echo "--- summary.md"; cat "$summary"
+  for f in "$tmp"/out/*.log; do echo "--- $f (last 40 lines)"; tail -40 "$f"; done
+  exit 1
+fi
+echo "bundle rehearsal passed"
