@@ -7,6 +7,9 @@
 #include <cmath>
 
 #include <ATen/Parallel.h>
+#if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include "core/error.h"
 #include "kernels/adamw_cuda.h"
@@ -108,9 +111,14 @@ class AdamW : public Optimizer {
     });
   }
 
-  // One fused kernel launch per decay segment, on the legacy default stream (LibTorch's current
-  // stream unless the caller changed it), so it is ordered after the gradient's producers.
+  // One fused kernel launch per decay segment, on LibTorch's current stream of the shard's device:
+  // the stream the gradient's producers ran on (whatever stream the caller made current), so the
+  // update is ordered after them and before whatever the caller enqueues next.
   void update_cuda(torch::Tensor& params, const torch::Tensor& grads, int64_t offset) {
+    kernels::CudaStream stream = nullptr;
+#if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
+    stream = c10::cuda::getCurrentCUDAStream(params.device().index()).stream();
+#endif
     for_each_segment(offset, params.numel(), [&](int64_t at, int64_t n, const auto& s) {
       kernels::AdamWBuffers b;
       b.param = params.data_ptr<float>() + at;
@@ -119,7 +127,7 @@ class AdamW : public Optimizer {
       b.grad = grads.data_ptr<float>() + at;
       b.grad_type = kernels::GradType::kFloat32;
       b.n = n;
-      kernels::adamw_update_cuda(b, s, /*stream=*/nullptr);
+      kernels::adamw_update_cuda(b, s, stream);
     });
   }
 
