@@ -136,7 +136,49 @@ std::string format_plan(const WorldPlan& plan) {
   return out;
 }
 
+RunDirs run_dirs(const LocalLaunchOptions& o, int world_size) {
+  RunDirs dirs;
+  if (o.exec) return dirs;
+  const config::Config config = load_run_config(o, world_size);
+  dirs.out_dir = config.logging.out_dir;
+  dirs.metrics_file = config.logging.metrics_path.empty()
+                          ? (std::filesystem::path(dirs.out_dir) / "metrics.jsonl").string()
+                          : config.logging.metrics_path;
+  dirs.checkpoint_dir = config.checkpoint.dir;
+  for (const std::string& arg : o.args)
+    dirs.resumes = dirs.resumes || arg.rfind("--resume-from", 0) == 0;
+  return dirs;
+}
+
+namespace {
+
+AttemptOutcome attempt_outcome(const JobOutcome& job) {
+  AttemptOutcome a;
+  a.exit_code = job.exit_code;
+  switch (job.cause) {
+    case JobOutcome::Cause::kSuccess:
+      a.kind = AttemptOutcome::Kind::kSuccess;
+      break;
+    case JobOutcome::Cause::kInterrupted:
+      a.kind = AttemptOutcome::Kind::kInterrupted;
+      break;
+    case JobOutcome::Cause::kRankFailed:
+      a.kind = AttemptOutcome::Kind::kFailed;
+      break;
+  }
+  for (const RankReport& r : job.ranks) {
+    if (r.rank != job.failed_rank) continue;
+    a.rank = r.rank;
+    a.host = local_hostname();
+    a.cause = describe(r.exit);
+  }
+  return a;
+}
+
+}  // namespace
+
 int run_local_launch(const LocalLaunchOptions& options) {
+  check_restart_options(options.restart);
   WorldPlan plan = plan_local_launch(options);
   if (options.dry_run) {
     std::fputs(format_plan(plan).c_str(), stdout);
@@ -147,13 +189,20 @@ int run_local_launch(const LocalLaunchOptions& options) {
   supervise.grace_seconds = options.grace_seconds;
   supervise.log_dir = options.log_dir;
   if (!options.log_dir.empty()) fs::create_dirs(options.log_dir);
-  std::fflush(stdout);  // rank lines are written to the raw descriptors from here on
-  std::fflush(stderr);
-  stage_node_inputs(options, plan.world_size, local_hostname(), plan.ranks);
-  JobOutcome outcome = run_local_job(plan.ranks, supervise);
-  std::string summary = format_summary(outcome, local_hostname());
-  write_all(2, summary);
-  return outcome.exit_code;
+  const RunDirs dirs = run_dirs(options, plan.world_size);
+  return run_with_restarts(options.restart, dirs, [&](int k, const std::string& resume_from) {
+    if (k > 0) {  // a fresh plan: another free port, and the checkpoint to resume
+      LocalLaunchOptions again = options;
+      if (!resume_from.empty()) again.args = with_resume_from(options.args, resume_from);
+      plan = plan_local_launch(again);
+    }
+    std::fflush(stdout);  // rank lines are written to the raw descriptors from here on
+    std::fflush(stderr);
+    stage_node_inputs(options, plan.world_size, local_hostname(), plan.ranks);
+    JobOutcome outcome = run_local_job(plan.ranks, supervise);
+    write_all(2, format_summary(outcome, local_hostname()));
+    return attempt_outcome(outcome);
+  });
 }
 
 }  // namespace dstrain::launcher

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "launcher/plan.h"
+#include "launcher/restart.h"
 
 namespace dstrain::launcher {
 
@@ -21,6 +22,7 @@ struct LocalLaunchOptions {
   bool exec = false;              // run `args` (a program) instead of `dstrain train`
   std::vector<std::string> args;  // train mode: extra args for every rank; exec: program + args
   std::string stage_dir;          // --stage-dir (stage_inputs.h); "" = the config's data.stage_dir
+  RestartOptions restart;         // --max-restarts, --restart-backoff (restart.h)
 };
 
 // Checks the flags shared by every launch mode (ports, grace, --exec vs CONFIG, the config file
@@ -49,8 +51,13 @@ WorldPlan plan_local_launch(const LocalLaunchOptions& options);
 // The plan as printed by --dry-run: each rank with its environment and command, shell-quoted.
 std::string format_plan(const WorldPlan& plan);
 
+// Where the run's config puts its outputs and checkpoints (with `world_size` ranks); nothing for
+// --exec.
+RunDirs run_dirs(const LocalLaunchOptions& options, int world_size);
+
 // Runs the launch and returns the process exit code: 0, a failed rank's code (128 + signal), or
-// 128 + signal when the launcher was interrupted. Prints the summary on stderr.
+// 128 + signal when the launcher was interrupted. Prints the summary on stderr. With
+// options.restart.max_restarts > 0 a failed job is restarted from `latest` (restart.h).
 int run_local_launch(const LocalLaunchOptions& options);
 
 }  // namespace dstrain::launcher

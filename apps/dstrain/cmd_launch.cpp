@@ -41,6 +41,15 @@ void add_local_flags(CLI::App* cmd, LaunchFlags* f) {
   cmd->add_option("--grace", o.grace_seconds, "Seconds between SIGTERM and SIGKILL when stopping")
       ->type_name("SECONDS")
       ->default_val(5.0);
+  cmd->add_option("--max-restarts,--max_restarts", o.restart.max_restarts,
+                  "Restart a failed job from the newest checkpoint, at most N times in a row "
+                  "without a new checkpoint")
+      ->type_name("N")
+      ->default_val(0);
+  cmd->add_option("--restart-backoff", o.restart.backoff_seconds,
+                  "Seconds to wait before a restart")
+      ->type_name("SECONDS")
+      ->default_val(1.0);
   cmd->add_flag("--dry-run", o.dry_run, "Validate, print the plan, start nothing");
   cmd->add_flag("--trace", f->trace,
                 "Record a Chrome/Perfetto trace per rank (same as --set logging.trace=true)");

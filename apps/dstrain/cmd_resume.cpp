@@ -30,6 +30,13 @@ void set_resume_command(CLI::App& root, int* exit_code) {
       ->type_name("PORT");
   cmd->add_option("--log-dir", o->launch.log_dir, "Also write each rank's output to DIR/rank_K.log")
       ->type_name("DIR");
+  cmd->add_option("--max-restarts", o->launch.restart.max_restarts,
+                  "Restart a failed job from the newest checkpoint, at most N times in a row "
+                  "without a new checkpoint")
+      ->type_name("N");
+  cmd->add_option("--restart-backoff", o->launch.restart.backoff_seconds,
+                  "Seconds to wait before a restart")
+      ->type_name("SECONDS");
   cmd->add_flag("--dry-run", o->launch.dry_run, "Print the plan, start nothing");
   auto trace = std::make_shared<bool>(false);
   cmd->add_flag("--trace", *trace,

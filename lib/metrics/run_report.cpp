@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "metrics/restarts.h"
 #include "metrics/svg_chart.h"
 
 namespace dstrain::metrics {
@@ -183,15 +184,38 @@ Chart chart_of(const MetricLog& log, std::string id, std::string title, std::str
   return chart;
 }
 
-std::vector<Chart> charts(const MetricLog& log) {
+// Every chart marks the steps where the run failed and was restarted.
+std::vector<Chart> charts(const MetricLog& log, const std::vector<RestartRecord>& restarts) {
   std::vector<std::string> memory;
   for (const std::string& key : log.keys) {
     if (key.rfind("memory/", 0) == 0) memory.push_back(key);
   }
-  return {chart_of(log, "chart-loss", "Loss", "loss", {"train/loss", "eval/loss"}),
-          chart_of(log, "chart-lr", "Learning rate", "lr", {"lr"}),
-          chart_of(log, "chart-throughput", "Throughput", "tokens/s", {"tokens_per_s"}),
-          chart_of(log, "chart-memory", "Memory", "MB", memory)};
+  std::vector<Chart> out = {
+      chart_of(log, "chart-loss", "Loss", "loss", {"train/loss", "eval/loss"}),
+      chart_of(log, "chart-lr", "Learning rate", "lr", {"lr"}),
+      chart_of(log, "chart-throughput", "Throughput", "tokens/s", {"tokens_per_s"}),
+      chart_of(log, "chart-memory", "Memory", "MB", memory)};
+  for (Chart& c : out) {
+    for (const RestartRecord& r : restarts)
+      if (r.step >= 0) c.marks.push_back(static_cast<double>(r.step));
+  }
+  return out;
+}
+
+std::string restarts_table(const std::vector<RestartRecord>& restarts) {
+  std::string out =
+      "<table class=\"restarts\">\n<tr><th>attempt</th><th>time</th><th>rank</th><th>host</th>"
+      "<th>cause</th><th>step</th><th>resumed from</th><th>counted</th></tr>\n";
+  for (const RestartRecord& r : restarts) {
+    out += fmt::format(
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+        "<td>{}</td></tr>\n",
+        r.attempt, html_escape(r.time), r.rank >= 0 ? std::to_string(r.rank) : "-",
+        html_escape(r.host), html_escape(r.cause), r.step >= 0 ? std::to_string(r.step) : "-",
+        r.resumed_from.empty() ? "the start" : html_escape(r.resumed_from),
+        r.counted ? "yes" : "no");
+  }
+  return out + "</table>\n";
 }
 
 constexpr const char* kStyle = R"(
@@ -234,6 +258,7 @@ ReportSources report_sources(const std::string& run_dir) {
   }
   if (exists_file(dir / "summary.json")) s.summary = (dir / "summary.json").string();
   if (exists_file(run_config_file(run_dir))) s.config = run_config_file(run_dir);
+  if (exists_file(restarts_file(run_dir))) s.restarts = restarts_file(run_dir);
   return s;
 }
 
@@ -261,8 +286,17 @@ std::string render_report(const ReportSources& sources) {
   html += "<h2>Final numbers</h2>\n";
   if (sources.summary.empty()) html += missing_note("No summary.json: the run did not finish.");
   html += table(summary_rows(summary), "final");
+  const std::vector<RestartRecord> restarts =
+      sources.restarts.empty() ? std::vector<RestartRecord>{} : read_restarts(sources.restarts);
+  if (!restarts.empty()) {
+    html += fmt::format(
+        "<h2>Restarts</h2>\n<p>The launcher restarted the run {} time(s) "
+        "(dashed lines on the charts).</p>\n",
+        restarts.size());
+    html += restarts_table(restarts);
+  }
   html += "<h2>Charts</h2>\n<div class=\"charts\">\n";
-  for (const Chart& c : charts(log)) html += render_chart(c);
+  for (const Chart& c : charts(log, restarts)) html += render_chart(c);
   html += "</div>\n<h2>Last logged values</h2>\n";
   html += table(last_rows(log), "last");
   html += "<h2>Config</h2>\n";

@@ -14,13 +14,15 @@ namespace dstrain::metrics {
 // What a report is made from. Only `metrics` is required: a run that was stopped before its end
 // has no summary.json, and one from an older dstrain no config.yaml; the page says what is missing.
 struct ReportSources {
-  std::string metrics;  // metrics.jsonl (sinks.h)
-  std::string summary;  // summary.json, or "" when there is none
-  std::string config;   // the resolved config.yaml, or "" when there is none
+  std::string metrics;   // metrics.jsonl (sinks.h)
+  std::string summary;   // summary.json, or "" when there is none
+  std::string config;    // the resolved config.yaml, or "" when there is none
+  std::string restarts;  // restarts.json (restarts.h), or "" when the run was never restarted
 };
 
-// <run_dir>/metrics.jsonl, summary.json and config.yaml. Error(kInput) naming what is missing when
-// run_dir is not a directory or holds no metrics.jsonl; the other two are "" when absent.
+// <run_dir>/metrics.jsonl, summary.json, config.yaml and restarts.json. Error(kInput) naming what
+// is missing when run_dir is not a directory or holds no metrics.jsonl; the others are "" when
+// absent.
 ReportSources report_sources(const std::string& run_dir);
 
 // <out_dir>/report.html and <out_dir>/config.yaml: where a run leaves its report and its resolved

@@ -115,6 +115,14 @@ std::string plot_svg(const Chart& chart) {
                      kLeft, kTop, kWidth - kLeft - kRight, kHeight - kTop - kBottom);
   out += ticks_svg(x, y);
   for (const ChartSeries& s : chart.series) out += series_svg(s, x, y);
+  for (double m : chart.marks) {
+    if (!std::isfinite(m) || m < x.axis.lo || m > x.axis.hi) continue;
+    out += fmt::format(R"(<line class="mark" data-x="{}" x1="{:.2f}" x2="{:.2f}" y1="{}" y2="{}" )"
+                       R"(stroke="#d62728" stroke-dasharray="4 3"><title>{} at {}</title></line>)"
+                       "\n",
+                       exact(m), x(m), x(m), exact(y.px1), exact(y.px0),
+                       html_escape(chart.mark_title), exact(m));
+  }
   out += "</g>\n";
   out += fmt::format(R"(<text class="axis-label" x="{}" y="{}" text-anchor="middle">{}</text>)"
                      "\n",

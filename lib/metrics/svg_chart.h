@@ -29,6 +29,10 @@ struct Chart {
   std::string x_label = "step";
   std::string y_label;
   std::vector<ChartSeries> series;
+  // x positions marked by a dashed vertical line across the plot (the steps where the run failed
+  // and was restarted): <line class="mark" data-x="X" ...> with a <title>.
+  std::vector<double> marks = {};
+  std::string mark_title = "restart";
 };
 
 // A linear axis whose ends are multiples of `step` (1, 2 or 5 × 10^k) around [lo, hi], with at

@@ -10,6 +10,7 @@
 #include "core/fs.h"
 #include "core/log.h"
 #include "metrics/mlflow_sink.h"
+#include "metrics/restarts.h"
 #include "metrics/tensorboard.h"
 
 namespace dstrain::metrics {
@@ -89,6 +90,10 @@ void add_mlflow(MetricsLogger& logger, const TrackingSetup& s, const std::string
   o.run_name = stdfs::path(s.out_dir).filename().string();
   for (const auto& setting : s.settings) o.params.emplace_back(setting.key, setting.text);
   o.tags = run_tags(s.world_size, s.zero_stage);
+  // A run the launcher restarted stays one MLflow run (the run id file above); the tag says how
+  // often it was restarted (summary.json and restarts.json say why).
+  const auto restarts = read_restarts(restarts_file(s.out_dir));
+  if (!restarts.empty()) o.tags.emplace_back("dstrain.restarts", std::to_string(restarts.size()));
   o.start_artifacts.push_back({"config.yaml", s.config_yaml, ""});
   o.end_artifacts.push_back(
       {"summary.json", "", (stdfs::path(s.out_dir) / "summary.json").string()});

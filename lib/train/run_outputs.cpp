@@ -8,6 +8,7 @@
 #include "core/fs.h"
 #include "core/log.h"
 #include "core/trace.h"
+#include "metrics/restarts.h"
 #include "metrics/run_report.h"
 #include "metrics/trace_files.h"
 
@@ -47,6 +48,8 @@ metrics::ReportSources report_sources(const config::Config& cfg) {
   if (stdfs::is_regular_file(dir / "summary.json", ec)) s.summary = (dir / "summary.json").string();
   const std::string config = metrics::run_config_file(cfg.logging.out_dir);
   if (stdfs::is_regular_file(config, ec)) s.config = config;
+  const std::string restarts = metrics::restarts_file(cfg.logging.out_dir);
+  if (stdfs::is_regular_file(restarts, ec)) s.restarts = restarts;
   return s;
 }
 

@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "core/trace.h"
+#include "metrics/restarts.h"
 #include "model/model.h"
 #include "train/component_options.h"
 #include "train/train_state.h"
@@ -141,6 +142,20 @@ void Trainer::write_summary(const RunSummary& s) {
     j["eval_loss"] = s.eval_loss;
     j["eval_ppl"] = std::exp(s.eval_loss);
   }
+  // The launcher's restarts of this run (--max-restarts), so that the summary tells the whole run.
+  const auto restarts = metrics::read_restarts(metrics::restarts_file(cfg_.logging.out_dir));
+  j["restarts"] = restarts.size();
+  json causes = json::array();
+  for (const auto& r : restarts) {
+    causes.push_back({{"rank", r.rank},
+                      {"host", r.host},
+                      {"cause", r.cause},
+                      {"exit_code", r.exit_code},
+                      {"step", r.step},
+                      {"time", r.time},
+                      {"resumed_from", r.resumed_from}});
+  }
+  if (!restarts.empty()) j["restart_causes"] = causes;
   fs::write_file_atomic(stdfs::path(cfg_.logging.out_dir) / "summary.json", j.dump(2) + "\n");
 }
 

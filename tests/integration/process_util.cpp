@@ -106,6 +106,18 @@ bool wait_until(const std::function<bool()>& done, double timeout_s) {
   return true;
 }
 
+pid_t rank_pid(const std::vector<pid_t>& pids, int rank) {
+  const std::string want = "RANK=" + std::to_string(rank);
+  for (pid_t p : pids) {
+    std::ifstream in("/proc/" + std::to_string(p) + "/environ", std::ios::binary);
+    std::string var;
+    while (std::getline(in, var, '\0')) {
+      if (var == want) return p;
+    }
+  }
+  return -1;
+}
+
 bool is_alive(pid_t pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string line;

@@ -158,19 +158,6 @@ TEST(Checkpoint, FreshRunReplacesAnOlderRunsCheckpointOfTheSameStep) {
   EXPECT_NE(manifest["config"].get<std::string>().find("seed: 8"), std::string::npos);
 }
 
-// The pid among `pids` whose environment has RANK=<rank>, or -1.
-pid_t rank_pid(const std::vector<pid_t>& pids, int rank) {
-  const std::string want = "RANK=" + std::to_string(rank);
-  for (pid_t p : pids) {
-    std::ifstream in("/proc/" + std::to_string(p) + "/environ", std::ios::binary);
-    std::string var;
-    while (std::getline(in, var, '\0')) {
-      if (var == want) return p;
-    }
-  }
-  return -1;
-}
-
 // SIGKILL to one rank at several instants of a run that checkpoints every step: whatever the
 // instant, `latest` names a complete checkpoint that resumes.
 TEST(Resume, RankKilledDuringSavesLeavesLoadableLatest) {

@@ -1,0 +1,148 @@
+#include "launcher/restart.h"
+
+#include <poll.h>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <ctime>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "launcher/exit_status.h"
+#include "launcher/output.h"
+#include "launcher/signals.h"
+#include "metrics/restarts.h"
+
+namespace dstrain::launcher {
+namespace {
+
+namespace stdfs = std::filesystem;
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// The tag `latest` names ("" when nothing is committed, or with --exec).
+std::string latest_tag(const RunDirs& dirs) {
+  if (dirs.checkpoint_dir.empty()) return "";
+  const stdfs::path latest = stdfs::path(dirs.checkpoint_dir) / "latest";
+  std::error_code ec;
+  if (!stdfs::is_regular_file(latest, ec)) return "";
+  std::string tag = fs::read_file(latest);
+  while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
+  return tag;
+}
+
+// Waits `seconds` unless a signal (other than SIGCHLD) arrives first; returns it, or 0.
+int wait_unless_signalled(double seconds) {
+  SignalPipe signals;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return 0;
+    pollfd p{signals.fd(), POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    for (const ReceivedSignal& s : signals.drain())
+      if (s.number != SIGCHLD) return s.number;
+  }
+}
+
+std::string describe(const metrics::RestartRecord& r) {
+  std::string who = r.rank >= 0 ? fmt::format("rank {} on host {}", r.rank, r.host) : r.host;
+  std::string at = r.step >= 0 ? fmt::format(" at step {}", r.step) : " before its first step";
+  return fmt::format("attempt {}: {}: {}{} ({}{})", r.attempt, who, r.cause, at, r.time,
+                     r.counted ? "" : ", not counted: a checkpoint was committed before it");
+}
+
+}  // namespace
+
+void check_restart_options(const RestartOptions& o) {
+  if (o.max_restarts < 0)
+    fail(ErrorKind::kUsage, "--max-restarts must be >= 0, got {}", o.max_restarts);
+  if (!std::isfinite(o.backoff_seconds) || o.backoff_seconds < 0) {
+    fail(ErrorKind::kUsage, "--restart-backoff must be a number of seconds >= 0, got {}",
+         o.backoff_seconds);
+  }
+}
+
+int run_with_restarts(const RestartOptions& options, const RunDirs& dirs, const Attempt& attempt) {
+  if (options.max_restarts == 0) return attempt(0, "").exit_code;
+  std::vector<metrics::RestartRecord> history;
+  if (!dirs.out_dir.empty()) {
+    if (dirs.resumes)
+      history = metrics::read_restarts(metrics::restarts_file(dirs.out_dir));
+    else
+      metrics::write_restarts(dirs.out_dir, {});
+  }
+  int charged = 0;
+  std::string resume_from;
+  for (int k = 0;; ++k) {
+    const std::string before = latest_tag(dirs);
+    const AttemptOutcome outcome = attempt(k, resume_from);
+    if (outcome.kind != AttemptOutcome::Kind::kFailed) return outcome.exit_code;
+
+    const std::string after = latest_tag(dirs);
+    metrics::RestartRecord r;
+    r.attempt = k;
+    r.time = utc_now();
+    r.rank = outcome.rank;
+    r.host = outcome.host;
+    r.cause = outcome.cause;
+    r.exit_code = outcome.exit_code;
+    r.step = dirs.metrics_file.empty() ? -1 : metrics::last_logged_step(dirs.metrics_file);
+    r.resumed_from = after;
+    r.counted = after.empty() || after == before;
+    charged += r.counted ? 1 : 0;
+    history.push_back(r);
+    if (charged > options.max_restarts) {
+      std::string out = fmt::format(
+          "dstrain launch: giving up: {} failure(s) without a new checkpoint, more than "
+          "--max-restarts {}; the failures:\n",
+          charged, options.max_restarts);
+      for (const auto& h : history) out += "  " + describe(h) + "\n";
+      write_all(2, out);
+      if (!dirs.out_dir.empty()) metrics::write_restarts(dirs.out_dir, history);
+      return outcome.exit_code;
+    }
+    if (!dirs.out_dir.empty()) metrics::write_restarts(dirs.out_dir, history);
+    resume_from = after.empty() ? "" : (stdfs::path(dirs.checkpoint_dir) / "latest").string();
+    write_all(2, fmt::format("dstrain launch: restart {} ({} of at most {} counted) in {:g} s, {}: "
+                             "{}\n",
+                             history.size(), charged, options.max_restarts, options.backoff_seconds,
+                             after.empty() ? "from the start (no checkpoint committed yet)"
+                                           : "from checkpoint " + after,
+                             describe(r)));
+    if (int sig = wait_unless_signalled(options.backoff_seconds)) {
+      write_all(2, fmt::format("dstrain launch: {} during the wait before the restart; stopped\n",
+                               signal_name(sig)));
+      return 128 + sig;
+    }
+  }
+}
+
+std::vector<std::string> with_resume_from(const std::vector<std::string>& args,
+                                          const std::string& checkpoint) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--resume-from" && i + 1 < args.size()) {
+      ++i;
+      continue;
+    }
+    if (args[i].rfind("--resume-from=", 0) == 0) continue;
+    out.push_back(args[i]);
+  }
+  out.push_back("--resume-from");
+  out.push_back(checkpoint);
+  return out;
+}
+
+}  // namespace dstrain::launcher

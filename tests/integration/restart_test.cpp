@@ -1,0 +1,146 @@
+// `dstrain launch --max-restarts`: a failed job comes back by itself from `latest`, with the losses
+// of an uninterrupted run; a crash loop stops with its causes; a hung collective is detected and
+// restarted; a signal to the launcher never restarts. No process is left in any case.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/integration/train_util.h"
+
+namespace dstrain::testing {
+namespace {
+
+// Two ranks, a checkpoint every 10 of 30 steps, every step logged.
+JobSpec restartable_job() {
+  JobSpec spec = resumable_job();
+  spec.max_steps = 30;
+  spec.extra_overrides = {"training.log_interval=1"};
+  return spec;
+}
+
+std::vector<std::string> launch_args(const std::string& config, const JobSpec& spec,
+                                     int max_restarts) {
+  std::vector<std::string> args = {"launch",
+                                   "--nproc",
+                                   std::to_string(spec.nproc),
+                                   "--max-restarts",
+                                   std::to_string(max_restarts),
+                                   "--restart-backoff",
+                                   "0.2",
+                                   config};
+  for (const std::string& kv : spec.extra_overrides) {
+    args.push_back("--set");
+    args.push_back(kv);
+  }
+  return args;
+}
+
+// Waits for the first committed checkpoint, then SIGKILLs (or stops) `rank` of the job marked
+// with `token`.
+void hit_rank_after_first_commit(const TempDir& dir, const std::string& token, int rank,
+                                 int signal) {
+  ASSERT_TRUE(wait_until([&] { return file_exists(dir.file("ckpt/latest")); }, 120));
+  pid_t victim = -1;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        victim = rank_pid(processes_with_marker(token), rank);
+        return victim > 0;
+      },
+      20));
+  ::kill(victim, signal);
+}
+
+TEST(Restart, RankKilledAfterTheFirstCommitCompletesWithTheUninterruptedLosses) {
+  TempDir full_dir;
+  const JobSpec spec = restartable_job();
+  RunResult r = run_job(full_dir, spec);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto full = read_metric(full_dir.file("run/metrics.jsonl"), "train/loss");
+
+  TempDir dir;
+  const std::string token = unique_token();
+  Child job = start_dstrain(launch_args(write_job_config(dir.path(), spec), spec, 2),
+                            {"DSTRAIN_TEST_MARKER=" + token});
+  hit_rank_after_first_commit(dir, token, 1, SIGKILL);
+  r = finish(job, 180);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("dstrain launch: restart 1"), std::string::npos) << r.err;
+  EXPECT_TRUE(wait_until([&] { return processes_with_marker(token).empty(); }, 10));
+
+  const auto restarted = read_metric(dir.file("run/metrics.jsonl"), "train/loss");
+  ASSERT_EQ(restarted.size(), full.size());
+  for (const auto& [step, loss] : full) EXPECT_EQ(restarted.at(step), loss) << "step " << step;
+
+  const auto summary = nlohmann::json::parse(read_text(dir.file("run/summary.json")));
+  ASSERT_EQ(summary["restarts"].get<int>(), 1) << summary.dump();
+  const auto& cause = summary["restart_causes"][0];
+  EXPECT_EQ(cause["rank"].get<int>(), 1);
+  EXPECT_EQ(cause["cause"].get<std::string>(), "signal SIGKILL (9)");
+  EXPECT_EQ(cause["resumed_from"].get<std::string>().rfind("step_", 0), 0u);
+  EXPECT_NE(read_text(dir.file("run/report.html")).find("<line class=\"mark\""), std::string::npos);
+}
+
+TEST(Restart, ARankThatAlwaysFailsStopsAfterTheRestartsWithItsCauses) {
+  TempDir dir;
+  const std::string token = unique_token();
+  Child job =
+      start_dstrain({"launch", "--nproc", "2", "--max-restarts", "2", "--restart-backoff", "0.1",
+                     "--exec", "--", "sh", "-c", "if [ \"$RANK\" = 1 ]; then exit 3; fi; sleep 60"},
+                    {"DSTRAIN_TEST_MARKER=" + token});
+  const RunResult r = finish(job, 120);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("dstrain launch: restart 2 "), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("dstrain launch: restart 3 "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("giving up: 3 failure(s) without a new checkpoint, more than "
+                       "--max-restarts 2"),
+            std::string::npos)
+      << r.err;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    EXPECT_NE(r.err.find("attempt " + std::to_string(attempt) + ": rank 1 on host "),
+              std::string::npos)
+        << r.err;
+  }
+  EXPECT_NE(r.err.find("exit code 3"), std::string::npos);
+  EXPECT_TRUE(wait_until([&] { return processes_with_marker(token).empty(); }, 10));
+}
+
+TEST(Restart, AHungCollectiveIsDetectedByTheTimeoutAndRestarted) {
+  TempDir dir;
+  const JobSpec spec = restartable_job();
+  const std::string token = unique_token();
+  Child job = start_dstrain(launch_args(write_job_config(dir.path(), spec), spec, 1),
+                            {"DSTRAIN_TEST_MARKER=" + token, "DSTRAIN_COMM_TIMEOUT=5"});
+  hit_rank_after_first_commit(dir, token, 1, SIGSTOP);
+  const RunResult r = finish(job, 240);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("dstrain launch: restart 1"), std::string::npos) << r.err;
+  EXPECT_EQ(read_metric(dir.file("run/metrics.jsonl"), "train/loss").size(), 30u);
+  EXPECT_TRUE(wait_until([&] { return processes_with_marker(token).empty(); }, 10));
+}
+
+TEST(Restart, SigintToTheLauncherNeverRestarts) {
+  TempDir dir;
+  const std::string token = unique_token();
+  Child job = start_dstrain(
+      {"launch", "--nproc", "2", "--max-restarts", "3", "--exec", "--", "sleep", "60"},
+      {"DSTRAIN_TEST_MARKER=" + token});
+  ASSERT_TRUE(wait_until([&] { return processes_with_marker(token).size() >= 3; }, 20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ::kill(job.pid, SIGINT);
+  const RunResult r = finish(job, 30);
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_EQ(r.err.find("restart"), std::string::npos) << r.err;
+  EXPECT_TRUE(wait_until([&] { return processes_with_marker(token).empty(); }, 10));
+}
+
+}  // namespace
+}  // namespace dstrain::testing
