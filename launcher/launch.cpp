@@ -32,11 +32,12 @@ int run_agent(const LaunchOptions& o) {
 void reject_multi_node_flags(const LaunchOptions& o) {
   const HostSelection& s = o.selection;
   bool given = !s.include.empty() || !s.exclude.empty() || s.num_nodes != -1 || s.num_gpus != -1 ||
-               !o.env.empty() || !o.remote_cwd.empty() || o.check || !o.ssh.key_file.empty();
+               !o.env.empty() || !o.remote_cwd.empty() || o.check || !o.ssh.key_file.empty() ||
+               o.min_nodes != 0 || o.allow_batch_change;
   if (given) {
     fail(ErrorKind::kUsage,
-         "--include/--exclude/--num_nodes/--num_gpus/--env/--remote-cwd/--check/--ssh-key need "
-         "--hostfile");
+         "--include/--exclude/--num_nodes/--num_gpus/--env/--remote-cwd/--check/--ssh-key/"
+         "--min-nodes/--elastic-batch need --hostfile");
   }
 }
 
@@ -62,10 +63,17 @@ int run_launch(const LaunchOptions& o) {
     m.remote_cwd = o.remote_cwd;
     m.ssh = o.ssh;
     m.check = o.check;
+    m.min_nodes = o.min_nodes;
+    m.allow_batch_change = o.allow_batch_change;
     return run_multi_node_launch(m);
   }
   reject_multi_node_flags(o);
   if (in_slurm_allocation(o)) {
+    if (o.launch.restart.max_restarts > 0) {
+      fail(ErrorKind::kUsage,
+           "--max-restarts does not work under Slurm yet; requeue the job instead "
+           "(scripts/train.sbatch, docs/launch.md)");
+    }
     SlurmLaunchOptions s;
     s.launch = o.launch;
     s.master_addr_given = o.master_addr_given;

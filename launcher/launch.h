@@ -23,6 +23,8 @@ struct LaunchOptions {
   std::string remote_cwd;
   SshSettings ssh;
   bool check = false;
+  int min_nodes = 0;                // --min-nodes (multi_node.h)
+  bool allow_batch_change = false;  // --elastic-batch allow-change
   // Slurm
   bool slurm = false;
   bool no_slurm = false;

@@ -1,14 +1,18 @@
 #include "launcher/multi_node.h"
 
 #include <unistd.h>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 
 #include <fmt/format.h>
 
+#include "config/config.h"
 #include "core/error.h"
 #include "launcher/free_port.h"
+#include "launcher/output.h"
 #include "launcher/program_path.h"
 #include "launcher/remote_command.h"
 #include "launcher/remote_env.h"
@@ -106,6 +110,13 @@ MultiNodePlan plan_multi_node(const MultiNodeOptions& o, const char* const* envi
   LocalLaunchOptions launch = resolved_launch(o);
   MultiNodePlan plan;
   plan.nodes = select_hosts(read_hostfile(o.hostfile), o.selection, o.hostfile);
+  plan.nodes.erase(std::remove_if(plan.nodes.begin(), plan.nodes.end(),
+                                  [&](const SelectedNode& n) {
+                                    return std::find(o.left_out.begin(), o.left_out.end(),
+                                                     n.entry.host) != o.left_out.end();
+                                  }),
+                   plan.nodes.end());
+  if (plan.nodes.empty()) fail(ErrorKind::kRuntime, "no host left to run on");
   plan.world = make_world_plan(world_request(o, launch, plan.nodes));
   if (!launch.exec) validate_config(launch, plan.world.world_size);
   RemoteEnvSources sources;
@@ -152,17 +163,138 @@ std::string format_multi_node_plan(const MultiNodePlan& plan) {
   return out;
 }
 
+namespace {
+
+struct BatchShape {
+  int64_t micro = 1, accum = 1, train_batch_size = -1;
+};
+
+BatchShape batch_shape(const MultiNodeOptions& o, int world) {
+  config::LoadOptions load;
+  load.overrides = o.launch.overrides;
+  load.world_size = world;
+  const config::Config c = config::load_config(resolved_launch(o).config_path, load);
+  return {c.training.per_device_train_batch_size, c.training.gradient_accumulation_steps,
+          c.training.train_batch_size};
+}
+
+// Every rank count the job can shrink to: sums of the node sizes over the subsets of at least
+// `min_nodes` nodes (dynamic programming over node count and rank count).
+std::set<int> shrunk_worlds(const std::vector<SelectedNode>& nodes, int min_nodes) {
+  std::vector<std::set<int>> sums(nodes.size() + 1);  // sums[c]: rank counts of c nodes
+  sums[0].insert(0);
+  for (const SelectedNode& n : nodes) {
+    for (size_t c = nodes.size(); c >= 1; --c) {
+      for (int s : sums[c - 1]) sums[c].insert(s + static_cast<int>(n.slots.size()));
+    }
+  }
+  std::set<int> out;
+  for (size_t c = static_cast<size_t>(std::max(1, min_nodes)); c < nodes.size(); ++c)
+    out.insert(sums[c].begin(), sums[c].end());
+  return out;
+}
+
+// After a failed attempt: the hosts that cannot be reached again, left out while at least
+// min_nodes remain. Error(kRuntime) when fewer would.
+std::vector<std::string> unreachable_hosts(const MultiNodeOptions& o, const MultiNodePlan& plan) {
+  std::vector<std::string> lost;
+  for (const HostCheck& c : probe_hosts(plan, o.ssh, remote_binary(o))) {
+    if (c.reachable) continue;
+    write_all(
+        2, fmt::format("dstrain launch: host {} cannot be reached again ({})\n", c.host, c.text));
+    lost.push_back(c.host);
+  }
+  const int remaining = static_cast<int>(plan.nodes.size() - lost.size());
+  if (!lost.empty() && remaining < o.min_nodes) {
+    fail(ErrorKind::kRuntime,
+         "only {} of {} host(s) can be reached, fewer than --min-nodes {}; not restarting",
+         remaining, plan.nodes.size(), o.min_nodes);
+  }
+  return lost;
+}
+
+}  // namespace
+
+std::vector<std::string> batch_overrides(const MultiNodeOptions& o, int world, int new_world) {
+  if (new_world == world || o.launch.exec) return {};
+  const BatchShape b = batch_shape(o, world);
+  const int64_t global = b.micro * b.accum * world;
+  const int64_t per_step = b.micro * new_world;  // samples of one micro-step on the new world
+  int64_t accum = global / per_step;
+  if (global % per_step != 0) {
+    const int64_t nearest = std::max<int64_t>(1, (global + per_step / 2) / per_step);
+    if (!o.allow_batch_change) {
+      fail(ErrorKind::kConfig,
+           "the global batch {} (micro {} x accumulation {} x {} ranks) cannot be kept on {} "
+           "rank(s): it is not a multiple of micro {} x {} ranks; --elastic-batch allow-change "
+           "accepts the nearest, {} (accumulation {})",
+           global, b.micro, b.accum, world, new_world, b.micro, new_world, nearest * per_step,
+           nearest);
+    }
+    write_all(2, fmt::format("dstrain launch: global batch {} -> {} on {} rank(s) (accumulation "
+                             "{}; --elastic-batch allow-change)\n",
+                             global, nearest * per_step, new_world, nearest));
+    accum = nearest;
+  }
+  std::vector<std::string> out = {fmt::format("training.gradient_accumulation_steps={}", accum)};
+  if (b.train_batch_size > 0)
+    out.push_back(fmt::format("training.train_batch_size={}", accum * per_step));
+  return out;
+}
+
+void check_elastic_batch(const MultiNodeOptions& o, const MultiNodePlan& plan) {
+  if (o.min_nodes <= 0 || o.allow_batch_change || o.launch.exec) return;
+  if (o.min_nodes > static_cast<int>(plan.nodes.size())) {
+    fail(ErrorKind::kUsage, "--min-nodes {} is more than the {} host(s) selected", o.min_nodes,
+         plan.nodes.size());
+  }
+  for (int world : shrunk_worlds(plan.nodes, o.min_nodes)) {
+    try {
+      batch_overrides(o, plan.world.world_size, world);
+    } catch (const Error& e) {
+      throw Error(ErrorKind::kConfig,
+                  fmt::format("--min-nodes {} lets the job shrink to {} rank(s): {}", o.min_nodes,
+                              world, e.what()));
+    }
+  }
+}
+
 int run_multi_node_launch(const MultiNodeOptions& options) {
+  check_restart_options(options.launch.restart);
+  if (options.min_nodes < 0)
+    fail(ErrorKind::kUsage, "--min-nodes must be >= 0, got {}", options.min_nodes);
   MultiNodePlan plan = plan_multi_node(options, environ);
+  check_elastic_batch(options, plan);
   if (options.launch.dry_run) {
     std::fputs(format_multi_node_plan(plan).c_str(), stdout);
     std::fflush(stdout);
     if (!options.check) return 0;
     return check_hosts(plan, options.ssh, remote_binary(options));
   }
-  std::fflush(stdout);
-  std::fflush(stderr);
-  return run_ssh_job(plan, options.ssh, options.launch.grace_seconds);
+  const int first_world = plan.world.world_size;
+  const RunDirs dirs = run_dirs(resolved_launch(options), first_world);
+  MultiNodeOptions next = options;
+  return run_with_restarts(
+      options.launch.restart, dirs, [&](int k, const std::string& resume_from) {
+        if (k > 0) {  // the same hosts, or those still reachable, from the checkpoint
+          if (options.min_nodes > 0) {
+            for (const std::string& host : unreachable_hosts(options, plan))
+              next.left_out.push_back(host);
+          }
+          next.launch.overrides = options.launch.overrides;
+          next.launch.args = resume_from.empty()
+                                 ? options.launch.args
+                                 : with_resume_from(options.launch.args, resume_from);
+          MultiNodePlan shrunk = plan_multi_node(next, environ);
+          for (const std::string& kv :
+               batch_overrides(options, first_world, shrunk.world.world_size))
+            next.launch.overrides.push_back(kv);
+          plan = plan_multi_node(next, environ);
+        }
+        std::fflush(stdout);
+        std::fflush(stderr);
+        return run_ssh_job(plan, options.ssh, options.launch.grace_seconds);
+      });
 }
 
 }  // namespace dstrain::launcher

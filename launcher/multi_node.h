@@ -28,6 +28,12 @@ struct MultiNodeOptions {
   std::string remote_binary;     // "" = this binary's path
   SshSettings ssh;
   bool check = false;  // with dry_run: connect and report each host
+  // --min-nodes: with --max-restarts, a host that cannot be reached again after a failure is left
+  // out and the job restarts on the others while at least this many remain; 0 = never leave one
+  // out (restart on the same hosts).
+  int min_nodes = 0;
+  bool allow_batch_change = false;    // --elastic-batch allow-change (see next_attempt_options)
+  std::vector<std::string> left_out;  // hosts removed from the selection (after a failure)
 };
 
 struct MultiNodePlan {
@@ -47,7 +53,18 @@ std::vector<std::string> agent_argv(const MultiNodeOptions& options, const Multi
 // --dry-run output: per host, its address, ranks with their variables, and the agent command.
 std::string format_multi_node_plan(const MultiNodePlan& plan);
 
-// Runs the job (or the dry run / check); returns the exit code.
+// The global batch of a run on `world` ranks kept on `new_world`: the overrides (gradient
+// accumulation, and DeepSpeed's train_batch_size when the config sets it) that make
+// micro × accumulation × ranks the same. Error(kConfig) naming the numbers when no whole
+// accumulation keeps it, unless options.allow_batch_change (then the nearest, announced on stderr).
+std::vector<std::string> batch_overrides(const MultiNodeOptions& options, int world, int new_world);
+
+// With --min-nodes: Error(kConfig) at plan time when some world the job could shrink to (leaving
+// out hosts while at least min_nodes remain) cannot keep the global batch.
+void check_elastic_batch(const MultiNodeOptions& options, const MultiNodePlan& plan);
+
+// Runs the job (or the dry run / check); returns the exit code. With --max-restarts a failed job
+// is restarted from `latest` (restart.h); with --min-nodes on the hosts that can still be reached.
 int run_multi_node_launch(const MultiNodeOptions& options);
 
 }  // namespace dstrain::launcher

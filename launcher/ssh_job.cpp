@@ -71,13 +71,13 @@ class SshJob {
     }
   }
 
-  int run() {
+  AttemptOutcome run() {
     for (auto& r : runs_) threads_.emplace_back([this, run = r.get()] { agent_thread(*run); });
     supervise();
     for (std::thread& t : threads_) t.join();
     std::string summary = summarize();
     write_all(2, summary);
-    return exit_code_;
+    return outcome();
   }
 
  private:
@@ -224,6 +224,21 @@ class SshJob {
     write_all(fd, text);
   }
 
+  AttemptOutcome outcome() const {
+    AttemptOutcome o;
+    o.exit_code = exit_code_;
+    if (interrupt_signal_ != 0) {
+      o.kind = AttemptOutcome::Kind::kInterrupted;
+    } else if (failed_node_ >= 0) {
+      const AgentRun& r = *runs_[failed_node_];
+      o.kind = AttemptOutcome::Kind::kFailed;
+      o.host = r.host;
+      o.cause = fmt::format("node {} (ranks {}-{}): {}", r.node, r.first_rank, r.last_rank,
+                            r.error.empty() ? fmt::format("exit code {}", r.exit_code) : r.error);
+    }
+    return o;
+  }
+
   std::string node_state(const AgentRun& r) const {
     std::string state = !r.error.empty()  ? r.error
                         : r.exit_code < 0 ? "did not finish"
@@ -278,39 +293,49 @@ class SshJob {
 
 }  // namespace
 
-int run_ssh_job(const MultiNodePlan& plan, const SshSettings& ssh, double grace_seconds) {
+AttemptOutcome run_ssh_job(const MultiNodePlan& plan, const SshSettings& ssh,
+                           double grace_seconds) {
   SshJob job(plan, ssh, grace_seconds);
   return job.run();
 }
 
-int check_hosts(const MultiNodePlan& plan, const SshSettings& ssh, const std::string& binary) {
-  std::vector<std::string> lines(plan.nodes.size());
+std::vector<HostCheck> probe_hosts(const MultiNodePlan& plan, const SshSettings& ssh,
+                                   const std::string& binary) {
+  std::vector<HostCheck> checks(plan.nodes.size());
   std::vector<std::thread> threads;
-  std::atomic<bool> all_ok{true};
   for (size_t k = 0; k < plan.nodes.size(); ++k) {
     threads.emplace_back([&, k] {
       const HostEntry& h = plan.nodes[k].entry;
       SshTarget target{h.host, h.user, h.ssh_port};
+      HostCheck& c = checks[k];
+      c.host = h.host;
       try {
         SshSession session(target, ssh);
+        c.reachable = true;
         session.exec(shell_quote(binary) + " version");
         std::string out, err;
         while (session.read(&out, &err, kReadMillis)) {
         }
         int code = session.exit_status();
         std::string text = strip_newlines(code == 0 ? out : err);
-        lines[k] = fmt::format(
-            "check {}: reachable; {}", h.host,
-            code == 0 ? text : fmt::format("'{} version' failed ({}): {}", binary, code, text));
-        if (code != 0) all_ok = false;
+        c.ok = code == 0;
+        c.text = code == 0 ? text : fmt::format("'{} version' failed ({}): {}", binary, code, text);
       } catch (const Error& e) {
-        lines[k] = fmt::format("check {}: UNREACHABLE: {}", h.host, e.what());
-        all_ok = false;
+        c.text = e.what();
       }
     });
   }
   for (std::thread& t : threads) t.join();
-  for (const std::string& line : lines) write_all(1, line + "\n");
+  return checks;
+}
+
+int check_hosts(const MultiNodePlan& plan, const SshSettings& ssh, const std::string& binary) {
+  bool all_ok = true;
+  for (const HostCheck& c : probe_hosts(plan, ssh, binary)) {
+    write_all(1, c.reachable ? fmt::format("check {}: reachable; {}\n", c.host, c.text)
+                             : fmt::format("check {}: UNREACHABLE: {}\n", c.host, c.text));
+    all_ok = all_ok && c.ok;
+  }
   return all_ok ? 0 : kSshFailureExit;
 }
 

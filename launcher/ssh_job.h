@@ -18,21 +18,36 @@
 //    agents to every rank, and the job goes on.
 //  - Exit code: 0; the failing agent's exit code (= its failed rank's code); 255 for an SSH
 //    failure; 128 + signal when interrupted. A summary naming host, rank, cause and last lines is
-//    printed on stderr.
+//    printed on stderr. The outcome also says which kind of ending it was, for --max-restarts.
 
 #include <string>
 
+#include <vector>
+
 #include "launcher/multi_node.h"
+#include "launcher/restart.h"
 #include "launcher/ssh_client.h"
 
 namespace dstrain::launcher {
 
 constexpr int kSshFailureExit = 255;
 
-int run_ssh_job(const MultiNodePlan& plan, const SshSettings& ssh, double grace_seconds);
+// The job's outcome: a failure names the first failed node's host and cause.
+AttemptOutcome run_ssh_job(const MultiNodePlan& plan, const SshSettings& ssh, double grace_seconds);
 
-// `--dry-run --check`: connects to every host in parallel, runs `<binary> version`, prints one
-// line per host; returns 0 if every host answered, else kSshFailureExit.
+struct HostCheck {
+  std::string host;
+  bool reachable = false;  // an SSH session could be opened and authenticated
+  bool ok = false;         // and `<binary> version` exited 0
+  std::string text;        // its output, or why not
+};
+
+// Connects to every host of the plan in parallel and runs `<binary> version` there.
+std::vector<HostCheck> probe_hosts(const MultiNodePlan& plan, const SshSettings& ssh,
+                                   const std::string& binary);
+
+// `--dry-run --check`: probe_hosts, one line per host; returns 0 if every host answered, else
+// kSshFailureExit.
 int check_hosts(const MultiNodePlan& plan, const SshSettings& ssh, const std::string& binary);
 
 }  // namespace dstrain::launcher

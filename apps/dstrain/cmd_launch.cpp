@@ -106,6 +106,19 @@ void add_multi_node_flags(CLI::App* cmd, LaunchFlags* f) {
       ->group(group);
   cmd->add_flag("--check", o.check, "With --dry-run: connect to each host, run 'dstrain version'")
       ->group(group);
+  cmd->add_option("--min-nodes", o.min_nodes,
+                  "With --max-restarts: leave out hosts that cannot be reached again and restart "
+                  "on the others while at least M remain (the global batch is kept)")
+      ->type_name("M")
+      ->group(group);
+  auto* elastic = cmd->add_option_function<std::string>(
+      "--elastic-batch",
+      [f](const std::string& v) { f->options.allow_batch_change = v == "allow-change"; },
+      "keep: a smaller world keeps the global batch exactly or the job stops (exit 2); "
+      "allow-change: the nearest global batch");
+  elastic->type_name("keep|allow-change")
+      ->check(CLI::IsMember({"keep", "allow-change"}))
+      ->group(group);
 }
 
 void add_slurm_and_agent_flags(CLI::App* cmd, LaunchFlags* f) {
