@@ -46,13 +46,7 @@ std::vector<RestartRecord> read_restarts(const std::string& file) {
   return records;
 }
 
-void write_restarts(const std::string& out_dir, const std::vector<RestartRecord>& records) {
-  const stdfs::path path = restarts_file(out_dir);
-  if (records.empty()) {
-    std::error_code ec;
-    stdfs::remove(path, ec);
-    return;
-  }
+json to_json(const std::vector<RestartRecord>& records) {
   json list = json::array();
   for (const RestartRecord& r : records) {
     list.push_back({{"attempt", r.attempt},
@@ -65,8 +59,18 @@ void write_restarts(const std::string& out_dir, const std::vector<RestartRecord>
                     {"resumed_from", r.resumed_from},
                     {"counted", r.counted}});
   }
+  return list;
+}
+
+void write_restarts(const std::string& out_dir, const std::vector<RestartRecord>& records) {
+  const stdfs::path path = restarts_file(out_dir);
+  if (records.empty()) {
+    std::error_code ec;
+    stdfs::remove(path, ec);
+    return;
+  }
   fs::create_dirs(out_dir);
-  fs::write_file_atomic(path, json{{"restarts", list}}.dump(1) + "\n");
+  fs::write_file_atomic(path, json{{"restarts", to_json(records)}}.dump(1) + "\n");
 }
 
 long last_logged_step(const std::string& metrics_file) {

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace dstrain::metrics {
 
 inline constexpr const char* kRestartsFile = "restarts.json";
@@ -36,6 +38,9 @@ std::string restarts_file(const std::string& out_dir);
 // The records of a restarts file; none when it does not exist. Error(kInput) naming the file when
 // it is not what this module writes.
 std::vector<RestartRecord> read_restarts(const std::string& file);
+
+// The records as the file's "restarts" array (also summary.json's "restart_causes").
+nlohmann::json to_json(const std::vector<RestartRecord>& records);
 
 // Replaces <out_dir>/restarts.json atomically (an empty list removes it).
 void write_restarts(const std::string& out_dir, const std::vector<RestartRecord>& records);

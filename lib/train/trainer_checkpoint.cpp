@@ -145,17 +145,7 @@ void Trainer::write_summary(const RunSummary& s) {
   // The launcher's restarts of this run (--max-restarts), so that the summary tells the whole run.
   const auto restarts = metrics::read_restarts(metrics::restarts_file(cfg_.logging.out_dir));
   j["restarts"] = restarts.size();
-  json causes = json::array();
-  for (const auto& r : restarts) {
-    causes.push_back({{"rank", r.rank},
-                      {"host", r.host},
-                      {"cause", r.cause},
-                      {"exit_code", r.exit_code},
-                      {"step", r.step},
-                      {"time", r.time},
-                      {"resumed_from", r.resumed_from}});
-  }
-  if (!restarts.empty()) j["restart_causes"] = causes;
+  if (!restarts.empty()) j["restart_causes"] = metrics::to_json(restarts);
   fs::write_file_atomic(stdfs::path(cfg_.logging.out_dir) / "summary.json", j.dump(2) + "\n");
 }
 
