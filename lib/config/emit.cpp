@@ -1,9 +1,13 @@
-// to_yaml: the resolved config in our own key names, every setting written out, so that a run can
-// record exactly what it used and that record loads back to the same Config.
+// to_yaml: the resolved config in our own key names, every setting written out (but the no-effect
+// ones at their default), so that a run can record exactly what it used and that record loads
+// back to the same Config.
+
+#include <set>
 
 #include <fmt/format.h>
 
 #include "config/config.h"
+#include "config/rules.h"
 #include "config/schema.h"
 
 namespace dstrain::config {
@@ -45,6 +49,19 @@ void emit_value(YAML::Emitter& out, const Field& field, const Value& value) {
   }
 }
 
+// Settings stored only for DeepSpeed files' sake (rules.h, KeyRule::no_effect) are written only
+// when they were moved off their default: a resolved config loaded again (by `dstrain resume`, by
+// every restart) must not warn about keys nobody wrote.
+bool written(const Field& field, const Config& config) {
+  static const std::set<const Field*> no_effect = [] {
+    std::set<const Field*> out;
+    for (const auto& [path, rule] : detail::our_rules().leaves)
+      if (!rule.no_effect.empty() && rule.field != nullptr) out.insert(rule.field);
+    return out;
+  }();
+  return no_effect.count(&field) == 0 || field.get(config) != field.get(Config{});
+}
+
 }  // namespace
 
 std::string to_yaml(const Config& config) {
@@ -57,6 +74,7 @@ std::string to_yaml(const Config& config) {
   // Fields of one mapping are contiguous in the table, so a stack of open mappings suffices.
   std::vector<std::string> open;
   for (const Field& field : detail::fields()) {
+    if (!written(field, config)) continue;
     std::vector<std::string> parts = split_path(field.path);
     const std::string leaf = parts.back();
     parts.pop_back();

@@ -151,5 +151,16 @@ TEST(ConfigRoundTrip, EqualityNoticesAChangedSetting) {
   EXPECT_EQ(a, b);
 }
 
+TEST(ConfigRoundTrip, AResolvedConfigLoadsAgainWithoutWarnings) {
+  std::vector<std::string> warnings;
+  LoadOptions options;
+  options.warnings = &warnings;
+  const Config c = load_config_from_string(minimal_yaml(), "m.yaml", options);
+  ASSERT_TRUE(warnings.empty());
+  const Config again = load_config_from_string(to_yaml(c), "resolved.yaml", options);
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
+  EXPECT_EQ(again, c);
+}
+
 }  // namespace
 }  // namespace dstrain::config
