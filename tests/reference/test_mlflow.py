@@ -277,6 +277,41 @@ def test_a_rank_killed_by_sigkill_marks_the_run_failed(server, tmp):
     assert r.info.end_time is not None
 
 
+def test_a_restarted_job_stays_one_run_tagged_with_its_restarts(server, tmp):
+    # --max-restarts: rank 1 killed after the first checkpoint; the launcher restarts the job from
+    # it, and the restarted rank 0 continues the same MLflow run, which ends FINISHED with one
+    # value per step and the tag dstrain.restarts.
+    out = os.path.join(tmp, "run")
+    marker = f"DSTRAIN_TEST_MARKER={uuid.uuid4().hex}"
+    env = dict(os.environ, DSTRAIN_DEVICE="cpu", DSTRAIN_TEST_MARKER=marker.split("=", 1)[1],
+               **mlflow_env(server))
+    proc = subprocess.Popen([dstrain_binary(), "launch", "--nproc", "2", "--max-restarts", "1",
+                             "--restart-backoff", "0", TINY] +
+                            overrides(out, **{"training.max_steps": 12, "training.log_interval": 1,
+                                              "checkpoint.interval": 4}),
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        wait_until(lambda: os.path.exists(os.path.join(out, "ckpt", "latest")), 120, "a checkpoint")
+        run_id = run_id_of(out)
+        victim = rank_pid(marker, 1)
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        output, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, output[-3000:]
+    assert "dstrain launch: restart 1" in output, output[-3000:]
+    assert run_id_of(out) == run_id
+    client = mlflow.MlflowClient(server["uri"])
+    r = client.get_run(run_id)
+    assert r.info.status == "FINISHED", output[-3000:]
+    assert r.data.tags.get("dstrain.restarts") == "1", r.data.tags
+    steps = [m.step for m in client.get_metric_history(run_id, "train/loss")]
+    assert sorted(steps) == list(range(1, 13)), steps
+
+
 class BlackHole:
     """A TCP server that accepts connections and never answers: an MLflow server that hangs."""
 
