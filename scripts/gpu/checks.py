@@ -116,7 +116,10 @@ def bench_figures(table):
     parts = []
     for mode, seq, system, micro, tps, mfu, peak, _ in rows:
         name = "dstrain" if system == "dstrain" else "peer"
-        parts.append(f"{mode} {name}: {tps} tok/s, MFU {mfu}, {peak}")
+        if mfu == "-":  # not measured: the tokens/s column holds why (fail, oom, no GPU, ...)
+            parts.append(f"{mode} {name}: {tps}")
+        else:
+            parts.append(f"{mode} {name}: {tps} tok/s, MFU {mfu}, {peak}")
     print("; ".join(parts))
     return 0
 
