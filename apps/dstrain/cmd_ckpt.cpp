@@ -69,6 +69,10 @@ void set_inspect_command(CLI::App& ckpt, int* exit_code) {
 
 void set_ckpt_command(CLI::App& root, int* exit_code) {
   auto* cmd = add_worker_subcommand(root, kCkptCommand);
+  cmd->footer(
+      "Examples:\n"
+      "  dstrain ckpt verify runs/tiny/checkpoints/latest\n"
+      "  dstrain ckpt inspect runs/tiny/checkpoints/latest --config configs/tiny.yaml");
   cmd->require_subcommand(1);
   set_verify_command(*cmd, exit_code);
   set_inspect_command(*cmd, exit_code);

@@ -13,6 +13,12 @@ namespace {
 void set_tokenize_command(CLI::App& data, int* exit_code) {
   auto* cmd =
       data.add_subcommand("tokenize", "Tokenize a text/JSONL/Parquet corpus into a token file");
+  cmd->footer(
+      "Writes every document's token ids to one token file (atomically), which training reads\n"
+      "with data.format: tokens (docs/data.md).\n"
+      "Example:\n"
+      "  dstrain data tokenize --tokenizer byte --input configs/data/tiny_corpus.txt \\\n"
+      "      --document line --output runs/tiny_corpus.tokens");
   auto options = std::make_shared<data::TokenizeOptions>();
   cmd->add_option("--tokenizer", options->tokenizer, "\"byte\" or a tokenizer directory")
       ->required();
@@ -39,6 +45,10 @@ void set_tokenize_command(CLI::App& data, int* exit_code) {
 
 void set_data_command(CLI::App& root, int* exit_code) {
   auto* cmd = add_worker_subcommand(root, kDataCommand);
+  cmd->footer(
+      "Example:\n"
+      "  dstrain data tokenize --tokenizer byte --input configs/data/tiny_corpus.txt \\\n"
+      "      --document line --output runs/tiny_corpus.tokens");
   cmd->require_subcommand(1);
   set_tokenize_command(*cmd, exit_code);
 }

@@ -59,6 +59,10 @@ void set_forward_command(CLI::App& debug, int* exit_code) {
 
 void set_debug_command(CLI::App& root, int* exit_code) {
   auto* cmd = add_worker_subcommand(root, kDebugCommand);  // hidden; see docs/gpu.md
+  cmd->footer(
+      "Example:\n"
+      "  dstrain debug forward --model hf/qwen2-tiny --ids ids.safetensors --out "
+      "dstrain.safetensors");
   cmd->require_subcommand(1);
   set_forward_command(*cmd, exit_code);
 }

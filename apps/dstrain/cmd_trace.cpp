@@ -47,6 +47,9 @@ void set_merge_command(CLI::App& trace, int* exit_code) {
 
 void set_trace_command(CLI::App& root, int* exit_code) {
   auto* cmd = root.add_subcommand("trace", "Trace tools (logging.trace)");
+  cmd->footer(
+      "Example:\n"
+      "  dstrain trace merge runs/tiny        # writes runs/tiny/trace/trace.json");
   cmd->require_subcommand(1);
   set_merge_command(*cmd, exit_code);
 }

@@ -13,6 +13,11 @@ void configure_root(CLI::App& app) {
   app.require_subcommand(1);
   app.fallthrough(false);
   app.set_help_all_flag("--help-all", "Print help for every subcommand");
+  app.footer(
+      "Example (from the repository root: the built-in tiny model, 2 local CPU ranks, ~1 min):\n"
+      "  dstrain launch --nproc 2 configs/tiny.yaml\n"
+      "'dstrain <command> --help' shows a command's options and an example; README.md and docs/\n"
+      "have the rest.");
 }
 
 int run_cli(CLI::App& app, int argc, char** argv, const int& exit_code) {

@@ -3,6 +3,8 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
@@ -47,14 +49,31 @@ void add_directory_files(const std::string& dir, std::vector<std::string>& files
   files.insert(files.end(), found.begin(), found.end());
 }
 
+// The directory glob(3) could not read and why, for the message; thread_local, as glob_matches may
+// run on several threads at once.
+thread_local std::string glob_failed_dir;
+thread_local int glob_failed_errno = 0;
+
+// glob(3)'s error callback. A directory that does not exist (or is a file) matches nothing: the
+// data path is wrong, which "no file matches" says. Any other failure (no permission) stops the
+// expansion: a partial file list would silently train on less data.
+int on_glob_error(const char* dir, int err) {
+  if (err == ENOENT || err == ENOTDIR) return 0;
+  glob_failed_dir = dir;
+  glob_failed_errno = err;
+  return 1;
+}
+
 std::vector<std::string> glob_matches(const std::string& pattern) {
   glob_t g{};
-  const int rc = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &g);
+  const int rc = ::glob(pattern.c_str(), 0, on_glob_error, &g);
   std::vector<std::string> matches(g.gl_pathv, g.gl_pathv + (rc == 0 ? g.gl_pathc : 0));
   ::globfree(&g);
   if (rc == GLOB_NOMATCH) fail(ErrorKind::kInput, "{}: no file matches this data path", pattern);
-  if (rc != 0)
-    fail(ErrorKind::kIo, "{}: cannot expand the pattern (a directory is unreadable)", pattern);
+  if (rc != 0) {
+    fail(ErrorKind::kIo, "{}: cannot expand the pattern: cannot read directory {}: {}", pattern,
+         glob_failed_dir, std::strerror(glob_failed_errno));
+  }
   return matches;  // glob(3) sorts them
 }
 

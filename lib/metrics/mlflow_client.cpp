@@ -173,10 +173,7 @@ void MlflowClient::upload_artifact(const std::string& artifact_uri, const std::s
   // the part after the authority is the path below the proxy's artifacts endpoint.
   const std::string scheme = kArtifactScheme;
   if (artifact_uri.compare(0, scheme.size(), scheme) != 0) {
-    fail(ErrorKind::kComm,
-         "the run's artifact location {} is not served by the tracking server (start it "
-         "with --serve-artifacts); artifacts not uploaded",
-         artifact_uri);
+    fail(ErrorKind::kInternal, "upload_artifact: {} is not a mlflow-artifacts: URI", artifact_uri);
   }
   std::string rest = artifact_uri.substr(scheme.size());
   if (rest.rfind("//", 0) == 0) {

@@ -73,8 +73,8 @@ class MlflowClient {
   void log_batch(const std::string& run_id, const LogBatch& batch);
   // status: RUNNING | FINISHED | FAILED | KILLED; end_time_ms 0 = leave unset.
   void update_run(const std::string& run_id, const std::string& status, int64_t end_time_ms);
-  // PUT through the server's artifact proxy (mlflow-artifacts API). Error(kComm) also when the
-  // run's artifact URI is not a mlflow-artifacts: one (a server without --serve-artifacts).
+  // PUT through the server's artifact proxy (mlflow-artifacts API), for an `artifact_uri` that
+  // is_proxied_artifact_uri() (mlflow_artifacts.h says where other artifact URIs go).
   void upload_artifact(const std::string& artifact_uri, const std::string& path,
                        const std::string& content);
 

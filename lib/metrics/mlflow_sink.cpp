@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "metrics/mlflow_artifacts.h"
 
 namespace dstrain::metrics {
 namespace {
@@ -205,13 +206,31 @@ void MlflowSink::log_params() {
 }
 
 void MlflowSink::upload(const std::vector<MlflowArtifact>& artifacts) {
+  std::vector<std::string> skipped;
+  std::string reason;
   for (const auto& a : artifacts) {
     std::string content = a.content;
     if (!a.local_file.empty()) {
       if (!std::filesystem::exists(a.local_file)) continue;
       content = fs::read_file(a.local_file);
     }
-    client_.upload_artifact(run_.artifact_uri, a.path, content);
+    if (is_proxied_artifact_uri(run_.artifact_uri)) {
+      client_.upload_artifact(run_.artifact_uri, a.path, content);  // a server error: retried
+      continue;
+    }
+    // Not the server's business: a location this machine cannot write stays so, so it is said
+    // once and the run goes on (retrying would hold the metrics back).
+    try {
+      write_local_artifact(run_.artifact_uri, a.path, content);
+    } catch (const Error& e) {
+      skipped.push_back(a.path);
+      reason = e.what();
+    }
+  }
+  if (!skipped.empty()) {
+    std::string names;
+    for (const auto& name : skipped) names += (names.empty() ? "" : ", ") + name;
+    log::warn("MLflow: run {}: {}; artifacts not stored: {}", run_.run_id, reason, names);
   }
 }
 

@@ -7,13 +7,16 @@
 //  1. sets the run up: continues `run_id` (status back to RUNNING), or creates a run in the
 //     experiment (by id, else by name, created when missing, else MLflow's default one) with the
 //     tags, `mlflow.parentRunId` for a nested run; logs the params (a continued run's equal ones
-//     are skipped, changed ones named in a warning: MLflow params cannot change); uploads the start
-//     artifacts; writes the run id to `run_id_file`.
+//     are skipped, changed ones named in a warning: MLflow params cannot change); stores the start
+//     artifacts where the run's artifact URI says (mlflow_artifacts.h: through the server's
+//     artifact proxy, or straight into an artifact directory on a shared file system; a location
+//     this machine cannot write is one warning, and the run goes on); writes the run id to
+//     `run_id_file`.
 //  2. sends queued metrics in runs/log-batch requests within the server's limits.
 //  Every request has a bounded time. When one fails, a warning names the server and the error,
 //  metrics keep queueing, and the worker retries with a growing pause (1 s .. retry_max_s); a line
 //  says when the server answers again.
-// finish(status, timeout_s) gives the worker until the deadline to send what is queued, upload the
+// finish(status, timeout_s) gives the worker until the deadline to send what is queued, store the
 // end artifacts (files read then; missing ones skipped) and set the status and end time; what did
 // not make it is named in a warning. It never throws.
 

@@ -9,7 +9,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -17,28 +16,11 @@ import uuid
 import pytest
 import yaml
 
+from mlflowlib import MLFLOW, assert_metrics_match, mlflow_server, wait_for_servers, wait_until
 from reflib import REPO, TINY, dstrain_binary, flatten, run
 from reflib import tiny_run_overrides as overrides
 
 mlflow = pytest.importorskip("mlflow")
-
-MLFLOW = os.path.join(os.path.dirname(sys.executable), "mlflow")
-SERVER_START_S = 180  # a cold start imports a lot: about 30-45 s on 2 busy cores
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(cond, timeout, what):
-    end = time.time() + timeout
-    while time.time() < end:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -46,36 +28,11 @@ def server(tmp_path_factory):
     if not os.access(MLFLOW, os.X_OK):
         pytest.skip(f"no mlflow executable at {MLFLOW}")
     d = tmp_path_factory.mktemp("mlflow")
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    log = open(d / "server.log", "w")
-    proc = subprocess.Popen(
-        [MLFLOW, "server", "--backend-store-uri", f"sqlite:///{d}/db.sqlite",
-         "--artifacts-destination", str(d / "artifacts"), "--serve-artifacts",
-         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        cwd=d, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    uri = f"http://127.0.0.1:{port}"
-
-    def answers():
-        assert proc.poll() is None, f"mlflow server exited:\n{open(d / 'server.log').read()[-3000:]}"
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                pass
-            mlflow.MlflowClient(uri).search_experiments(max_results=1)
-            return True
-        except Exception:
-            return False
-
-    try:
-        wait_until(answers, SERVER_START_S, "the mlflow server")
-        yield {"uri": uri, "proc": proc}
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(timeout=30)
-        log.close()
+    with mlflow_server(d, ["--backend-store-uri", f"sqlite:///{d}/db.sqlite",
+                           "--artifacts-destination", str(d / "artifacts"),
+                           "--serve-artifacts"]) as s:
+        wait_for_servers(s)
+        yield s
 
 
 def mlflow_env(server, **extra):
@@ -86,26 +43,6 @@ def mlflow_env(server, **extra):
 
 def run_id_of(out):
     return open(os.path.join(out, "mlflow_run_id")).read().strip()
-
-
-def jsonl_series(path):
-    """{key: [(step, value), ...]} of metrics.jsonl, without the nulls (NaN/Inf)."""
-    series = {}
-    for line in open(path):
-        rec = json.loads(line)
-        for k, v in rec.items():
-            if k not in ("step", "time") and v is not None:
-                series.setdefault(k, []).append((rec["step"], v))
-    return series
-
-
-def assert_metrics_match(client, run_id, jsonl_path):
-    want = jsonl_series(jsonl_path)
-    got_keys = set(client.get_run(run_id).data.metrics)
-    assert got_keys == set(want), f"metric keys differ: {got_keys ^ set(want)}"
-    for key, series in want.items():
-        history = sorted(client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))
-        assert [(m.step, m.value) for m in history] == series, key
 
 
 def test_run_records_config_metrics_artifacts_and_finishes(server, tmp):

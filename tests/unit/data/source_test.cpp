@@ -78,6 +78,15 @@ TEST(TextSource, GlobPatternMatchesInSortedOrder) {
                {dir.path("d/*.parquet"), "no file matches"});
 }
 
+TEST(TextSource, GlobPatternInAMissingDirectoryMatchesNothing) {
+  TempDir dir;
+  dir.write("d/a.txt", "A");
+  for (const std::string pattern : {"absent/*.txt", "absent/sub/*.txt", "d/a.txt/*.txt"}) {
+    expect_error([&] { list_source_files(dir.path(pattern)); }, ErrorKind::kInput,
+                 {dir.path(pattern), "no file matches"});
+  }
+}
+
 TEST(TextSource, ManyDocumentsKeepOrderWithSeveralThreads) {
   TempDir dir;
   std::string text;

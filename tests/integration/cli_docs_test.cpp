@@ -1,0 +1,150 @@
+// The CLI against its documentation. Commands are read from the built binary's own --help (every
+// listed command and subcommand), so a command added, renamed or removed without its example and
+// its documentation fails here, naming it.
+
+#include <dirent.h>
+
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/integration/process_util.h"
+
+namespace dstrain::testing {
+namespace {
+
+// The names under "Subcommands:" in a CLI11 help text.
+std::vector<std::string> listed_subcommands(const std::string& help) {
+  std::vector<std::string> names;
+  const size_t start = help.find("\nSubcommands:\n");
+  if (start == std::string::npos) return names;
+  size_t pos = start + std::string("\nSubcommands:\n").size();
+  while (pos < help.size() && help.compare(pos, 2, "  ") == 0) {
+    const size_t end = help.find('\n', pos);
+    const std::string line = help.substr(pos, end - pos);
+    names.push_back(line.substr(2, line.find(' ', 2) - 2));
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  return names;
+}
+
+std::string help_of(const std::string& command) {
+  std::vector<std::string> args;
+  std::string word;
+  for (char c : command + " ") {
+    if (c != ' ') {
+      word += c;
+    } else if (!word.empty()) {
+      args.push_back(word);
+      word.clear();
+    }
+  }
+  args.push_back("--help");
+  const RunResult r = run_dstrain(args, {}, 30);
+  EXPECT_EQ(r.exit_code, 0) << "dstrain " << command << " --help\n" << r.err;
+  return r.out;
+}
+
+struct Commands {
+  std::vector<std::string> all;     // "launch", "data", "data tokenize", ...
+  std::vector<std::string> leaves;  // those without subcommands: what users run
+};
+
+// Every command `dstrain --help` lists, and their subcommands, as the binary itself lists them.
+Commands cli_commands() {
+  Commands c;
+  for (const std::string& name : listed_subcommands(help_of(""))) {
+    c.all.push_back(name);
+    const std::vector<std::string> subs = listed_subcommands(help_of(name));
+    if (subs.empty()) c.leaves.push_back(name);
+    for (const std::string& sub : subs) {
+      c.all.push_back(name + " " + sub);
+      c.leaves.push_back(name + " " + sub);
+    }
+  }
+  return c;
+}
+
+// A help text's worked example: "Example:" or "Examples:" (optionally with a note in parentheses),
+// then a line running `dstrain <command>`.
+bool shows_example_of(const std::string& help, const std::string& command) {
+  const std::string prefix = command.empty() ? "dstrain" : "dstrain " + command;
+  const std::regex example("(^|\\n)Examples?( \\([^\\n]*\\))?:\\n(  [^\\n]*\\n)*?  " + prefix +
+                           "( |\\n|$)");
+  return std::regex_search(help, example);
+}
+
+std::string docs_text() {
+  std::string all = read_text(DSTRAIN_SOURCE_DIR "/README.md");
+  const std::string dir = DSTRAIN_SOURCE_DIR "/docs";
+  DIR* d = ::opendir(dir.c_str());
+  EXPECT_NE(d, nullptr) << dir;
+  if (d == nullptr) return all;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() > 3 && name.compare(name.size() - 3, 3, ".md") == 0) {
+      all += read_text(dir + "/" + name);
+    }
+  }
+  ::closedir(d);
+  return all;
+}
+
+// The backticked items of docs/status.md's "- CLI:" entry, up to the next entry.
+std::set<std::string> status_cli_list() {
+  const std::string status = read_text(DSTRAIN_SOURCE_DIR "/docs/status.md");
+  const size_t start = status.find("\n- CLI:");
+  EXPECT_NE(start, std::string::npos) << "docs/status.md has no '- CLI:' entry";
+  if (start == std::string::npos) return {};
+  const size_t end = status.find("\n- ", start + 1);
+  const std::string entry = status.substr(start, end - start);
+  // The list ends at the first sentence: "`launch`, `train`, ..., `version`."
+  const size_t list_end = entry.find("`.");
+  const std::string list = entry.substr(0, list_end == std::string::npos ? list_end : list_end + 1);
+  std::set<std::string> items;
+  static const std::regex item("`([^`]+)`");
+  for (std::sregex_iterator it(list.begin(), list.end(), item), e; it != e; ++it) {
+    const std::string text = (*it)[1];
+    items.insert(text);
+  }
+  return items;
+}
+
+TEST(CliDocs, EveryCommandsHelpShowsAWorkedExample) {
+  EXPECT_TRUE(shows_example_of(help_of(""), "")) << help_of("");
+  const Commands c = cli_commands();
+  ASSERT_GT(c.leaves.size(), 10u) << "too few commands listed by dstrain --help";
+  for (const std::string& command : c.all) {
+    const std::string help = help_of(command);
+    EXPECT_TRUE(shows_example_of(help, command))
+        << "'dstrain " << command << " --help' shows no 'Example:' running it:\n"
+        << help;
+  }
+  // The check can fail: a help text without an example of that command is caught.
+  EXPECT_FALSE(shows_example_of("Usage: dstrain version\n", "version"));
+  EXPECT_FALSE(shows_example_of("Example:\n  dstrain train run.yaml\n", "resume"));
+}
+
+TEST(CliDocs, EveryCommandIsDocumentedAndListedInStatus) {
+  const Commands c = cli_commands();
+  const std::string docs = docs_text();
+  const std::set<std::string> listed = status_cli_list();
+  for (const std::string& command : c.leaves) {
+    EXPECT_NE(docs.find("dstrain " + command), std::string::npos)
+        << "'dstrain " << command << "' appears nowhere in README.md or docs/";
+    EXPECT_EQ(listed.count(command), 1u)
+        << "'" << command << "' is missing from docs/status.md's CLI entry";
+  }
+  const std::set<std::string> leaves(c.leaves.begin(), c.leaves.end());
+  for (const std::string& item : listed) {
+    EXPECT_EQ(leaves.count(item), 1u)
+        << "docs/status.md lists '" << item << "', which dstrain --help does not";
+  }
+}
+
+}  // namespace
+}  // namespace dstrain::testing
