@@ -208,7 +208,7 @@ struct FlatSetting {
   std::variant<bool, double, std::string> value;
 };
 
-// Every setting, in to_yaml's order.
+// Every setting to_yaml writes, in its order.
 std::vector<FlatSetting> flatten(const Config& config);
 
 // Reads, merges, validates. Throws Error(kConfig); an unreadable file is kConfig too ("cannot

@@ -95,6 +95,7 @@ std::string to_yaml(const Config& config) {
 std::vector<FlatSetting> flatten(const Config& config) {
   std::vector<FlatSetting> out;
   for (const Field& field : detail::fields()) {
+    if (!written(field, config)) continue;  // as to_yaml: the same settings everywhere
     const Value value = field.get(config);
     FlatSetting f;
     f.key = field.path;
