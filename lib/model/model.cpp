@@ -45,7 +45,8 @@ DecoderModelImpl::DecoderModelImpl(ModelConfig config, Materialize materialize)
             torch::nn::LinearOptions(config_.hidden_size, config_.vocab_size).bias(false)));
     if (materialize == Materialize::kNo) release_parameters(*lm_head);
   }
-  inv_freq_ = rope_inv_freq(config_);
+  inv_freq_ = rope_inv_freq(config_, config_.max_position_embeddings);
+  rope_scaling_ = rope_attention_scaling(config_);
 }
 
 DecoderLayer DecoderModelImpl::decoder_layer(int64_t index) const {
@@ -55,7 +56,11 @@ DecoderLayer DecoderModelImpl::decoder_layer(int64_t index) const {
 std::pair<torch::Tensor, torch::Tensor> DecoderModelImpl::rope(int64_t seq_len,
                                                                const torch::Tensor& like) {
   if (inv_freq_.device() != like.device()) inv_freq_ = inv_freq_.to(like.device());
-  auto [cos, sin] = rope_tables(inv_freq_, seq_len);
+  torch::Tensor inv_freq = inv_freq_;
+  // Dynamic scaling depends on the length once it exceeds max_position_embeddings (rope.h).
+  if (config_.rope_scaling.type == "dynamic" && seq_len > config_.max_position_embeddings)
+    inv_freq = rope_inv_freq(config_, seq_len).to(like.device());
+  auto [cos, sin] = rope_tables(inv_freq, seq_len, rope_scaling_);
   return {cos.to(like.scalar_type()), sin.to(like.scalar_type())};
 }
 

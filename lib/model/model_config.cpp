@@ -85,6 +85,39 @@ std::vector<std::string> Reader::strings(const std::string& key) const {
   return out;
 }
 
+// llama3's keys: the band of wavelengths blended between kept and divided by factor.
+void parse_llama3(const Reader& r, RopeScaling& s) {
+  s.low_freq_factor = r.number("low_freq_factor", s.low_freq_factor);
+  s.high_freq_factor = r.number("high_freq_factor", s.high_freq_factor);
+  s.original_max_position_embeddings = r.integer("original_max_position_embeddings");
+  if (!(s.high_freq_factor > s.low_freq_factor) || !(s.low_freq_factor > 0.0))
+    r.bad("high_freq_factor", "must exceed low_freq_factor, and both must be > 0");
+  if (s.original_max_position_embeddings <= 0)
+    r.bad("original_max_position_embeddings", "must be > 0");
+}
+
+// yarn's keys, with transformers' defaults: beta_fast 32 and beta_slow 1 (also for 0, as its
+// `or` does), the original context max_position_embeddings, truncation on.
+void parse_yarn(const Reader& r, int64_t max_position_embeddings, RopeScaling& s) {
+  s.original_max_position_embeddings =
+      r.integer("original_max_position_embeddings", max_position_embeddings);
+  if (s.original_max_position_embeddings <= 0)
+    r.bad("original_max_position_embeddings", "must be > 0");
+  s.beta_fast = r.number("beta_fast", 0.0);
+  s.beta_slow = r.number("beta_slow", 0.0);
+  if (s.beta_fast == 0.0) s.beta_fast = 32.0;
+  if (s.beta_slow == 0.0) s.beta_slow = 1.0;
+  if (!(s.beta_fast > 0.0) || !(s.beta_slow > 0.0))
+    r.bad("beta_fast", "and beta_slow must be > 0 (rotations over the original context)");
+  if (r.has("attention_factor")) {
+    s.attention_factor = r.number("attention_factor", 1.0);
+    if (!(*s.attention_factor > 0.0)) r.bad("attention_factor", "must be > 0");
+  }
+  s.mscale = r.number("mscale", 0.0);
+  s.mscale_all_dim = r.number("mscale_all_dim", 0.0);
+  s.truncate = r.boolean("truncate", true);
+}
+
 // `rope_scaling` (older configs) or `rope_parameters` (newer ones, which also carry rope_theta).
 void parse_rope(const json& doc, const std::string& source, ModelConfig& c) {
   const char* key = nullptr;
@@ -98,19 +131,14 @@ void parse_rope(const json& doc, const std::string& source, ModelConfig& c) {
   c.rope_theta = r.number("rope_theta", c.rope_theta);
   RopeScaling& s = c.rope_scaling;
   s.type = r.string("rope_type", r.string("type", "default"));
-  if (s.type != "default" && s.type != "linear" && s.type != "llama3")
-    r.bad("rope_type", "is '" + s.type + "'; supported: default, linear, llama3");
+  const std::vector<std::string> types = {"default", "linear", "llama3", "yarn", "dynamic"};
+  if (std::find(types.begin(), types.end(), s.type) == types.end())
+    r.bad("rope_type", "is '" + s.type + "'; supported: default, linear, llama3, yarn, dynamic");
   if (s.type == "default") return;
   s.factor = r.number("factor", 0.0);
   if (!(s.factor > 0.0)) r.bad("factor", "must be a number > 0");
-  if (s.type != "llama3") return;
-  s.low_freq_factor = r.number("low_freq_factor", s.low_freq_factor);
-  s.high_freq_factor = r.number("high_freq_factor", s.high_freq_factor);
-  s.original_max_position_embeddings = r.integer("original_max_position_embeddings");
-  if (!(s.high_freq_factor > s.low_freq_factor) || !(s.low_freq_factor > 0.0))
-    r.bad("high_freq_factor", "must exceed low_freq_factor, and both must be > 0");
-  if (s.original_max_position_embeddings <= 0)
-    r.bad("original_max_position_embeddings", "must be > 0");
+  if (s.type == "llama3") parse_llama3(r, s);
+  if (s.type == "yarn") parse_yarn(r, c.max_position_embeddings, s);
 }
 
 void parse_family_switches(const Reader& r, ModelConfig& c) {

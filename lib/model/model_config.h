@@ -22,13 +22,21 @@
 
 namespace dstrain::model {
 
-// RoPE frequency scaling (`rope_scaling`, or the scaling part of `rope_parameters`).
+// RoPE frequency scaling (`rope_scaling`, or the scaling part of `rope_parameters`); rope.h
+// computes the frequencies from it.
 struct RopeScaling {
-  std::string type = "default";                     // default | linear | llama3
-  double factor = 1.0;                              // linear and llama3
-  double low_freq_factor = 1.0;                     // llama3
-  double high_freq_factor = 4.0;                    // llama3
-  int64_t original_max_position_embeddings = 8192;  // llama3
+  std::string type = "default";   // default | linear | llama3 | yarn | dynamic
+  double factor = 1.0;            // every type but default
+  double low_freq_factor = 1.0;   // llama3
+  double high_freq_factor = 4.0;  // llama3
+  // llama3: required; yarn: max_position_embeddings when absent (as transformers fills it in)
+  int64_t original_max_position_embeddings = 8192;
+  double beta_fast = 32.0;  // yarn: rotations over the original context above which a frequency
+  double beta_slow = 1.0;   //   is kept, below beta_slow ones it is divided by factor
+  std::optional<double> attention_factor;  // yarn: scales cos/sin; derived from factor if absent
+  double mscale = 0.0;                     // yarn: with mscale_all_dim (both non-zero), derives
+  double mscale_all_dim = 0.0;             //   attention_factor as DeepSeek's configs ask
+  bool truncate = true;  // yarn: round the ramp's ends outwards to whole dimensions
 };
 
 struct ModelConfig {

@@ -134,9 +134,44 @@ TEST(ModelConfig, RopeParametersCarryTheta) {
 
 TEST(ModelConfig, UnsupportedRopeTypeNamesKey) {
   json doc = small_config_json();
-  doc["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  doc["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
   expect_error([&] { parse_model_config(doc); }, ErrorKind::kInput,
-               {"rope_scaling.rope_type", "'yarn'", "llama3"});
+               {"rope_scaling.rope_type", "'longrope'", "llama3, yarn, dynamic"});
+}
+
+TEST(ModelConfig, YarnKeysWithTransformersDefaults) {
+  // Qwen2.5's long-context recipe: only factor, original context and the type.
+  json doc = small_config_json("qwen2");
+  doc["rope_scaling"] = {
+      {"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32}};
+  RopeScaling s = parse_model_config(doc).rope_scaling;
+  EXPECT_EQ(s.type, "yarn");
+  EXPECT_DOUBLE_EQ(s.factor, 4.0);
+  EXPECT_EQ(s.original_max_position_embeddings, 32);
+  EXPECT_DOUBLE_EQ(s.beta_fast, 32.0);
+  EXPECT_DOUBLE_EQ(s.beta_slow, 1.0);
+  EXPECT_FALSE(s.attention_factor.has_value());
+  EXPECT_TRUE(s.truncate);
+  // Without original_max_position_embeddings, transformers takes max_position_embeddings (128).
+  doc["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 2.0},           {"beta_fast", 16},
+                         {"beta_slow", 2},      {"attention_factor", 1.5}, {"truncate", false}};
+  s = parse_model_config(doc).rope_scaling;
+  EXPECT_EQ(s.original_max_position_embeddings, 128);
+  EXPECT_DOUBLE_EQ(s.beta_fast, 16.0);
+  EXPECT_DOUBLE_EQ(s.beta_slow, 2.0);
+  EXPECT_DOUBLE_EQ(s.attention_factor.value_or(0), 1.5);
+  EXPECT_FALSE(s.truncate);
+}
+
+TEST(ModelConfig, BadYarnAndDynamicKeysNameTheKey) {
+  json doc = small_config_json();
+  doc["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"attention_factor", -1.0}};
+  expect_error([&] { parse_model_config(doc); }, ErrorKind::kInput,
+               {"rope_scaling.attention_factor", "> 0"});
+  doc["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"truncate", "yes"}};
+  expect_error([&] { parse_model_config(doc); }, ErrorKind::kInput, {"rope_scaling.truncate"});
+  doc["rope_scaling"] = {{"rope_type", "dynamic"}};
+  expect_error([&] { parse_model_config(doc); }, ErrorKind::kInput, {"rope_scaling.factor"});
 }
 
 TEST(ModelConfig, Llama3ScalingWithoutOriginalContextIsError) {
