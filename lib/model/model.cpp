@@ -27,7 +27,7 @@ DecoderBackboneImpl::DecoderBackboneImpl(const ModelConfig& c, Materialize mater
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(opts));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    DecoderLayer layer(c);
+    DecoderLayer layer(c, i);
     if (!keep) release_parameters(*layer);
     layers->push_back(layer);
   }
@@ -110,11 +110,6 @@ torch::Tensor DecoderModelImpl::hidden_states(const torch::Tensor& input_ids) {
     fail(ErrorKind::kInternal, "DecoderModel::forward expects input_ids [B, T], got {} dims",
          input_ids.dim());
   const int64_t T = input_ids.size(1);
-  if (config_.sliding_window && T > *config_.sliding_window)
-    fail(ErrorKind::kNotImplemented,
-         "sequence length {} exceeds the model's sliding_window {}; windowed attention is not "
-         "implemented, use max_length <= {}",
-         T, *config_.sliding_window, *config_.sliding_window);
   torch::Tensor h = embed(input_ids);
   auto [cos, sin] = rope(T, h);
   for (int64_t i = 0; i < num_layers(); ++i) h = layer(i, h, cos, sin);

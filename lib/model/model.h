@@ -72,7 +72,6 @@ class DecoderModelImpl : public torch::nn::Module {
 
   // input_ids [B, T] int64 → logits [B, T, V] in the model's dtype. Ids must lie in [0, vocab_size)
   // (not checked here: that would cost a device sync per step; the data pipeline guarantees it).
-  // Error(kNotImplemented) when T exceeds an enabled sliding window.
   torch::Tensor forward(const torch::Tensor& input_ids);
 
   // embed and every layer, without the head: input_ids [B, T] → hidden [B, T, C]. Same contract
