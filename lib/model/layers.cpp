@@ -1,6 +1,7 @@
 #include "model/layers.h"
 
 #include "model/rope.h"
+#include "model/sliding_window_attention.h"
 
 namespace dstrain::model {
 namespace {
@@ -47,8 +48,11 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   return weight * normed.to(x.scalar_type());
 }
 
-AttentionImpl::AttentionImpl(const ModelConfig& c)
-    : heads_(c.num_attention_heads), kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim) {
+AttentionImpl::AttentionImpl(const ModelConfig& c, std::optional<int64_t> window)
+    : heads_(c.num_attention_heads),
+      kv_heads_(c.num_key_value_heads),
+      head_dim_(c.head_dim),
+      window_(window) {
   q_proj = register_module("q_proj", linear(c.hidden_size, heads_ * head_dim_, c.qkv_bias));
   k_proj = register_module("k_proj", linear(c.hidden_size, kv_heads_ * head_dim_, c.qkv_bias));
   v_proj = register_module("v_proj", linear(c.hidden_size, kv_heads_ * head_dim_, c.qkv_bias));
@@ -74,9 +78,11 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   q = apply_rope(q.transpose(1, 2), cos, sin);  // [B, H, T, D]
   k = apply_rope(k.transpose(1, 2), cos, sin);  // [B, KV, T, D]
   const int64_t groups = heads_ / kv_heads_;
+  const torch::Tensor kr = repeat_kv(k, groups), vr = repeat_kv(v, groups);  // [B, H, T, D]
   const torch::Tensor out =
-      at::scaled_dot_product_attention(q, repeat_kv(k, groups), repeat_kv(v, groups),
-                                       /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+      window_ ? sliding_window_attention(q, kr, vr, *window_)
+              : at::scaled_dot_product_attention(q, kr, vr, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                                 /*is_causal=*/true);
   return adapters.apply("o_proj", o_proj, out.transpose(1, 2).reshape({B, T, heads_ * head_dim_}),
                         train);
 }
@@ -94,8 +100,8 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   return adapters.apply("down_proj", down_proj, h, train);
 }
 
-DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) {
-  self_attn = register_module("self_attn", Attention(c));
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t index) {
+  self_attn = register_module("self_attn", Attention(c, c.attention_window(index)));
   mlp = register_module("mlp", Mlp(c));
   input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
   post_attention_layernorm =

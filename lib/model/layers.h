@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <torch/torch.h>
@@ -52,10 +53,12 @@ class RMSNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RMSNorm);
 
-// Causal grouped-query self-attention with RoPE (Qwen3: per-head q_norm/k_norm before RoPE).
+// Causal grouped-query self-attention with RoPE (Qwen3: per-head q_norm/k_norm before RoPE),
+// over every earlier position or, with a window, the `window` latest ones (itself included; see
+// sliding_window_attention.h).
 class AttentionImpl : public torch::nn::Module {
  public:
-  explicit AttentionImpl(const ModelConfig& config);
+  AttentionImpl(const ModelConfig& config, std::optional<int64_t> window);
   // x: [B, T, C]; cos, sin: [T, D] in x's dtype. Returns [B, T, C].
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
@@ -69,6 +72,7 @@ class AttentionImpl : public torch::nn::Module {
 
  private:
   int64_t heads_, kv_heads_, head_dim_;
+  std::optional<int64_t> window_;
 };
 TORCH_MODULE(Attention);
 
@@ -88,7 +92,8 @@ TORCH_MODULE(Mlp);
 // Pre-norm residual block: h + attn(norm(h)), then h + mlp(norm(h)).
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  explicit DecoderLayerImpl(const ModelConfig& config);
+  // Layer number `index` of the model: its attention window is config.attention_window(index).
+  DecoderLayerImpl(const ModelConfig& config, int64_t index);
   torch::Tensor forward(const torch::Tensor& h, const torch::Tensor& cos, const torch::Tensor& sin);
 
   Attention self_attn{nullptr};

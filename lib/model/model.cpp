@@ -27,7 +27,7 @@ DecoderBackboneImpl::DecoderBackboneImpl(const ModelConfig& c, Materialize mater
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(opts));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    DecoderLayer layer(c);
+    DecoderLayer layer(c, i);
     if (!keep) release_parameters(*layer);
     layers->push_back(layer);
   }
@@ -45,7 +45,8 @@ DecoderModelImpl::DecoderModelImpl(ModelConfig config, Materialize materialize)
             torch::nn::LinearOptions(config_.hidden_size, config_.vocab_size).bias(false)));
     if (materialize == Materialize::kNo) release_parameters(*lm_head);
   }
-  inv_freq_ = rope_inv_freq(config_);
+  inv_freq_ = rope_inv_freq(config_, config_.max_position_embeddings);
+  rope_scaling_ = rope_attention_scaling(config_);
 }
 
 DecoderLayer DecoderModelImpl::decoder_layer(int64_t index) const {
@@ -55,7 +56,11 @@ DecoderLayer DecoderModelImpl::decoder_layer(int64_t index) const {
 std::pair<torch::Tensor, torch::Tensor> DecoderModelImpl::rope(int64_t seq_len,
                                                                const torch::Tensor& like) {
   if (inv_freq_.device() != like.device()) inv_freq_ = inv_freq_.to(like.device());
-  auto [cos, sin] = rope_tables(inv_freq_, seq_len);
+  torch::Tensor inv_freq = inv_freq_;
+  // Dynamic scaling depends on the length once it exceeds max_position_embeddings (rope.h).
+  if (config_.rope_scaling.type == "dynamic" && seq_len > config_.max_position_embeddings)
+    inv_freq = rope_inv_freq(config_, seq_len).to(like.device());
+  auto [cos, sin] = rope_tables(inv_freq, seq_len, rope_scaling_);
   return {cos.to(like.scalar_type()), sin.to(like.scalar_type())};
 }
 
@@ -105,11 +110,6 @@ torch::Tensor DecoderModelImpl::hidden_states(const torch::Tensor& input_ids) {
     fail(ErrorKind::kInternal, "DecoderModel::forward expects input_ids [B, T], got {} dims",
          input_ids.dim());
   const int64_t T = input_ids.size(1);
-  if (config_.sliding_window && T > *config_.sliding_window)
-    fail(ErrorKind::kNotImplemented,
-         "sequence length {} exceeds the model's sliding_window {}; windowed attention is not "
-         "implemented, use max_length <= {}",
-         T, *config_.sliding_window, *config_.sliding_window);
   torch::Tensor h = embed(input_ids);
   auto [cos, sin] = rope(T, h);
   for (int64_t i = 0; i < num_layers(); ++i) h = layer(i, h, cos, sin);

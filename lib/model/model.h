@@ -72,7 +72,6 @@ class DecoderModelImpl : public torch::nn::Module {
 
   // input_ids [B, T] int64 → logits [B, T, V] in the model's dtype. Ids must lie in [0, vocab_size)
   // (not checked here: that would cost a device sync per step; the data pipeline guarantees it).
-  // Error(kNotImplemented) when T exceeds an enabled sliding window.
   torch::Tensor forward(const torch::Tensor& input_ids);
 
   // embed and every layer, without the head: input_ids [B, T] → hidden [B, T, C]. Same contract
@@ -92,7 +91,7 @@ class DecoderModelImpl : public torch::nn::Module {
                         int64_t chunk_bytes = kDefaultLossChunkBytes);
   // The weight the head projects with: lm_head.weight, or model.embed_tokens.weight when tied.
   const torch::Tensor& head_weight() const;
-  // RoPE cos/sin [T, D] on `like`'s device, in its dtype.
+  // RoPE cos/sin [T, D] on `like`'s device, in its dtype (yarn's attention factor applied).
   std::pair<torch::Tensor, torch::Tensor> rope(int64_t seq_len, const torch::Tensor& like);
 
   void set_layer_hooks(LayerHooks hooks) { hooks_ = std::move(hooks); }
@@ -111,7 +110,10 @@ class DecoderModelImpl : public torch::nn::Module {
 
  private:
   ModelConfig config_;
-  torch::Tensor inv_freq_;  // [D/2] float32, not a parameter or buffer (never cast, never saved)
+  // [D/2] float32 for sequences up to max_position_embeddings (all lengths but dynamic's longer
+  // ones); not a parameter or buffer (never cast, never saved)
+  torch::Tensor inv_freq_;
+  double rope_scaling_ = 1.0;  // cos/sin factor (rope_attention_scaling)
   LayerHooks hooks_;
   bool gradient_checkpointing_ = false;
 };

@@ -85,6 +85,39 @@ std::vector<std::string> Reader::strings(const std::string& key) const {
   return out;
 }
 
+// llama3's keys: the band of wavelengths blended between kept and divided by factor.
+void parse_llama3(const Reader& r, RopeScaling& s) {
+  s.low_freq_factor = r.number("low_freq_factor", s.low_freq_factor);
+  s.high_freq_factor = r.number("high_freq_factor", s.high_freq_factor);
+  s.original_max_position_embeddings = r.integer("original_max_position_embeddings");
+  if (!(s.high_freq_factor > s.low_freq_factor) || !(s.low_freq_factor > 0.0))
+    r.bad("high_freq_factor", "must exceed low_freq_factor, and both must be > 0");
+  if (s.original_max_position_embeddings <= 0)
+    r.bad("original_max_position_embeddings", "must be > 0");
+}
+
+// yarn's keys, with transformers' defaults: beta_fast 32 and beta_slow 1 (also for 0, as its
+// `or` does), the original context max_position_embeddings, truncation on.
+void parse_yarn(const Reader& r, int64_t max_position_embeddings, RopeScaling& s) {
+  s.original_max_position_embeddings =
+      r.integer("original_max_position_embeddings", max_position_embeddings);
+  if (s.original_max_position_embeddings <= 0)
+    r.bad("original_max_position_embeddings", "must be > 0");
+  s.beta_fast = r.number("beta_fast", 0.0);
+  s.beta_slow = r.number("beta_slow", 0.0);
+  if (s.beta_fast == 0.0) s.beta_fast = 32.0;
+  if (s.beta_slow == 0.0) s.beta_slow = 1.0;
+  if (!(s.beta_fast > 0.0) || !(s.beta_slow > 0.0))
+    r.bad("beta_fast", "and beta_slow must be > 0 (rotations over the original context)");
+  if (r.has("attention_factor")) {
+    s.attention_factor = r.number("attention_factor", 1.0);
+    if (!(*s.attention_factor > 0.0)) r.bad("attention_factor", "must be > 0");
+  }
+  s.mscale = r.number("mscale", 0.0);
+  s.mscale_all_dim = r.number("mscale_all_dim", 0.0);
+  s.truncate = r.boolean("truncate", true);
+}
+
 // `rope_scaling` (older configs) or `rope_parameters` (newer ones, which also carry rope_theta).
 void parse_rope(const json& doc, const std::string& source, ModelConfig& c) {
   const char* key = nullptr;
@@ -98,19 +131,14 @@ void parse_rope(const json& doc, const std::string& source, ModelConfig& c) {
   c.rope_theta = r.number("rope_theta", c.rope_theta);
   RopeScaling& s = c.rope_scaling;
   s.type = r.string("rope_type", r.string("type", "default"));
-  if (s.type != "default" && s.type != "linear" && s.type != "llama3")
-    r.bad("rope_type", "is '" + s.type + "'; supported: default, linear, llama3");
+  const std::vector<std::string> types = {"default", "linear", "llama3", "yarn", "dynamic"};
+  if (std::find(types.begin(), types.end(), s.type) == types.end())
+    r.bad("rope_type", "is '" + s.type + "'; supported: default, linear, llama3, yarn, dynamic");
   if (s.type == "default") return;
   s.factor = r.number("factor", 0.0);
   if (!(s.factor > 0.0)) r.bad("factor", "must be a number > 0");
-  if (s.type != "llama3") return;
-  s.low_freq_factor = r.number("low_freq_factor", s.low_freq_factor);
-  s.high_freq_factor = r.number("high_freq_factor", s.high_freq_factor);
-  s.original_max_position_embeddings = r.integer("original_max_position_embeddings");
-  if (!(s.high_freq_factor > s.low_freq_factor) || !(s.low_freq_factor > 0.0))
-    r.bad("high_freq_factor", "must exceed low_freq_factor, and both must be > 0");
-  if (s.original_max_position_embeddings <= 0)
-    r.bad("original_max_position_embeddings", "must be > 0");
+  if (s.type == "llama3") parse_llama3(r, s);
+  if (s.type == "yarn") parse_yarn(r, c.max_position_embeddings, s);
 }
 
 void parse_family_switches(const Reader& r, ModelConfig& c) {
@@ -120,15 +148,54 @@ void parse_family_switches(const Reader& r, ModelConfig& c) {
     c.mlp_bias = r.boolean("mlp_bias", false);
   } else if (c.model_type == "qwen2") {
     c.qkv_bias = true;
-    if (r.boolean("use_sliding_window", false))
-      c.sliding_window = r.integer("sliding_window", 4096);
   } else if (c.model_type == "qwen3") {
     c.qkv_bias = c.o_bias = attention_bias;
     c.qk_norm = true;
-    if (r.boolean("use_sliding_window", false))
-      c.sliding_window = r.integer("sliding_window", 4096);
-  } else if (c.model_type == "mistral") {
-    if (r.has("sliding_window")) c.sliding_window = r.integer("sliding_window");
+  }
+}
+
+// The window, as the config classes set it: MistralConfig keeps sliding_window (default 4096,
+// null: none); Qwen2Config/Qwen3Config keep it (same default) only with use_sliding_window.
+void parse_sliding_window(const json& doc, const Reader& r, ModelConfig& c) {
+  const bool windowed =
+      c.model_type == "mistral" || ((c.model_type == "qwen2" || c.model_type == "qwen3") &&
+                                    r.boolean("use_sliding_window", false));
+  if (!windowed) return;
+  if (!doc.contains("sliding_window")) {
+    c.sliding_window = 4096;
+  } else if (r.has("sliding_window")) {
+    c.sliding_window = r.integer("sliding_window");
+  }
+}
+
+// Which layers use the window (ModelConfig::layer_types). Runs after validate(): the layer count
+// and the window are known to be valid.
+void parse_layer_types(const Reader& r, ModelConfig& c) {
+  const auto L = static_cast<size_t>(c.num_hidden_layers);
+  const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
+  if (!qwen || !r.has("layer_types")) {
+    // Qwen2Config: layers from max_window_layers on slide; mistral: all of them.
+    const int64_t first = qwen ? r.integer("max_window_layers", 28) : 0;
+    for (size_t i = 0; i < L; ++i) {
+      const bool sliding = c.sliding_window && static_cast<int64_t>(i) >= first;
+      c.layer_types.emplace_back(sliding ? kSlidingAttention : kFullAttention);
+    }
+    return;
+  }
+  const std::vector<std::string> given = r.strings("layer_types");
+  if (given.size() != L)
+    r.bad("layer_types", fmt::format("has {} entries; num_hidden_layers is {}", given.size(), L));
+  for (size_t i = 0; i < L; ++i) {
+    // "attention" is transformers' legacy name of full attention.
+    const std::string& t = given[i] == "attention" ? std::string(kFullAttention) : given[i];
+    if (t != kFullAttention && t != kSlidingAttention)
+      r.bad("layer_types", fmt::format("[{}] is '{}'; supported: {}, {}", i, given[i],
+                                       kFullAttention, kSlidingAttention));
+    if (t == kSlidingAttention && !c.sliding_window)
+      r.bad("layer_types", fmt::format("[{}] is {} but the model has no window (use_sliding_window "
+                                       "is false or sliding_window is null)",
+                                       i, kSlidingAttention));
+    c.layer_types.push_back(t);
   }
 }
 
@@ -214,11 +281,13 @@ ModelConfig parse_model_config(const json& doc, const std::string& source) {
   parse_shape(r, c);
   parse_rope(doc, source, c);
   parse_family_switches(r, c);
+  parse_sliding_window(doc, r, c);
   parse_dtype(r, c);
   if (r.has("bos_token_id")) c.bos_token_id = r.integer("bos_token_id");
   c.eos_token_ids = r.integers("eos_token_id");
   if (r.has("pad_token_id")) c.pad_token_id = r.integer("pad_token_id");
   validate(r, c);
+  parse_layer_types(r, c);
   return c;
 }
 
@@ -250,12 +319,22 @@ int64_t ModelConfig::num_parameters(bool include_embeddings) const {
   return total;
 }
 
+std::optional<int64_t> ModelConfig::attention_window(int64_t layer) const {
+  const auto i = static_cast<size_t>(layer);
+  if (i < layer_types.size() && layer_types[i] == kSlidingAttention) return sliding_window;
+  return std::nullopt;
+}
+
 double ModelConfig::training_flops_per_token(int64_t seq_len) const {
   const double n = static_cast<double>(num_parameters(false)) +
                    static_cast<double>(vocab_size) * static_cast<double>(hidden_size);
-  return 6.0 * n + 12.0 * static_cast<double>(num_hidden_layers) *
-                       static_cast<double>(num_attention_heads) * static_cast<double>(head_dim) *
-                       static_cast<double>(seq_len);
+  double keys = 0.0;  // summed over layers
+  for (int64_t l = 0; l < num_hidden_layers; ++l) {
+    const auto window = attention_window(l);
+    keys += static_cast<double>(window ? std::min(seq_len, *window) : seq_len);
+  }
+  return 6.0 * n +
+         12.0 * static_cast<double>(num_attention_heads) * static_cast<double>(head_dim) * keys;
 }
 
 json to_json(const ModelConfig& c, const std::string& dtype) {

@@ -5,10 +5,11 @@
 // Supported `model_type`s: llama (1/2/3.x), mistral, qwen2 (also Qwen2.5), qwen3. The families
 // differ only in small switches, so one struct describes them all:
 //   llama   q/k/v/o bias = attention_bias, MLP bias = mlp_bias, rope_scaling llama3|linear
-//   mistral no bias; sliding_window (forward refuses sequences longer than the window)
-//   qwen2   q/k/v bias always, o_proj and MLP without bias
+//   mistral no bias; sliding_window on every layer
+//   qwen2   q/k/v bias always, o_proj and MLP without bias; sliding_window on the layers that
+//           layer_types names (use_sliding_window + max_window_layers when it is absent)
 //   qwen3   explicit head_dim (HF default 128), q/k/o bias = attention_bias, per-head RMSNorm
-//           q_norm/k_norm applied before RoPE
+//           q_norm/k_norm applied before RoPE; sliding window as qwen2
 // Defaults for absent optional keys follow the Hugging Face config classes. Every error is
 // Error(kInput) whose message names the file (or "config.json"), the key and what was expected.
 
@@ -22,14 +23,25 @@
 
 namespace dstrain::model {
 
-// RoPE frequency scaling (`rope_scaling`, or the scaling part of `rope_parameters`).
+// RoPE frequency scaling (`rope_scaling`, or the scaling part of `rope_parameters`); rope.h
+// computes the frequencies from it.
 struct RopeScaling {
-  std::string type = "default";                     // default | linear | llama3
-  double factor = 1.0;                              // linear and llama3
-  double low_freq_factor = 1.0;                     // llama3
-  double high_freq_factor = 4.0;                    // llama3
-  int64_t original_max_position_embeddings = 8192;  // llama3
+  std::string type = "default";   // default | linear | llama3 | yarn | dynamic
+  double factor = 1.0;            // every type but default
+  double low_freq_factor = 1.0;   // llama3
+  double high_freq_factor = 4.0;  // llama3
+  // llama3: required; yarn: max_position_embeddings when absent (as transformers fills it in)
+  int64_t original_max_position_embeddings = 8192;
+  double beta_fast = 32.0;  // yarn: rotations over the original context above which a frequency
+  double beta_slow = 1.0;   //   is kept, below beta_slow ones it is divided by factor
+  std::optional<double> attention_factor;  // yarn: scales cos/sin; derived from factor if absent
+  double mscale = 0.0;                     // yarn: with mscale_all_dim (both non-zero), derives
+  double mscale_all_dim = 0.0;             //   attention_factor as DeepSeek's configs ask
+  bool truncate = true;  // yarn: round the ramp's ends outwards to whole dimensions
 };
+
+constexpr const char* kFullAttention = "full_attention";
+constexpr const char* kSlidingAttention = "sliding_attention";
 
 struct ModelConfig {
   std::string model_type;                  // llama | mistral | qwen2 | qwen3
@@ -47,25 +59,36 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   double initializer_range = 0.02;
   bool tie_word_embeddings = false;
-  bool qkv_bias = false;                  // bias on q_proj, k_proj, v_proj
-  bool o_bias = false;                    // bias on o_proj
-  bool mlp_bias = false;                  // bias on gate/up/down_proj (llama mlp_bias)
-  bool qk_norm = false;                   // qwen3 q_norm/k_norm
-  std::optional<int64_t> sliding_window;  // attention window when enabled (mistral, qwen2 opt-in)
+  bool qkv_bias = false;  // bias on q_proj, k_proj, v_proj
+  bool o_bias = false;    // bias on o_proj
+  bool mlp_bias = false;  // bias on gate/up/down_proj (llama mlp_bias)
+  bool qk_norm = false;   // qwen3 q_norm/k_norm
+  // The window of sliding-window layers: query i sees keys i - window < j <= i. Set for mistral
+  // when sliding_window is, for qwen2/qwen3 only with use_sliding_window.
+  std::optional<int64_t> sliding_window;
+  // [L] kFullAttention | kSlidingAttention per layer. mistral: every layer sliding when
+  // sliding_window is set (MistralConfig ignores layer_types); qwen2/qwen3: config.json's
+  // layer_types, else sliding from max_window_layers on when sliding_window is set; llama: full.
+  std::vector<std::string> layer_types;
   std::string torch_dtype;  // "" when config.json names none; else float32|bfloat16|float16
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;  // config may hold one id or a list (Llama 3)
   std::optional<int64_t> pad_token_id;
   nlohmann::json raw;  // the parsed config.json, written back (updated) by to_json()
 
+  // The attention window of layer `layer` (sliding_window for a sliding layer), none when the
+  // layer attends to every earlier position.
+  std::optional<int64_t> attention_window(int64_t layer) const;
+
   // Parameter count. include_embeddings=false leaves out model.embed_tokens.weight and
   // lm_head.weight (tied or not); true counts every distinct parameter tensor once.
   int64_t num_parameters(bool include_embeddings) const;
 
-  // Training FLOPs per token for sequence length T: 6·N + 12·L·H·Q·T with N = the parameters that
-  // do matmul work: every non-embedding parameter plus the LM head (V·C, counted also when it is
-  // tied to the embedding, whose lookup does no matmul). Forward + backward matmuls, plus attention
-  // scores and values.
+  // Training FLOPs per token for sequence length T: 6·N + 12·H·Q·Σ_layers K with N = the parameters
+  // that do matmul work: every non-embedding parameter plus the LM head (V·C, counted also when it
+  // is tied to the embedding, whose lookup does no matmul), and K the keys a layer attends to: T,
+  // or min(T, window) for a sliding-window layer. Forward + backward matmuls, plus attention scores
+  // and values.
   double training_flops_per_token(int64_t seq_len) const;
 };
 

@@ -2,8 +2,6 @@
 
 #include <string>
 
-#include "core/error.h"
-
 namespace dstrain::train {
 
 int unit_of(const std::string& name, int64_t num_layers) {
@@ -36,14 +34,7 @@ namespace {
 // The head segment is left to the caller.
 torch::Tensor hidden_with_engine(model::DecoderModelImpl& model, zero::Engine& engine,
                                  const torch::Tensor& input_ids) {
-  const auto& config = model.config();
   const int64_t T = input_ids.size(1);
-  if (config.sliding_window && T > *config.sliding_window) {
-    fail(ErrorKind::kNotImplemented,
-         "sequence length {} exceeds the model's sliding_window {}; windowed attention is not "
-         "implemented, use max_length <= {}",
-         T, *config.sliding_window, *config.sliding_window);
-  }
   engine.pre_forward(0);
   torch::Tensor h = model.embed(input_ids);
   engine.post_forward(0, h);

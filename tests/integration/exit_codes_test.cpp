@@ -131,20 +131,5 @@ TEST(ExitCodes, FailedRunsExitAsDocumented) {
               "diverged");
 }
 
-TEST(ExitCodes, WhatThisBuildDoesNotDoExitsAsDocumented) {
-  // A Mistral config whose sliding window is shorter than the sequences: windowed attention is not
-  // implemented.
-  TempDir dir;
-  std::string model = read_text(DSTRAIN_SOURCE_DIR "/configs/models/tiny/config.json");
-  model = std::regex_replace(model, std::regex("LlamaForCausalLM"), "MistralForCausalLM");
-  model = std::regex_replace(model, std::regex(R"("model_type": "llama")"),
-                             R"("model_type": "mistral", "sliding_window": 16)");
-  std::filesystem::create_directories(dir.file("mistral"));
-  std::ofstream(dir.file("mistral/config.json")) << model;
-  const std::string cfg = write_job_config(dir.path(), JobSpec{});
-  expect_exit(train_args(cfg, {"model.name_or_path=" + dir.file("mistral"), "data.max_length=32"}),
-              documented("kNotImplemented"), "sliding_window");
-}
-
 }  // namespace
 }  // namespace dstrain::testing

@@ -158,9 +158,16 @@ BASE = {"vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128,
         "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
         "initializer_range": 0.02, "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2}
 
+# The test sequences' length (test_transformers.py): the windows below are a quarter of it, the
+# original contexts of the yarn and dynamic configs shorter than it.
+TEST_SEQ = 48
+
 # name → transformers config arguments: every family, GQA, tied and untied embeddings, qwen3's q/k
-# norms and explicit head_dim, llama3 rope scaling, Mistral's sliding window (longer than the test
-# sequences, as in the released models' use at these lengths).
+# norms and explicit head_dim, llama3 rope scaling, Mistral's sliding window as released (longer than
+# the test sequences) and shorter than them (on every layer; on Qwen2's layers from
+# max_window_layers on; on the layers Qwen3's layer_types names), yarn (Qwen2.5's long-context
+# recipe, and with every optional key) and dynamic NTK scaling.
+WINDOW = TEST_SEQ // 4
 TINY_CONFIGS = {
     "llama-gqa-untied": dict(BASE, model_type="llama", tie_word_embeddings=False),
     "llama-mha-tied": dict(BASE, model_type="llama", tie_word_embeddings=True,
@@ -172,6 +179,29 @@ TINY_CONFIGS = {
                                               "original_max_position_embeddings": 64}),
     "mistral-gqa": dict(BASE, model_type="mistral", tie_word_embeddings=False,
                         sliding_window=4096),
+    "mistral-window": dict(BASE, model_type="mistral", tie_word_embeddings=False,
+                           sliding_window=WINDOW),
+    "qwen2-window-upper-layers": dict(BASE, model_type="qwen2", tie_word_embeddings=True,
+                                      num_hidden_layers=3, use_sliding_window=True,
+                                      sliding_window=WINDOW, max_window_layers=1),
+    "qwen3-window-layer-types": dict(BASE, model_type="qwen3", tie_word_embeddings=False,
+                                     head_dim=16, attention_bias=False, use_sliding_window=True,
+                                     sliding_window=WINDOW,
+                                     layer_types=["sliding_attention", "full_attention"]),
+    "qwen2-yarn": dict(BASE, model_type="qwen2", tie_word_embeddings=True, rope_theta=1e6,
+                       max_position_embeddings=128,
+                       rope_scaling={"type": "yarn", "factor": 4.0,
+                                     "original_max_position_embeddings": 32}),
+    "llama-yarn-options": dict(BASE, model_type="llama", tie_word_embeddings=False,
+                               max_position_embeddings=128,
+                               rope_scaling={"rope_type": "yarn", "factor": 8.0,
+                                             "original_max_position_embeddings": 16,
+                                             "beta_fast": 8.0, "beta_slow": 2.0,
+                                             "mscale": 1.0, "mscale_all_dim": 0.5,
+                                             "truncate": False}),
+    "llama-dynamic": dict(BASE, model_type="llama", tie_word_embeddings=True,
+                          max_position_embeddings=32,
+                          rope_scaling={"rope_type": "dynamic", "factor": 2.0}),
     "qwen2-tied": dict(BASE, model_type="qwen2", tie_word_embeddings=True, rope_theta=1e6),
     "qwen2-untied": dict(BASE, model_type="qwen2", tie_word_embeddings=False),
     "qwen3-tied": dict(BASE, model_type="qwen3", tie_word_embeddings=True, head_dim=32,

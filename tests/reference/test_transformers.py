@@ -60,7 +60,7 @@ BF16_TENSOR_FACTOR, BF16_MEDIAN_FACTOR, BF16_FLOOR = 4.0, 1.5, 1e-2
 
 
 def batch(cfg):
-    ids = reflib.random_ids(cfg["vocab_size"], 2, 48, seed=5)
+    ids = reflib.random_ids(cfg["vocab_size"], 2, reflib.TEST_SEQ, seed=5)
     labels = ids.clone()
     labels[0, :7] = -100  # ignored positions count as in HF's mean
     return ids, labels
@@ -109,7 +109,7 @@ def hf_training_losses(model_dir, batches):
     return losses
 
 
-@pytest.mark.parametrize("name", ["qwen2-untied", "llama-mha-tied", "qwen3-tied"])
+@pytest.mark.parametrize("name", ["qwen2-untied", "llama-mha-tied", "qwen3-tied", "mistral-window"])
 def test_training_matches_transformers_adamw_loop(tmp, name):
     cfg = dict(reflib.TINY_CONFIGS[name], vocab_size=258 + 6)  # byte tokenizer ids 0..257
     model_dir = reflib.save_tiny_model(os.path.join(tmp, "model"), cfg)

@@ -100,6 +100,66 @@ TEST(ModelConfig, FamilySwitches) {
   EXPECT_FALSE(parse_model_config(mistral).sliding_window.has_value());
 }
 
+std::vector<std::string> kinds(const ModelConfig& c) {
+  std::vector<std::string> out;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    out.push_back(c.attention_window(l) ? "s" + std::to_string(*c.attention_window(l)) : "full");
+  return out;
+}
+
+TEST(ModelConfig, SlidingWindowLayersAsTransformersSetsThem) {
+  using V = std::vector<std::string>;
+  json mistral = small_config_json("mistral");
+  mistral["num_hidden_layers"] = 3;
+  EXPECT_EQ(kinds(parse_model_config(mistral)), (V{"s4096", "s4096", "s4096"}));  // default
+  mistral["sliding_window"] = 16;
+  mistral["layer_types"] = {"full_attention", "full_attention", "full_attention"};  // ignored
+  EXPECT_EQ(kinds(parse_model_config(mistral)), (V{"s16", "s16", "s16"}));
+  mistral["sliding_window"] = nullptr;
+  EXPECT_EQ(kinds(parse_model_config(mistral)), (V{"full", "full", "full"}));
+
+  json qwen = small_config_json("qwen2");
+  qwen["num_hidden_layers"] = 3;
+  qwen["sliding_window"] = 8;
+  EXPECT_EQ(kinds(parse_model_config(qwen)), (V{"full", "full", "full"}));  // not enabled
+  qwen["use_sliding_window"] = true;
+  EXPECT_EQ(kinds(parse_model_config(qwen)), (V{"full", "full", "full"}));  // max_window_layers 28
+  qwen["max_window_layers"] = 1;
+  EXPECT_EQ(kinds(parse_model_config(qwen)), (V{"full", "s8", "s8"}));
+  qwen["layer_types"] = {"sliding_attention", "attention", "full_attention"};  // wins
+  EXPECT_EQ(kinds(parse_model_config(qwen)), (V{"s8", "full", "full"}));
+  qwen.erase("sliding_window");
+  EXPECT_EQ(kinds(parse_model_config(qwen)), (V{"s4096", "full", "full"}));
+
+  json qwen3 = small_config_json("qwen3");
+  qwen3["use_sliding_window"] = true;
+  qwen3["sliding_window"] = nullptr;  // Qwen3Config: no window, every layer full
+  qwen3["max_window_layers"] = 0;
+  EXPECT_EQ(kinds(parse_model_config(qwen3)), (V{"full", "full"}));
+  qwen3["sliding_window"] = 6;
+  EXPECT_EQ(kinds(parse_model_config(qwen3)), (V{"s6", "s6"}));
+
+  json llama = small_config_json("llama");
+  llama["sliding_window"] = 8;
+  EXPECT_EQ(kinds(parse_model_config(llama)), (V{"full", "full"}));
+}
+
+TEST(ModelConfig, BadLayerTypesNameTheKey) {
+  json doc = small_config_json("qwen2");
+  doc["use_sliding_window"] = true;
+  doc["sliding_window"] = 8;
+  doc["layer_types"] = {"full_attention"};
+  expect_error([&] { parse_model_config(doc); }, ErrorKind::kInput,
+               {"'layer_types'", "1 entries", "num_hidden_layers is 2"});
+  doc["layer_types"] = {"full_attention", "linear_attention"};
+  expect_error([&] { parse_model_config(doc); }, ErrorKind::kInput,
+               {"'layer_types'", "[1]", "'linear_attention'"});
+  doc["layer_types"] = {"full_attention", "sliding_attention"};
+  doc["use_sliding_window"] = false;
+  expect_error([&] { parse_model_config(doc); }, ErrorKind::kInput,
+               {"'layer_types'", "[1]", "no window"});
+}
+
 TEST(ModelConfig, Llama3RopeScalingParsed) {
   json doc = small_config_json();
   doc["rope_theta"] = 500000.0;
@@ -134,9 +194,44 @@ TEST(ModelConfig, RopeParametersCarryTheta) {
 
 TEST(ModelConfig, UnsupportedRopeTypeNamesKey) {
   json doc = small_config_json();
-  doc["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  doc["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
   expect_error([&] { parse_model_config(doc); }, ErrorKind::kInput,
-               {"rope_scaling.rope_type", "'yarn'", "llama3"});
+               {"rope_scaling.rope_type", "'longrope'", "llama3, yarn, dynamic"});
+}
+
+TEST(ModelConfig, YarnKeysWithTransformersDefaults) {
+  // Qwen2.5's long-context recipe: only factor, original context and the type.
+  json doc = small_config_json("qwen2");
+  doc["rope_scaling"] = {
+      {"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32}};
+  RopeScaling s = parse_model_config(doc).rope_scaling;
+  EXPECT_EQ(s.type, "yarn");
+  EXPECT_DOUBLE_EQ(s.factor, 4.0);
+  EXPECT_EQ(s.original_max_position_embeddings, 32);
+  EXPECT_DOUBLE_EQ(s.beta_fast, 32.0);
+  EXPECT_DOUBLE_EQ(s.beta_slow, 1.0);
+  EXPECT_FALSE(s.attention_factor.has_value());
+  EXPECT_TRUE(s.truncate);
+  // Without original_max_position_embeddings, transformers takes max_position_embeddings (128).
+  doc["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 2.0},           {"beta_fast", 16},
+                         {"beta_slow", 2},      {"attention_factor", 1.5}, {"truncate", false}};
+  s = parse_model_config(doc).rope_scaling;
+  EXPECT_EQ(s.original_max_position_embeddings, 128);
+  EXPECT_DOUBLE_EQ(s.beta_fast, 16.0);
+  EXPECT_DOUBLE_EQ(s.beta_slow, 2.0);
+  EXPECT_DOUBLE_EQ(s.attention_factor.value_or(0), 1.5);
+  EXPECT_FALSE(s.truncate);
+}
+
+TEST(ModelConfig, BadYarnAndDynamicKeysNameTheKey) {
+  json doc = small_config_json();
+  doc["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"attention_factor", -1.0}};
+  expect_error([&] { parse_model_config(doc); }, ErrorKind::kInput,
+               {"rope_scaling.attention_factor", "> 0"});
+  doc["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"truncate", "yes"}};
+  expect_error([&] { parse_model_config(doc); }, ErrorKind::kInput, {"rope_scaling.truncate"});
+  doc["rope_scaling"] = {{"rope_type", "dynamic"}};
+  expect_error([&] { parse_model_config(doc); }, ErrorKind::kInput, {"rope_scaling.factor"});
 }
 
 TEST(ModelConfig, Llama3ScalingWithoutOriginalContextIsError) {
@@ -178,6 +273,12 @@ TEST(ModelConfig, ParameterCountAndFlopsFormula) {
   // The tied LM head does matmul work (V·C per token, ~30% of this model); the lookup does not.
   const double n = static_cast<double>(c.num_parameters(false)) + 151936.0 * 896;
   EXPECT_DOUBLE_EQ(c.training_flops_per_token(1024), 6 * n + 12.0 * 24 * 14 * 64 * 1024);
+  // With a 256-token window on the upper 20 layers, those attend to 256 keys instead of 1024.
+  doc["use_sliding_window"] = true;
+  doc["sliding_window"] = 256;
+  doc["max_window_layers"] = 4;
+  EXPECT_DOUBLE_EQ(parse_model_config(doc).training_flops_per_token(1024),
+                   6 * n + 12.0 * 14 * 64 * (4 * 1024 + 20 * 256));
 }
 
 TEST(ModelConfig, ToJsonRoundTrips) {

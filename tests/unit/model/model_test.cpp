@@ -54,8 +54,9 @@ torch::Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed) {
   return torch::randint(0, V, {B, T}, torch::kLong);
 }
 
-// Hand-written forward with plain tensor ops (explicit RoPE per pair, explicit causal mask, KV head
-// h / groups for query head h), to check the modules against.
+// Hand-written forward with plain tensor ops (explicit RoPE per pair, explicit [T, T] causal mask,
+// narrowed to the layer's window where it has one, KV head h / groups for query head h), to check
+// the modules against.
 torch::Tensor rms(const torch::Tensor& x, const torch::Tensor& w, double eps) {
   return w * (x * torch::rsqrt(x.pow(2).mean(-1, true) + eps));
 }
@@ -73,10 +74,13 @@ torch::Tensor rope_by_pairs(const torch::Tensor& x, double theta) {  // x [B, T,
   return out;
 }
 
-torch::Tensor reference_forward(DecoderModelImpl& m, const torch::Tensor& ids) {
+// differentiable: read the parameters themselves (not detached copies), so backward reaches them.
+torch::Tensor reference_forward(DecoderModelImpl& m, const torch::Tensor& ids,
+                                bool differentiable = false) {
   const ModelConfig& c = m.config();
   std::map<std::string, torch::Tensor> P;
-  for (const auto& item : m.named_parameters()) P[item.key()] = item.value().detach();
+  for (const auto& item : m.named_parameters())
+    P[item.key()] = differentiable ? item.value() : item.value().detach();
   auto lin = [&](const torch::Tensor& x, const std::string& name) {
     torch::Tensor y = torch::matmul(x, P.at(name + ".weight").t());
     return P.count(name + ".bias") ? y + P.at(name + ".bias") : y;
@@ -85,9 +89,10 @@ torch::Tensor reference_forward(DecoderModelImpl& m, const torch::Tensor& ids) {
   const int64_t groups = H / c.num_key_value_heads;
   torch::Tensor h =
       P.at("model.embed_tokens.weight").index_select(0, ids.reshape({-1})).view({B, T, -1});
-  const torch::Tensor mask = torch::ones({T, T}, torch::kBool).triu(1);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
+    torch::Tensor mask = torch::ones({T, T}, torch::kBool).triu(1);  // true: hidden
+    if (const auto w = c.attention_window(l)) mask |= torch::ones({T, T}, torch::kBool).tril(-*w);
     const torch::Tensor x = rms(h, P.at(p + "input_layernorm.weight"), c.rms_norm_eps);
     torch::Tensor q = lin(x, p + "self_attn.q_proj").view({B, T, H, D});
     torch::Tensor k = lin(x, p + "self_attn.k_proj").view({B, T, -1, D});
@@ -199,6 +204,13 @@ INSTANTIATE_TEST_SUITE_P(
                                     {"high_freq_factor", 4.0},
                                     {"original_max_position_embeddings", 64}}}}},
                       FamilyCase{"Mistral", {{"model_type", "mistral"}, {"sliding_window", 64}}},
+                      FamilyCase{"MistralWindowShorterThanSequence",
+                                 {{"model_type", "mistral"}, {"sliding_window", 3}}},
+                      FamilyCase{"Qwen2WindowOnUpperLayer",
+                                 {{"model_type", "qwen2"},
+                                  {"use_sliding_window", true},
+                                  {"sliding_window", 4},
+                                  {"max_window_layers", 1}}},
                       FamilyCase{"Qwen2Bias",
                                  {{"model_type", "qwen2"},
                                   {"rope_theta", 1000000.0},
@@ -304,12 +316,46 @@ TEST(DecoderModel, Bf16ModelRunsInBf16) {
   EXPECT_TRUE(torch::isfinite(logits).all().item<bool>());
 }
 
-TEST(DecoderModel, SlidingWindowShorterThanSequenceIsRefused) {
+// A token reaches position i only through attention: with window W it moves W - 1 positions per
+// layer, so over L layers it reaches at most L·(W - 1) positions further.
+TEST(DecoderModel, SlidingWindowBoundsHowFarATokenReaches) {
   json doc = small_config_json("mistral");
-  doc["sliding_window"] = 8;
-  DecoderModel m(parse_model_config(doc));
-  testing::expect_error([&] { m->forward(random_ids(1, 9, 97, 1)); }, ErrorKind::kNotImplemented,
-                        {"sliding_window 8"});
+  doc["sliding_window"] = 4;
+  DecoderModel m = build_model(parse_model_config(doc), torch::kFloat, 9);
+  torch::Tensor ids = random_ids(1, 24, 97, 10);
+  torch::NoGradGuard g;
+  const torch::Tensor before = m->forward(ids);
+  ids[0][5] = (ids[0][5].item<int64_t>() + 1) % 97;
+  const torch::Tensor after = m->forward(ids);
+  const int64_t reach = 5 + 2 * (4 - 1);  // last position token 5 can influence: 11
+  EXPECT_TRUE(torch::equal(before.slice(1, 0, 5), after.slice(1, 0, 5)));
+  EXPECT_FALSE(torch::allclose(before.select(1, reach), after.select(1, reach)));
+  EXPECT_TRUE(torch::allclose(before.slice(1, reach + 1), after.slice(1, reach + 1), 0, 1e-6));
+}
+
+TEST(DecoderModel, SlidingWindowGradientsEqualTheDenseMaskReference) {
+  json doc = small_config_json("qwen2");
+  doc["use_sliding_window"] = true;
+  doc["sliding_window"] = 3;
+  doc["max_window_layers"] = 1;
+  DecoderModel m = build_model(parse_model_config(doc), torch::kFloat, 4);
+  perturb(*m);
+  const torch::Tensor ids = random_ids(2, 11, 97, 5);
+  const torch::Tensor weight = torch::randn({2, 11, 97});
+  (reference_forward(*m, ids, /*differentiable=*/true) * weight).sum().backward();
+  std::map<std::string, torch::Tensor> want;
+  for (const auto& item : m->named_parameters()) {
+    want[item.key()] = item.value().grad().clone();
+    item.value().mutable_grad().reset();
+  }
+  (m->forward(ids) * weight).sum().backward();
+  // max|got - want| / max|want| per tensor, as the reference suite measures (elementwise
+  // tolerances fail on near-zero entries of a sum over tokens).
+  for (const auto& item : m->named_parameters()) {
+    const torch::Tensor& w = want[item.key()];
+    const double rel = ((item.value().grad() - w).abs().max() / w.abs().max()).item<double>();
+    EXPECT_LT(rel, 1e-5) << item.key();
+  }
 }
 
 TEST(DecoderModel, LayerHooksRunAroundEveryLayerForwardAndBackward) {
