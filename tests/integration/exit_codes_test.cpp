@@ -2,7 +2,6 @@
 // binary: each refused input class is provoked and must exit with the documented code, and the
 // pages that name a code for one case (docs/lora.md's `bias`) must name the same.
 
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
