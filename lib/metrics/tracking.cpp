@@ -5,10 +5,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <variant>
 
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "core/secrets.h"
 #include "metrics/mlflow_sink.h"
 #include "metrics/tensorboard.h"
 
@@ -28,6 +30,12 @@ std::string first_set(const std::string& a, const std::string& b) {
   return a.empty() ? b : a;
 }
 
+// Config values go to TensorBoard and MLflow as they are, except secret values (core/secrets.h).
+tb::HParamValue redacted(const tb::HParamValue& value) {
+  if (const auto* text = std::get_if<std::string>(&value)) return secrets::redact(*text);
+  return value;
+}
+
 bool is_http_url(const std::string& uri) {
   return uri.rfind("http://", 0) == 0 || uri.rfind("https://", 0) == 0;
 }
@@ -43,8 +51,9 @@ void add_tensorboard(MetricsLogger& logger, const TrackingSetup& s) {
   o.dir = s.tensorboard_dir.empty() ? (stdfs::path(s.out_dir) / "tb").string() : s.tensorboard_dir;
   o.start_step = s.start_step;
   // The Text tab renders Markdown: a fenced block keeps the YAML's indentation.
-  o.config_markdown = "```yaml\n" + s.config_yaml + "```\n";
-  for (const auto& setting : s.settings) o.hparams.push_back({setting.key, setting.value});
+  o.config_markdown = "```yaml\n" + secrets::redact(s.config_yaml) + "```\n";
+  for (const auto& setting : s.settings)
+    o.hparams.push_back({setting.key, redacted(setting.value)});
   o.hparams.push_back({"world_size", static_cast<double>(s.world_size)});
   logger.add_sink(std::make_unique<TensorBoardSink>(o));
 }
@@ -87,9 +96,11 @@ void add_mlflow(MetricsLogger& logger, const TrackingSetup& s, const std::string
   }
   o.parent_run_id = first_set(s.mlflow_parent_run_id, env("MLFLOW_PARENT_RUN_ID"));
   o.run_name = stdfs::path(s.out_dir).filename().string();
-  for (const auto& setting : s.settings) o.params.emplace_back(setting.key, setting.text);
+  for (const auto& setting : s.settings)
+    o.params.emplace_back(setting.key, secrets::redact(setting.text));
   o.tags = run_tags(s.world_size, s.zero_stage);
-  o.start_artifacts.push_back({"config.yaml", s.config_yaml, ""});
+  for (auto& tag : o.tags) tag.second = secrets::redact(tag.second);
+  o.start_artifacts.push_back({"config.yaml", secrets::redact(s.config_yaml), ""});
   o.end_artifacts.push_back(
       {"summary.json", "", (stdfs::path(s.out_dir) / "summary.json").string()});
   logger.add_sink(std::make_unique<MlflowSink>(std::move(o)));
