@@ -1,11 +1,17 @@
 #include "launcher/launch.h"
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/error.h"
+#include "core/secrets.h"
 #include "launcher/multi_node.h"
 #include "launcher/node_agent.h"
+#include "launcher/remote_env.h"
 #include "launcher/slurm.h"
+
+extern char** environ;
 
 namespace dstrain::launcher {
 namespace {
@@ -14,6 +20,7 @@ int run_agent(const LaunchOptions& o) {
   AgentOptions agent;
   agent.launch = o.launch;
   agent.watch_stdin = o.watch_stdin;
+  agent.env_on_stdin = o.env_on_stdin;
   agent.keepalive_seconds = o.ssh.keepalive_seconds;
   if (o.slurm_agent) {
     SlurmAgentPlacement p = slurm_agent_placement(current_environment());
@@ -41,6 +48,24 @@ void reject_multi_node_flags(const LaunchOptions& o) {
   }
 }
 
+// --secret-env names join the secret ones here, their values are learnt from the environment, and
+// DSTRAIN_REDACT_VARS carries every added name to what this process starts (ranks inherit it; over
+// SSH it is forwarded like any DSTRAIN_ variable; srun passes the environment on).
+void adopt_secret_names(const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    if (!is_env_name(name))
+      fail(ErrorKind::kUsage, "--secret-env expects a variable name, got '{}'", name);
+  }
+  secrets::add_secret_names(names);
+  secrets::learn_environment(environ);
+  const std::vector<std::string> all = secrets::added_secret_names();
+  if (all.empty()) return;
+  const std::string value = secrets::join_names(all);
+  if (::setenv(secrets::kExtraNamesVariable, value.c_str(), 1) != 0) {
+    fail(ErrorKind::kIo, "cannot set {}: {}", secrets::kExtraNamesVariable, std::strerror(errno));
+  }
+}
+
 bool in_slurm_allocation(const LaunchOptions& o) {
   if (o.no_slurm) return false;
   const char* job = std::getenv("SLURM_JOB_ID");
@@ -51,6 +76,7 @@ bool in_slurm_allocation(const LaunchOptions& o) {
 
 int run_launch(const LaunchOptions& o) {
   if (o.slurm && o.no_slurm) fail(ErrorKind::kUsage, "--slurm and --no-slurm exclude each other");
+  adopt_secret_names(o.secret_env);
   if (o.node_rank >= 0 || o.slurm_agent) return run_agent(o);
   if (!o.hostfile.empty()) {
     if (o.slurm) fail(ErrorKind::kUsage, "--hostfile and --slurm exclude each other");
@@ -60,6 +86,7 @@ int run_launch(const LaunchOptions& o) {
     m.hostfile = o.hostfile;
     m.selection = o.selection;
     m.env = o.env;
+    m.secret_env = secrets::added_secret_names();
     m.remote_cwd = o.remote_cwd;
     m.ssh = o.ssh;
     m.check = o.check;

@@ -4,8 +4,11 @@
 //   --hostfile H                    multi-node over SSH (multi_node.h)
 //   --slurm, or SLURM_JOB_ID set    one agent per node with srun (slurm.h); --no-slurm opts out
 //   otherwise                       ranks on this machine (launch_local.h)
+// In every mode the names given with --secret-env are secret (core/secrets.h) and are passed on to
+// agents and ranks in DSTRAIN_REDACT_VARS.
 
 #include <string>
+#include <vector>
 
 #include "launcher/host_select.h"
 #include "launcher/launch_local.h"
@@ -16,6 +19,7 @@ namespace dstrain::launcher {
 struct LaunchOptions {
   LocalLaunchOptions launch;
   bool master_addr_given = false;
+  std::vector<std::string> secret_env;  // --secret-env NAME: secret beyond core/secrets.h's rules
   // multi-node over SSH
   std::string hostfile;
   HostSelection selection;
@@ -35,6 +39,7 @@ struct LaunchOptions {
   std::string node_devices;
   std::string node_host;
   bool watch_stdin = false;
+  bool env_on_stdin = false;  // read secret variables from stdin first (stdin_env.h)
 };
 
 int run_launch(const LaunchOptions& options);

@@ -10,6 +10,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/secrets.h"
 #include "launcher/free_port.h"
 #include "launcher/output.h"
 #include "launcher/program_path.h"
@@ -127,11 +128,12 @@ std::string format_plan(const WorldPlan& plan) {
     out += fmt::format("rank {} on {} (node {}, local rank {})\n", rank.rank, rank.host,
                        rank.node_rank, rank.local_rank);
     std::vector<std::string> env;
-    for (const auto& kv : rank.env) env.push_back(kv.first + "=" + shell_quote(kv.second));
+    for (const auto& kv : rank.env)
+      env.push_back(kv.first + "=" + shell_quote(secrets::shown_value(kv.first, kv.second)));
     std::string env_line;
     for (const std::string& e : env) env_line += (env_line.empty() ? "" : " ") + e;
     out += "  env:     " + env_line + "\n";
-    out += "  command: " + shell_join(rank.argv) + "\n";
+    out += "  command: " + secrets::redact(shell_join(rank.argv)) + "\n";
   }
   return out;
 }
@@ -200,7 +202,7 @@ int run_local_launch(const LocalLaunchOptions& options) {
     std::fflush(stderr);
     stage_node_inputs(options, plan.world_size, local_hostname(), plan.ranks);
     JobOutcome outcome = run_local_job(plan.ranks, supervise);
-    write_all(2, format_summary(outcome, local_hostname()));
+    write_all(2, secrets::redact(format_summary(outcome, local_hostname())));
     return attempt_outcome(outcome);
   });
 }

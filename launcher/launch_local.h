@@ -48,7 +48,8 @@ void stage_node_inputs(const LocalLaunchOptions& options, int world_size, const 
 // program for --exec) and builds the plan. Throws Error(kUsage/kConfig/kInput) for bad input.
 WorldPlan plan_local_launch(const LocalLaunchOptions& options);
 
-// The plan as printed by --dry-run: each rank with its environment and command, shell-quoted.
+// The plan as printed by --dry-run: each rank with its environment and command, shell-quoted, and
+// secret values redacted (core/secrets.h).
 std::string format_plan(const WorldPlan& plan);
 
 // Where the run's config puts its outputs and checkpoints (with `world_size` ranks); nothing for

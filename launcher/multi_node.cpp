@@ -11,6 +11,7 @@
 
 #include "config/config.h"
 #include "core/error.h"
+#include "core/secrets.h"
 #include "launcher/free_port.h"
 #include "launcher/output.h"
 #include "launcher/program_path.h"
@@ -82,6 +83,7 @@ std::vector<std::string> agent_argv(const MultiNodeOptions& options, const Multi
                                    "--node-host",
                                    plan.nodes[node_rank].entry.host,
                                    "--watch-stdin",
+                                   "--env-on-stdin",
                                    "--master-addr",
                                    plan.world.master_addr,
                                    "--master-port",
@@ -125,8 +127,11 @@ MultiNodePlan plan_multi_node(const MultiNodeOptions& o, const char* const* envi
   sources.home = home != nullptr ? home : "";
   sources.cwd = current_dir();
   sources.flags = o.env;
+  sources.named = o.secret_env;
+  SplitEnv env = split_secret_env(collect_remote_env(sources));
+  plan.secret_env = env.secret;
   RemoteCommand command;
-  command.env = collect_remote_env(sources);
+  command.env = env.exported;
   command.cwd = o.remote_cwd.empty() ? current_dir() : o.remote_cwd;
   const std::string binary = remote_binary(o);
   for (size_t k = 0; k < plan.nodes.size(); ++k) {
@@ -147,7 +152,8 @@ std::string format_multi_node_plan(const MultiNodePlan& plan) {
                        describe_target(target), join_ints(plan.nodes[k].slots));
     for (const RankSpec& rank : ranks_on_node(plan.world, static_cast<int>(k))) {
       std::string env;
-      for (const auto& kv : rank.env) env += " " + kv.first + "=" + shell_quote(kv.second);
+      for (const auto& kv : rank.env)
+        env += " " + kv.first + "=" + shell_quote(secrets::shown_value(kv.first, kv.second));
       out += fmt::format("  rank {}:{}\n", rank.rank, env);
     }
     out += "  remote command:\n";
@@ -156,9 +162,13 @@ std::string format_multi_node_plan(const MultiNodePlan& plan) {
     while (pos < script.size()) {
       size_t nl = script.find('\n', pos);
       if (nl == std::string::npos) nl = script.size();
-      out += "    " + script.substr(pos, nl - pos) + "\n";
+      out += "    " + secrets::redact(script.substr(pos, nl - pos)) + "\n";
       pos = nl + 1;
     }
+    if (plan.secret_env.empty()) continue;
+    out += "  on the connection (stdin), never on a command line:";
+    for (const auto& kv : plan.secret_env) out += " " + kv.first + "=" + secrets::kRedacted;
+    out += "\n";
   }
   return out;
 }

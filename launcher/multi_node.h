@@ -23,9 +23,10 @@ struct MultiNodeOptions {
   bool master_addr_given = false;
   std::string hostfile;
   HostSelection selection;
-  std::vector<std::string> env;  // --env KEY=VALUE
-  std::string remote_cwd;        // "" = this directory
-  std::string remote_binary;     // "" = this binary's path
+  std::vector<std::string> env;         // --env KEY=VALUE
+  std::vector<std::string> secret_env;  // --secret-env NAME: forwarded, and secret
+  std::string remote_cwd;               // "" = this directory
+  std::string remote_binary;            // "" = this binary's path
   SshSettings ssh;
   bool check = false;  // with dry_run: connect and report each host
   // --min-nodes: with --max-restarts, a host that cannot be reached again after a failure is left
@@ -40,17 +41,20 @@ struct MultiNodePlan {
   WorldPlan world;
   std::vector<SelectedNode> nodes;          // node k = nodes[k]
   std::vector<std::string> agent_commands;  // the shell command run on node k
+  EnvList secret_env;  // never in a command: sent to every agent on its stdin (stdin_env.h)
 };
 
 // Reads the hostfile, selects hosts, validates, builds the world and every agent's command.
-// `environ` supplies forwarded variables (see remote_env.h).
+// `environ` supplies forwarded variables (see remote_env.h); the secret ones (core/secrets.h) are
+// kept out of the commands, in secret_env.
 MultiNodePlan plan_multi_node(const MultiNodeOptions& options, const char* const* environ);
 
 // The argv of node k's agent (before quoting).
 std::vector<std::string> agent_argv(const MultiNodeOptions& options, const MultiNodePlan& plan,
                                     int node_rank, const std::string& binary);
 
-// --dry-run output: per host, its address, ranks with their variables, and the agent command.
+// --dry-run output: per host, its address, ranks with their variables, the agent command, and the
+// names of the secret variables sent on its stdin (values redacted).
 std::string format_multi_node_plan(const MultiNodePlan& plan);
 
 // The global batch of a run on `world` ranks kept on `new_world`: the overrides (gradient

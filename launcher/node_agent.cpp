@@ -15,14 +15,19 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/secrets.h"
 #include "core/teardown_signal.h"
 #include "core/timer.h"
 #include "launcher/output.h"
+#include "launcher/stdin_env.h"
 #include "launcher/supervisor.h"
 #include "launcher/text_util.h"
 
 namespace dstrain::launcher {
 namespace {
+
+// The root writes the block right after starting the agent; this only bounds a root that died.
+constexpr double kStdinEnvSeconds = 30;
 
 // Turns stdin control lines into signals to this process (handled by the supervisor's signal
 // pipe); end of file, an error, or `keepalive_seconds` (> 0) without a byte means SIGTERM. Unknown
@@ -164,6 +169,7 @@ int run_node_agent(const AgentOptions& options) {
   // A SIGUSR1 that arrives before the ranks exist has nobody to checkpoint; it must not kill the
   // agent (the supervisor installs its own handler once the ranks start).
   std::signal(SIGUSR1, SIG_IGN);
+  if (options.env_on_stdin) adopt_stdin_env(kStdinEnvSeconds);
   WorldPlan plan = plan_node_agent(options);
   std::vector<RankSpec> ranks = ranks_on_node(plan, options.node_rank);
   const std::string host = ranks.front().host;
@@ -181,7 +187,7 @@ int run_node_agent(const AgentOptions& options) {
     stage_node_inputs(options.launch, plan.world_size, host, ranks);
   }
   JobOutcome outcome = run_local_job(ranks, supervise);
-  write_all(2, format_summary(outcome, host));
+  write_all(2, secrets::redact(format_summary(outcome, host)));
   return outcome.exit_code;
 }
 

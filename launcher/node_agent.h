@@ -20,6 +20,9 @@
 // it never lands inside one); the launcher drops those lines and declares the host lost after
 // keepalive_seconds of silence (ssh_job.h).
 //
+// Secrets (stdin_env.h): with env_on_stdin, stdin starts with the secret variables of the job, read
+// and put into the agent's environment before anything else; the control lines follow them.
+//
 // Staging (stage_inputs.h): with --stage-dir or data.stage_dir, the agent stages the run's inputs
 // on its node before it starts its ranks, writing the keepalive line meanwhile, and prints one
 // "stage: node <host>: ..." line; a staging failure ends the agent with exit code 2 and no rank
@@ -50,6 +53,7 @@ struct AgentOptions {
   std::string host;              // this node's name in output and summaries
   bool watch_stdin = false;      // stop the ranks when stdin reaches end of file
   double keepalive_seconds = 0;  // with watch_stdin: the keepalive described above; 0 = none
+  bool env_on_stdin = false;     // stdin starts with secret variables (stdin_env.h)
 };
 
 // The world plan as this agent sees it (only its own node's devices are known).

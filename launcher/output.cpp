@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/secrets.h"
 
 namespace dstrain::launcher {
 
@@ -68,17 +69,19 @@ RankOutput::~RankOutput() {
 }
 
 void RankOutput::write(Stream stream, std::string_view bytes) {
-  if (log_fd_ >= 0) write_all(log_fd_, bytes);
+  if (log_fd_ >= 0) write_all(log_fd_, log_redactor_.feed(bytes));
   LineSplitter& splitter = stream == Stream::kStdout ? out_ : err_;
   splitter.feed(bytes, [&](std::string_view line) { emit(stream, line); });
 }
 
 void RankOutput::finish() {
+  if (log_fd_ >= 0) write_all(log_fd_, log_redactor_.finish());
   out_.finish([&](std::string_view line) { emit(Stream::kStdout, line); });
   err_.finish([&](std::string_view line) { emit(Stream::kStderr, line); });
 }
 
-void RankOutput::emit(Stream stream, std::string_view line) {
+void RankOutput::emit(Stream stream, std::string_view raw_line) {
+  const std::string line = secrets::redact(raw_line);
   tail_.push(line);
   std::string out;
   out.reserve(prefix_.size() + line.size() + 1);

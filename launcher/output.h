@@ -3,7 +3,7 @@
 // launcher re-emits them line by line with a "[rank K] " (or "[host:K] ") prefix on its own
 // stdout/stderr (one write per line, so lines of different ranks never interleave mid-line), copies
 // the raw bytes to an optional per-rank log file, and keeps the last lines of each rank for the
-// failure summary.
+// failure summary. Known secret values (core/secrets.h) are redacted from all three.
 
 #include <cstddef>
 #include <deque>
@@ -11,6 +11,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "core/secrets.h"
 
 namespace dstrain::launcher {
 
@@ -71,6 +73,7 @@ class RankOutput {
   std::string prefix_;
   OutputTargets targets_;
   int log_fd_ = -1;
+  secrets::StreamRedactor log_redactor_;
   LineSplitter out_;
   LineSplitter err_;
   TailBuffer tail_;

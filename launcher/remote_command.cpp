@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/secrets.h"
 #include "launcher/remote_env.h"
 #include "launcher/shell_quote.h"
 
@@ -33,6 +34,9 @@ std::string build_remote_command(const RemoteCommand& command) {
   for (const auto& kv : command.env) {
     if (!is_env_name(kv.first)) {
       fail(ErrorKind::kUsage, "'{}' is not a valid environment variable name", kv.first);
+    }
+    if (secrets::is_secret_name(kv.first)) {
+      fail(ErrorKind::kInternal, "{} is secret and must not be in a remote command line", kv.first);
     }
     script += "export " + kv.first + "=" + shell_quote(kv.second) + "\n";
   }

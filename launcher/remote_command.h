@@ -5,8 +5,11 @@
 // inject shell syntax (tested by running the result through a real `sh -c`).
 //
 // The command: cd to the working directory, check the program is executable, export the
-// variables, then exec the program. A missing directory or program ends the command with
-// kRemoteSetupExit and a message naming what is missing (the launcher adds the host).
+// variables, then exec the program. A secret variable (core/secrets.h) is refused as a bug
+// (kInternal): while the command runs it is the remote shell's argv, which every user of the host
+// can read; secrets travel on the channel instead (stdin_env.h). A missing directory or program
+// ends the command with kRemoteSetupExit and a message naming what is missing (the launcher adds
+// the host).
 
 #include <string>
 #include <vector>

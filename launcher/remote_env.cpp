@@ -1,10 +1,12 @@
 #include "launcher/remote_env.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/secrets.h"
 #include "launcher/text_util.h"
 
 namespace dstrain::launcher {
@@ -79,6 +81,12 @@ void set_env(EnvList& env, const std::string& name, const std::string& value) {
 
 EnvList collect_remote_env(const RemoteEnvSources& sources) {
   EnvList env = forwarded_variables(sources.environ);
+  for (const std::string& name : sources.named) {
+    for (const char* const* e = sources.environ; e != nullptr && *e != nullptr; ++e) {
+      if (std::strncmp(*e, name.c_str(), name.size()) == 0 && (*e)[name.size()] == '=')
+        set_env(env, name, *e + name.size() + 1);
+    }
+  }
   for (const std::string& dir : {sources.home, sources.cwd}) {
     if (dir.empty()) continue;
     std::string path = dir + "/.dstrain_env";
@@ -92,6 +100,19 @@ EnvList collect_remote_env(const RemoteEnvSources& sources) {
     set_env(env, kv.first, kv.second);
   }
   return env;
+}
+
+SplitEnv split_secret_env(const EnvList& env) {
+  SplitEnv split;
+  for (const auto& kv : env) {
+    if (!secrets::is_secret_name(kv.first)) {
+      split.exported.push_back(kv);
+      continue;
+    }
+    secrets::add_secret_value(kv.second);
+    split.secret.push_back(kv);
+  }
+  return split;
 }
 
 }  // namespace dstrain::launcher

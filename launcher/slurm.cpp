@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/secrets.h"
 #include "launcher/hostlist.h"
 #include "launcher/program_path.h"
 #include "launcher/shell_quote.h"
@@ -159,7 +160,9 @@ int run_slurm_launch(const SlurmLaunchOptions& options) {
     resolved.launch.args[0] = resolve_program(resolved.launch.args[0]);
   }
   std::vector<std::string> argv = srun_command(resolved, env, self_executable());
-  std::string line = "dstrain launch: Slurm job " + env["SLURM_JOB_ID"] + ": " + shell_join(argv);
+  // The environment, secrets included, reaches the agents through srun, never on its command line.
+  std::string line =
+      "dstrain launch: Slurm job " + env["SLURM_JOB_ID"] + ": " + secrets::redact(shell_join(argv));
   std::fprintf(stderr, "%s\n", line.c_str());
   std::fflush(stderr);
   if (options.launch.dry_run) return 0;

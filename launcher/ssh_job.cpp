@@ -10,12 +10,14 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/secrets.h"
 #include "core/timer.h"
 #include "launcher/exit_status.h"
 #include "launcher/node_agent.h"
 #include "launcher/output.h"
 #include "launcher/shell_quote.h"
 #include "launcher/signals.h"
+#include "launcher/stdin_env.h"
 
 namespace dstrain::launcher {
 namespace {
@@ -39,6 +41,7 @@ struct AgentRun {
   std::string host;
   SshTarget target;
   std::string command;
+  std::string stdin_env;  // the secret variables, written first on the agent's stdin
   int first_rank = 0, last_rank = 0;
   // main → thread
   std::atomic<bool> stop{false};
@@ -64,6 +67,7 @@ class SshJob {
       run->host = h.host;
       run->target = SshTarget{h.host, h.user, h.ssh_port};
       run->command = plan.agent_commands[k];
+      run->stdin_env = encode_stdin_env(plan.secret_env);
       std::vector<RankSpec> ranks = ranks_on_node(plan.world, run->node);
       run->first_rank = ranks.front().rank;
       run->last_rank = ranks.back().rank;
@@ -75,8 +79,7 @@ class SshJob {
     for (auto& r : runs_) threads_.emplace_back([this, run = r.get()] { agent_thread(*run); });
     supervise();
     for (std::thread& t : threads_) t.join();
-    std::string summary = summarize();
-    write_all(2, summary);
+    write_all(2, secrets::redact(summarize()));
     return outcome();
   }
 
@@ -158,6 +161,7 @@ class SshJob {
     if (run.stop) return;
     SshSession session(run.target, ssh_);
     session.exec(run.command);
+    session.write_stdin(run.stdin_env);
     LineSplitter out_lines, err_lines;
     double deadline = 0;
     int usr1_sent = 0;
@@ -217,10 +221,11 @@ class SshJob {
     if (fd == 1 && line == kAgentAliveLine) return;
     std::string rank_prefix = "[" + run.host + ":";
     bool rank_line = line.substr(0, rank_prefix.size()) == rank_prefix;
-    std::string text = rank_line ? std::string(line) : "[" + run.host + "] " + std::string(line);
+    const std::string shown = secrets::redact(line);
+    std::string text = rank_line ? shown : "[" + run.host + "] " + shown;
     text += '\n';
     std::lock_guard<std::mutex> lock(output_mutex_);
-    if (!rank_line && fd == 2) run.report.push(line);
+    if (!rank_line && fd == 2) run.report.push(shown);
     write_all(fd, text);
   }
 

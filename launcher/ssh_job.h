@@ -3,6 +3,9 @@
 // owning its SSH session; the main thread waits for the first failure or a signal.
 //
 // Contract:
+//  - Right after starting an agent, its thread writes the job's secret variables on the agent's
+//    stdin (stdin_env.h); they are in no command line. Known secret values are redacted from
+//    everything relayed or printed.
 //  - Agent output is relayed line by line: rank lines arrive already prefixed "[host:rank] ";
 //    any other line of an agent (its own messages and summary) is prefixed "[host] ".
 //  - The first failure anywhere — an agent exiting non-zero, a connection that cannot be made,

@@ -53,6 +53,11 @@ void add_local_flags(CLI::App* cmd, LaunchFlags* f) {
   cmd->add_flag("--dry-run", o.dry_run, "Validate, print the plan, start nothing");
   cmd->add_flag("--trace", f->trace,
                 "Record a Chrome/Perfetto trace per rank (same as --set logging.trace=true)");
+  cmd->add_option("--secret-env", f->options.secret_env,
+                  "Variable whose value is secret (repeatable): redacted from all output, sent to "
+                  "remote hosts on the SSH channel, never on a command line")
+      ->type_name("NAME")
+      ->allow_extra_args(false);
   cmd->add_flag("--exec", o.exec, "Run PROGRAM [ARGS...] (after --) instead of 'dstrain train'");
   cmd->add_option("CONFIG", f->first, "The run's YAML config (with --exec: the program)")
       ->type_name("");
@@ -134,6 +139,8 @@ void add_slurm_and_agent_flags(CLI::App* cmd, LaunchFlags* f) {
   cmd->add_option("--node-devices", o.node_devices, "CUDA_VISIBLE_DEVICES")->group(internal);
   cmd->add_option("--node-host", o.node_host, "Host label")->group(internal);
   cmd->add_flag("--watch-stdin", o.watch_stdin, "Stop at end of stdin")->group(internal);
+  cmd->add_flag("--env-on-stdin", o.env_on_stdin, "Read secret variables from stdin first")
+      ->group(internal);
 }
 
 }  // namespace

@@ -4,6 +4,9 @@
 #include <exception>
 
 #include "core/error.h"
+#include "core/secrets.h"
+
+extern char** environ;
 
 namespace dstrain::app {
 
@@ -21,6 +24,8 @@ void configure_root(CLI::App& app) {
 }
 
 int run_cli(CLI::App& app, int argc, char** argv, const int& exit_code) {
+  // Before anything can print: the values of secret variables are redacted from all output.
+  secrets::learn_environment(environ);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -32,13 +37,14 @@ int run_cli(CLI::App& app, int argc, char** argv, const int& exit_code) {
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr,
                  "dstrain: error: %s\nRun 'dstrain --help' (or 'dstrain <command> --help').\n",
-                 e.what());
+                 secrets::redact(e.what()).c_str());
     return 2;
   } catch (const dstrain::Error& e) {
-    std::fprintf(stderr, "dstrain: %s: %s\n", dstrain::to_string(e.kind()), e.what());
+    std::fprintf(stderr, "dstrain: %s: %s\n", dstrain::to_string(e.kind()),
+                 secrets::redact(e.what()).c_str());
     return dstrain::exit_code(e.kind());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "dstrain: internal error: %s\n", e.what());
+    std::fprintf(stderr, "dstrain: internal error: %s\n", secrets::redact(e.what()).c_str());
     return 70;
   }
   return exit_code;

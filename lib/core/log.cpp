@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
+
+#include "core/secrets.h"
 
 namespace dstrain::log {
 namespace {
@@ -48,8 +51,9 @@ void write(Level lvl, std::string_view message) {
   if (lvl <= Level::kInfo && r > 0) return;
   FILE* out = lvl >= Level::kWarn ? stderr : stdout;
   const char* tag = lvl == Level::kWarn ? "warning: " : lvl == Level::kError ? "error: " : "";
+  const std::string text = secrets::redact(message);  // secret values never reach the console
   std::lock_guard<std::mutex> lock(g_mutex);
-  std::fprintf(out, "%s%.*s\n", tag, static_cast<int>(message.size()), message.data());
+  std::fprintf(out, "%s%.*s\n", tag, static_cast<int>(text.size()), text.data());
   std::fflush(out);
 }
 

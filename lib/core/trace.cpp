@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/fs.h"
+#include "core/secrets.h"
 
 namespace dstrain::trace {
 
@@ -47,8 +48,10 @@ int tid() {
   return this_tid;
 }
 
-void append_escaped(std::string& out, const char* s) {
-  for (; *s; ++s) {
+// Every string of a trace goes through here, so a secret value never reaches a trace file.
+void append_escaped(std::string& out, const char* text) {
+  const std::string redacted = secrets::redact(text);
+  for (const char* s = redacted.c_str(); *s; ++s) {
     const auto c = static_cast<unsigned char>(*s);
     if (c == '"' || c == '\\') {
       out += '\\';

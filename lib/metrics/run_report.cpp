@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/secrets.h"
 #include "metrics/restarts.h"
 #include "metrics/svg_chart.h"
 
@@ -21,6 +22,11 @@ namespace stdfs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
 namespace {
+
+// Text as the page shows it: secret values (core/secrets.h) redacted, then escaped.
+std::string shown(const std::string& text) {
+  return html_escape(secrets::redact(text));
+}
 
 constexpr const char* kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
                                     "#9467bd", "#8c564b", "#e377c2", "#17becf"};
@@ -122,7 +128,7 @@ std::string table(const std::vector<std::pair<std::string, std::string>>& rows,
                   const std::string& cls) {
   std::string out = fmt::format("<table class=\"{}\">\n", cls);
   for (const auto& [k, v] : rows) {
-    out += fmt::format("<tr><th>{}</th><td>{}</td></tr>\n", html_escape(k), html_escape(v));
+    out += fmt::format("<tr><th>{}</th><td>{}</td></tr>\n", shown(k), shown(v));
   }
   return out + "</table>\n";
 }
@@ -239,7 +245,7 @@ svg rect.frame { fill: none; stroke: #999; }
 )";
 
 std::string missing_note(const std::string& what) {
-  return fmt::format("<p class=\"note\">{}</p>\n", html_escape(what));
+  return fmt::format("<p class=\"note\">{}</p>\n", shown(what));
 }
 
 }  // namespace
@@ -276,11 +282,11 @@ std::string render_report(const ReportSources& sources) {
   const auto config = read_config(sources.config);
   const std::string run = stdfs::path(sources.metrics).parent_path().filename().string();
   std::string html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n";
-  html += fmt::format("<title>dstrain run {}</title>\n<style>{}</style></head><body>\n",
-                      html_escape(run), kStyle);
-  html += fmt::format("<h1>dstrain run <code>{}</code></h1>\n", html_escape(run));
+  html += fmt::format("<title>dstrain run {}</title>\n<style>{}</style></head><body>\n", shown(run),
+                      kStyle);
+  html += fmt::format("<h1>dstrain run <code>{}</code></h1>\n", shown(run));
   html += fmt::format("<p>{} metric records from <code>{}</code>.</p>\n", log.records,
-                      html_escape(sources.metrics));
+                      shown(sources.metrics));
   html += "<h2>World</h2>\n";
   html += table(world_rows(summary, config), "world");
   html += "<h2>Final numbers</h2>\n";

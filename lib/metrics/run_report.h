@@ -5,7 +5,8 @@
 //
 // It shows the run's config (config.yaml, flattened to key = value), its world (ranks, ZeRO stage,
 // batch), its final numbers (summary.json and the last value of each metric) and charts over steps
-// of train and eval loss, learning rate, tokens/s and memory, drawn from metrics.jsonl.
+// of train and eval loss, learning rate, tokens/s and memory, drawn from metrics.jsonl. Secret
+// values (core/secrets.h) are redacted from every text it shows.
 
 #include <string>
 

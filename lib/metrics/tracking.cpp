@@ -5,10 +5,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <variant>
 
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "core/secrets.h"
 #include "metrics/mlflow_sink.h"
 #include "metrics/restarts.h"
 #include "metrics/tensorboard.h"
@@ -29,6 +31,12 @@ std::string first_set(const std::string& a, const std::string& b) {
   return a.empty() ? b : a;
 }
 
+// Config values go to TensorBoard and MLflow as they are, except secret values (core/secrets.h).
+tb::HParamValue redacted(const tb::HParamValue& value) {
+  if (const auto* text = std::get_if<std::string>(&value)) return secrets::redact(*text);
+  return value;
+}
+
 bool is_http_url(const std::string& uri) {
   return uri.rfind("http://", 0) == 0 || uri.rfind("https://", 0) == 0;
 }
@@ -44,8 +52,9 @@ void add_tensorboard(MetricsLogger& logger, const TrackingSetup& s) {
   o.dir = s.tensorboard_dir.empty() ? (stdfs::path(s.out_dir) / "tb").string() : s.tensorboard_dir;
   o.start_step = s.start_step;
   // The Text tab renders Markdown: a fenced block keeps the YAML's indentation.
-  o.config_markdown = "```yaml\n" + s.config_yaml + "```\n";
-  for (const auto& setting : s.settings) o.hparams.push_back({setting.key, setting.value});
+  o.config_markdown = "```yaml\n" + secrets::redact(s.config_yaml) + "```\n";
+  for (const auto& setting : s.settings)
+    o.hparams.push_back({setting.key, redacted(setting.value)});
   o.hparams.push_back({"world_size", static_cast<double>(s.world_size)});
   logger.add_sink(std::make_unique<TensorBoardSink>(o));
 }
@@ -88,13 +97,15 @@ void add_mlflow(MetricsLogger& logger, const TrackingSetup& s, const std::string
   }
   o.parent_run_id = first_set(s.mlflow_parent_run_id, env("MLFLOW_PARENT_RUN_ID"));
   o.run_name = stdfs::path(s.out_dir).filename().string();
-  for (const auto& setting : s.settings) o.params.emplace_back(setting.key, setting.text);
+  for (const auto& setting : s.settings)
+    o.params.emplace_back(setting.key, secrets::redact(setting.text));
   o.tags = run_tags(s.world_size, s.zero_stage);
   // A run the launcher restarted stays one MLflow run (the run id file above); the tag says how
   // often it was restarted (summary.json and restarts.json say why).
   const auto restarts = read_restarts(restarts_file(s.out_dir));
   if (!restarts.empty()) o.tags.emplace_back("dstrain.restarts", std::to_string(restarts.size()));
-  o.start_artifacts.push_back({"config.yaml", s.config_yaml, ""});
+  for (auto& tag : o.tags) tag.second = secrets::redact(tag.second);
+  o.start_artifacts.push_back({"config.yaml", secrets::redact(s.config_yaml), ""});
   o.end_artifacts.push_back(
       {"summary.json", "", (stdfs::path(s.out_dir) / "summary.json").string()});
   logger.add_sink(std::make_unique<MlflowSink>(std::move(o)));

@@ -8,7 +8,8 @@
 // MLFLOW_EXPERIMENT_ID, else MLflow's default. The run: MLFLOW_RUN_ID continues that run; else a
 // resumed run continues the one recorded in <out_dir>/mlflow_run_id; else a new one, nested under
 // logging.mlflow.parent_run_id or MLFLOW_PARENT_RUN_ID when set. MLFLOW_TRACKING_TOKEN, or
-// MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, authenticate.
+// MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, authenticate. Secret values
+// (core/secrets.h) are redacted from every param, tag, hparam and config text they record.
 
 #include <cstdint>
 #include <string>

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "core/secrets.h"
 #include "core/trace.h"
 #include "metrics/restarts.h"
 #include "metrics/run_report.h"
@@ -59,7 +60,7 @@ void write_run_config(const config::Config& cfg) {
   const std::string path = metrics::run_config_file(cfg.logging.out_dir);
   warn_on_error("writing the resolved config", [&] {
     fs::create_dirs(cfg.logging.out_dir);
-    fs::write_file_atomic(path, config::to_yaml(cfg));
+    fs::write_file_atomic(path, secrets::redact(config::to_yaml(cfg)));
   });
 }
 

@@ -8,7 +8,8 @@
 
 namespace dstrain::train {
 
-// Rank 0, at the start: <out_dir>/config.yaml, the config as resolved (config::to_yaml).
+// Rank 0, at the start: <out_dir>/config.yaml, the config as resolved (config::to_yaml), secret
+// values redacted (core/secrets.h); resume reads the checkpoint's own copy, never this one.
 void write_run_config(const config::Config& cfg);
 
 // Every rank, at the end (also after a failure): this process's trace to

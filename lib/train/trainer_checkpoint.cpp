@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "core/secrets.h"
 #include "core/timer.h"
 #include "core/trace.h"
 #include "metrics/restarts.h"
@@ -137,7 +138,7 @@ void Trainer::write_summary(const RunSummary& s) {
       {"checkpoint_stall_s", ckpt_stats_.stall_s},
       {"checkpoint_write_s", ckpt_stats_.write_s},
       {"world_size", world_},
-      {"config", cfg_.source_path}};
+      {"config", secrets::redact(cfg_.source_path)}};
   if (s.eval_loss >= 0) {
     j["eval_loss"] = s.eval_loss;
     j["eval_ppl"] = std::exp(s.eval_loss);

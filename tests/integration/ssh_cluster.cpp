@@ -71,7 +71,7 @@ std::string SshCluster::skip_reason() {
   return "";
 }
 
-SshCluster::SshCluster(int hosts) {
+SshCluster::SshCluster(int hosts, const std::string& login_rc) {
   remove_stale_leftovers();
   dir_ = make_temp_dir("dstrain_ssh_");
   ::chmod(dir_.c_str(), 0755);
@@ -87,7 +87,8 @@ SshCluster::SshCluster(int hosts) {
   try {
     write_keys();
     create_network();
-    for (int k = 0; k < hosts; ++k) start_sshd(k);
+    if (!login_rc.empty()) std::ofstream(dir_ + "/login_rc") << login_rc << "\n";
+    for (int k = 0; k < hosts; ++k) start_sshd(k, login_rc);
   } catch (...) {
     cleanup();
     throw;
@@ -185,7 +186,7 @@ void SshCluster::create_network() {
   }
 }
 
-void SshCluster::start_sshd(int k) {
+void SshCluster::start_sshd(int k, const std::string& login_rc) {
   std::string n = std::to_string(k);
   std::string config = dir_ + "/sshd_config_" + n;
   std::ofstream(config) << "ListenAddress " << address(k) << ":" << port_ << "\n"
@@ -205,7 +206,14 @@ void SshCluster::start_sshd(int k) {
   std::string mask;
   const char* home = std::getenv("HOME");
   std::string bashrc = std::string(home != nullptr ? home : "/root") + "/.bashrc";
-  if (file_exists(bashrc)) mask = "mount --bind /dev/null " + bashrc + " && ";
+  // With `login_rc` that file takes the rc file's place instead (bash run by sshd reads ~/.bashrc,
+  // not BASH_ENV); a bind mount needs the rc file to exist.
+  if (!login_rc.empty() && !file_exists(bashrc)) {
+    ADD_FAILURE() << "a login rc needs " << bashrc << " to exist (it is replaced for sshd only)";
+    throw std::runtime_error("no rc file to replace");
+  }
+  const std::string rc = login_rc.empty() ? "/dev/null" : dir_ + "/login_rc";
+  if (file_exists(bashrc)) mask = "mount --bind " + rc + " " + bashrc + " && ";
   fs::create_directories(local_dir());
   fs::create_directories(host_local_dir(k));
   mask += "mount --bind " + host_local_dir(k) + " " + local_dir() + " && ";

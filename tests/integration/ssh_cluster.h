@@ -32,7 +32,11 @@ class SshCluster {
 
   static std::string skip_reason();
 
-  explicit SshCluster(int hosts);  // aborts the test (ADD_FAILURE + throw) if setup fails
+  // Aborts the test (ADD_FAILURE + throw) if setup fails. `login_rc`: shell code the login shell
+  // (bash) of every SSH command runs before the command, in place of ~/.bashrc (which must exist),
+  // e.g. "sleep 0.5" for a slow login, during which the command is the shell's argv, as on a node
+  // whose rc files take time.
+  explicit SshCluster(int hosts, const std::string& login_rc = "");
   ~SshCluster();
   SshCluster(const SshCluster&) = delete;
   SshCluster& operator=(const SshCluster&) = delete;
@@ -59,7 +63,7 @@ class SshCluster {
 
  private:
   void create_network();
-  void start_sshd(int k);
+  void start_sshd(int k, const std::string& login_rc);
   void write_keys();
   void cleanup();
 

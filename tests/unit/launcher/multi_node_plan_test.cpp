@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "core/secrets.h"
 #include "launcher/node_agent.h"
 
 namespace dstrain::launcher {
@@ -130,6 +131,35 @@ TEST_F(MultiNodePlanTest, HostfileErrorsSurface) {
     EXPECT_EQ(e.kind(), ErrorKind::kInput);
     EXPECT_NE(std::string(e.what()).find(options_.hostfile + ":2"), std::string::npos);
   }
+}
+
+TEST_F(MultiNodePlanTest, SecretVariablesGoOnTheChannelAndTheDryRunRedactsThem) {
+  write_hosts("alpha slots=1\nbeta slots=1\n");
+  const std::string token = "hf_plan_test_value_77";
+  const std::string named = "named-secret-value-88";
+  options_.env = {"WANDB_API_KEY=flag-secret-value-99", "DSTRAIN_PLAIN=visible"};
+  options_.secret_env = {"PROBE_NAMED_SECRET"};
+  secrets::add_secret_names(options_.secret_env);
+  const std::string hf = "HF_TOKEN=" + token, probe = "PROBE_NAMED_SECRET=" + named;
+  const char* environ[] = {"NCCL_DEBUG=INFO", hf.c_str(), probe.c_str(), nullptr};
+  MultiNodePlan p = plan_multi_node(options_, environ);
+  EXPECT_EQ(as_map(p.secret_env),
+            (std::map<std::string, std::string>{{"HF_TOKEN", token},
+                                                {"PROBE_NAMED_SECRET", named},
+                                                {"WANDB_API_KEY", "flag-secret-value-99"}}));
+  for (const std::string& command : p.agent_commands) {
+    for (const std::string& value : {token, named, std::string("flag-secret-value-99")})
+      EXPECT_EQ(command.find(value), std::string::npos) << command;
+    EXPECT_NE(command.find("export DSTRAIN_PLAIN=visible"), std::string::npos) << command;
+    EXPECT_NE(command.find(" --env-on-stdin "), std::string::npos) << command;
+  }
+  const std::string text = format_multi_node_plan(p);
+  for (const std::string& value : {token, named, std::string("flag-secret-value-99")})
+    EXPECT_EQ(text.find(value), std::string::npos) << text;
+  EXPECT_NE(text.find("on the connection (stdin), never on a command line: HF_TOKEN=<redacted> "
+                      "PROBE_NAMED_SECRET=<redacted> WANDB_API_KEY=<redacted>"),
+            std::string::npos)
+      << text;
 }
 
 }  // namespace

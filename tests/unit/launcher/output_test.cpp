@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "core/fs.h"
+#include "core/secrets.h"
 
 namespace dstrain::launcher {
 namespace {
@@ -80,6 +81,22 @@ TEST_F(RankOutputTest, PrefixesConsoleAndWritesRawLog) {
   EXPECT_EQ(fs::read_file(dir_ / "out"), "[rank 7] one\n[rank 7] two\n[rank 7] three\n");
   EXPECT_EQ(fs::read_file(dir_ / "err"), "[rank 7] oops\n");
   EXPECT_EQ(fs::read_file(dir_ / "rank_7.log"), "one\ntwoops\no\nthree");
+}
+
+TEST_F(RankOutputTest, SecretValuesAreRedactedFromConsoleTailAndLog) {
+  secrets::add_secret_value("hf_rank_output_secret");
+  {
+    RankOutput output(3, (dir_ / "rank_3.log").string(), {out_fd_, err_fd_, ""}, 5);
+    output.write(Stream::kStdout, "token=hf_rank_out");  // split across two reads of the pipe
+    output.write(Stream::kStdout, "put_secret done\n");
+    output.write(Stream::kStderr, "failed with hf_rank_output_secret\n");
+    output.finish();
+    EXPECT_EQ(output.tail(),
+              (std::vector<std::string>{"token=<redacted> done", "failed with <redacted>"}));
+  }
+  EXPECT_EQ(fs::read_file(dir_ / "out"), "[rank 3] token=<redacted> done\n");
+  EXPECT_EQ(fs::read_file(dir_ / "err"), "[rank 3] failed with <redacted>\n");
+  EXPECT_EQ(fs::read_file(dir_ / "rank_3.log"), "token=<redacted> done\nfailed with <redacted>\n");
 }
 
 }  // namespace

@@ -146,5 +146,20 @@ TEST(RemoteCommand, RejectsInvalidVariableNames) {
   }
 }
 
+// Secrets travel on the channel (stdin_env.h); the command line refusing them is the last guard.
+TEST(RemoteCommand, RefusesSecretVariables) {
+  RemoteCommand command;
+  command.argv = {"/bin/true"};
+  for (const char* name : {"HF_TOKEN", "WANDB_API_KEY", "MLFLOW_TRACKING_PASSWORD"}) {
+    command.env = {{name, "value"}};
+    try {
+      build_remote_command(command);
+      FAIL() << "accepted " << name;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInternal) << name;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dstrain::launcher
