@@ -210,8 +210,8 @@ std::vector<std::string> unreachable_hosts(const MultiNodeOptions& o, const Mult
   std::vector<std::string> lost;
   for (const HostCheck& c : probe_hosts(plan, o.ssh, remote_binary(o))) {
     if (c.reachable) continue;
-    write_all(
-        2, fmt::format("dstrain launch: host {} cannot be reached again ({})\n", c.host, c.text));
+    write_all(2, secrets::redact(fmt::format(
+                     "dstrain launch: host {} cannot be reached again ({})\n", c.host, c.text)));
     lost.push_back(c.host);
   }
   const int remaining = static_cast<int>(plan.nodes.size() - lost.size());

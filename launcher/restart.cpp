@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/secrets.h"
 #include "launcher/exit_status.h"
 #include "launcher/output.h"
 #include "launcher/signals.h"
@@ -96,7 +97,7 @@ int run_with_restarts(const RestartOptions& options, const RunDirs& dirs, const 
     r.time = utc_now();
     r.rank = outcome.rank;
     r.host = outcome.host;
-    r.cause = outcome.cause;
+    r.cause = secrets::redact(outcome.cause);
     r.exit_code = outcome.exit_code;
     r.step = dirs.metrics_file.empty() ? -1 : metrics::last_logged_step(dirs.metrics_file);
     r.resumed_from = after;
@@ -109,7 +110,7 @@ int run_with_restarts(const RestartOptions& options, const RunDirs& dirs, const 
           "--max-restarts {}; the failures:\n",
           charged, options.max_restarts);
       for (const auto& h : history) out += "  " + describe(h) + "\n";
-      write_all(2, out);
+      write_all(2, secrets::redact(out));
       if (!dirs.out_dir.empty()) metrics::write_restarts(dirs.out_dir, history);
       return outcome.exit_code;
     }
