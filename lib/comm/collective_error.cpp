@@ -25,7 +25,7 @@ bool mentions_timeout(std::string text) {
 
 }  // namespace
 
-void throw_collective_error(CollectiveKind kind, const FailureContext& context,
+void throw_collective_error(CollectiveKind kind, uint64_t seq, const FailureContext& context,
                             std::exception_ptr cause) {
   try {
     std::rethrow_exception(cause);
@@ -34,7 +34,7 @@ void throw_collective_error(CollectiveKind kind, const FailureContext& context,
   } catch (const std::exception& e) {
     std::string why = first_line(e);
     bool timed_out = mentions_timeout(why);
-    std::string peers = context.heartbeat ? context.heartbeat->diagnose() : "";
+    std::string peers = context.heartbeat ? context.heartbeat->diagnose(seq, kind) : "";
     std::string message = fmt::format(
         "{} failed on rank {} of {}{}: {}", to_string(kind), context.rank, context.world_size,
         timed_out ? fmt::format(" after the {} s timeout", context.timeout.count() / 1000.0) : "",

@@ -1,8 +1,9 @@
 #pragma once
 // Turns whatever Gloo/c10d threw during a collective into dstrain::Error: kTimeout when Gloo timed
-// out, kComm otherwise, with a message naming the collective, this rank, and (best effort, from the
-// heartbeats) the peers that stopped responding.
+// out, kComm otherwise, with a message naming the collective, this rank, and the peers at fault as
+// far as the heartbeats show (heartbeat.h): dead ones, and live ones that had not reached it.
 
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <string>
@@ -19,7 +20,8 @@ struct FailureContext {
   std::shared_ptr<Heartbeat> heartbeat;  // null in a world of one
 };
 
-[[noreturn]] void throw_collective_error(CollectiveKind kind, const FailureContext& context,
-                                         std::exception_ptr cause);
+// `seq`: the collective's number on this rank (1, 2, ... in program order; Heartbeat::entered).
+[[noreturn]] void throw_collective_error(CollectiveKind kind, uint64_t seq,
+                                         const FailureContext& context, std::exception_ptr cause);
 
 }  // namespace dstrain::comm

@@ -30,9 +30,9 @@ constexpr std::chrono::milliseconds kHeartbeatInterval{500};
 
 class FutureWork : public Work {
  public:
-  FutureWork(std::shared_future<void> future, CollectiveKind kind,
+  FutureWork(std::shared_future<void> future, CollectiveKind kind, uint64_t seq,
              std::shared_ptr<const FailureContext> context)
-      : future_(std::move(future)), kind_(kind), context_(std::move(context)) {}
+      : future_(std::move(future)), kind_(kind), seq_(seq), context_(std::move(context)) {}
   ~FutureWork() override {
     try {
       wait();
@@ -46,13 +46,14 @@ class FutureWork : public Work {
     try {
       future_.get();
     } catch (...) {
-      throw_collective_error(kind_, *context_, std::current_exception());
+      throw_collective_error(kind_, seq_, *context_, std::current_exception());
     }
   }
 
  private:
   std::shared_future<void> future_;
   CollectiveKind kind_;
+  uint64_t seq_;
   std::shared_ptr<const FailureContext> context_;
   bool waited_ = false;
 };
@@ -94,6 +95,7 @@ std::shared_ptr<gloo::transport::Device> make_device(const RendezvousOptions& op
 class GlooCommunicator : public Communicator {
  public:
   explicit GlooCommunicator(const RendezvousOptions& options);
+  ~GlooCommunicator() override;
   int rank() const override { return context_->rank; }
   int world_size() const override { return context_->world_size; }
   std::unique_ptr<Work> all_reduce(torch::Tensor& tensor, ReduceOp op) override;
@@ -113,6 +115,7 @@ class GlooCommunicator : public Communicator {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
   std::unique_ptr<SerialExecutor> executor_;
   int next_tag_ = 0;
+  uint64_t issued_ = 0;  // collectives launched so far: the next one's number is issued_ + 1
 };
 
 GlooCommunicator::GlooCommunicator(const RendezvousOptions& options)
@@ -140,17 +143,28 @@ GlooCommunicator::GlooCommunicator(const RendezvousOptions& options)
   executor_->submit([] { trace::name_thread("comm"); });
 }
 
+// The group goes first, so peers still in a collective with this rank fail at once; then the
+// heartbeat says this rank left on purpose (and rank 0 keeps the store up for peers still
+// diagnosing); the store goes last.
+GlooCommunicator::~GlooCommunicator() {
+  executor_.reset();
+  group_.reset();
+  if (context_->heartbeat) context_->heartbeat->leave();
+}
+
 std::unique_ptr<Work> GlooCommunicator::launch(CollectiveKind kind, uint64_t bytes,
                                                std::function<void()> job) {
   count(kind, bytes);
+  const uint64_t seq = ++issued_;
   // The span is the collective's own run on the executor thread, labelled by what launched it (a
   // gradient bucket, a stage-3 unit): set against the main thread's spans it shows the overlap.
   auto traced = [job = std::move(job), kind, label = trace::current_label(),
-                 size = static_cast<int64_t>(bytes)] {
+                 size = static_cast<int64_t>(bytes), heartbeat = context_->heartbeat, seq] {
+    if (heartbeat) heartbeat->entered(seq);
     const trace::Span span("comm", to_string(kind), label, {"bytes_sent", size});
     job();
   };
-  return std::make_unique<FutureWork>(executor_->submit(std::move(traced)), kind, context_);
+  return std::make_unique<FutureWork>(executor_->submit(std::move(traced)), kind, seq, context_);
 }
 
 int GlooCommunicator::take_ring_tags() {

@@ -6,10 +6,12 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include <torch/torch.h>
 
@@ -138,6 +140,15 @@ void peer_dies(Communicator& comm) {
   comm.all_reduce(t, ReduceOp::kSum)->wait();
 }
 
+// The last rank is slow, not dead: it reaches the all_reduce only after twice the timeout the
+// others wait in it, its process alive all along. Their errors must not name it dead.
+void peer_slow(Communicator& comm, std::chrono::milliseconds timeout) {
+  comm.barrier();
+  if (comm.rank() == comm.world_size() - 1) std::this_thread::sleep_for(2 * timeout);
+  at::Tensor t = torch::ones({1 << 10});
+  comm.all_reduce(t, ReduceOp::kSum)->wait();
+}
+
 void write_result(const std::string& dir, int rank, const std::string& line) {
   std::ofstream(dir + "/rank" + std::to_string(rank) + ".txt") << line << "\n";
 }
@@ -146,7 +157,8 @@ void write_result(const std::string& dir, int rank, const std::string& line) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::cerr << "usage: comm_test_worker <collectives|rendezvous|peer_dies> <result-dir>\n";
+    std::cerr
+        << "usage: comm_test_worker <collectives|rendezvous|peer_dies|peer_slow> <result-dir>\n";
     return 2;
   }
   const std::string scenario = argv[1], dir = argv[2];
@@ -155,6 +167,7 @@ int main(int argc, char** argv) {
     auto comm = dstrain::comm::make_gloo_communicator(options);
     if (scenario == "collectives") collectives(*comm);
     if (scenario == "peer_dies") peer_dies(*comm);
+    if (scenario == "peer_slow") peer_slow(*comm, options.timeout);
   } catch (const dstrain::Error& e) {
     write_result(dir, options.rank, std::string("ERROR [") + to_string(e.kind()) + "] " + e.what());
     return 0;
