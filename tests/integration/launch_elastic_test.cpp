@@ -15,46 +15,21 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/integration/ssh_cluster.h"
+#include "tests/integration/ssh_fixture.h"
 #include "tests/integration/train_util.h"
 
 namespace dstrain::testing {
 namespace {
 
-class LaunchElasticTest : public ::testing::Test {
+class LaunchElasticTest : public SshFixture {
  protected:
-  void SetUp() override {
-    std::string reason = SshCluster::skip_reason();
-    if (!reason.empty()) GTEST_SKIP() << reason;
-    cluster_ = std::make_unique<SshCluster>(3);
-    hostfile_ = tmp_.file("hosts");
-    std::ofstream(hostfile_) << cluster_->hostfile(1);
-    token_ = unique_token();
-  }
-
-  void TearDown() override {
-    if (!token_.empty()) {
-      for (pid_t pid : processes_with_marker(token_)) ::kill(pid, SIGKILL);
-    }
-    cluster_.reset();
-  }
+  LaunchElasticTest() : SshFixture(3, 1) {}
 
   std::vector<std::string> launch(const std::string& config, const std::string& dir,
-                                  std::vector<std::string> extra) {
-    std::vector<std::string> a = {"launch",
-                                  "--hostfile",
-                                  hostfile_,
-                                  "--ssh-key",
-                                  cluster_->client_key(),
-                                  "--ssh-known-hosts",
-                                  cluster_->known_hosts(),
-                                  "--grace",
-                                  "2",
-                                  "--env",
-                                  std::string("GLOO_SOCKET_IFNAME=") + SshCluster::kInterface,
-                                  "--set",
-                                  "logging.out_dir=" + dir + "/run",
-                                  "--set",
-                                  "checkpoint.dir=" + dir + "/ckpt"};
+                                  const std::vector<std::string>& extra) {
+    std::vector<std::string> a = launch_args(
+        {"--env", std::string("GLOO_SOCKET_IFNAME=") + SshCluster::kInterface, "--set",
+         "logging.out_dir=" + dir + "/run", "--set", "checkpoint.dir=" + dir + "/ckpt"});
     a.insert(a.end(), extra.begin(), extra.end());
     a.push_back(config);
     return a;
@@ -71,11 +46,6 @@ class LaunchElasticTest : public ::testing::Test {
     }
     ::kill(cluster_->sshd_pid(k), SIGKILL);
   }
-
-  TempDir tmp_;
-  std::unique_ptr<SshCluster> cluster_;
-  std::string hostfile_;
-  std::string token_;
 };
 
 // 3 ranks (one per host) x micro 2 x accumulation 2: a global batch of 12, kept on 2 ranks by
@@ -112,9 +82,7 @@ TEST_F(LaunchElasticTest, ALostHostIsLeftOutAndTheJobGoesOnWithTheSameGlobalBatc
   const RunResult r = finish(job, 300);
   ASSERT_FALSE(r.timed_out) << r.err;
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_NE(r.err.find("host " + cluster_->address(2) + " cannot be reached again"),
-            std::string::npos)
-      << r.err;
+  EXPECT_NE(r.err.find("host " + host(2) + " cannot be reached again"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("dstrain launch: restart 1"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("all 2 node(s) exited 0"), std::string::npos) << r.err;
 
@@ -127,7 +95,7 @@ TEST_F(LaunchElasticTest, ALostHostIsLeftOutAndTheJobGoesOnWithTheSameGlobalBatc
   const auto summary = nlohmann::json::parse(read_text(tmp_.file("elastic/run/summary.json")));
   EXPECT_EQ(summary["world_size"].get<int>(), 2);
   EXPECT_EQ(summary["restarts"].get<int>(), 1);
-  EXPECT_EQ(summary["restart_causes"][0]["host"].get<std::string>(), cluster_->address(2));
+  EXPECT_EQ(summary["restart_causes"][0]["host"].get<std::string>(), host(2));
   EXPECT_TRUE(wait_until([&] { return processes_with_marker(token_).empty(); }, 10))
       << processes_with_marker(token_).size() << " process(es) of the job survived";
 }

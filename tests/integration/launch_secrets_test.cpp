@@ -21,6 +21,7 @@
 #include "tests/integration/process_util.h"
 #include "tests/integration/shell_util.h"
 #include "tests/integration/ssh_cluster.h"
+#include "tests/integration/ssh_fixture.h"
 #include "tests/integration/train_util.h"
 
 namespace dstrain::testing {
@@ -195,48 +196,23 @@ TEST(LaunchSecrets, TrainingRunFilesAndOutputNeverHoldTheToken) {
   EXPECT_FALSE(contains(r.out + r.err, token));
 }
 
-class LaunchSecretsSsh : public ::testing::Test {
+// Two hosts whose logins take 0.5 s (a slow rc file), so that the remote setup command lives long
+// enough to be sampled from /proc.
+class LaunchSecretsSsh : public SshFixture {
  protected:
-  void SetUp() override {
-    std::string reason = SshCluster::skip_reason();
-    if (!reason.empty()) GTEST_SKIP() << reason;
-    cluster_ = std::make_unique<SshCluster>(2, "sleep 0.5");
-    hostfile_ = tmp_.file("hosts");
-    std::ofstream(hostfile_) << cluster_->hostfile(2);
-    marker_ = unique_token();
-  }
-  void TearDown() override {
-    if (!marker_.empty()) {
-      for (pid_t pid : processes_with_marker(marker_)) ::kill(pid, SIGKILL);
-    }
-    cluster_.reset();
-  }
+  LaunchSecretsSsh() : SshFixture(2, 2, "sleep 0.5") {}
 
   std::vector<std::string> args(const std::vector<std::string>& extra, const std::string& script) {
-    std::vector<std::string> a = {"launch",
-                                  "--hostfile",
-                                  hostfile_,
-                                  "--ssh-key",
-                                  cluster_->client_key(),
-                                  "--ssh-known-hosts",
-                                  cluster_->known_hosts(),
-                                  "--grace",
-                                  "2"};
-    a.insert(a.end(), extra.begin(), extra.end());
+    std::vector<std::string> a = launch_args(extra);
     a.insert(a.end(), {"--exec", "--", "/bin/sh", "-c", script});
     return a;
   }
-
-  TempDir tmp_;
-  std::unique_ptr<SshCluster> cluster_;
-  std::string hostfile_;
-  std::string marker_;
 };
 
 TEST_F(LaunchSecretsSsh, TwoHostLaunchKeepsTheTokenOffEveryCommandLineAndOutput) {
   const std::string token = planted("hf_planted_");
   const std::string named = planted("named_value_");
-  const std::vector<std::string> env = {"DSTRAIN_TEST_MARKER=" + marker_,
+  const std::vector<std::string> env = {"DSTRAIN_TEST_MARKER=" + token_,
                                         "SSH_AUTH_SOCK=", "HF_TOKEN=" + token,
                                         "PROBE_NAMED=" + named};
   const std::string script =
@@ -277,7 +253,7 @@ TEST_F(LaunchSecretsSsh, TwoHostLaunchKeepsTheTokenOffEveryCommandLineAndOutput)
     EXPECT_FALSE(contains(r.err, value)) << r.err;
     EXPECT_EQ(files_containing(tmp_.file("logs"), value), std::vector<std::string>{});
   }
-  EXPECT_TRUE(wait_until([&] { return processes_with_marker(marker_).empty(); }, 10));
+  EXPECT_TRUE(wait_until([&] { return processes_with_marker(token_).empty(); }, 10));
 }
 
 }  // namespace

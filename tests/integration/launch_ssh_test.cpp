@@ -14,41 +14,19 @@
 
 #include "tests/integration/process_util.h"
 #include "tests/integration/ssh_cluster.h"
+#include "tests/integration/ssh_fixture.h"
 #include "tests/integration/train_util.h"
 
 namespace dstrain::testing {
 namespace {
 
-class LaunchSshTest : public ::testing::Test {
+class LaunchSshTest : public SshFixture {
  protected:
-  void SetUp() override {
-    std::string reason = SshCluster::skip_reason();
-    if (!reason.empty()) GTEST_SKIP() << reason;
-    cluster_ = std::make_unique<SshCluster>(2);
-    hostfile_ = tmp_.file("hosts");
-    std::ofstream(hostfile_) << "# test cluster\n" << cluster_->hostfile(2);
-    token_ = unique_token();
-  }
-
-  void TearDown() override {
-    if (!token_.empty()) {
-      for (pid_t pid : processes_with_marker(token_)) ::kill(pid, SIGKILL);
-    }
-    cluster_.reset();
-  }
+  LaunchSshTest() : SshFixture(2) {}
 
   // launch flags + --exec -- sh -c SCRIPT
   std::vector<std::string> args(const std::string& script, std::vector<std::string> extra = {}) {
-    std::vector<std::string> a = {"launch",
-                                  "--hostfile",
-                                  hostfile_,
-                                  "--ssh-key",
-                                  cluster_->client_key(),
-                                  "--ssh-known-hosts",
-                                  cluster_->known_hosts(),
-                                  "--grace",
-                                  "2"};
-    a.insert(a.end(), extra.begin(), extra.end());
+    std::vector<std::string> a = launch_args(extra);
     a.insert(a.end(), {"--exec", "--", "/bin/sh", "-c", script});
     return a;
   }
@@ -56,8 +34,6 @@ class LaunchSshTest : public ::testing::Test {
   std::vector<std::string> env() const {
     return {"DSTRAIN_TEST_MARKER=" + token_, "SSH_AUTH_SOCK=", "NCCL_TEST_VALUE=a b'c$d"};
   }
-
-  std::string host(int k) const { return cluster_->address(k); }
 
   // The pid of the rank `rank`'s process named `comm`, once it exists.
   pid_t find_rank(int rank, const std::string& comm) {
@@ -82,11 +58,6 @@ class LaunchSshTest : public ::testing::Test {
       EXPECT_NE(output.find(line), std::string::npos) << line << "\n" << output;
     }
   }
-
-  TempDir tmp_;
-  std::unique_ptr<SshCluster> cluster_;
-  std::string hostfile_;
-  std::string token_;
 };
 
 TEST_F(LaunchSshTest, TwoNodesTwoRanksEachGetTheirEnvironmentOnTheirHost) {
