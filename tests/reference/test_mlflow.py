@@ -186,29 +186,37 @@ def rank_pid(marker, rank):
     return None
 
 
+def launch_and_kill_rank_1(server, launch_flags, overrides_, ready, timeout):
+    """`dstrain launch --nproc 2 <launch_flags> TINY <overrides_>`, SIGKILL to rank 1 once
+    `ready()` holds, then the launcher's exit code and output (waiting at most `timeout` s)."""
+    marker = f"DSTRAIN_TEST_MARKER={uuid.uuid4().hex}"
+    env = dict(os.environ, DSTRAIN_DEVICE="cpu", DSTRAIN_TEST_MARKER=marker.split("=", 1)[1],
+               **mlflow_env(server))
+    proc = subprocess.Popen([dstrain_binary(), "launch", "--nproc", "2"] + launch_flags + [TINY] +
+                            overrides_, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        wait_until(ready, 120, "the moment to kill rank 1")
+        victim = rank_pid(marker, 1)
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        output, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return proc.returncode, output
+
+
 def test_a_rank_killed_by_sigkill_marks_the_run_failed(server, tmp):
     # Rank 1 dies without a word; the launcher stops rank 0 (which holds the MLflow run) with a
     # SIGTERM that says a rank failed, so the run ends FAILED, not KILLED.
     out = os.path.join(tmp, "run")
-    marker = f"DSTRAIN_TEST_MARKER={uuid.uuid4().hex}"
-    env = dict(os.environ, DSTRAIN_DEVICE="cpu", DSTRAIN_TEST_MARKER=marker.split("=", 1)[1],
-               **mlflow_env(server))
-    proc = subprocess.Popen([dstrain_binary(), "launch", "--nproc", "2", TINY] +
-                            overrides(out, **{"training.max_steps": 100000, "training.log_interval": 1}),
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-    try:
-        metrics = os.path.join(out, "metrics.jsonl")
-        wait_until(lambda: os.path.exists(os.path.join(out, "mlflow_run_id")) and
-                   os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= 3, 120, "training")
-        victim = rank_pid(marker, 1)
-        assert victim is not None
-        os.kill(victim, signal.SIGKILL)
-        output, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode != 0, output[-3000:]
+    metrics = os.path.join(out, "metrics.jsonl")
+    code, output = launch_and_kill_rank_1(
+        server, [], overrides(out, **{"training.max_steps": 100000, "training.log_interval": 1}),
+        lambda: os.path.exists(os.path.join(out, "mlflow_run_id")) and
+        os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= 3, 60)
+    assert code != 0, output[-3000:]
     r = mlflow.MlflowClient(server["uri"]).get_run(run_id_of(out))
     assert r.info.status == "FAILED", output[-3000:]
     assert r.info.end_time is not None
@@ -219,27 +227,21 @@ def test_a_restarted_job_stays_one_run_tagged_with_its_restarts(server, tmp):
     # it, and the restarted rank 0 continues the same MLflow run, which ends FINISHED with one
     # value per step and the tag dstrain.restarts.
     out = os.path.join(tmp, "run")
-    marker = f"DSTRAIN_TEST_MARKER={uuid.uuid4().hex}"
-    env = dict(os.environ, DSTRAIN_DEVICE="cpu", DSTRAIN_TEST_MARKER=marker.split("=", 1)[1],
-               **mlflow_env(server))
-    proc = subprocess.Popen([dstrain_binary(), "launch", "--nproc", "2", "--max-restarts", "1",
-                             "--restart-backoff", "0", TINY] +
-                            overrides(out, **{"training.max_steps": 12, "training.log_interval": 1,
-                                              "checkpoint.interval": 4}),
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-    try:
-        wait_until(lambda: os.path.exists(os.path.join(out, "ckpt", "latest")), 120, "a checkpoint")
-        run_id = run_id_of(out)
-        victim = rank_pid(marker, 1)
-        assert victim is not None
-        os.kill(victim, signal.SIGKILL)
-        output, _ = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 0, output[-3000:]
+    first = {}
+
+    def checkpointed():
+        if not os.path.exists(os.path.join(out, "ckpt", "latest")):
+            return False
+        first["run_id"] = run_id_of(out)  # the run before the failure
+        return True
+
+    code, output = launch_and_kill_rank_1(
+        server, ["--max-restarts", "1", "--restart-backoff", "0"],
+        overrides(out, **{"training.max_steps": 12, "training.log_interval": 1,
+                          "checkpoint.interval": 4}), checkpointed, 180)
+    assert code == 0, output[-3000:]
     assert "dstrain launch: restart 1" in output, output[-3000:]
+    run_id = first["run_id"]
     assert run_id_of(out) == run_id
     client = mlflow.MlflowClient(server["uri"])
     r = client.get_run(run_id)
