@@ -225,26 +225,41 @@ std::vector<std::string> unreachable_hosts(const MultiNodeOptions& o, const Mult
 
 }  // namespace
 
+namespace {
+
+// The nearest whole accumulation for b's global batch on new_world ranks.
+int64_t nearest_accumulation(const BatchShape& b, int world, int new_world) {
+  const int64_t per_step = b.micro * new_world;
+  return std::max<int64_t>(1, (b.micro * b.accum * world + per_step / 2) / per_step);
+}
+
+bool batch_kept(const BatchShape& b, int world, int new_world) {
+  return (b.micro * b.accum * world) % (b.micro * new_world) == 0;
+}
+
+std::string unkept_batch(const BatchShape& b, int world, int new_world) {
+  const int64_t nearest = nearest_accumulation(b, world, new_world);
+  return fmt::format(
+      "the global batch {} (micro {} x accumulation {} x {} ranks) cannot be kept on {} rank(s): "
+      "it is not a multiple of micro {} x {} ranks; --elastic-batch allow-change accepts the "
+      "nearest, {} (accumulation {})",
+      b.micro * b.accum * world, b.micro, b.accum, world, new_world, b.micro, new_world,
+      nearest * b.micro * new_world, nearest);
+}
+
+}  // namespace
+
 std::vector<std::string> batch_overrides(const MultiNodeOptions& o, int world, int new_world) {
   if (new_world == world || o.launch.exec) return {};
   const BatchShape b = batch_shape(o, world);
-  const int64_t global = b.micro * b.accum * world;
   const int64_t per_step = b.micro * new_world;  // samples of one micro-step on the new world
-  int64_t accum = global / per_step;
-  if (global % per_step != 0) {
-    const int64_t nearest = std::max<int64_t>(1, (global + per_step / 2) / per_step);
-    if (!o.allow_batch_change) {
-      fail(ErrorKind::kConfig,
-           "the global batch {} (micro {} x accumulation {} x {} ranks) cannot be kept on {} "
-           "rank(s): it is not a multiple of micro {} x {} ranks; --elastic-batch allow-change "
-           "accepts the nearest, {} (accumulation {})",
-           global, b.micro, b.accum, world, new_world, b.micro, new_world, nearest * per_step,
-           nearest);
-    }
+  int64_t accum = b.micro * b.accum * world / per_step;
+  if (!batch_kept(b, world, new_world)) {
+    if (!o.allow_batch_change) fail(ErrorKind::kConfig, "{}", unkept_batch(b, world, new_world));
+    accum = nearest_accumulation(b, world, new_world);
     write_all(2, fmt::format("dstrain launch: global batch {} -> {} on {} rank(s) (accumulation "
                              "{}; --elastic-batch allow-change)\n",
-                             global, nearest * per_step, new_world, nearest));
-    accum = nearest;
+                             b.micro * b.accum * world, accum * per_step, new_world, accum));
   }
   std::vector<std::string> out = {fmt::format("training.gradient_accumulation_steps={}", accum)};
   if (b.train_batch_size > 0)
@@ -258,13 +273,12 @@ void check_elastic_batch(const MultiNodeOptions& o, const MultiNodePlan& plan) {
     fail(ErrorKind::kUsage, "--min-nodes {} is more than the {} host(s) selected", o.min_nodes,
          plan.nodes.size());
   }
-  for (int world : shrunk_worlds(plan.nodes, o.min_nodes)) {
-    try {
-      batch_overrides(o, plan.world.world_size, world);
-    } catch (const Error& e) {
-      throw Error(ErrorKind::kConfig,
-                  fmt::format("--min-nodes {} lets the job shrink to {} rank(s): {}", o.min_nodes,
-                              world, e.what()));
+  const int world = plan.world.world_size;
+  const BatchShape b = batch_shape(o, world);  // read once for every world it could shrink to
+  for (int smaller : shrunk_worlds(plan.nodes, o.min_nodes)) {
+    if (!batch_kept(b, world, smaller)) {
+      fail(ErrorKind::kConfig, "--min-nodes {} lets the job shrink to {} rank(s): {}", o.min_nodes,
+           smaller, unkept_batch(b, world, smaller));
     }
   }
 }

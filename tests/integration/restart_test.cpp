@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <fstream>
 #include <map>
 #include <string>
 #include <thread>
@@ -125,6 +126,29 @@ TEST(Restart, AHungCollectiveIsDetectedByTheTimeoutAndRestarted) {
   EXPECT_NE(r.err.find("dstrain launch: restart 1"), std::string::npos) << r.err;
   EXPECT_EQ(read_metric(dir.file("run/metrics.jsonl"), "train/loss").size(), 30u);
   EXPECT_TRUE(wait_until([&] { return processes_with_marker(token).empty(); }, 10));
+}
+
+TEST(Restart, MinNodesThatCannotKeepTheGlobalBatchIsRefusedAtPlanTime) {
+  // 3 hosts of 1 rank, micro 2: a global batch of 6 cannot be kept on 2 ranks (6 is not a
+  // multiple of 4); with accumulation 2 (12) it can. A dry run connects to nobody.
+  TempDir dir;
+  std::ofstream(dir.file("hosts")) << "10.9.9.1 slots=1\n10.9.9.2 slots=1\n10.9.9.3 slots=1\n";
+  JobSpec spec;
+  spec.micro = 2;
+  const std::string cfg = write_job_config(dir.path(), spec);
+  const std::vector<std::string> args = {"launch",      "--hostfile", dir.file("hosts"),
+                                         "--min-nodes", "2",          "--max-restarts",
+                                         "1",           "--dry-run",  cfg};
+  RunResult r = run_dstrain(args);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--min-nodes 2 lets the job shrink to 2 rank(s): the global batch 6 "
+                       "(micro 2 x accumulation 1 x 3 ranks) cannot be kept"),
+            std::string::npos)
+      << r.err;
+  std::vector<std::string> kept = args;
+  kept.insert(kept.end(), {"--set", "training.gradient_accumulation_steps=2"});
+  r = run_dstrain(kept);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 TEST(Restart, SigintToTheLauncherNeverRestarts) {
