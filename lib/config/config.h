@@ -29,6 +29,11 @@ struct ModelSection {
   std::string tokenizer;  // "" = same as name_or_path; "byte" = built-in byte tokenizer; or a dir
   bool use_flash_attn = false;  // accepted for compatibility; SDPA picks the kernel
   bool gradient_checkpointing = false;
+  // With gradient_checkpointing: the checkpointed layers' inputs wait for backward in host memory
+  // (written `gradient_checkpointing: offload`; model/activation_offload.h).
+  bool checkpoint_offload = false;
+  // Tiled MLP (model/tiled_mlp.h): kTiledMlpOff 0, kTiledMlpAuto -1, or tokens per tile.
+  int64_t tiled_mlp = 0;
   // LM head and loss fused in token chunks, never holding the [tokens, vocab] logits
   // (model/fused_linear_cross_entropy.h); false: logits, then the loss.
   bool fused_loss = true;

@@ -99,12 +99,14 @@ void add_precision(RuleSet& r) {
 // DeepSpeed's activation_checkpointing section tunes deepspeed.checkpointing, which a model calls
 // itself; with HF models the switch is TrainingArguments.gradient_checkpointing, not this section.
 // dstrain likewise recomputes every decoder layer when model.gradient_checkpointing is true and
-// keeps the saved layer inputs whole on the compute device, so these keys are accepted and noted.
+// keeps the saved layer inputs whole, on the compute device or (`offload`, DeepSpeed's
+// cpu_checkpointing) in host memory, so these keys are accepted and noted.
 void add_activation_checkpointing(RuleSet& r) {
   const std::string note =
       "activation checkpointing is switched by model.gradient_checkpointing (alias "
       "training.gradient_checkpointing), which recomputes every decoder layer in backward; saved "
-      "layer inputs are kept whole on the compute device, not partitioned or moved to the CPU";
+      "layer inputs are kept whole, not partitioned; to keep them in host memory (DeepSpeed's "
+      "cpu_checkpointing) write model.gradient_checkpointing: offload";
   for (const char* key :
        {"partition_activations", "cpu_checkpointing", "contiguous_memory_optimization",
         "number_checkpoints", "synchronize_checkpoint_boundary", "profile"}) {

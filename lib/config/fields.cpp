@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "config/schema.h"
+#include "config/text_util.h"
 
 namespace dstrain::config::detail {
 namespace {
@@ -83,6 +84,57 @@ Field betas() {
   return f;
 }
 
+// model.gradient_checkpointing: true | false | offload. The Value is a bool, or the string
+// "offload" (which turns checkpointing on too), so configs written before offload existed read
+// and write as they did.
+Field gradient_checkpointing() {
+  Field f = make("model.gradient_checkpointing", Kind::kBool);
+  f.expected = "true, false or offload";
+  f.parse = [](const YAML::Node& node) -> std::optional<Value> {
+    if (auto b = scalar_bool(node)) return Value(*b);
+    if (node.IsScalar() && lower(node.Scalar()) == "offload") return Value(std::string("offload"));
+    return std::nullopt;
+  };
+  f.get = [](const Config& c) {
+    if (c.model.gradient_checkpointing && c.model.checkpoint_offload)
+      return Value(std::string("offload"));
+    return Value(c.model.gradient_checkpointing);
+  };
+  f.set = [](Config& c, const Value& v) {
+    const bool offload = std::holds_alternative<std::string>(v);
+    c.model.gradient_checkpointing = offload || std::get<bool>(v);
+    c.model.checkpoint_offload = offload;
+  };
+  return f;
+}
+
+// model.tiled_mlp: off | auto | tokens per tile (> 0). The Value is the word, or the number.
+Field tiled_mlp() {
+  Field f = make("model.tiled_mlp", Kind::kString);
+  f.expected = "off, auto or a positive number of tokens per tile";
+  f.parse = [](const YAML::Node& node) -> std::optional<Value> {
+    if (!node.IsScalar()) return std::nullopt;
+    const std::string word = lower(node.Scalar());
+    if (word == "off" || word == "false") return Value(std::string("off"));
+    if (word == "auto") return Value(std::string("auto"));
+    if (auto n = scalar_integer(node); n && *n > 0) return Value(*n);
+    return std::nullopt;
+  };
+  f.get = [](const Config& c) {
+    if (c.model.tiled_mlp == 0) return Value(std::string("off"));
+    if (c.model.tiled_mlp < 0) return Value(std::string("auto"));
+    return Value(c.model.tiled_mlp);
+  };
+  f.set = [](Config& c, const Value& v) {
+    if (const auto* n = std::get_if<int64_t>(&v)) {
+      c.model.tiled_mlp = *n;
+    } else {
+      c.model.tiled_mlp = std::get<std::string>(v) == "auto" ? -1 : 0;
+    }
+  };
+  return f;
+}
+
 void add_model_and_data(std::vector<Field>& t) {
   t.push_back(text("model.name_or_path", DSTRAIN_MEMBER(model.name_or_path)));
   t.push_back(text("model.revision", DSTRAIN_MEMBER(model.revision)));
@@ -90,8 +142,8 @@ void add_model_and_data(std::vector<Field>& t) {
   t.push_back(
       text("model.dtype", DSTRAIN_MEMBER(model.dtype), {"auto", "float32", "bfloat16", "float16"}));
   t.push_back(text("model.tokenizer", DSTRAIN_MEMBER(model.tokenizer)));
-  t.push_back(
-      boolean("model.gradient_checkpointing", DSTRAIN_MEMBER(model.gradient_checkpointing)));
+  t.push_back(gradient_checkpointing());
+  t.push_back(tiled_mlp());
   t.push_back(boolean("model.fused_loss", DSTRAIN_MEMBER(model.fused_loss)));
   t.push_back(text("data.train_path", DSTRAIN_MEMBER(data.train_path)));
   t.push_back(text("data.eval_path", DSTRAIN_MEMBER(data.eval_path)));

@@ -133,6 +133,7 @@ RuleSet build_our_rules() {
   add_zero_rules(rules, "zero.");
   rules.add_field("model.use_flash_attn", "training.use_flash_attn");
   rules.add_field("training.gradient_checkpointing", "model.gradient_checkpointing");
+  rules.add_field("training.activation_checkpointing", "model.gradient_checkpointing");
   rules.add_field("data.num_workers", "training.num_workers");
   rules.add_field("data.num_workers_eval", "training.num_workers_eval");
   rules.add_field("lora.lora_alpha", "lora.alpha");

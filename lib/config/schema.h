@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -47,6 +48,11 @@ struct Field {
   Kind kind = Kind::kString;
   Range range = Range::kAny;
   std::vector<std::string> choices;  // kString: allowed values, matched case-insensitively
+  // A setting that mixes spellings (a bool or a word, a word or a number) parses with its own
+  // function (nullopt: not accepted) and says what it expects in its own words; its Value may
+  // then hold more than one alternative (see fields.cpp).
+  std::function<std::optional<Value>(const YAML::Node&)> parse;
+  std::string expected;
   std::function<Value(const Config&)> get;
   std::function<void(Config&, const Value&)> set;
 };
@@ -58,6 +64,10 @@ const Field* find_field(std::string_view path);
 // Parses `node` as `field`'s type and range. Throws Error(kConfig)
 // "<where>: <key>: expected <what>, got <node>".
 Value parse_value(const Field& field, const YAML::Node& node, const Origin& origin);
+
+// A YAML scalar read as a bool (true/yes/on, false/no/off) or a whole integer, strictly.
+std::optional<bool> scalar_bool(const YAML::Node& node);
+std::optional<int64_t> scalar_integer(const YAML::Node& node);
 
 // "a positive number", "one of adamw, sgd", ...
 std::string expected_text(const Field& field);

@@ -87,6 +87,7 @@ std::optional<std::string> as_choice(const Field& f, const YAML::Node& node) {
 }
 
 std::optional<Value> try_parse(const Field& f, const YAML::Node& node) {
+  if (f.parse) return f.parse(node);
   if (allows_unset(f.range) && is_auto(node)) {
     return f.kind == Kind::kInt ? Value(int64_t{-1}) : Value(-1.0);
   }
@@ -162,7 +163,16 @@ Value parse_value(const Field& field, const YAML::Node& node, const Origin& orig
   fail_at(origin, fmt::format("expected {}, got {}", expected_text(field), describe(node)));
 }
 
+std::optional<bool> scalar_bool(const YAML::Node& node) {
+  return as_bool(node);
+}
+
+std::optional<int64_t> scalar_integer(const YAML::Node& node) {
+  return as_integer(node);
+}
+
 std::string expected_text(const Field& f) {
+  if (!f.expected.empty()) return f.expected;
   switch (f.kind) {
     case Kind::kBool:
       return "true or false";

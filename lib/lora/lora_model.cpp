@@ -25,6 +25,7 @@ class LoraAdapter : public model::LinearAdapter {
     namespace F = torch::nn::functional;
     return F::linear(F::linear(h, A), B) * scale_;
   }
+  std::vector<torch::Tensor> parameters() const override { return {A, B}; }
 
   torch::Tensor A;  // [r, in]
   torch::Tensor B;  // [out, r]

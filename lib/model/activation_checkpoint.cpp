@@ -1,9 +1,8 @@
 #include "model/activation_checkpoint.h"
 
-#include <mutex>
-#include <optional>
+#include "model/activation_offload.h"
+#include "model/rng_state.h"
 
-#include <ATen/Context.h>
 #include <ATen/core/ivalue.h>
 #include <torch/autograd.h>
 #include <torch/utils.h>
@@ -14,49 +13,15 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The generators dropout may draw from while the block runs.
-struct RngState {
-  torch::Tensor cpu;                    // the CPU default generator's state
-  std::optional<torch::Device> device;  // the inputs' accelerator, if any
-  torch::Tensor device_state;           // its default generator's state
-};
-
-torch::Tensor state_of(at::Generator gen) {
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
-}
-
-void restore(at::Generator gen, const torch::Tensor& state) {
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(state);
-}
-
-// Uses only the device-generic Generator API, so it builds against CPU-only LibTorch; a CUDA
-// generator is looked up only when an input lives on a CUDA device.
-RngState capture_rng(at::TensorList inputs) {
-  RngState s;
-  s.cpu = state_of(at::globalContext().defaultGenerator(torch::kCPU));
-  for (const auto& t : inputs) {
-    if (t.defined() && t.is_cuda()) {
-      s.device = t.device();
-      s.device_state = state_of(at::globalContext().defaultGenerator(*s.device));
-      break;
-    }
-  }
-  return s;
-}
-
-void restore_rng(const RngState& s) {
-  restore(at::globalContext().defaultGenerator(torch::kCPU), s.cpu);
-  if (s.device) restore(at::globalContext().defaultGenerator(*s.device), s.device_state);
-}
-
 // What the backward needs besides the saved inputs. Held by the autograd context as a capsule.
 struct Closure : torch::CustomClassHolder {
   CheckpointedFn fn;
   size_t num_fn_inputs = 0;         // the leading inputs fn receives (an anchor may follow)
   std::vector<bool> requires_grad;  // per input, as seen in forward
   RngState rng;
+  CheckpointOffload offload;
+  // Per input: its store entry when offloaded (the graph then saves an undefined tensor).
+  std::vector<std::shared_ptr<ActivationOffload::Entry>> offloaded;
 };
 
 class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
@@ -68,7 +33,15 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     const variable_list fn_inputs(inputs.begin(),
                                   inputs.begin() + static_cast<int64_t>(closure->num_fn_inputs));
     torch::Tensor out = closure->fn(fn_inputs);
-    ctx->save_for_backward(inputs.vec());
+    variable_list kept = inputs.vec();
+    closure->offloaded.resize(kept.size());
+    for (size_t i = 0; i < kept.size(); ++i) {
+      const auto& marks = closure->offload.inputs;
+      if (!closure->offload.store || i >= marks.size() || !marks[i] || !kept[i].defined()) continue;
+      closure->offloaded[i] = closure->offload.store->store(kept[i]);
+      kept[i] = torch::Tensor();
+    }
+    ctx->save_for_backward(kept);
     ctx->saved_data["closure"] = c10::IValue::make_capsule(std::move(closure));
     return out;
   }
@@ -78,7 +51,12 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto closure =
         c10::static_intrusive_pointer_cast<Closure>(ctx->saved_data["closure"].toCapsule());
-    const variable_list saved = ctx->get_saved_variables();
+    variable_list saved = ctx->get_saved_variables();
+    for (size_t i = 0; i < saved.size(); ++i) {
+      if (!closure->offloaded[i]) continue;
+      saved[i] = closure->offload.store->load(*closure->offloaded[i]);
+      closure->offloaded[i].reset();
+    }
     variable_list detached;
     for (size_t i = 0; i < closure->num_fn_inputs; ++i) {
       detached.push_back(saved[i].defined()
@@ -98,27 +76,25 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
  private:
   // fn again, with grad enabled and the forward's RNG state; the generators are put back after.
   static torch::Tensor recompute(const Closure& closure, const variable_list& inputs) {
-    const RngState now = capture_rng(inputs);
-    restore_rng(closure.rng);
-    torch::Tensor out;
-    try {
+    return replay_rng(closure.rng, inputs, [&] {
       torch::AutoGradMode grad(true);
-      out = closure.fn(inputs);
-    } catch (...) {
-      restore_rng(now);
-      throw;
-    }
-    restore_rng(now);
-    return out;
+      return closure.fn(inputs);
+    });
   }
 };
 
 }  // namespace
 
 torch::Tensor checkpoint(CheckpointedFn fn, const std::vector<torch::Tensor>& inputs) {
+  return checkpoint(std::move(fn), inputs, CheckpointOffload{});
+}
+
+torch::Tensor checkpoint(CheckpointedFn fn, const std::vector<torch::Tensor>& inputs,
+                         const CheckpointOffload& offload) {
   if (!torch::GradMode::is_enabled()) return fn(inputs);
   auto closure = c10::make_intrusive<Closure>();
   closure->fn = std::move(fn);
+  closure->offload = offload;
   closure->num_fn_inputs = inputs.size();
   variable_list all = inputs;
   bool any = false;

@@ -10,6 +10,10 @@
 // backward. Hooks on the checkpoint's output fire before the recompute (ZeRO-3 gathers the
 // block's parameters there), hooks on its inputs after the block's backward.
 //
+// Offload: inputs marked in CheckpointOffload are kept in an ActivationOffload store (host memory,
+// activation_offload.h) instead of the autograd graph, and loaded back just before the recompute.
+// An entry is released by the backward that used it: one backward per forward.
+//
 // Randomness: the RNG state (CPU default generator, plus the default generator of the inputs' CUDA
 // device when they are on one) is captured before the forward and restored for the recompute, so
 // dropout draws the same masks both times; the generators are put back afterwards, so the
@@ -20,11 +24,14 @@
 // intermediate, attention scores included).
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include <torch/types.h>
 
 namespace dstrain::model {
+
+class ActivationOffload;
 
 // The block: inputs → output. Must be a pure function of its inputs, the parameters it reads and
 // the RNG state (it is called twice: once under no-grad, once in backward with grad enabled).
@@ -36,5 +43,15 @@ using CheckpointedFn = std::function<torch::Tensor(const std::vector<torch::Tens
 // may: frozen embeddings under LoRA), so the block's backward always runs. With grad mode off this
 // is just fn(inputs).
 torch::Tensor checkpoint(CheckpointedFn fn, const std::vector<torch::Tensor>& inputs);
+
+// Which inputs of a checkpointed block go to an offload store rather than the autograd graph.
+struct CheckpointOffload {
+  std::shared_ptr<ActivationOffload> store;  // null: every input is saved in the graph
+  std::vector<bool> inputs;                  // per input; missing entries count as false
+};
+
+// checkpoint() with the inputs marked in `offload` kept in its store between forward and backward.
+torch::Tensor checkpoint(CheckpointedFn fn, const std::vector<torch::Tensor>& inputs,
+                         const CheckpointOffload& offload);
 
 }  // namespace dstrain::model

@@ -2,6 +2,7 @@
 
 #include "model/rope.h"
 #include "model/sliding_window_attention.h"
+#include "model/tiled_mlp.h"
 
 namespace dstrain::model {
 namespace {
@@ -36,6 +37,14 @@ torch::Tensor ProjectionAdapters::apply(const std::string& projection, torch::nn
   const auto it = by_name_.find(projection);
   if (it == by_name_.end()) return y;
   return y + it->second->delta(x, training);
+}
+
+std::vector<torch::Tensor> ProjectionAdapters::parameters() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& [name, adapter] : by_name_) {
+    for (auto& t : adapter->parameters()) out.push_back(t);
+  }
+  return out;
 }
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
@@ -93,11 +102,27 @@ MlpImpl::MlpImpl(const ModelConfig& c) {
   down_proj = register_module("down_proj", linear(c.intermediate_size, c.hidden_size, c.mlp_bias));
 }
 
+torch::Tensor MlpImpl::untiled(const torch::Tensor& x, bool training) {
+  const torch::Tensor h = torch::silu(adapters.apply("gate_proj", gate_proj, x, training)) *
+                          adapters.apply("up_proj", up_proj, x, training);
+  return adapters.apply("down_proj", down_proj, h, training);
+}
+
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   const bool train = is_training();
-  const torch::Tensor h = torch::silu(adapters.apply("gate_proj", gate_proj, x, train)) *
-                          adapters.apply("up_proj", up_proj, x, train);
-  return adapters.apply("down_proj", down_proj, h, train);
+  const int64_t C = x.size(-1);
+  const int64_t tile = mlp_tile_tokens(tiling_, x.numel() / std::max<int64_t>(C, 1), C);
+  if (tile == 0) return untiled(x, train);
+  // The closure holds the module (not `this`): the graph may outlive this call.
+  auto self = std::static_pointer_cast<MlpImpl>(shared_from_this());
+  std::vector<torch::Tensor> params = adapters.parameters();
+  for (const auto& p : parameters()) params.push_back(p);
+  const torch::Tensor rows = x.reshape({-1, C});  // [B·T, C]
+  const torch::Tensor out = tiled_tokenwise(
+      [self, train](const torch::Tensor& t) { return self->untiled(t, train); }, rows, tile, params);
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = out.size(1);
+  return out.view(shape);
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t index) {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -22,6 +23,9 @@ class LinearAdapter {
  public:
   virtual ~LinearAdapter() = default;
   virtual torch::Tensor delta(const torch::Tensor& x, bool training) = 0;
+  // The tensors delta() reads that may need gradients (for blocks that take gradients with
+  // respect to explicit tensors, such as the tiled MLP: tiled_mlp.h).
+  virtual std::vector<torch::Tensor> parameters() const = 0;
 };
 
 // The adapters of one module's projections, by projection name ("q_proj", ...). The model never
@@ -35,6 +39,8 @@ class ProjectionAdapters {
   // linear(x) plus the projection's adapter delta, if it has one.
   torch::Tensor apply(const std::string& projection, torch::nn::Linear& linear,
                       const torch::Tensor& x, bool training) const;
+  // Every adapter's parameters().
+  std::vector<torch::Tensor> parameters() const;
 
  private:
   std::map<std::string, std::shared_ptr<LinearAdapter>> by_name_;
@@ -76,16 +82,23 @@ class AttentionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Attention);
 
-// SwiGLU MLP: down(silu(gate(x)) * up(x)).
+// SwiGLU MLP: down(silu(gate(x)) * up(x)). Optionally tiled over tokens (tiled_mlp.h): the
+// [tokens, I] intermediates then exist one tile at a time, in training and in eval.
 class MlpImpl : public torch::nn::Module {
  public:
   explicit MlpImpl(const ModelConfig& config);
   torch::Tensor forward(const torch::Tensor& x);  // [B, T, C] -> [B, T, C]
+  // kTiledMlpOff (the default), kTiledMlpAuto or tokens per tile: see mlp_tile_tokens().
+  void set_tiling(int64_t setting) { tiling_ = setting; }
 
   torch::nn::Linear gate_proj{nullptr};  // [I, C]
   torch::nn::Linear up_proj{nullptr};    // [I, C]
   torch::nn::Linear down_proj{nullptr};  // [C, I]
   ProjectionAdapters adapters;           // keyed gate_proj, up_proj, down_proj
+
+ private:
+  torch::Tensor untiled(const torch::Tensor& x, bool training);  // [..., C] -> [..., C]
+  int64_t tiling_ = 0;
 };
 TORCH_MODULE(Mlp);
 

@@ -74,16 +74,29 @@ torch::Tensor DecoderModelImpl::layer(int64_t index, const torch::Tensor& hidden
   DecoderLayer block = decoder_layer(index);
   torch::Tensor out;
   if (gradient_checkpointing_ && is_training() && torch::GradMode::is_enabled()) {
+    // Only the layer's own input goes to the offload store: cos/sin are shared by every layer.
     out = checkpoint(
         [block](const std::vector<torch::Tensor>& in) mutable {
           return block->forward(in[0], in[1], in[2]);
         },
-        {hidden, cos, sin});
+        {hidden, cos, sin}, CheckpointOffload{offload_, {true, false, false}});
   } else {
     out = block->forward(hidden, cos, sin);
   }
   if (hooks_.after) hooks_.after(index, out);
   return out;
+}
+
+void DecoderModelImpl::set_activation_offload(bool on) {
+  if (!on) {
+    offload_.reset();
+  } else if (!offload_) {
+    offload_ = std::make_shared<ActivationOffload>();
+  }
+}
+
+void DecoderModelImpl::set_tiled_mlp(int64_t setting) {
+  for (int64_t i = 0; i < num_layers(); ++i) decoder_layer(i)->mlp->set_tiling(setting);
 }
 
 const torch::Tensor& DecoderModelImpl::head_weight() const {

@@ -22,6 +22,7 @@
 
 #include <torch/torch.h>
 
+#include "model/activation_offload.h"
 #include "model/fused_linear_cross_entropy.h"
 #include "model/layers.h"
 #include "model/model_config.h"
@@ -101,6 +102,14 @@ class DecoderModelImpl : public torch::nn::Module {
   // default. LayerHooks still see the layer's input and output.
   void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
   bool gradient_checkpointing() const { return gradient_checkpointing_; }
+  // With gradient checkpointing on: keep each checkpointed layer's input [B, T, C] in host memory
+  // between forward and backward (activation_offload.h) instead of on the device. Off by default.
+  void set_activation_offload(bool on);
+  // The store the layer inputs go to; null while offload is off.
+  const std::shared_ptr<ActivationOffload>& activation_offload() const { return offload_; }
+  // Tiled MLP in every decoder layer (tiled_mlp.h): kTiledMlpOff (default), kTiledMlpAuto, or
+  // tokens per tile.
+  void set_tiled_mlp(int64_t setting);
   const ModelConfig& config() const { return config_; }
   int64_t num_layers() const { return config_.num_hidden_layers; }
   DecoderLayer decoder_layer(int64_t index) const;
@@ -116,6 +125,7 @@ class DecoderModelImpl : public torch::nn::Module {
   double rope_scaling_ = 1.0;  // cos/sin factor (rope_attention_scaling)
   LayerHooks hooks_;
   bool gradient_checkpointing_ = false;
+  std::shared_ptr<ActivationOffload> offload_;
 };
 TORCH_MODULE(DecoderModel);
 

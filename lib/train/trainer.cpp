@@ -181,6 +181,8 @@ void Trainer::build_model() {
   if (!device_.is_cpu()) move_model_to_device();
   model_->train();
   model_->set_gradient_checkpointing(cfg_.model.gradient_checkpointing);
+  model_->set_activation_offload(cfg_.model.checkpoint_offload);
+  model_->set_tiled_mlp(cfg_.model.tiled_mlp);
 }
 
 // ZeRO-3: the parameters hold no memory; the engine asks for the values of its own shard only,

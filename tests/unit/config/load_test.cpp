@@ -162,6 +162,50 @@ data:
   EXPECT_TRUE(load_config_from_string(minimal_yaml(), "m", o).model.gradient_checkpointing);
 }
 
+// true | false | offload, under either name; offload turns checkpointing on and writes back as
+// offload, a bool writes back as a bool.
+TEST(ConfigLoad, GradientCheckpointingTakesOffload) {
+  const Config off = load_config_from_string(minimal_yaml(), "m");
+  EXPECT_FALSE(off.model.checkpoint_offload);
+  const Config c = load_config_from_string(
+      minimal_yaml("training:\n  activation_checkpointing: offload\n"), "m");
+  EXPECT_TRUE(c.model.gradient_checkpointing);
+  EXPECT_TRUE(c.model.checkpoint_offload);
+  EXPECT_THAT(to_yaml(c), HasSubstr("gradient_checkpointing: \"offload\""));
+  LoadOptions o;
+  o.overrides = {"model.gradient_checkpointing=true"};
+  const Config on = load_config_from_string(minimal_yaml(), "m", o);
+  EXPECT_TRUE(on.model.gradient_checkpointing);
+  EXPECT_FALSE(on.model.checkpoint_offload);
+  EXPECT_THAT(to_yaml(on), HasSubstr("gradient_checkpointing: true"));
+  EXPECT_THAT(load_error(minimal_yaml("training:\n  activation_checkpointing: cpu\n")),
+              HasSubstr("train.yaml:6:29: training.activation_checkpointing: expected true, false "
+                        "or offload, got \"cpu\""));
+}
+
+TEST(ConfigLoad, TiledMlpIsOffAutoOrTokensPerTile) {
+  EXPECT_EQ(load_config_from_string(minimal_yaml(), "m").model.tiled_mlp, 0);
+  auto with = [](const std::string& v) {
+    LoadOptions o;
+    o.overrides = {"model.tiled_mlp=" + v};
+    return o;
+  };
+  auto tiled = [&](const std::string& v) {
+    return load_config_from_string(minimal_yaml(), "m", with(v)).model.tiled_mlp;
+  };
+  EXPECT_EQ(tiled("auto"), -1);
+  EXPECT_EQ(tiled("off"), 0);
+  EXPECT_EQ(tiled("2048"), 2048);
+  EXPECT_EQ(tiled("4.0e3"), 4000);
+  const Config c = load_config_from_string(minimal_yaml(), "m", with("auto"));
+  EXPECT_THAT(to_yaml(c), HasSubstr("tiled_mlp: \"auto\""));
+  for (const std::string bad : {"0", "-5", "fast", "1.5"}) {
+    EXPECT_THAT(load_error(minimal_yaml(), with(bad)),
+                HasSubstr("model.tiled_mlp: expected off, auto or a positive number of tokens per "
+                          "tile, got \"" + bad + "\""));
+  }
+}
+
 TEST(ConfigLoad, LoraSectionEnablesLora) {
   EXPECT_TRUE(load_config_from_string(minimal_yaml("lora:\n  r: 4\n"), "m").lora.enabled);
   EXPECT_TRUE(load_config_from_string(minimal_yaml("lora:\n"), "m").lora.enabled);

@@ -20,7 +20,8 @@ const char* kEverything = R"(model:
   init: random
   dtype: bfloat16
   tokenizer: byte
-  gradient_checkpointing: true
+  gradient_checkpointing: offload
+  tiled_mlp: 1536
 data:
   train_path: a.jsonl
   format: jsonl
