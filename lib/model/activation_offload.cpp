@@ -155,4 +155,17 @@ int64_t ActivationOffload::total_stored() const {
   return state_->next_seq;
 }
 
+std::vector<torch::Tensor> ActivationOffload::host_tensors() const {
+  std::vector<std::shared_ptr<Entry>> entries;  // released after the lock (see load())
+  std::vector<torch::Tensor> out;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  for (const auto& [seq, weak] : state_->live) {
+    if (auto e = weak.lock()) {
+      out.push_back(e->host);
+      entries.push_back(std::move(e));
+    }
+  }
+  return out;
+}
+
 }  // namespace dstrain::model

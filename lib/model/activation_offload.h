@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include <torch/types.h>
 
@@ -55,6 +56,9 @@ class ActivationOffload {
   int64_t live_host_bytes() const;
   // Entries stored since construction.
   int64_t total_stored() const;
+  // The host tensors of the live entries, in store order (for tests: on CPU they are the stored
+  // tensors themselves; on CUDA, pinned copies whose values are valid once the copy has run).
+  std::vector<torch::Tensor> host_tensors() const;
 
  private:
   std::shared_ptr<State> state_;

@@ -14,7 +14,9 @@
 // accumulating them into .grad; the parameter gradients are summed over the tiles (in float32 for
 // reduced-precision parameters) and returned by one autograd node. Autograd then accumulates each
 // parameter's gradient once per backward, so post-accumulate hooks (the ZeRO engines') fire once,
-// as without tiling. The parameters are read from the block itself in backward, never saved: a
+// as without tiling. (Hooks registered on a parameter tensor itself, Tensor::register_hook, do
+// run for each tile's part: autograd::grad runs them for the tensors it differentiates. dstrain
+// registers none.) The parameters are read from the block itself in backward, never saved: a
 // ZeRO-3 engine that re-gathers them before the layer's backward is seen as it should be.
 //
 // Cost: one extra forward of the block per backward (on top of activation checkpointing's, if
