@@ -61,7 +61,8 @@ namespace {
 
 #if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
 // Copies `t` to pinned host memory on `side`, after the work already queued on the compute stream.
-void copy_out_cuda(const torch::Tensor& t, ActivationOffload::Entry& e, c10::cuda::CUDAStream side) {
+void copy_out_cuda(const torch::Tensor& t, ActivationOffload::Entry& e,
+                   c10::cuda::CUDAStream side) {
   const c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(t.device().index());
   at::cuda::CUDAEvent ready;
   ready.record(compute);

@@ -118,8 +118,9 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   std::vector<torch::Tensor> params = adapters.parameters();
   for (const auto& p : parameters()) params.push_back(p);
   const torch::Tensor rows = x.reshape({-1, C});  // [B·T, C]
-  const torch::Tensor out = tiled_tokenwise(
-      [self, train](const torch::Tensor& t) { return self->untiled(t, train); }, rows, tile, params);
+  const torch::Tensor out =
+      tiled_tokenwise([self, train](const torch::Tensor& t) { return self->untiled(t, train); },
+                      rows, tile, params);
   std::vector<int64_t> shape = x.sizes().vec();
   shape.back() = out.size(1);
   return out.view(shape);

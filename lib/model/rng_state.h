@@ -16,9 +16,9 @@
 namespace dstrain::model {
 
 struct RngState {
-  at::Tensor cpu;                      // the CPU default generator's state
-  std::optional<c10::Device> device;   // the tensors' accelerator, if any
-  at::Tensor device_state;             // its default generator's state
+  at::Tensor cpu;                     // the CPU default generator's state
+  std::optional<c10::Device> device;  // the tensors' accelerator, if any
+  at::Tensor device_state;            // its default generator's state
 };
 
 // The current state of the CPU generator and of the first CUDA tensor's device generator.

@@ -202,7 +202,8 @@ TEST(ConfigLoad, TiledMlpIsOffAutoOrTokensPerTile) {
   for (const std::string bad : {"0", "-5", "fast", "1.5"}) {
     EXPECT_THAT(load_error(minimal_yaml(), with(bad)),
                 HasSubstr("model.tiled_mlp: expected off, auto or a positive number of tokens per "
-                          "tile, got \"" + bad + "\""));
+                          "tile, got \"" +
+                          bad + "\""));
   }
 }
 

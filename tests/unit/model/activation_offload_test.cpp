@@ -72,8 +72,8 @@ TEST(ActivationOffload, LayerInputsLiveInTheStoreFromForwardUntilTheirBackward) 
   const std::vector<torch::Tensor> held = store.host_tensors();
   ASSERT_EQ(held.size(), inputs.size());
   for (size_t i = 0; i < held.size(); ++i) {
-    EXPECT_EQ(held[i].data_ptr(), inputs[i].data_ptr()) << "entry " << i << " is not layer " << i
-                                                        << "'s input";
+    EXPECT_EQ(held[i].data_ptr(), inputs[i].data_ptr())
+        << "entry " << i << " is not layer " << i << "'s input";
   }
   inputs.clear();  // the test's own references
   loss.backward();

@@ -239,9 +239,8 @@ TEST(TiledModel, PeakMemoryDropsByTheMlpIntermediates) {
   m->set_tiled_mlp(kTiledMlpAuto);  // 16 tiles of 64 tokens
   const int64_t tiled = peak_training_bytes(*m, ids);
   const int64_t intermediate = T * I * 4;  // one [T, I] float32 tensor
-  std::cout << "peak bytes during forward+backward, T=" << T << " C=64 I=" << I
-            << ": untiled " << plain << ", tiled " << tiled << " ([T, I] = " << intermediate
-            << ")\n";
+  std::cout << "peak bytes during forward+backward, T=" << T << " C=64 I=" << I << ": untiled "
+            << plain << ", tiled " << tiled << " ([T, I] = " << intermediate << ")\n";
   EXPECT_GT(plain - tiled, 3 * intermediate) << "tiling saved less than three [T, I] tensors";
 }
 
