@@ -37,6 +37,8 @@ struct ModelSection {
   // LM head and loss fused in token chunks, never holding the [tokens, vocab] logits
   // (model/fused_linear_cross_entropy.h); false: logits, then the loss.
   bool fused_loss = true;
+  // Float32 logits per chunk of the fused loss, MiB (model/fused_linear_cross_entropy.h).
+  int64_t fused_loss_chunk_mb = 256;
 };
 
 struct DataSection {

@@ -145,6 +145,8 @@ void add_model_and_data(std::vector<Field>& t) {
   t.push_back(gradient_checkpointing());
   t.push_back(tiled_mlp());
   t.push_back(boolean("model.fused_loss", DSTRAIN_MEMBER(model.fused_loss)));
+  t.push_back(integer("model.fused_loss_chunk_mb", Range::kPositive,
+                      DSTRAIN_MEMBER(model.fused_loss_chunk_mb)));
   t.push_back(text("data.train_path", DSTRAIN_MEMBER(data.train_path)));
   t.push_back(text("data.eval_path", DSTRAIN_MEMBER(data.eval_path)));
   t.push_back(text("data.format", DSTRAIN_MEMBER(data.format),

@@ -109,8 +109,9 @@ torch::Tensor DecoderModelImpl::head(const torch::Tensor& hidden) {
 
 LossSum DecoderModelImpl::head_loss_sum(const torch::Tensor& hidden, const torch::Tensor& labels,
                                         int64_t chunk_bytes) {
-  const torch::Tensor sum = linear_cross_entropy_sum(model->norm(hidden), head_weight(), labels,
-                                                     kIgnoreIndex, chunk_bytes);
+  const torch::Tensor sum =
+      linear_cross_entropy_sum(model->norm(hidden), head_weight(), labels, kIgnoreIndex,
+                               chunk_bytes > 0 ? chunk_bytes : loss_chunk_bytes_);
   return {sum, labels.ne(kIgnoreIndex).sum()};
 }
 

@@ -88,8 +88,12 @@ class DecoderModelImpl : public torch::nn::Module {
   // (or the tied embedding) fused with the cross entropy (fused_linear_cross_entropy.h), chunks of
   // `chunk_bytes` float32 logits at a time. hidden [B, T, C], labels [B, T] aligned as for
   // causal_lm_loss_sum, whose value and gradients this equals up to float rounding.
+  // chunk_bytes 0: the model's setting (set_loss_chunk_bytes).
   LossSum head_loss_sum(const torch::Tensor& hidden, const torch::Tensor& labels,
-                        int64_t chunk_bytes = kDefaultLossChunkBytes);
+                        int64_t chunk_bytes = 0);
+  // Bytes of float32 logits per chunk of head_loss_sum (default kDefaultLossChunkBytes): one
+  // chunk's logits and log-probabilities, about twice this, are the loss's working memory.
+  void set_loss_chunk_bytes(int64_t bytes) { loss_chunk_bytes_ = bytes; }
   // The weight the head projects with: lm_head.weight, or model.embed_tokens.weight when tied.
   const torch::Tensor& head_weight() const;
   // RoPE cos/sin [T, D] on `like`'s device, in its dtype (yarn's attention factor applied).
@@ -126,6 +130,7 @@ class DecoderModelImpl : public torch::nn::Module {
   LayerHooks hooks_;
   bool gradient_checkpointing_ = false;
   std::shared_ptr<ActivationOffload> offload_;
+  int64_t loss_chunk_bytes_ = kDefaultLossChunkBytes;
 };
 TORCH_MODULE(DecoderModel);
 

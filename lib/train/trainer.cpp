@@ -183,6 +183,7 @@ void Trainer::build_model() {
   model_->set_gradient_checkpointing(cfg_.model.gradient_checkpointing);
   model_->set_activation_offload(cfg_.model.checkpoint_offload);
   model_->set_tiled_mlp(cfg_.model.tiled_mlp);
+  model_->set_loss_chunk_bytes(cfg_.model.fused_loss_chunk_mb << 20);
 }
 
 // ZeRO-3: the parameters hold no memory; the engine asks for the values of its own shard only,
