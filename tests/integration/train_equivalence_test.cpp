@@ -129,5 +129,47 @@ INSTANTIATE_TEST_SUITE_P(Loss, FusedLoss, ::testing::Values(Case{0, 1, 2, 0.0}, 
                                   std::to_string(i.param.world);
                          });
 
+// The long-sequence memory settings change what is kept between forward and backward, not what
+// is computed: tiled MLP (7-token tiles, which do not divide the micro-batch), offloaded
+// checkpoints and 1 MiB loss chunks give the losses of plain training, at stage 0 on one rank and
+// at stages 2 and 3 on two (stage 3 regathers each layer's weights for its backward, where the
+// tiles are recomputed).
+class LongSequenceSettings : public ::testing::TestWithParam<Case> {};
+
+TEST_P(LongSequenceSettings, LossesMatchPlainTrainingWithin1e5) {
+  const Case c = GetParam();
+  std::map<bool, std::map<long, double>> train;
+  for (bool lean : {false, true}) {
+    TempDir dir;
+    JobSpec spec;
+    spec.nproc = c.world;
+    spec.stage = c.stage;
+    spec.max_steps = 6;
+    spec.extra_overrides = {"zero.stage3_param_persistence_threshold=1000"};
+    if (lean) {
+      spec.extra_overrides.insert(spec.extra_overrides.end(),
+                                  {"model.gradient_checkpointing=offload", "model.tiled_mlp=7",
+                                   "model.fused_loss_chunk_mb=1"});
+    }
+    const RunResult r =
+        launch_job(write_job_config(dir.path(), spec), spec.nproc, spec.extra_overrides);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    train[lean] = read_metric(dir.file("run/metrics.jsonl"), "train/loss");
+  }
+  ASSERT_EQ(train[false].size(), 6u);
+  ASSERT_EQ(train[true].size(), 6u);
+  for (const auto& [step, loss] : train[false]) {
+    EXPECT_NEAR(train[true].at(step), loss, 1e-5 * std::abs(loss)) << "step " << step;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Memory, LongSequenceSettings,
+                         ::testing::Values(Case{0, 1, 1, 0.0}, Case{2, 2, 1, 0.0},
+                                           Case{3, 2, 1, 0.0}),
+                         [](const ::testing::TestParamInfo<Case>& i) {
+                           return "Stage" + std::to_string(i.param.stage) + "World" +
+                                  std::to_string(i.param.world);
+                         });
+
 }  // namespace
 }  // namespace dstrain::testing
