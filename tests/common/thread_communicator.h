@@ -8,7 +8,8 @@
 // buffers only in wait() makes a caller that modifies a buffer before wait() see wrong results, as
 // it would with a real asynchronous backend. Reductions add in rank order in fp64 (so results do
 // not depend on thread timing). Byte counters use the header's ring formulas; broadcast counts S on
-// the root.
+// the root. split() waits for every rank's color and hands the ranks of one color a ThreadGroup
+// of their own.
 
 #include <condition_variable>
 #include <cstdint>
@@ -37,6 +38,9 @@ class ThreadCommunicator : public comm::Communicator {
                                          const torch::Tensor& input) override;
   std::unique_ptr<comm::Work> broadcast(torch::Tensor& tensor, int root) override;
   void barrier() override;
+  std::unique_ptr<comm::Work> all_to_all(torch::Tensor& output,
+                                         const torch::Tensor& input) override;
+  std::unique_ptr<comm::Communicator> split(int color) override;
 
  private:
   std::unique_ptr<comm::Work> issue(comm::CollectiveKind kind, torch::Tensor output,
@@ -44,6 +48,7 @@ class ThreadCommunicator : public comm::Communicator {
   std::shared_ptr<ThreadGroup> group_;
   int rank_;
   uint64_t next_seq_ = 0;
+  uint64_t next_split_ = 0;
 };
 
 // Runs `body(comm)` on world_size threads, one ThreadCommunicator each; rethrows the first

@@ -44,6 +44,10 @@ class Borrowed : public comm::Communicator {
     return c_.broadcast(t, root);
   }
   void barrier() override { c_.barrier(); }
+  std::unique_ptr<comm::Work> all_to_all(torch::Tensor& out, const torch::Tensor& in) override {
+    return c_.all_to_all(out, in);
+  }
+  std::unique_ptr<comm::Communicator> split(int color) override { return c_.split(color); }
 
  private:
   comm::Communicator& c_;
