@@ -120,7 +120,7 @@ MultiNodePlan plan_multi_node(const MultiNodeOptions& o, const char* const* envi
                    plan.nodes.end());
   if (plan.nodes.empty()) fail(ErrorKind::kRuntime, "no host left to run on");
   plan.world = make_world_plan(world_request(o, launch, plan.nodes));
-  if (!launch.exec) validate_config(launch, plan.world.world_size);
+  if (!launch.exec) plan.world.sequence_parallel_size = validate_config(launch, plan.world.world_size);
   RemoteEnvSources sources;
   sources.environ = environ;
   const char* home = std::getenv("HOME");
@@ -291,6 +291,7 @@ int run_multi_node_launch(const MultiNodeOptions& options) {
   check_elastic_batch(options, plan);
   if (options.launch.dry_run) {
     std::fputs(format_multi_node_plan(plan).c_str(), stdout);
+    std::fputs(format_parallel_groups(plan.world).c_str(), stdout);
     std::fflush(stdout);
     if (!options.check) return 0;
     return check_hosts(plan, options.ssh, remote_binary(options));

@@ -134,6 +134,12 @@ struct ZeroSection {
   std::string config;  // path of a DeepSpeed JSON file whose keys were merged in ("" if none)
 };
 
+// How the ranks divide the work beyond data parallelism (docs/training.md, "Sequence
+// parallelism"): world = data-parallel degree × sequence_parallel_size.
+struct ParallelSection {
+  int64_t sequence_parallel_size = 1;  // P: ranks sharing each sequence (DeepSpeed-Ulysses)
+};
+
 // MLflow tracking (docs/training.md): on when a tracking URI is given here or in the environment.
 struct MlflowSection {
   std::string tracking_uri;   // "" = MLFLOW_TRACKING_URI; both empty = MLflow off
@@ -168,6 +174,7 @@ struct Config {
   TrainingSection training;
   LoraSection lora;
   ZeroSection zero;
+  ParallelSection parallel;
   LoggingSection logging;
   CheckpointSection checkpoint;
   std::string source_path;  // the YAML file this came from ("" if built in code)
@@ -175,7 +182,9 @@ struct Config {
 
 struct LoadOptions {
   std::vector<std::string> overrides;  // "key.path=value" strings from --set, in order
-  int world_size = 1;                  // for the train_batch_size consistency check
+  // The ranks of the job: train_batch_size is checked against world / sequence_parallel_size, and
+  // the world must be divisible by sequence_parallel_size.
+  int world_size = 1;
   // Non-fatal notices (e.g. a DeepSpeed key dstrain ignores) are logged with log::warn; when this
   // is set they are also appended here, one line each.
   std::vector<std::string>* warnings = nullptr;
@@ -191,6 +200,7 @@ bool operator==(const TrainingSection& a, const TrainingSection& b);
 bool operator==(const LoraSection& a, const LoraSection& b);
 bool operator==(const OffloadSection& a, const OffloadSection& b);
 bool operator==(const ZeroSection& a, const ZeroSection& b);
+bool operator==(const ParallelSection& a, const ParallelSection& b);
 bool operator==(const MlflowSection& a, const MlflowSection& b);
 bool operator==(const LoggingSection& a, const LoggingSection& b);
 bool operator==(const CheckpointSection& a, const CheckpointSection& b);

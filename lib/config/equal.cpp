@@ -95,9 +95,14 @@ bool operator==(const CheckpointSection& a, const CheckpointSection& b) {
   return t(a) == t(b);
 }
 
+bool operator==(const ParallelSection& a, const ParallelSection& b) {
+  return a.sequence_parallel_size == b.sequence_parallel_size;
+}
+
 bool operator==(const Config& a, const Config& b) {
   return a.model == b.model && a.data == b.data && a.training == b.training && a.lora == b.lora &&
-         a.zero == b.zero && a.logging == b.logging && a.checkpoint == b.checkpoint;
+         a.zero == b.zero && a.parallel == b.parallel && a.logging == b.logging &&
+         a.checkpoint == b.checkpoint;
 }
 
 }  // namespace dstrain::config

@@ -227,6 +227,11 @@ void add_zero(std::vector<Field>& t) {
                       DSTRAIN_MEMBER(zero.stage3_gather_16bit_weights_on_model_save)));
 }
 
+void add_parallel(std::vector<Field>& t) {
+  t.push_back(integer("parallel.sequence_parallel_size", Range::kPositive,
+                      DSTRAIN_MEMBER(parallel.sequence_parallel_size)));
+}
+
 void add_logging_and_checkpoint(std::vector<Field>& t) {
   t.push_back(text("logging.out_dir", DSTRAIN_MEMBER(logging.out_dir)));
   t.push_back(text("logging.metrics_path", DSTRAIN_MEMBER(logging.metrics_path)));
@@ -263,6 +268,7 @@ std::vector<Field> build_fields() {
   add_training_precision(t);
   add_lora(t);
   add_zero(t);
+  add_parallel(t);
   add_logging_and_checkpoint(t);
   return t;
 }

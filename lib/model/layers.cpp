@@ -20,6 +20,15 @@ torch::Tensor repeat_kv(const torch::Tensor& x, int64_t groups) {
 
 }  // namespace
 
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, std::optional<int64_t> window) {
+  const int64_t groups = q.size(1) / k.size(1);
+  const torch::Tensor kr = repeat_kv(k, groups), vr = repeat_kv(v, groups);  // [B, H, T, D]
+  return window ? sliding_window_attention(q, kr, vr, *window)
+                : at::scaled_dot_product_attention(q, kr, vr, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                                   /*is_causal=*/true);
+}
+
 void ProjectionAdapters::set(const std::string& projection,
                              std::shared_ptr<LinearAdapter> adapter) {
   if (adapter) {
@@ -77,12 +86,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   }
   q = apply_rope(q.transpose(1, 2), cos, sin);  // [B, H, T, D]
   k = apply_rope(k.transpose(1, 2), cos, sin);  // [B, KV, T, D]
-  const int64_t groups = heads_ / kv_heads_;
-  const torch::Tensor kr = repeat_kv(k, groups), vr = repeat_kv(v, groups);  // [B, H, T, D]
-  const torch::Tensor out =
-      window_ ? sliding_window_attention(q, kr, vr, *window_)
-              : at::scaled_dot_product_attention(q, kr, vr, /*attn_mask=*/{}, /*dropout_p=*/0.0,
-                                                 /*is_causal=*/true);
+  const torch::Tensor out = core ? core(q, k, v, window_) : causal_attention(q, k, v, window_);
   return adapters.apply("o_proj", o_proj, out.transpose(1, 2).reshape({B, T, heads_ * head_dim_}),
                         train);
 }

@@ -47,6 +47,15 @@ struct LossSum {
   torch::Tensor mean() const { return sum / count.clamp_min(1).to(torch::kFloat); }
 };
 
+// Where the tokens of a forward lie in their sequence, for RoPE: a forward over T tokens sees
+// positions [first, first + T) of a sequence `length` long (dynamic RoPE scales by the whole
+// length). The default, length 0, is the whole sequence from position 0. A rank of a
+// sequence-parallel group runs a slice of each sequence.
+struct Positions {
+  int64_t first = 0;
+  int64_t length = 0;  // 0: first + T
+};
+
 // kYes: parameters hold memory. kNo: parameters know their shapes but hold no memory (see
 // storage.h), for an engine that fills only its own shard of them (ZeRO-3); at most one decoder
 // layer is ever allocated at once while building.
@@ -76,7 +85,7 @@ class DecoderModelImpl : public torch::nn::Module {
 
   // embed and every layer, without the head: input_ids [B, T] → hidden [B, T, C]. Same contract
   // as forward(); forward(ids) is head(hidden_states(ids)).
-  torch::Tensor hidden_states(const torch::Tensor& input_ids);
+  torch::Tensor hidden_states(const torch::Tensor& input_ids, const Positions& positions = {});
 
   // The three stages forward() runs, for engines that schedule units themselves.
   torch::Tensor embed(const torch::Tensor& input_ids);  // [B, T] → [B, T, C]
@@ -91,8 +100,12 @@ class DecoderModelImpl : public torch::nn::Module {
                         int64_t chunk_bytes = kDefaultLossChunkBytes);
   // The weight the head projects with: lm_head.weight, or model.embed_tokens.weight when tied.
   const torch::Tensor& head_weight() const;
-  // RoPE cos/sin [T, D] on `like`'s device, in its dtype (yarn's attention factor applied).
-  std::pair<torch::Tensor, torch::Tensor> rope(int64_t seq_len, const torch::Tensor& like);
+  // RoPE cos/sin [T, D] for `seq_len` tokens at `positions`, on `like`'s device, in its dtype
+  // (yarn's attention factor applied).
+  std::pair<torch::Tensor, torch::Tensor> rope(int64_t seq_len, const torch::Tensor& like,
+                                               const Positions& positions = {});
+  // Every layer's attention runs `core` in causal_attention's place (layers.h); empty restores it.
+  void set_attention_core(const AttentionCore& core);
 
   void set_layer_hooks(LayerHooks hooks) { hooks_ = std::move(hooks); }
   // Activation checkpointing of every decoder layer (activation_checkpoint.h): layer(), and so
