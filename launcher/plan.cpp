@@ -81,9 +81,9 @@ WorldPlan make_world_plan(const PlanRequest& request) {
 std::string format_parallel_groups(const WorldPlan& plan) {
   const int p = plan.sequence_parallel_size;
   if (p <= 1 || plan.world_size % p != 0) return "";
-  std::string out = fmt::format(
-      "sequence-parallel groups of {} consecutive ranks (data-parallel size {}):\n", p,
-      plan.world_size / p);
+  std::string out =
+      fmt::format("sequence-parallel groups of {} consecutive ranks (data-parallel size {}):\n", p,
+                  plan.world_size / p);
   for (int g = 0; g < plan.world_size / p; ++g) {
     const RankSpec& first = plan.ranks[static_cast<size_t>(g * p)];
     const RankSpec& last = plan.ranks[static_cast<size_t>(g * p + p - 1)];

@@ -109,8 +109,10 @@ Group join_group(const DebugForwardOptions& o, const model::ModelConfig& config,
     fail(ErrorKind::kUsage, "--sequence-parallel {}: runs on --device cpu only (over Gloo)", p);
   }
   if (T % p != 0) {
-    fail(ErrorKind::kInput, "--ids {}: the sequence length {} is not divisible by "
-         "--sequence-parallel {}", o.ids_path, T, p);
+    fail(ErrorKind::kInput,
+         "--ids {}: the sequence length {} is not divisible by "
+         "--sequence-parallel {}",
+         o.ids_path, T, p);
   }
   SequenceParallel::check_model(config, p);
   Group g;

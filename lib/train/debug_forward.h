@@ -47,9 +47,9 @@ struct DebugForwardResult {
 // for every model parameter; with one, "grad.<module>.lora_A.weight" / "lora_B.weight" for every
 // adapted module (the base is frozen, as in a LoRA run). All float32 on the CPU.
 // Error(kUsage) for --device cuda without a GPU, for sequence_parallel with cuda or in a world
-// of another size; Error(kInput) when T is not divisible by sequence_parallel; Error(kInput) for a missing or malformed ids
-// file (ids outside the vocabulary, shapes) and for an adapter lib/lora cannot use or that does
-// not fit the model (lora/adapter_io.h, LoraModel::load).
+// of another size; Error(kInput) when T is not divisible by sequence_parallel; Error(kInput) for a
+// missing or malformed ids file (ids outside the vocabulary, shapes) and for an adapter lib/lora
+// cannot use or that does not fit the model (lora/adapter_io.h, LoraModel::load).
 DebugForwardResult debug_forward(const DebugForwardOptions& options);
 
 }  // namespace dstrain::train

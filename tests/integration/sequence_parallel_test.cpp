@@ -1,16 +1,17 @@
 // Sequence parallelism end to end: `dstrain launch` of 2 and 4 real processes over Gloo, with
-// parallel.sequence_parallel_size P, against one process without it. A group of P ranks trains on
-// exactly the batches of one rank with the same micro batch (N ranks: N/P data-parallel ranks, so
-// the one-process reference accumulates N/P micro batches), and every step's loss and the final
-// eval loss must agree within 1e-5 relative in fp32: the data, the loss and every gradient (which
-// the later losses depend on) are the same. ZeRO 0–3 (with offload), accumulation, clipping,
-// LoRA, activation checkpointing; bf16 within bf16's rounding. Then resuming a P = 2 checkpoint on
-// one rank, the launcher's groups, and the configuration errors (exit 2 naming the keys).
+// parallel.sequence_parallel_size P, against N/P processes without it (one process when N = P). A
+// group of P ranks trains on exactly the batches of one rank with the same micro batch, and every
+// step's loss and gradient norm and the final eval loss must agree within 1e-5 relative in fp32:
+// the data, the loss and every gradient (which the later losses depend on) are the same. ZeRO 0–3
+// (with offload), accumulation, clipping, LoRA, activation checkpointing; bf16 within bf16's
+// rounding. Then resuming a P = 2 checkpoint on one rank, the launcher's groups, and the
+// configuration errors (exit 2 naming the keys).
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -28,12 +29,15 @@ struct Case {
   int p;
   int stage;
   int accum;
-  std::vector<std::string> extra;
+  std::vector<std::string> extra;    // both runs
+  std::vector<std::string> sp_only;  // the sequence-parallel run only
   double tol = 1e-5;
 };
 
+// The gradient norm is compared too: AdamW's update hardly changes when every gradient is scaled
+// alike, so equal losses alone would not show a gradient off by a constant factor.
 struct Curves {
-  std::map<long, double> train, eval;
+  std::map<long, double> train, grad_norm, eval;
 };
 
 Curves run_curves(int nproc, int stage, int accum, const std::vector<std::string>& extra) {
@@ -48,8 +52,9 @@ Curves run_curves(int nproc, int stage, int accum, const std::vector<std::string
   spec.extra_overrides.insert(spec.extra_overrides.end(), extra.begin(), extra.end());
   const RunResult r = run_job(dir, spec);
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  return {read_metric(dir.file("run/metrics.jsonl"), "train/loss"),
-          read_metric(dir.file("run/metrics.jsonl"), "eval/loss")};
+  const std::string metrics = dir.file("run/metrics.jsonl");
+  return {read_metric(metrics, "train/loss"), read_metric(metrics, "grad_norm"),
+          read_metric(metrics, "eval/loss")};
 }
 
 void expect_same_curve(const std::map<long, double>& got, const std::map<long, double>& want,
@@ -66,11 +71,15 @@ class SequenceParallelRun : public ::testing::TestWithParam<Case> {};
 TEST_P(SequenceParallelRun, LossesEqualOneProcessWithTheSameBatches) {
   const Case c = GetParam();
   std::vector<std::string> with_sp = c.extra;
+  with_sp.insert(with_sp.end(), c.sp_only.begin(), c.sp_only.end());
   with_sp.push_back("parallel.sequence_parallel_size=" + std::to_string(c.p));
   const Curves got = run_curves(c.world, c.stage, c.accum, with_sp);
-  const Curves want = run_curves(1, 0, c.accum * (c.world / c.p), c.extra);
+  // The same run without sequence parallelism on the N/P data-parallel ranks (one process when
+  // N = P): the same batches, and the same eval shards (eval_max_batches counts per rank).
+  const Curves want = run_curves(c.world / c.p, 0, c.accum, c.extra);
   ASSERT_EQ(want.train.size(), 6u);
   expect_same_curve(got.train, want.train, c.tol, "train/loss");
+  expect_same_curve(got.grad_norm, want.grad_norm, c.tol, "grad_norm");
   ASSERT_EQ(want.eval.size(), 1u);
   expect_same_curve(got.eval, want.eval, c.tol, "eval/loss");
   EXPECT_LT(got.train.rbegin()->second, got.train.begin()->second) << "it did not learn";
@@ -78,16 +87,28 @@ TEST_P(SequenceParallelRun, LossesEqualOneProcessWithTheSameBatches) {
 
 INSTANTIATE_TEST_SUITE_P(
     Ulysses, SequenceParallelRun,
-    ::testing::Values(Case{"P2Stage0", 2, 2, 0, 1, {}}, Case{"P2Stage1", 2, 2, 1, 1, {}},
-                      Case{"P2Stage2Accum2", 2, 2, 2, 2, {}},
-                      Case{"P2Stage3", 2, 2, 3, 1, {}},
-                      Case{"P4Stage2", 4, 4, 2, 1, {}},
-                      Case{"P2World4Stage3Offload", 4, 2, 3, 1,
-                           {"zero.offload_optimizer.device=cpu", "zero.offload_param.device=cpu"}},
-                      Case{"P2LoraStage2", 2, 2, 2, 1,
-                           {"lora.enabled=true", "lora.dropout=0", "training.lr=1e-2"}},
-                      Case{"P2Checkpointing", 2, 2, 1, 1, {"model.gradient_checkpointing=true"}},
-                      Case{"P2Bf16", 2, 2, 2, 1, {"training.bf16=true"}, 2e-2}),
+    ::testing::Values(
+        Case{"P2Stage0", 2, 2, 0, 1, {}, {}, 1e-5}, Case{"P2Stage1", 2, 2, 1, 1, {}, {}, 1e-5},
+        Case{"P2Stage2Accum2", 2, 2, 2, 2, {}, {}, 1e-5},
+        Case{"P2Stage3", 2, 2, 3, 1, {}, {}, 1e-5}, Case{"P4Stage2", 4, 4, 2, 1, {}, {}, 1e-5},
+        Case{"P2World4Stage3Offload",
+             4,
+             2,
+             3,
+             1,
+             {},
+             {"zero.offload_optimizer.device=cpu", "zero.offload_param.device=cpu"},
+             1e-5},
+        Case{"P2LoraStage2",
+             2,
+             2,
+             2,
+             1,
+             {"lora.enabled=true", "lora.dropout=0", "training.lr=1e-2"},
+             {},
+             1e-5},
+        Case{"P2Checkpointing", 2, 2, 1, 1, {"model.gradient_checkpointing=true"}, {}, 1e-5},
+        Case{"P2Bf16", 2, 2, 2, 1, {"training.bf16=true"}, {}, 2e-2}),
     [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 TEST(SequenceParallelResume, P2CheckpointResumesOnOneRankOnTheSameCurve) {
@@ -132,7 +153,8 @@ TEST(SequenceParallelLaunch, WorldOrLengthNotDivisibleIsExit2NamingTheKeys) {
       {"launch", "--nproc", "3", "--dry-run", cfg, "--set", "parallel.sequence_parallel_size=2"});
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr("parallel.sequence_parallel_size"));
-  EXPECT_THAT(r.err, HasSubstr("the world size (3) is not divisible by sequence_parallel_size (2)"));
+  EXPECT_THAT(r.err,
+              HasSubstr("the world size (3) is not divisible by sequence_parallel_size (2)"));
   r = run_dstrain({"launch", "--nproc", "4", "--dry-run", cfg, "--set",
                    "parallel.sequence_parallel_size=4", "--set", "data.max_length=30"});
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;

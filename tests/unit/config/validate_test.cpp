@@ -50,8 +50,8 @@ TEST(ConfigValidate, AnyTwoBatchTermsDetermineTheThird) {
 }
 
 TEST(ConfigValidate, SequenceParallelSizeDividesTheWorldAndTheLength) {
-  EXPECT_EQ(load_config_from_string(minimal_yaml("parallel:\n  sequence_parallel_size: 2\n"),
-                                    "m", world(4))
+  EXPECT_EQ(load_config_from_string(minimal_yaml("parallel:\n  sequence_parallel_size: 2\n"), "m",
+                                    world(4))
                 .parallel.sequence_parallel_size,
             2);
   EXPECT_EQ(load_error(minimal_yaml("parallel:\n  sequence_parallel_size: 2\n"), world(3)),
@@ -71,13 +71,12 @@ TEST(ConfigValidate, BatchRuleCountsDataParallelRanks) {
                    "  train_micro_batch_size_per_gpu: 2\n"),
       "m", world(4));
   EXPECT_EQ(c.training.gradient_accumulation_steps, 2);
-  EXPECT_THAT(
-      load_error(minimal_yaml("parallel:\n  sequence_parallel_size: 2\ndeepspeed:\n"
-                              "  train_batch_size: 8\n  train_micro_batch_size_per_gpu: 2\n"
-                              "  gradient_accumulation_steps: 4\n"),
-                 world(4)),
-      HasSubstr("8 != per_device_train_batch_size (2) * gradient_accumulation_steps (4) * "
-                "data-parallel size (2 = world size 4 / sequence_parallel_size 2) = 16"));
+  EXPECT_THAT(load_error(minimal_yaml("parallel:\n  sequence_parallel_size: 2\ndeepspeed:\n"
+                                      "  train_batch_size: 8\n  train_micro_batch_size_per_gpu: 2\n"
+                                      "  gradient_accumulation_steps: 4\n"),
+                         world(4)),
+              HasSubstr("8 != per_device_train_batch_size (2) * gradient_accumulation_steps (4) * "
+                        "data-parallel size (2 = world size 4 / sequence_parallel_size 2) = 16"));
 }
 
 TEST(ConfigValidate, Bf16AndFp16CannotBothBeOn) {

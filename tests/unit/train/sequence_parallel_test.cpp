@@ -50,8 +50,8 @@ TEST_P(UlyssesAttention, SlicesEqualWholeSequenceAttentionWithGradients) {
   (want * w).sum().backward();
   run_ranks(c.p, [&](ThreadCommunicator& comm) {
     const int64_t first = comm.rank() * Tl;
-    const auto mine = leaves({q.narrow(2, first, Tl), k.narrow(2, first, Tl),
-                              v.narrow(2, first, Tl)});
+    const auto mine =
+        leaves({q.narrow(2, first, Tl), k.narrow(2, first, Tl), v.narrow(2, first, Tl)});
     const torch::Tensor got = ulysses_attention(comm)(mine[0], mine[1], mine[2], window);
     (got * w.narrow(2, first, Tl)).sum().backward();
     const std::string at = "rank " + std::to_string(comm.rank());
@@ -63,15 +63,17 @@ TEST_P(UlyssesAttention, SlicesEqualWholeSequenceAttentionWithGradients) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    HeadsAndWindows, UlyssesAttention,
-    ::testing::Values(AttentionCase{2, 4, 0}, AttentionCase{2, 2, 0}, AttentionCase{2, 1, 0},
-                      AttentionCase{4, 4, 0}, AttentionCase{4, 2, 0}, AttentionCase{4, 1, 0},
-                      AttentionCase{2, 2, 5}, AttentionCase{4, 1, 3}),
-    [](const ::testing::TestParamInfo<AttentionCase>& i) {
-      return "P" + std::to_string(i.param.p) + "Kv" + std::to_string(i.param.kv_heads) +
-             (i.param.window > 0 ? "Window" + std::to_string(i.param.window) : "");
-    });
+INSTANTIATE_TEST_SUITE_P(HeadsAndWindows, UlyssesAttention,
+                         ::testing::Values(AttentionCase{2, 4, 0}, AttentionCase{2, 2, 0},
+                                           AttentionCase{2, 1, 0}, AttentionCase{4, 4, 0},
+                                           AttentionCase{4, 2, 0}, AttentionCase{4, 1, 0},
+                                           AttentionCase{2, 2, 5}, AttentionCase{4, 1, 3}),
+                         [](const ::testing::TestParamInfo<AttentionCase>& i) {
+                           return "P" + std::to_string(i.param.p) + "Kv" +
+                                  std::to_string(i.param.kv_heads) +
+                                  (i.param.window > 0 ? "Window" + std::to_string(i.param.window)
+                                                      : "");
+                         });
 
 struct ModelCase {
   int p;
@@ -154,24 +156,26 @@ TEST_P(SequenceParallelModel, LossAndEveryGradientEqualOneProcess) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    GroupsAndHeads, SequenceParallelModel,
-    ::testing::Values(ModelCase{2, 2, 2, false}, ModelCase{2, 2, 1, false},
-                      ModelCase{2, 2, 4, false}, ModelCase{4, 4, 1, false},
-                      ModelCase{4, 4, 2, false}, ModelCase{4, 4, 4, false},
-                      ModelCase{2, 4, 2, false}, ModelCase{2, 2, 2, true},
-                      ModelCase{4, 4, 1, true}),
-    [](const ::testing::TestParamInfo<ModelCase>& i) {
-      return "P" + std::to_string(i.param.p) + "World" + std::to_string(i.param.world) + "Kv" +
-             std::to_string(i.param.kv_heads) + (i.param.window ? "Window" : "");
-    });
+INSTANTIATE_TEST_SUITE_P(GroupsAndHeads, SequenceParallelModel,
+                         ::testing::Values(ModelCase{2, 2, 2, false}, ModelCase{2, 2, 1, false},
+                                           ModelCase{2, 2, 4, false}, ModelCase{4, 4, 1, false},
+                                           ModelCase{4, 4, 2, false}, ModelCase{4, 4, 4, false},
+                                           ModelCase{2, 4, 2, false}, ModelCase{2, 2, 2, true},
+                                           ModelCase{4, 4, 1, true}),
+                         [](const ::testing::TestParamInfo<ModelCase>& i) {
+                           return "P" + std::to_string(i.param.p) + "World" +
+                                  std::to_string(i.param.world) + "Kv" +
+                                  std::to_string(i.param.kv_heads) +
+                                  (i.param.window ? "Window" : "");
+                         });
 
 TEST(SequenceParallelChecks, HeadsThatCannotBeSplitNameTheKey) {
   dstrain::testing::expect_error(
       [] { SequenceParallel::check_model(small_model(2, false), 8); }, ErrorKind::kConfig,
       {"num_attention_heads (4)", "parallel.sequence_parallel_size (8)"});
-  nlohmann::json j = {{"model_type", "llama"},  {"vocab_size", 97},      {"hidden_size", 96},
-                      {"intermediate_size", 96}, {"num_hidden_layers", 1}, {"num_attention_heads", 6},
+  nlohmann::json j = {{"model_type", "llama"},    {"vocab_size", 97},
+                      {"hidden_size", 96},        {"intermediate_size", 96},
+                      {"num_hidden_layers", 1},   {"num_attention_heads", 6},
                       {"num_key_value_heads", 3}, {"max_position_embeddings", 128}};
   dstrain::testing::expect_error(
       [&] { SequenceParallel::check_model(model::parse_model_config(j), 2); }, ErrorKind::kConfig,
