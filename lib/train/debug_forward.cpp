@@ -114,7 +114,7 @@ Group join_group(const DebugForwardOptions& o, const model::ModelConfig& config,
          "--sequence-parallel {}",
          o.ids_path, T, p);
   }
-  SequenceParallel::check_model(config, p);
+  SequenceParallel::check_model(config, p, o.model_dir);
   Group g;
   g.world = comm::make_gloo_communicator(comm::rendezvous_options_from_env());
   if (g.world->world_size() != p) {

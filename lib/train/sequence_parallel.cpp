@@ -61,20 +61,21 @@ SequenceParallel::SequenceParallel(comm::Communicator& world, int size)
   if (size > 1) group_ = world.split(world_rank_ / size);
 }
 
-void SequenceParallel::check_model(const model::ModelConfig& c, int size) {
+void SequenceParallel::check_model(const model::ModelConfig& c, int size,
+                                   const std::string& model) {
   const int64_t P = size, H = c.num_attention_heads, KV = c.num_key_value_heads;
   if (H % P != 0) {
     fail(ErrorKind::kConfig,
-         "the model's num_attention_heads ({}) is not divisible by {} ({}): each rank of a "
-         "sequence-parallel group takes heads/{} query heads",
-         H, kSizeKey, P, kSizeKey);
+         "model {}: num_attention_heads ({}) is not divisible by {} ({}): each rank of a "
+         "sequence-parallel group computes an equal share of the query heads",
+         model, H, kSizeKey, P);
   }
   if (KV % P != 0 && P % KV != 0) {
     fail(ErrorKind::kConfig,
-         "the model's num_key_value_heads ({}) and {} ({}) must divide one another: each rank of "
-         "a sequence-parallel group takes KV/{} key/value heads, or one replicated head when KV < "
-         "{}",
-         KV, kSizeKey, P, kSizeKey, kSizeKey);
+         "model {}: num_key_value_heads ({}) and {} ({}) must divide one another: each rank of a "
+         "sequence-parallel group takes an equal share of the key/value heads, or one of them "
+         "replicated when there are fewer than the group's ranks",
+         model, KV, kSizeKey, P);
   }
 }
 

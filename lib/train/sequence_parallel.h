@@ -20,6 +20,7 @@
 // exactly what N/P ranks without sequence parallelism compute. ZeRO keeps sharding over all N.
 
 #include <memory>
+#include <string>
 
 #include "comm/communicator.h"
 #include "data/batch.h"
@@ -38,9 +39,9 @@ class SequenceParallel {
   int data_parallel_size() const { return world_size_ / size_; }  // N / P
   int data_parallel_rank() const { return world_rank_ / size_; }
 
-  // Error(kConfig) naming the model's head counts and the key when they cannot be split P ways
+  // Error(kConfig) naming `model`, its head counts and the key when they cannot be split P ways
   // (query heads divisible by P; key/value heads divisible by P, or dividing P).
-  static void check_model(const model::ModelConfig& config, int size);
+  static void check_model(const model::ModelConfig& config, int size, const std::string& model);
   // Error(kConfig) naming data.max_length and the key when it is not divisible by P.
   static void check_length(int64_t max_length, int size);
 

@@ -172,7 +172,7 @@ void Trainer::build_model() {
             .string();
   }
   model_config_ = model::load_model_config(model_dir_);
-  SequenceParallel::check_model(model_config_, sp_->size());
+  SequenceParallel::check_model(model_config_, sp_->size(), cfg_.model.name_or_path);
   const std::string tok = cfg_.model.tokenizer.empty() ? model_dir_ : cfg_.model.tokenizer;
   tokenizer_ = tokenizer::load_tokenizer(tok);
   if (tokenizer_->vocab_size() > model_config_.vocab_size) {

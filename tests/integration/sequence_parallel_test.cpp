@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -160,6 +161,28 @@ TEST(SequenceParallelLaunch, WorldOrLengthNotDivisibleIsExit2NamingTheKeys) {
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr("data.max_length (30"));
   EXPECT_THAT(r.err, HasSubstr("sequence_parallel_size (4)"));
+}
+
+// The tiny model with 6 query heads: a group of 4 ranks cannot share them. Every rank reads the
+// model and stops with the config error; the launcher passes on exit 2.
+TEST(SequenceParallelLaunch, HeadsNotDivisibleIsExit2NamingTheModelAndTheKey) {
+  TempDir dir;
+  std::string model =
+      read_text(std::string(DSTRAIN_SOURCE_DIR) + "/configs/models/tiny/config.json");
+  const std::string heads = "\"num_attention_heads\": 4";
+  ASSERT_NE(model.find(heads), std::string::npos);
+  model.replace(model.find(heads), heads.size(), "\"num_attention_heads\": 6");
+  std::filesystem::create_directories(dir.file("model"));
+  std::ofstream(dir.file("model/config.json")) << model;
+  JobSpec spec;
+  spec.max_steps = 1;
+  const std::string cfg = write_job_config(dir.path(), spec);
+  const RunResult r = launch_job(
+      cfg, 4, {"model.name_or_path=" + dir.file("model"), "parallel.sequence_parallel_size=4"},
+      120);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.out + r.err, HasSubstr("num_attention_heads (6) is not divisible by "
+                                       "parallel.sequence_parallel_size (4)"));
 }
 
 }  // namespace

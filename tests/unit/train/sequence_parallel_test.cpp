@@ -171,15 +171,15 @@ INSTANTIATE_TEST_SUITE_P(GroupsAndHeads, SequenceParallelModel,
 
 TEST(SequenceParallelChecks, HeadsThatCannotBeSplitNameTheKey) {
   dstrain::testing::expect_error(
-      [] { SequenceParallel::check_model(small_model(2, false), 8); }, ErrorKind::kConfig,
-      {"num_attention_heads (4)", "parallel.sequence_parallel_size (8)"});
+      [] { SequenceParallel::check_model(small_model(2, false), 8, "m"); }, ErrorKind::kConfig,
+      {"model m: num_attention_heads (4)", "parallel.sequence_parallel_size (8)"});
   nlohmann::json j = {{"model_type", "llama"},    {"vocab_size", 97},
                       {"hidden_size", 96},        {"intermediate_size", 96},
                       {"num_hidden_layers", 1},   {"num_attention_heads", 6},
                       {"num_key_value_heads", 3}, {"max_position_embeddings", 128}};
   dstrain::testing::expect_error(
-      [&] { SequenceParallel::check_model(model::parse_model_config(j), 2); }, ErrorKind::kConfig,
-      {"num_key_value_heads (3)", "parallel.sequence_parallel_size (2)"});
+      [&] { SequenceParallel::check_model(model::parse_model_config(j), 2, "m"); },
+      ErrorKind::kConfig, {"num_key_value_heads (3)", "parallel.sequence_parallel_size (2)"});
   dstrain::testing::expect_error([] { SequenceParallel::check_length(30, 4); }, ErrorKind::kConfig,
                                  {"data.max_length (30)", "parallel.sequence_parallel_size (4)"});
 }
