@@ -51,6 +51,36 @@ class ThreadCommunicator : public comm::Communicator {
   uint64_t next_split_ = 0;
 };
 
+// Forwards to a communicator owned elsewhere: a Trainer owns its communicator, while run_ranks
+// owns the thread's.
+class BorrowedCommunicator : public comm::Communicator {
+ public:
+  explicit BorrowedCommunicator(comm::Communicator& c) : c_(c) {}
+  int rank() const override { return c_.rank(); }
+  int world_size() const override { return c_.world_size(); }
+  std::unique_ptr<comm::Work> all_reduce(torch::Tensor& t, comm::ReduceOp op) override {
+    return c_.all_reduce(t, op);
+  }
+  std::unique_ptr<comm::Work> reduce_scatter(torch::Tensor& out, const torch::Tensor& in,
+                                             comm::ReduceOp op) override {
+    return c_.reduce_scatter(out, in, op);
+  }
+  std::unique_ptr<comm::Work> all_gather(torch::Tensor& out, const torch::Tensor& in) override {
+    return c_.all_gather(out, in);
+  }
+  std::unique_ptr<comm::Work> broadcast(torch::Tensor& t, int root) override {
+    return c_.broadcast(t, root);
+  }
+  void barrier() override { c_.barrier(); }
+  std::unique_ptr<comm::Work> all_to_all(torch::Tensor& out, const torch::Tensor& in) override {
+    return c_.all_to_all(out, in);
+  }
+  std::unique_ptr<comm::Communicator> split(int color) override { return c_.split(color); }
+
+ private:
+  comm::Communicator& c_;
+};
+
 // Runs `body(comm)` on world_size threads, one ThreadCommunicator each; rethrows the first
 // exception after all threads have ended (a rank that throws leaves its peers blocked only if they
 // wait on it, so tests keep ranks in lockstep).
