@@ -19,18 +19,30 @@ import argparse
 import json
 import statistics
 import sys
+import time
 
 import torch
+
+START = time.monotonic()
+
+
+def progress(what):
+    """Where the time goes, on stderr (the caller's log): import, model build, each step."""
+    print(f"[peer {time.monotonic() - START:6.1f} s] {what}", file=sys.stderr, flush=True)
 
 
 def build(args):
     import transformers
+    progress(f"transformers {transformers.__version__} imported")
     config = transformers.AutoConfig.from_pretrained(args.model_dir)
     torch.manual_seed(0)
     dtype = torch.bfloat16 if args.precision == "master" or args.mode == "lora" else torch.float32
-    model = transformers.AutoModelForCausalLM.from_config(
-        config, torch_dtype=dtype, attn_implementation="sdpa").cuda()
+    # Built on the device: a random init of 0.5B parameters on the host takes tens of seconds.
+    with torch.device("cuda"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            config, dtype=dtype, attn_implementation="sdpa")
     model.train()
+    progress("model built on cuda")
     if args.mode == "lora":
         import peft
         lora = peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, bias="none",
@@ -92,6 +104,7 @@ def main(argv):
                 opt.zero_grad(set_to_none=True)
             end.record()
             end.synchronize()
+            progress(f"step {step + 1}: {start.elapsed_time(end):.1f} ms")
             if step >= args.warmup:
                 times.append(start.elapsed_time(end) / 1e3)
     except torch.cuda.OutOfMemoryError:

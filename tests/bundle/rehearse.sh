@@ -50,7 +50,7 @@ expect '^\| 3 parity \| skipped: no GPU \|.*1 passed' "$summary" "parity skipped
 expect '^\| 4 tiny-run \| ok \|.*30/30 losses bit-identical.*export in transformers' "$summary" \
        "tiny run, resume and export"
 expect '^\| 5 benchmark \| skipped: no GPU \|' "$summary" "benchmark skipped"
-expect '^\| 6 trace \| ok \| [0-9]+ \| 3 steps' "$summary" "trace summarised"
+expect '^\| 6 trace \| ok \| [0-9]+ \| 5 steps.*profile: 2 steps' "$summary" "trace and profile summarised"
 if grep -q -- "$build/" "$tmp/out/1-environment.log"; then
   echo "FAILED: the environment log names the build directory"; fails=1
 fi
