@@ -81,6 +81,10 @@ def main(argv):
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--mode", choices=["full", "lora"], default="full")
     p.add_argument("--precision", choices=["master", "autocast"], default="master")
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="torch.profiler over this many steps after two, as dstrain's "
+                        "logging.profile_steps")
+    p.add_argument("--profile-out", help="where the profile's Chrome trace goes")
     args = p.parse_args(argv)
     try:
         model, vocab = build(args)
@@ -90,7 +94,14 @@ def main(argv):
                else torch.optim.AdamW(trainable, lr=1e-5, weight_decay=0.0, fused=True))
         g = torch.Generator(device="cuda").manual_seed(1)
         times = []
+        profiler = None
         for step in range(args.warmup + args.steps):
+            if args.profile_steps and step == 2:
+                torch.cuda.synchronize()
+                profiler = torch.profiler.profile(
+                    activities=[torch.profiler.ProfilerActivity.CPU,
+                                torch.profiler.ProfilerActivity.CUDA], record_shapes=True)
+                profiler.__enter__()
             ids = torch.randint(0, vocab, (args.micro, args.seq + 1), device="cuda", generator=g)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -105,6 +116,11 @@ def main(argv):
             end.record()
             end.synchronize()
             progress(f"step {step + 1}: {start.elapsed_time(end):.1f} ms")
+            if profiler is not None and step == 1 + args.profile_steps:
+                profiler.__exit__(None, None, None)
+                profiler.export_chrome_trace(args.profile_out)
+                progress(f"profile of steps 3-{step + 1}: {args.profile_out}")
+                profiler = None
             if step >= args.warmup:
                 times.append(start.elapsed_time(end) / 1e3)
     except torch.cuda.OutOfMemoryError:
