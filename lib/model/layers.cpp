@@ -77,12 +77,15 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   }
   q = apply_rope(q.transpose(1, 2), cos, sin);  // [B, H, T, D]
   k = apply_rope(k.transpose(1, 2), cos, sin);  // [B, KV, T, D]
-  const int64_t groups = heads_ / kv_heads_;
-  const torch::Tensor kr = repeat_kv(k, groups), vr = repeat_kv(v, groups);  // [B, H, T, D]
+  // Grouped-query attention: SDPA serves each key/value head to its query heads itself
+  // (enable_gqa: flash on the CPU, cuDNN/flash on a GPU), without the [B, H, T, D] copies of k and
+  // v that repeating them costs, and the sum over the groups in backward.
   const torch::Tensor out =
-      window_ ? sliding_window_attention(q, kr, vr, *window_)
-              : at::scaled_dot_product_attention(q, kr, vr, /*attn_mask=*/{}, /*dropout_p=*/0.0,
-                                                 /*is_causal=*/true);
+      window_ ? sliding_window_attention(q, repeat_kv(k, heads_ / kv_heads_),
+                                         repeat_kv(v, heads_ / kv_heads_), *window_)
+              : at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                                 /*is_causal=*/true, /*scale=*/std::nullopt,
+                                                 /*enable_gqa=*/kv_heads_ != heads_);
   return adapters.apply("o_proj", o_proj, out.transpose(1, 2).reshape({B, T, heads_ * head_dim_}),
                         train);
 }
