@@ -189,7 +189,7 @@ class SrunStepRun {
                                  step_.grace_seconds + kAfterGraceSeconds));
         ::kill(-proc_.pid, SIGKILL);
         reap(proc_.pid, true);
-        exit_code_ = killed_exit_code();
+        exit_code_ = interrupt_signal_ != 0 ? 128 + interrupt_signal_ : root_cause_code(1);
         close_pipes();
         return true;
       }
@@ -258,12 +258,12 @@ class SrunStepRun {
     cause_ = cause;
   }
 
-  // srun killed by the launcher: the failed task's exit code when srun named it, else 1.
-  int killed_exit_code() const {
+  // The root cause's exit code when srun named it ("Exited with exit code 3"), else `otherwise`:
+  // srun's own code is the largest of its tasks', often a node stopped by the teardown (143).
+  int root_cause_code(int otherwise) const {
     static const std::regex code(R"(exit code ([0-9]+))");
     std::smatch m;
-    if (interrupt_signal_ != 0) return 128 + interrupt_signal_;
-    return std::regex_search(cause_, m, code) ? std::stoi(m[1]) : 1;
+    return std::regex_search(cause_, m, code) ? std::stoi(m[1]) : otherwise;
   }
 
   AttemptOutcome outcome() const {
@@ -274,6 +274,7 @@ class SrunStepRun {
       o.exit_code = 128 + interrupt_signal_;
     } else if (exit_code_ != 0) {
       o.kind = AttemptOutcome::Kind::kFailed;
+      o.exit_code = root_cause_code(exit_code_);
       o.host = failed_host_;
       if (failed_node_ >= 0) {
         const int first = failed_node_ * step_.nproc;

@@ -18,7 +18,8 @@
 //    cancelled with `scancel --signal=KILL JOB.STEP`. The step then has 10 s to leave squeue; one
 //    still listed after that waits for a node that no longer answers (Slurm ends it when it
 //    declares the node down) and is named on stderr.
-//  - Exit code: srun's (the failed agent's, which is its failed rank's), or 128 + signal.
+//  - Exit code: the root cause's (the failed agent's, which is its failed rank's) when srun names
+//    it, else srun's; 128 + signal when interrupted.
 
 #include <string>
 #include <vector>

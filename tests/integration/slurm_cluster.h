@@ -9,8 +9,9 @@
 // "dn<k>" (NodeHostname dn<k>, NodeAddr 127.0.0.1, its own slurmd port, spool and pid file), a
 // separate `slurmd -N dn<k>` each, so srun places tasks on them, steps and node failures are
 // per node, and `kill_node` makes one of them die the way a crashed host does. What this cannot
-// emulate: separate kernels and file systems (every node sees the same /tmp) and a network that
-// fails by going silent; a dead slurmd refuses connections at once.
+// emulate: separate kernels and file systems (every node sees the same /tmp), node names that
+// resolve (dn<k> is in no hosts file: jobs rendezvous on 127.0.0.1), and a network that fails by
+// going silent (a dead slurmd refuses connections at once).
 //
 // The destructor cancels every job and stops the daemons it started (by pid). Tests call
 // skip_reason() first and GTEST_SKIP when it is not empty (not root, Slurm or munge missing).

@@ -35,14 +35,15 @@ class SlurmRestartTest : public ::testing::Test {
   }
 
   // scripts/train.sbatch on `nodes` nodes of `nproc` ranks with LAUNCH_ARGS=`launch_args`, training
-  // `config`, or running `exec` on every rank when given; returns the job id.
+  // `config`, or running `exec` on every rank when given; returns the job id. The emulated nodes'
+  // names resolve nowhere, and every node is this machine: the rendezvous is on 127.0.0.1.
   std::string submit(const std::string& config, int nodes, int nproc,
                      const std::string& launch_args, const std::string& exec = "") {
     std::string cmd =
         "cd " + tmp_.path() + " && DSTRAIN_TEST_MARKER=" + token_ + " DSTRAIN=" + DSTRAIN_BINARY +
         " NPROC=" + std::to_string(nproc) + " CHECKPOINT_DIR=" + tmp_.file("job/ckpt") +
-        " LAUNCH_ARGS='" + launch_args + "' SBATCH_ARGS='--output=" + out_ + "'" +
-        (exec.empty() ? "" : " DSTRAIN_EXEC='" + exec + "'") +
+        " LAUNCH_ARGS='--master-addr 127.0.0.1 " + launch_args + "' SBATCH_ARGS='--output=" + out_ +
+        "'" + (exec.empty() ? "" : " DSTRAIN_EXEC='" + exec + "'") +
         " " DSTRAIN_SOURCE_DIR "/scripts/train.sbatch " + config + " " + std::to_string(nodes);
     std::string reply = cluster_->run(cmd);
     std::smatch m;
@@ -177,7 +178,7 @@ TEST_F(SlurmRestartTest, ARankThatAlwaysFailsStopsAfterTheRestartsWithItsCauses)
   }
   EXPECT_EQ(out.find("dstrain launch: restart 3 "), std::string::npos) << out;
   EXPECT_NE(cluster_->run("scontrol show job " + job).find("ExitCode=3:0"), std::string::npos)
-      << cluster_->run("scontrol show job " + job);
+      << cluster_->run("scontrol show job " + job) << out;
   expect_no_process_left();
 }
 
