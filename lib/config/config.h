@@ -152,6 +152,7 @@ struct LoggingSection {
   bool progress = true;      // live progress line when stdout is a terminal
   bool wall_clock_breakdown = false;
   bool trace = false;             // Chrome/Perfetto trace per rank under <out_dir>/trace
+  int64_t profile_steps = 0;      // PyTorch profiler over this many steps: <out_dir>/profile
   bool tensorboard = true;        // TensorBoard event files (rank 0)
   std::string tensorboard_dir;    // "" = <out_dir>/tb
   std::string mlflow_experiment;  // "" = MLFLOW_EXPERIMENT_NAME, else MLflow's default experiment

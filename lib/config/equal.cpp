@@ -82,7 +82,8 @@ bool operator==(const MlflowSection& a, const MlflowSection& b) {
 bool operator==(const LoggingSection& a, const LoggingSection& b) {
   auto t = [](const LoggingSection& s) {
     return std::tie(s.out_dir, s.metrics_path, s.progress, s.wall_clock_breakdown, s.trace,
-                    s.tensorboard, s.tensorboard_dir, s.mlflow_experiment, s.mlflow);
+                    s.profile_steps, s.tensorboard, s.tensorboard_dir, s.mlflow_experiment,
+                    s.mlflow);
   };
   return t(a) == t(b);
 }

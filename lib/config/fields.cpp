@@ -239,6 +239,8 @@ void add_logging_and_checkpoint(std::vector<Field>& t) {
   t.push_back(
       boolean("logging.wall_clock_breakdown", DSTRAIN_MEMBER(logging.wall_clock_breakdown)));
   t.push_back(boolean("logging.trace", DSTRAIN_MEMBER(logging.trace)));
+  t.push_back(
+      integer("logging.profile_steps", Range::kNonNegative, DSTRAIN_MEMBER(logging.profile_steps)));
   t.push_back(boolean("logging.tensorboard", DSTRAIN_MEMBER(logging.tensorboard)));
   t.push_back(text("logging.tensorboard_dir", DSTRAIN_MEMBER(logging.tensorboard_dir)));
   t.push_back(text("logging.mlflow_experiment", DSTRAIN_MEMBER(logging.mlflow_experiment)));

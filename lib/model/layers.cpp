@@ -22,11 +22,17 @@ torch::Tensor repeat_kv(const torch::Tensor& x, int64_t groups) {
 
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, std::optional<int64_t> window) {
-  const int64_t groups = q.size(1) / k.size(1);
-  const torch::Tensor kr = repeat_kv(k, groups), vr = repeat_kv(v, groups);  // [B, H, T, D]
-  return window ? sliding_window_attention(q, kr, vr, *window)
-                : at::scaled_dot_product_attention(q, kr, vr, /*attn_mask=*/{}, /*dropout_p=*/0.0,
-                                                   /*is_causal=*/true);
+  const int64_t heads = q.size(1), kv_heads = k.size(1);
+  if (window) {
+    return sliding_window_attention(q, repeat_kv(k, heads / kv_heads),
+                                    repeat_kv(v, heads / kv_heads), *window);
+  }
+  // Grouped-query attention: SDPA serves each key/value head to its query heads itself
+  // (enable_gqa: flash on the CPU, cuDNN/flash on a GPU), without the [B, H, T, D] copies of k and
+  // v that repeating them costs, and the sum over the groups in backward.
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                          /*is_causal=*/true, /*scale=*/std::nullopt,
+                                          /*enable_gqa=*/kv_heads != heads);
 }
 
 void ProjectionAdapters::set(const std::string& projection,

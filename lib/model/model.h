@@ -94,10 +94,11 @@ class DecoderModelImpl : public torch::nn::Module {
   torch::Tensor head(const torch::Tensor& hidden);  // final norm + lm_head: [B, T, C] → [B, T, V]
   // The head and the loss without the [B, T, V] logits: final norm, then the lm_head projection
   // (or the tied embedding) fused with the cross entropy (fused_linear_cross_entropy.h), chunks of
-  // `chunk_bytes` float32 logits at a time. hidden [B, T, C], labels [B, T] aligned as for
-  // causal_lm_loss_sum, whose value and gradients this equals up to float rounding.
+  // `chunk_bytes` float32 logits at a time (0: the device's default). hidden [B, T, C], labels [B,
+  // T] aligned as for causal_lm_loss_sum, whose value and gradients this equals up to float
+  // rounding.
   LossSum head_loss_sum(const torch::Tensor& hidden, const torch::Tensor& labels,
-                        int64_t chunk_bytes = kDefaultLossChunkBytes);
+                        int64_t chunk_bytes = 0);
   // The weight the head projects with: lm_head.weight, or model.embed_tokens.weight when tied.
   const torch::Tensor& head_weight() const;
   // RoPE cos/sin [T, D] for `seq_len` tokens at `positions`, on `like`'s device, in its dtype

@@ -27,6 +27,7 @@
 #include "train/device.h"
 #include "train/run_outputs.h"
 #include "train/stage3_setup.h"
+#include "train/step_profiler.h"
 #include "train/step_sync.h"
 
 namespace dstrain::train {
@@ -417,7 +418,10 @@ RunSummary Trainer::run_steps() {
   // The stop vote (SIGUSR1) of a step is resolved after the next one (step_sync.h); the loss is
   // read only when it is logged, saved or final: other steps wait for nothing on the device.
   DeferredSum stop_vote(*comm_, device_);
+  StepProfiler profiler(cfg_.logging.profile_steps, step_, total_steps_, device_.is_cuda(),
+                        cfg_.logging.out_dir, rank_);
   while (step_ < total_steps_) {
+    profiler.before_step(step_);
     const trace::Span step_span("step", "step", {"step", step_ + 1});
     const double lr = schedule_->lr(step_);
     engine_->set_step_lr(lr);
@@ -428,6 +432,7 @@ RunSummary Trainer::run_steps() {
     optimizer_span.end();
     opt_t += o.seconds();
     ++step_;
+    profiler.after_step(step_);
     ++interval_steps;
     tokens_seen_ += tokens_per_step_;
     const bool stop = stop_vote.pending() && stop_vote.finish()[0] > 0;
