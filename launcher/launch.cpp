@@ -44,7 +44,8 @@ void reject_multi_node_flags(const LaunchOptions& o) {
   if (given) {
     fail(ErrorKind::kUsage,
          "--include/--exclude/--num_nodes/--num_gpus/--env/--remote-cwd/--check/--ssh-key/"
-         "--min-nodes/--elastic-batch need --hostfile");
+         "--min-nodes/--elastic-batch need --hostfile (--min-nodes and --elastic-batch also work "
+         "under Slurm)");
   }
 }
 
@@ -94,18 +95,19 @@ int run_launch(const LaunchOptions& o) {
     m.allow_batch_change = o.allow_batch_change;
     return run_multi_node_launch(m);
   }
-  reject_multi_node_flags(o);
   if (in_slurm_allocation(o)) {
-    if (o.launch.restart.max_restarts > 0) {
-      fail(ErrorKind::kUsage,
-           "--max-restarts does not work under Slurm yet; requeue the job instead "
-           "(scripts/train.sbatch, docs/launch.md)");
-    }
+    LaunchOptions ssh_only = o;  // --min-nodes and --elastic-batch apply under Slurm too
+    ssh_only.min_nodes = 0;
+    ssh_only.allow_batch_change = false;
+    reject_multi_node_flags(ssh_only);
     SlurmLaunchOptions s;
     s.launch = o.launch;
     s.master_addr_given = o.master_addr_given;
+    s.min_nodes = o.min_nodes;
+    s.allow_batch_change = o.allow_batch_change;
     return run_slurm_launch(s);
   }
+  reject_multi_node_flags(o);
   return run_local_launch(o.launch);
 }
 

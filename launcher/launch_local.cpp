@@ -67,8 +67,8 @@ std::string name_node(const std::string& message, const std::string& host) {
 
 }  // namespace
 
-void validate_config(const LocalLaunchOptions& o, int world_size) {
-  load_run_config(o, world_size);
+int validate_config(const LocalLaunchOptions& o, int world_size) {
+  return static_cast<int>(load_run_config(o, world_size).parallel.sequence_parallel_size);
 }
 
 void stage_node_inputs(const LocalLaunchOptions& o, int world_size, const std::string& host,
@@ -112,13 +112,15 @@ std::vector<std::string> rank_command(const LocalLaunchOptions& o) {
 
 WorldPlan plan_local_launch(const LocalLaunchOptions& options) {
   check_local_options(options);
-  if (!options.exec) validate_config(options, options.nproc);
+  const int sequence_parallel = options.exec ? 1 : validate_config(options, options.nproc);
   PlanRequest request;
   request.nodes = {NodeSpec{"localhost", options.nproc, {}}};
   request.master_addr = options.master_addr;
   request.master_port = options.master_port != 0 ? options.master_port : find_free_port();
   request.command = rank_command(options);
-  return make_world_plan(request);
+  WorldPlan plan = make_world_plan(request);
+  plan.sequence_parallel_size = sequence_parallel;
+  return plan;
 }
 
 std::string format_plan(const WorldPlan& plan) {
@@ -184,6 +186,7 @@ int run_local_launch(const LocalLaunchOptions& options) {
   WorldPlan plan = plan_local_launch(options);
   if (options.dry_run) {
     std::fputs(format_plan(plan).c_str(), stdout);
+    std::fputs(format_parallel_groups(plan).c_str(), stdout);
     std::fflush(stdout);
     return 0;
   }

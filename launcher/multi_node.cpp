@@ -5,13 +5,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <set>
 
 #include <fmt/format.h>
 
-#include "config/config.h"
 #include "core/error.h"
 #include "core/secrets.h"
+#include "launcher/elastic_batch.h"
 #include "launcher/free_port.h"
 #include "launcher/output.h"
 #include "launcher/program_path.h"
@@ -120,7 +119,8 @@ MultiNodePlan plan_multi_node(const MultiNodeOptions& o, const char* const* envi
                    plan.nodes.end());
   if (plan.nodes.empty()) fail(ErrorKind::kRuntime, "no host left to run on");
   plan.world = make_world_plan(world_request(o, launch, plan.nodes));
-  if (!launch.exec) validate_config(launch, plan.world.world_size);
+  if (!launch.exec)
+    plan.world.sequence_parallel_size = validate_config(launch, plan.world.world_size);
   RemoteEnvSources sources;
   sources.environ = environ;
   const char* home = std::getenv("HOME");
@@ -175,35 +175,6 @@ std::string format_multi_node_plan(const MultiNodePlan& plan) {
 
 namespace {
 
-struct BatchShape {
-  int64_t micro = 1, accum = 1, train_batch_size = -1;
-};
-
-BatchShape batch_shape(const MultiNodeOptions& o, int world) {
-  config::LoadOptions load;
-  load.overrides = o.launch.overrides;
-  load.world_size = world;
-  const config::Config c = config::load_config(resolved_launch(o).config_path, load);
-  return {c.training.per_device_train_batch_size, c.training.gradient_accumulation_steps,
-          c.training.train_batch_size};
-}
-
-// Every rank count the job can shrink to: sums of the node sizes over the subsets of at least
-// `min_nodes` nodes (dynamic programming over node count and rank count).
-std::set<int> shrunk_worlds(const std::vector<SelectedNode>& nodes, int min_nodes) {
-  std::vector<std::set<int>> sums(nodes.size() + 1);  // sums[c]: rank counts of c nodes
-  sums[0].insert(0);
-  for (const SelectedNode& n : nodes) {
-    for (size_t c = nodes.size(); c >= 1; --c) {
-      for (int s : sums[c - 1]) sums[c].insert(s + static_cast<int>(n.slots.size()));
-    }
-  }
-  std::set<int> out;
-  for (size_t c = static_cast<size_t>(std::max(1, min_nodes)); c < nodes.size(); ++c)
-    out.insert(sums[c].begin(), sums[c].end());
-  return out;
-}
-
 // After a failed attempt: the hosts that cannot be reached again, left out while at least
 // min_nodes remain. Error(kRuntime) when fewer would.
 std::vector<std::string> unreachable_hosts(const MultiNodeOptions& o, const MultiNodePlan& plan) {
@@ -223,74 +194,24 @@ std::vector<std::string> unreachable_hosts(const MultiNodeOptions& o, const Mult
   return lost;
 }
 
-}  // namespace
-
-namespace {
-
-// The nearest whole accumulation for b's global batch on new_world ranks.
-int64_t nearest_accumulation(const BatchShape& b, int world, int new_world) {
-  const int64_t per_step = b.micro * new_world;
-  return std::max<int64_t>(1, (b.micro * b.accum * world + per_step / 2) / per_step);
-}
-
-bool batch_kept(const BatchShape& b, int world, int new_world) {
-  return (b.micro * b.accum * world) % (b.micro * new_world) == 0;
-}
-
-std::string unkept_batch(const BatchShape& b, int world, int new_world) {
-  const int64_t nearest = nearest_accumulation(b, world, new_world);
-  return fmt::format(
-      "the global batch {} (micro {} x accumulation {} x {} ranks) cannot be kept on {} rank(s): "
-      "it is not a multiple of micro {} x {} ranks; --elastic-batch allow-change accepts the "
-      "nearest, {} (accumulation {})",
-      b.micro * b.accum * world, b.micro, b.accum, world, new_world, b.micro, new_world,
-      nearest * b.micro * new_world, nearest);
+std::vector<int> node_sizes(const MultiNodePlan& plan) {
+  std::vector<int> sizes;
+  for (const SelectedNode& n : plan.nodes) sizes.push_back(static_cast<int>(n.slots.size()));
+  return sizes;
 }
 
 }  // namespace
-
-std::vector<std::string> batch_overrides(const MultiNodeOptions& o, int world, int new_world) {
-  if (new_world == world || o.launch.exec) return {};
-  const BatchShape b = batch_shape(o, world);
-  const int64_t per_step = b.micro * new_world;  // samples of one micro-step on the new world
-  int64_t accum = b.micro * b.accum * world / per_step;
-  if (!batch_kept(b, world, new_world)) {
-    if (!o.allow_batch_change) fail(ErrorKind::kConfig, "{}", unkept_batch(b, world, new_world));
-    accum = nearest_accumulation(b, world, new_world);
-    write_all(2, fmt::format("dstrain launch: global batch {} -> {} on {} rank(s) (accumulation "
-                             "{}; --elastic-batch allow-change)\n",
-                             b.micro * b.accum * world, accum * per_step, new_world, accum));
-  }
-  std::vector<std::string> out = {fmt::format("training.gradient_accumulation_steps={}", accum)};
-  if (b.train_batch_size > 0)
-    out.push_back(fmt::format("training.train_batch_size={}", accum * per_step));
-  return out;
-}
-
-void check_elastic_batch(const MultiNodeOptions& o, const MultiNodePlan& plan) {
-  if (o.min_nodes <= 0 || o.allow_batch_change || o.launch.exec) return;
-  if (o.min_nodes > static_cast<int>(plan.nodes.size())) {
-    fail(ErrorKind::kUsage, "--min-nodes {} is more than the {} host(s) selected", o.min_nodes,
-         plan.nodes.size());
-  }
-  const int world = plan.world.world_size;
-  const BatchShape b = batch_shape(o, world);  // read once for every world it could shrink to
-  for (int smaller : shrunk_worlds(plan.nodes, o.min_nodes)) {
-    if (!batch_kept(b, world, smaller)) {
-      fail(ErrorKind::kConfig, "--min-nodes {} lets the job shrink to {} rank(s): {}", o.min_nodes,
-           smaller, unkept_batch(b, world, smaller));
-    }
-  }
-}
 
 int run_multi_node_launch(const MultiNodeOptions& options) {
   check_restart_options(options.launch.restart);
   if (options.min_nodes < 0)
     fail(ErrorKind::kUsage, "--min-nodes must be >= 0, got {}", options.min_nodes);
   MultiNodePlan plan = plan_multi_node(options, environ);
-  check_elastic_batch(options, plan);
+  check_elastic_batch(resolved_launch(options), options.allow_batch_change, options.min_nodes,
+                      node_sizes(plan), "host(s)");
   if (options.launch.dry_run) {
     std::fputs(format_multi_node_plan(plan).c_str(), stdout);
+    std::fputs(format_parallel_groups(plan.world).c_str(), stdout);
     std::fflush(stdout);
     if (!options.check) return 0;
     return check_hosts(plan, options.ssh, remote_binary(options));
@@ -311,7 +232,8 @@ int run_multi_node_launch(const MultiNodeOptions& options) {
                                  : with_resume_from(options.launch.args, resume_from);
           MultiNodePlan shrunk = plan_multi_node(next, environ);
           for (const std::string& kv :
-               batch_overrides(options, first_world, shrunk.world.world_size))
+               batch_overrides(resolved_launch(options), options.allow_batch_change, first_world,
+                               shrunk.world.world_size))
             next.launch.overrides.push_back(kv);
           plan = plan_multi_node(next, environ);
         }

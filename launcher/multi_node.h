@@ -57,15 +57,7 @@ std::vector<std::string> agent_argv(const MultiNodeOptions& options, const Multi
 // names of the secret variables sent on its stdin (values redacted).
 std::string format_multi_node_plan(const MultiNodePlan& plan);
 
-// The global batch of a run on `world` ranks kept on `new_world`: the overrides (gradient
-// accumulation, and DeepSpeed's train_batch_size when the config sets it) that make
-// micro × accumulation × ranks the same. Error(kConfig) naming the numbers when no whole
-// accumulation keeps it, unless options.allow_batch_change (then the nearest, announced on stderr).
-std::vector<std::string> batch_overrides(const MultiNodeOptions& options, int world, int new_world);
-
-// With --min-nodes: Error(kConfig) at plan time when some world the job could shrink to (leaving
-// out hosts while at least min_nodes remain) cannot keep the global batch.
-void check_elastic_batch(const MultiNodeOptions& options, const MultiNodePlan& plan);
+// The global batch kept when the world shrinks: elastic_batch.h.
 
 // Runs the job (or the dry run / check); returns the exit code. With --max-restarts a failed job
 // is restarted from `latest` (restart.h); with --min-nodes on the hosts that can still be reached.

@@ -1,5 +1,7 @@
 #include "launcher/plan.h"
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 
 namespace dstrain::launcher {
@@ -74,6 +76,26 @@ WorldPlan make_world_plan(const PlanRequest& request) {
     }
   }
   return plan;
+}
+
+std::string format_parallel_groups(const WorldPlan& plan) {
+  const int p = plan.sequence_parallel_size;
+  if (p <= 1 || plan.world_size % p != 0) return "";
+  std::string out =
+      fmt::format("sequence-parallel groups of {} consecutive ranks (data-parallel size {}):\n", p,
+                  plan.world_size / p);
+  for (int g = 0; g < plan.world_size / p; ++g) {
+    const RankSpec& first = plan.ranks[static_cast<size_t>(g * p)];
+    const RankSpec& last = plan.ranks[static_cast<size_t>(g * p + p - 1)];
+    out += fmt::format("  group {}: ranks {}-{}", g, first.rank, last.rank);
+    if (first.node_rank == last.node_rank) {
+      out += fmt::format(" on node {} ({})\n", first.node_rank, first.host);
+    } else {
+      out += fmt::format(" across nodes {}-{}: its all-to-alls cross the network\n",
+                         first.node_rank, last.node_rank);
+    }
+  }
+  return out;
 }
 
 std::vector<RankSpec> ranks_on_node(const WorldPlan& plan, int node_rank) {

@@ -46,6 +46,9 @@ struct WorldPlan {
   std::string master_addr;
   int master_port = 0;
   std::vector<RankSpec> ranks;  // ranks[i].rank == i
+  // parallel.sequence_parallel_size of the run (1 without sequence parallelism, or with --exec):
+  // the ranks form groups of this many consecutive ranks.
+  int sequence_parallel_size = 1;
 };
 
 // Builds the plan. Throws Error(kUsage) for an empty node list, nproc < 1, devices not matching
@@ -54,6 +57,11 @@ WorldPlan make_world_plan(const PlanRequest& request);
 
 // The ranks of one node, in rank order (what a node agent spawns).
 std::vector<RankSpec> ranks_on_node(const WorldPlan& plan, int node_rank);
+
+// For --dry-run: the sequence-parallel groups, one line each ("  group 0: ranks 0-1 on node 0
+// (host)"), a group spread over nodes marked as such (its all-to-alls then cross the network).
+// Empty without sequence parallelism.
+std::string format_parallel_groups(const WorldPlan& plan);
 
 // Throws Error(kUsage) naming `flag` unless 1 <= port <= 65535.
 void check_port(int port, const char* flag);

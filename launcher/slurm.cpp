@@ -10,9 +10,12 @@
 
 #include "core/error.h"
 #include "core/secrets.h"
+#include "launcher/elastic_batch.h"
 #include "launcher/hostlist.h"
+#include "launcher/output.h"
 #include "launcher/program_path.h"
 #include "launcher/shell_quote.h"
+#include "launcher/slurm_step.h"
 #include "launcher/text_util.h"
 
 extern char** environ;
@@ -109,30 +112,31 @@ EnvList torch_env_from_slurm(const EnvMap& env) {
 
 std::vector<std::string> srun_command(const SlurmLaunchOptions& o, const EnvMap& env,
                                       const std::string& binary) {
-  const std::string* nodes = find(env, "SLURM_JOB_NUM_NODES");
-  if (nodes == nullptr) nodes = find(env, "SLURM_NNODES");
-  if (nodes == nullptr) fail(ErrorKind::kInput, "Slurm variable SLURM_JOB_NUM_NODES is not set");
-  int num_nodes =
-      int_var(env, find(env, "SLURM_JOB_NUM_NODES") ? "SLURM_JOB_NUM_NODES" : "SLURM_NNODES", 1);
+  int num_nodes = static_cast<int>(o.nodes.size());
+  if (o.nodes.empty()) {
+    const char* var = find(env, "SLURM_JOB_NUM_NODES") ? "SLURM_JOB_NUM_NODES" : "SLURM_NNODES";
+    if (find(env, var) == nullptr)
+      fail(ErrorKind::kInput, "Slurm variable SLURM_JOB_NUM_NODES is not set");
+    num_nodes = int_var(env, var, 1);
+  }
   const LocalLaunchOptions& l = o.launch;
-  std::string addr = o.master_addr_given ? l.master_addr : first_host(env);
+  std::string addr = o.master_addr_given ? l.master_addr
+                     : o.nodes.empty()   ? first_host(env)
+                                         : o.nodes.front();
   int port = l.master_port != 0 ? l.master_port : master_port(env);
-  std::vector<std::string> argv = {o.srun,
-                                   "--kill-on-bad-exit=1",
-                                   "--ntasks-per-node=1",
+  std::vector<std::string> argv = {o.srun, "--kill-on-bad-exit=1", "--ntasks-per-node=1",
                                    "--nodes=" + std::to_string(num_nodes),
-                                   "--ntasks=" + std::to_string(num_nodes),
-                                   binary,
-                                   "launch",
-                                   "--slurm-agent",
-                                   "--nproc",
-                                   std::to_string(l.nproc),
-                                   "--master-addr",
-                                   addr,
-                                   "--master-port",
-                                   std::to_string(port),
-                                   "--grace",
-                                   fmt::format("{}", l.grace_seconds)};
+                                   "--ntasks=" + std::to_string(num_nodes)};
+  if (!o.nodes.empty()) {
+    std::string list;
+    for (const std::string& node : o.nodes) list += (list.empty() ? "" : ",") + node;
+    argv.push_back("--nodelist=" + list);
+  }
+  if (o.overlap) argv.push_back("--overlap");
+  if (!o.step_name.empty()) argv.push_back("--job-name=" + o.step_name);
+  argv.insert(argv.end(), {binary, "launch", "--slurm-agent", "--nproc", std::to_string(l.nproc),
+                           "--master-addr", addr, "--master-port", std::to_string(port), "--grace",
+                           fmt::format("{}", l.grace_seconds)});
   if (!l.log_dir.empty()) argv.insert(argv.end(), {"--log-dir", l.log_dir});
   if (!l.stage_dir.empty()) argv.insert(argv.end(), {"--stage-dir", l.stage_dir});
   for (const std::string& kv : l.overrides) argv.insert(argv.end(), {"--set", kv});
@@ -147,8 +151,90 @@ std::vector<std::string> srun_command(const SlurmLaunchOptions& o, const EnvMap&
   return argv;
 }
 
+namespace {
+
+constexpr double kNodeCheckSeconds = 20;  // every node checked in parallel after a failed step
+
+std::vector<std::string> job_nodes(const EnvMap& env) {
+  const std::string* list = find(env, "SLURM_JOB_NODELIST");
+  if (list == nullptr) list = find(env, "SLURM_NODELIST");
+  if (list == nullptr) fail(ErrorKind::kInput, "Slurm variable SLURM_JOB_NODELIST is not set");
+  return expand_hostlist(*list);
+}
+
+// After a failed step: the nodes that can still run one (slurm_step.h), in their order. Error
+// (kRuntime) when fewer than --min-nodes remain.
+std::vector<std::string> usable_nodes(const SlurmLaunchOptions& o, const std::string& job,
+                                      const std::vector<std::string>& nodes) {
+  std::vector<std::string> usable;
+  for (const NodeCheck& c : check_slurm_nodes(job, nodes, kNodeCheckSeconds)) {
+    if (c.usable) {
+      usable.push_back(c.node);
+      continue;
+    }
+    write_all(2,
+              secrets::redact(fmt::format(
+                  "dstrain launch: Slurm node {} cannot run a step again: {}\n", c.node, c.why)));
+  }
+  if (usable.size() < nodes.size() && static_cast<int>(usable.size()) < o.min_nodes) {
+    fail(ErrorKind::kRuntime,
+         "only {} of {} Slurm node(s) can run a step, fewer than --min-nodes {}; not restarting",
+         usable.size(), nodes.size(), o.min_nodes);
+  }
+  return usable;
+}
+
+void print_srun_line(const std::string& job, const std::vector<std::string>& argv) {
+  // The environment, secrets included, reaches the agents through srun, never on its command line.
+  write_all(2,
+            "dstrain launch: Slurm job " + job + ": " + secrets::redact(shell_join(argv)) + "\n");
+}
+
+// --max-restarts: one srun step per attempt; after a failure the same nodes again, or with
+// --min-nodes those that can still run a step, with the global batch kept.
+int run_steps_with_restarts(const SlurmLaunchOptions& o, const EnvMap& env) {
+  const std::string job = std::to_string(int_var(env, "SLURM_JOB_ID", 0));
+  const std::vector<std::string> all = job_nodes(env);
+  const int nproc = o.launch.nproc;
+  const int first_world = static_cast<int>(all.size()) * nproc;
+  check_elastic_batch(o.launch, o.allow_batch_change, o.min_nodes,
+                      std::vector<int>(all.size(), nproc), "Slurm node(s)");
+  const RunDirs dirs = run_dirs(o.launch, first_world);
+  SlurmLaunchOptions next = o;
+  next.nodes = all;
+  return run_with_restarts(o.launch.restart, dirs, [&](int k, const std::string& resume_from) {
+    if (k > 0) {
+      if (o.min_nodes > 0) next.nodes = usable_nodes(o, job, next.nodes);
+      next.overlap = true;
+      next.launch.overrides = o.launch.overrides;
+      const int world = static_cast<int>(next.nodes.size()) * nproc;
+      for (const std::string& kv :
+           batch_overrides(o.launch, o.allow_batch_change, first_world, world))
+        next.launch.overrides.push_back(kv);
+      next.launch.args =
+          resume_from.empty() ? o.launch.args : with_resume_from(o.launch.args, resume_from);
+    }
+    next.step_name = fmt::format("dstrain-agents-{}", k);
+    SrunStep step;
+    step.argv = srun_command(next, env, self_executable());
+    print_srun_line(job, step.argv);
+    step.argv[0] = resolve_program(step.argv[0]);
+    step.nodes = next.nodes;
+    step.nproc = nproc;
+    step.job_id = job;
+    step.name = next.step_name;
+    step.grace_seconds = o.launch.grace_seconds;
+    return run_srun_step(step);
+  });
+}
+
+}  // namespace
+
 int run_slurm_launch(const SlurmLaunchOptions& options) {
   check_local_options(options.launch);
+  check_restart_options(options.launch.restart);
+  if (options.min_nodes < 0)
+    fail(ErrorKind::kUsage, "--min-nodes must be >= 0, got {}", options.min_nodes);
   EnvMap env = current_environment();
   SlurmLaunchOptions resolved = options;
   if (!resolved.launch.exec) {
@@ -159,12 +245,11 @@ int run_slurm_launch(const SlurmLaunchOptions& options) {
   } else {
     resolved.launch.args[0] = resolve_program(resolved.launch.args[0]);
   }
+  if (options.launch.restart.max_restarts > 0 && !options.launch.dry_run)
+    return run_steps_with_restarts(resolved, env);
   std::vector<std::string> argv = srun_command(resolved, env, self_executable());
-  // The environment, secrets included, reaches the agents through srun, never on its command line.
-  std::string line =
-      "dstrain launch: Slurm job " + env["SLURM_JOB_ID"] + ": " + secrets::redact(shell_join(argv));
-  std::fprintf(stderr, "%s\n", line.c_str());
   std::fflush(stderr);
+  print_srun_line(env["SLURM_JOB_ID"], argv);
   if (options.launch.dry_run) return 0;
   std::vector<char*> c_argv;
   for (std::string& a : argv) c_argv.push_back(a.data());

@@ -27,7 +27,8 @@ void set_forward_command(CLI::App& debug, int* exit_code) {
       "('grad.<module>.lora_A.weight', 'grad.<module>.lora_B.weight').\n"
       "Example:\n"
       "  dstrain debug forward --model hf/qwen2-tiny --ids ids.safetensors --out "
-      "dstrain.safetensors");
+      "dstrain.safetensors\n"
+      "  dstrain launch --nproc 2 --exec -- dstrain debug forward --sequence-parallel 2 ...");
   auto o = std::make_shared<train::DebugForwardOptions>();
   cmd->add_option("--model", o->model_dir, "Hugging Face model directory")
       ->required()
@@ -46,8 +47,19 @@ void set_forward_command(CLI::App& debug, int* exit_code) {
                   "PEFT LoRA adapter directory to apply, as a LoRA run applies it")
       ->type_name("DIR");
   cmd->add_flag("--eval", o->eval, "Evaluation mode (LoRA dropout off), as model.eval()");
+  cmd->add_option("--sequence-parallel", o->sequence_parallel,
+                  "Run as one rank of a sequence-parallel group of P processes started by "
+                  "'dstrain launch --nproc P --exec -- dstrain debug forward ...' (CPU; T "
+                  "divisible by P); rank 0 writes OUT")
+      ->type_name("P")
+      ->check(CLI::PositiveNumber)
+      ->default_val(1);
   cmd->callback([o, exit_code] {
     const train::DebugForwardResult r = train::debug_forward(*o);
+    if (!r.wrote) {
+      *exit_code = 0;
+      return;
+    }
     std::printf("loss %.8f (%s, %s%s), %lld gradients, wrote %s\n", r.loss, r.dtype.c_str(),
                 o->device.c_str(), o->eval ? ", eval" : "", static_cast<long long>(r.gradients),
                 o->out_path.c_str());
@@ -62,7 +74,8 @@ void set_debug_command(CLI::App& root, int* exit_code) {
   cmd->footer(
       "Example:\n"
       "  dstrain debug forward --model hf/qwen2-tiny --ids ids.safetensors --out "
-      "dstrain.safetensors");
+      "dstrain.safetensors\n"
+      "  dstrain launch --nproc 2 --exec -- dstrain debug forward --sequence-parallel 2 ...");
   cmd->require_subcommand(1);
   set_forward_command(*cmd, exit_code);
 }

@@ -111,9 +111,11 @@ void add_multi_node_flags(CLI::App* cmd, LaunchFlags* f) {
       ->group(group);
   cmd->add_flag("--check", o.check, "With --dry-run: connect to each host, run 'dstrain version'")
       ->group(group);
-  cmd->add_option("--min-nodes", o.min_nodes,
-                  "With --max-restarts: leave out hosts that cannot be reached again and restart "
-                  "on the others while at least M remain (the global batch is kept)")
+  cmd->add_option(
+         "--min-nodes", o.min_nodes,
+         "With --max-restarts (SSH or Slurm): leave out hosts that cannot be reached (Slurm "
+         "nodes that cannot run a step) again and restart on the others while at least M "
+         "remain (the global batch is kept)")
       ->type_name("M")
       ->group(group);
   auto* elastic = cmd->add_option_function<std::string>(

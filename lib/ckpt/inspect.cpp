@@ -77,9 +77,14 @@ std::vector<ConfigDifference> config_differences(const Manifest& manifest,
   if (manifest.config_yaml.empty()) {
     fail(ErrorKind::kInput, "the checkpoint's manifest has no saved config to compare with");
   }
-  const config::Config saved =
-      config::load_config_from_string(manifest.config_yaml, "the checkpoint's config.yaml");
+  // Both at the checkpoint's world size, which the saved config was valid for (its
+  // sequence_parallel_size divides it).
+  config::LoadOptions saved_load;
+  saved_load.world_size = manifest.world_size;
+  const config::Config saved = config::load_config_from_string(
+      manifest.config_yaml, "the checkpoint's config.yaml", saved_load);
   config::LoadOptions load;
+  load.world_size = manifest.world_size;
   load.overrides = overrides;
   const config::Config given = config::load_config(config_path, load);
   std::map<std::string, std::string> a;

@@ -14,6 +14,8 @@ const char* to_string(CollectiveKind kind) {
       return "broadcast";
     case CollectiveKind::kBarrier:
       return "barrier";
+    case CollectiveKind::kAllToAll:
+      return "all_to_all";
   }
   return "unknown";
 }

@@ -9,7 +9,10 @@
 //  - Buffers must stay alive and unmodified until wait() returns.
 //  - Byte counters count what this rank sends over the wire for each collective kind, computed from
 //    the algorithm's theory (ring: all_reduce 2(N-1)/N·S, reduce_scatter/all_gather (N-1)/N·S,
-//    where S is the full buffer size), so tests can check ZeRO's communication volume.
+//    all_to_all (N-1)/N·S, where S is the full buffer size), so tests can check ZeRO's
+//    communication volume.
+//  - split() makes sub-communicators (a sequence-parallel group, a data-parallel group) over the
+//    same transport; ranks and sizes of a sub-communicator are its own.
 // Implementations: GlooCommunicator (CPU, LibTorch c10d + libgloo), NcclCommunicator (CUDA).
 
 #include <chrono>
@@ -24,7 +27,14 @@ namespace dstrain::comm {
 
 enum class ReduceOp { kSum, kAvg, kMax };
 
-enum class CollectiveKind { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier };
+enum class CollectiveKind {
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kBroadcast,
+  kBarrier,
+  kAllToAll
+};
 const char* to_string(CollectiveKind kind);
 
 class Work {
@@ -54,6 +64,17 @@ class Communicator {
   virtual std::unique_ptr<Work> all_gather(torch::Tensor& output, const torch::Tensor& input) = 0;
   virtual std::unique_ptr<Work> broadcast(torch::Tensor& tensor, int root) = 0;
   virtual void barrier() = 0;
+  // Equal splits: input and output contiguous, same dtype, numel = world_size * chunk. Chunk j of
+  // this rank's input becomes chunk rank() of rank j's output. Its own inverse (backward of
+  // itself, see autograd.h).
+  virtual std::unique_ptr<Work> all_to_all(torch::Tensor& output, const torch::Tensor& input) = 0;
+
+  // Collective over every rank of this communicator (all call it, in the same order relative to
+  // their other collectives): the ranks that pass the same `color` (>= 0) form a new
+  // communicator, ranked in the order of their ranks here. Its collectives involve only them and
+  // keep program order with this communicator's on each rank. It must be destroyed before this
+  // one. Error(kComm/kTimeout) as for the rendezvous; Error(kInternal) for a negative color.
+  virtual std::unique_ptr<Communicator> split(int color) = 0;
 
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }

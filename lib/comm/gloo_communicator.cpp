@@ -9,9 +9,11 @@
 #endif
 #include "comm/gloo_communicator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "comm/collective_error.h"
@@ -92,79 +94,138 @@ std::shared_ptr<gloo::transport::Device> make_device(const RendezvousOptions& op
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
+// What the world and its sub-communicators (split) share: the store, the failure context (errors
+// and the heartbeat speak of world ranks), the one executor thread (so each rank issues every
+// group's collectives in its program order: no two groups can wait on each other in different
+// orders on different ranks) and the count of collectives launched (the heartbeat's numbering).
+struct GlooShared {
+  RendezvousOptions options;
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  std::shared_ptr<FailureContext> context;
+  std::unique_ptr<SerialExecutor> executor;
+  uint64_t issued = 0;  // collectives launched so far: the next one's number is issued + 1
+};
+
 class GlooCommunicator : public Communicator {
  public:
   explicit GlooCommunicator(const RendezvousOptions& options);
+  // A sub-communicator over `group` (null for a group of one), keys under `prefix` in the store.
+  GlooCommunicator(std::shared_ptr<GlooShared> shared,
+                   c10::intrusive_ptr<c10d::ProcessGroupGloo> group, int rank, int size,
+                   std::string prefix);
   ~GlooCommunicator() override;
-  int rank() const override { return context_->rank; }
-  int world_size() const override { return context_->world_size; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return size_; }
   std::unique_ptr<Work> all_reduce(torch::Tensor& tensor, ReduceOp op) override;
   std::unique_ptr<Work> reduce_scatter(torch::Tensor& output, const torch::Tensor& input,
                                        ReduceOp op) override;
   std::unique_ptr<Work> all_gather(torch::Tensor& output, const torch::Tensor& input) override;
   std::unique_ptr<Work> broadcast(torch::Tensor& tensor, int root) override;
   void barrier() override;
+  std::unique_ptr<Work> all_to_all(torch::Tensor& output, const torch::Tensor& input) override;
+  std::unique_ptr<Communicator> split(int color) override;
 
  private:
   std::unique_ptr<Work> launch(CollectiveKind kind, uint64_t bytes, std::function<void()> job);
   int take_ring_tags();
 
-  // Declaration order is teardown order reversed: the executor stops before the group goes.
-  c10::intrusive_ptr<c10d::TCPStore> store_;
-  std::shared_ptr<FailureContext> context_;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
-  std::unique_ptr<SerialExecutor> executor_;
+  std::shared_ptr<GlooShared> shared_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;  // null in a world of one
+  int rank_ = 0;
+  int size_ = 1;
+  bool is_world_ = true;
+  std::string prefix_;  // store keys of this communicator's splits
+  int splits_ = 0;
   int next_tag_ = 0;
-  uint64_t issued_ = 0;  // collectives launched so far: the next one's number is issued_ + 1
 };
 
-GlooCommunicator::GlooCommunicator(const RendezvousOptions& options)
-    : context_(std::make_shared<FailureContext>()) {
-  context_->rank = options.rank;
-  context_->world_size = options.world_size;
-  context_->timeout = options.timeout;
-  if (options.world_size > 1) {
-    store_ = rendezvous(options);
-    context_->heartbeat = std::make_shared<Heartbeat>(options, kHeartbeatInterval);
-    auto group_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
-    try {
-      group_options->devices.push_back(make_device(options));
-      group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, options.rank, options.world_size,
-                                                           group_options);
-    } catch (const Error&) {
-      throw;
-    } catch (const std::exception& e) {
-      std::string why = e.what();
-      fail(ErrorKind::kComm, "rank {} could not connect to its peers through Gloo: {}",
-           options.rank, why.substr(0, why.find('\n')));
-    }
+c10::intrusive_ptr<c10d::ProcessGroupGloo> make_group(const c10::intrusive_ptr<c10d::Store>& store,
+                                                      int rank, int size,
+                                                      const RendezvousOptions& options) {
+  auto group_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
+  try {
+    group_options->devices.push_back(make_device(options));
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, group_options);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    fail(ErrorKind::kComm, "rank {} could not connect to its peers through Gloo: {}", options.rank,
+         why.substr(0, why.find('\n')));
   }
-  executor_ = std::make_unique<SerialExecutor>();
-  executor_->submit([] { trace::name_thread("comm"); });
 }
 
-// The group goes first, so peers still in a collective with this rank fail at once; then the
-// heartbeat says this rank left on purpose (and rank 0 keeps the store up for peers still
-// diagnosing); the store goes last.
+GlooCommunicator::GlooCommunicator(const RendezvousOptions& options)
+    : shared_(std::make_shared<GlooShared>()),
+      rank_(options.rank),
+      size_(options.world_size),
+      prefix_("dstrain/split/") {
+  shared_->options = options;
+  shared_->context = std::make_shared<FailureContext>();
+  FailureContext& context = *shared_->context;
+  context.rank = options.rank;
+  context.world_size = options.world_size;
+  context.timeout = options.timeout;
+  if (options.world_size > 1) {
+    shared_->store = rendezvous(options);
+    context.heartbeat = std::make_shared<Heartbeat>(options, kHeartbeatInterval);
+    group_ = make_group(shared_->store, options.rank, options.world_size, options);
+  }
+  shared_->executor = std::make_unique<SerialExecutor>();
+  shared_->executor->submit([] { trace::name_thread("comm"); });
+}
+
+GlooCommunicator::GlooCommunicator(std::shared_ptr<GlooShared> shared,
+                                   c10::intrusive_ptr<c10d::ProcessGroupGloo> group, int rank,
+                                   int size, std::string prefix)
+    : shared_(std::move(shared)),
+      group_(std::move(group)),
+      rank_(rank),
+      size_(size),
+      is_world_(false),
+      prefix_(std::move(prefix)) {}
+
+// The world's group goes first, so peers still in a collective with this rank fail at once; then
+// the heartbeat says this rank left on purpose (and rank 0 keeps the store up for peers still
+// diagnosing); the store goes last. A sub-communicator's queued jobs hold its group themselves.
 GlooCommunicator::~GlooCommunicator() {
-  executor_.reset();
+  if (!is_world_) return;
+  shared_->executor.reset();
   group_.reset();
-  if (context_->heartbeat) context_->heartbeat->leave();
+  if (shared_->context->heartbeat) shared_->context->heartbeat->leave();
+}
+
+std::unique_ptr<Communicator> GlooCommunicator::split(int color) {
+  if (color < 0) fail(ErrorKind::kInternal, "split: color {} is negative", color);
+  const std::string prefix = fmt::format("{}{}/", prefix_, splits_++);
+  std::vector<int> members{rank_};
+  if (size_ > 1) members = split_members(*shared_->store, prefix, rank_, size_, color);
+  const int rank =
+      static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+  const int size = static_cast<int>(members.size());
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  const std::string group_prefix = fmt::format("{}group/{}/", prefix, color);
+  if (size > 1) {
+    auto store = c10::make_intrusive<c10d::PrefixStore>(group_prefix, shared_->store);
+    group = make_group(store, rank, size, shared_->options);
+  }
+  return std::make_unique<GlooCommunicator>(shared_, std::move(group), rank, size, group_prefix);
 }
 
 std::unique_ptr<Work> GlooCommunicator::launch(CollectiveKind kind, uint64_t bytes,
                                                std::function<void()> job) {
   count(kind, bytes);
-  const uint64_t seq = ++issued_;
+  const uint64_t seq = ++shared_->issued;
   // The span is the collective's own run on the executor thread, labelled by what launched it (a
   // gradient bucket, a stage-3 unit): set against the main thread's spans it shows the overlap.
   auto traced = [job = std::move(job), kind, label = trace::current_label(),
-                 size = static_cast<int64_t>(bytes), heartbeat = context_->heartbeat, seq] {
+                 size = static_cast<int64_t>(bytes), heartbeat = shared_->context->heartbeat, seq] {
     if (heartbeat) heartbeat->entered(seq);
     const trace::Span span("comm", to_string(kind), label, {"bytes_sent", size});
     job();
   };
-  return std::make_unique<FutureWork>(executor_->submit(std::move(traced)), kind, seq, context_);
+  return std::make_unique<FutureWork>(shared_->executor->submit(std::move(traced)), kind, seq,
+                                      shared_->context);
 }
 
 int GlooCommunicator::take_ring_tags() {
@@ -243,6 +304,33 @@ void GlooCommunicator::barrier() {
   launch(CollectiveKind::kBarrier, 0, [group = group_, n] {
     if (n > 1) group->barrier()->wait();
   })->wait();
+}
+
+std::unique_ptr<Work> GlooCommunicator::all_to_all(torch::Tensor& output,
+                                                   const torch::Tensor& input) {
+  const auto kind = CollectiveKind::kAllToAll;
+  const int n = world_size();
+  check_buffer(kind, "output", output);
+  check_buffer(kind, "input", input);
+  if (input.scalar_type() != output.scalar_type() || input.numel() != output.numel() ||
+      input.numel() % n != 0) {
+    fail(ErrorKind::kInternal,
+         "all_to_all: expected input and output of one dtype and size divisible by {}, got {} {} "
+         "and {} {}",
+         n, input.numel(), c10::toString(input.scalar_type()), output.numel(),
+         c10::toString(output.scalar_type()));
+  }
+  const uint64_t bytes = ring_pass_bytes(n, input.numel() * input.element_size());
+  return launch(kind, bytes, [group = group_, output, input, n] {
+    if (n == 1) {
+      if (!output.is_same(input)) output.copy_(input);
+      return;
+    }
+    at::Tensor out = output;
+    at::Tensor in = input;
+    std::vector<int64_t> equal_splits;  // empty: equal chunks
+    group->alltoall_base(out, in, equal_splits, equal_splits)->wait();
+  });
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 
 #include "comm/nccl_communicator.h"
 
+#include <algorithm>
+
 #if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -11,6 +13,7 @@
 #include "comm/nccl_dtype.h"
 #include "comm/nccl_group.h"
 #include "comm/nccl_rendezvous.h"
+#include "comm/rendezvous.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -67,9 +70,13 @@ uint64_t bytes_of(const at::Tensor& t) {
 
 class NcclCommunicator : public Communicator {
  public:
+  // `prefix`: where this communicator's splits keep their keys in the store.
   NcclCommunicator(c10::intrusive_ptr<c10d::TCPStore> store, std::unique_ptr<NcclGroup> group,
-                   StreamProvider stream)
-      : store_(std::move(store)), group_(std::move(group)), stream_(std::move(stream)) {
+                   StreamProvider stream, std::string prefix = "dstrain/split/")
+      : store_(std::move(store)),
+        group_(std::move(group)),
+        stream_(std::move(stream)),
+        prefix_(std::move(prefix)) {
     if (!stream_) stream_ = default_stream(group_->device());
   }
   ~NcclCommunicator() override {
@@ -83,6 +90,8 @@ class NcclCommunicator : public Communicator {
   std::unique_ptr<Work> all_gather(torch::Tensor& output, const torch::Tensor& input) override;
   std::unique_ptr<Work> broadcast(torch::Tensor& tensor, int root) override;
   void barrier() override;
+  std::unique_ptr<Work> all_to_all(torch::Tensor& output, const torch::Tensor& input) override;
+  std::unique_ptr<Communicator> split(int color) override;
 
  private:
   void check_pair(CollectiveKind kind, const at::Tensor& small, const at::Tensor& large) const;
@@ -93,6 +102,8 @@ class NcclCommunicator : public Communicator {
   c10::intrusive_ptr<c10d::TCPStore> store_;  // null in a world of one
   std::unique_ptr<NcclGroup> group_;
   StreamProvider stream_;
+  std::string prefix_;
+  int splits_ = 0;
   float* barrier_buffer_ = nullptr;
 };
 
@@ -169,6 +180,50 @@ void NcclCommunicator::barrier() {
                 }},
                 stream_())
       ->synchronize();
+}
+
+std::unique_ptr<Work> NcclCommunicator::all_to_all(torch::Tensor& output,
+                                                   const torch::Tensor& input) {
+  const auto kind = CollectiveKind::kAllToAll;
+  const int n = world_size();
+  check_cuda_buffer(kind, "output", output, group_->device());
+  check_cuda_buffer(kind, "input", input, group_->device());
+  if (input.scalar_type() != output.scalar_type() || input.numel() != output.numel() ||
+      input.numel() % n != 0) {
+    fail(ErrorKind::kInternal,
+         "all_to_all: expected input and output of one dtype and size divisible by {}, got {} {} "
+         "and {} {}",
+         n, input.numel(), c10::toString(input.scalar_type()), output.numel(),
+         c10::toString(output.scalar_type()));
+  }
+  count(kind, ring_pass_bytes(n, bytes_of(input)));
+  auto work = group_->all_to_all(
+      input.data_ptr(), output.data_ptr(), static_cast<size_t>(input.numel() / n),
+      nccl_dtype(kind, input.scalar_type()), input.element_size(), stream_());
+  return wrap(std::move(work), {output, input});
+}
+
+// The members learn each other through the store (split_members), the new group's rank 0
+// publishes a fresh NCCL unique id, and the members join it: a communicator of their own, on the
+// same device and compute stream.
+std::unique_ptr<Communicator> NcclCommunicator::split(int color) {
+  if (color < 0) fail(ErrorKind::kInternal, "split: color {} is negative", color);
+  const std::string prefix = fmt::format("{}{}/", prefix_, splits_++);
+  std::vector<int> members{rank()};
+  if (world_size() > 1) members = split_members(*store_, prefix, rank(), world_size(), color);
+  NcclGroupOptions options;
+  options.rank =
+      static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
+  options.world_size = static_cast<int>(members.size());
+  options.device = group_->device();
+  options.timeout = group_->timeout();
+  const std::string group_prefix = fmt::format("{}group/{}/", prefix, color);
+  const ncclUniqueId id =
+      options.world_size == 1
+          ? NcclGroup::new_unique_id()
+          : exchange_unique_id(*store_, group_prefix + "nccl_id", options.rank, "the job's store");
+  return std::make_unique<NcclCommunicator>(store_, std::make_unique<NcclGroup>(id, options),
+                                            stream_, group_prefix);
 }
 
 }  // namespace

@@ -274,6 +274,28 @@ std::unique_ptr<NcclWork> NcclGroup::broadcast(void* data, size_t count, ncclDat
                  compute);
 }
 
+std::unique_ptr<NcclWork> NcclGroup::all_to_all(const void* input, void* output, size_t chunk_count,
+                                                ncclDataType_t dtype, size_t elem_size,
+                                                cudaStream_t compute) {
+  std::vector<NcclCall> calls;
+  const size_t chunk_bytes = chunk_count * elem_size;
+  for (int peer = 0; peer < world_size_; ++peer) {
+    const void* send = static_cast<const char*>(input) + static_cast<size_t>(peer) * chunk_bytes;
+    void* recv = static_cast<char*>(output) + static_cast<size_t>(peer) * chunk_bytes;
+    calls.push_back([=](ncclComm_t comm, cudaStream_t stream) {
+      return ncclSend(send, chunk_count, dtype, peer, comm, stream);
+    });
+    calls.push_back([=](ncclComm_t comm, cudaStream_t stream) {
+      return ncclRecv(recv, chunk_count, dtype, peer, comm, stream);
+    });
+  }
+  return grouped(CollectiveKind::kAllToAll, calls, compute);
+}
+
+std::chrono::milliseconds NcclGroup::timeout() const {
+  return state_->timeout;
+}
+
 std::unique_ptr<NcclWork> NcclGroup::all_reduce_buckets(const std::vector<NcclBuffer>& buckets,
                                                         ncclRedOp_t op, cudaStream_t compute) {
   std::vector<NcclCall> calls;

@@ -92,6 +92,7 @@ class NcclGroup {
   int world_size() const { return world_size_; }
   int device() const { return device_; }
   cudaStream_t comm_stream() const { return comm_stream_; }
+  std::chrono::milliseconds timeout() const;
 
   // In place; count elements of dtype.
   std::unique_ptr<NcclWork> all_reduce(void* data, size_t count, ncclDataType_t dtype,
@@ -105,6 +106,12 @@ class NcclGroup {
                                        ncclDataType_t dtype, cudaStream_t compute);
   std::unique_ptr<NcclWork> broadcast(void* data, size_t count, ncclDataType_t dtype, int root,
                                       cudaStream_t compute);
+  // input and output hold world_size chunks of chunk_count elements (elem_size bytes each): chunk
+  // j of the input goes to rank j, chunk j of the output comes from it. One ncclSend and one
+  // ncclRecv per peer (itself included) in one NCCL group.
+  std::unique_ptr<NcclWork> all_to_all(const void* input, void* output, size_t chunk_count,
+                                       ncclDataType_t dtype, size_t elem_size,
+                                       cudaStream_t compute);
   // One all_reduce per bucket inside ncclGroupStart/End: one fused launch, one completion event.
   std::unique_ptr<NcclWork> all_reduce_buckets(const std::vector<NcclBuffer>& buckets,
                                                ncclRedOp_t op, cudaStream_t compute);

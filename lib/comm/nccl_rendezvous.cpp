@@ -11,32 +11,32 @@ namespace {
 
 const char* const kUniqueIdKey = "dstrain/nccl/unique_id";
 
-// Rank 0 creates the id and publishes it; the others read it (the store's get waits for it).
-ncclUniqueId exchange_unique_id(c10d::TCPStore& store, const RendezvousOptions& options) {
+}  // namespace
+
+ncclUniqueId exchange_unique_id(c10d::Store& store, const std::string& key, int rank,
+                                const std::string& where) {
   ncclUniqueId id;
-  if (options.rank == 0) {
+  if (rank == 0) {
     id = NcclGroup::new_unique_id();
     const auto* bytes = reinterpret_cast<const uint8_t*>(&id);
-    store.set(kUniqueIdKey, std::vector<uint8_t>(bytes, bytes + sizeof(id)));
+    store.set(key, std::vector<uint8_t>(bytes, bytes + sizeof(id)));
     return id;
   }
   std::vector<uint8_t> bytes;
   try {
-    bytes = store.get(kUniqueIdKey);
+    bytes = store.get(key);
   } catch (const std::exception& e) {
     std::string cause = e.what();
     fail(ErrorKind::kTimeout, "rank {}: did not receive the NCCL unique id from rank 0 at {}: {}",
-         options.rank, store_endpoint(options), cause.substr(0, cause.find('\n')));
+         rank, where, cause.substr(0, cause.find('\n')));
   }
   if (bytes.size() != sizeof(id)) {
     fail(ErrorKind::kComm, "rank {}: the NCCL unique id from rank 0 has {} bytes, expected {}",
-         options.rank, bytes.size(), sizeof(id));
+         rank, bytes.size(), sizeof(id));
   }
   std::memcpy(&id, bytes.data(), sizeof(id));
   return id;
 }
-
-}  // namespace
 
 NcclConnection connect_nccl(const RendezvousOptions& options, int device) {
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
@@ -48,7 +48,7 @@ NcclConnection connect_nccl(const RendezvousOptions& options, int device) {
   ncclUniqueId id;
   if (options.world_size > 1) {
     connection.store = rendezvous(options);
-    id = exchange_unique_id(*connection.store, options);
+    id = exchange_unique_id(*connection.store, kUniqueIdKey, options.rank, store_endpoint(options));
   } else {
     id = NcclGroup::new_unique_id();
   }

@@ -34,6 +34,27 @@ std::string store_endpoint(const RendezvousOptions& options) {
   return fmt::format("{}:{}", options.master_addr, options.master_port);
 }
 
+std::vector<int> split_members(c10d::Store& store, const std::string& prefix, int rank,
+                               int world_size, int color) {
+  const auto key = [&](int r) { return fmt::format("{}color/{}", prefix, r); };
+  const std::string mine = std::to_string(color);
+  store.set(key(rank), std::vector<uint8_t>(mine.begin(), mine.end()));
+  std::vector<int> members;
+  for (int r = 0; r < world_size; ++r) {
+    std::vector<uint8_t> value;
+    try {
+      value = store.get(key(r));
+    } catch (const std::exception& e) {
+      std::string cause = e.what();
+      fail(ErrorKind::kTimeout,
+           "rank {}: splitting the communicator: rank {} never said its group: {}", rank, r,
+           cause.substr(0, cause.find('\n')));
+    }
+    if (std::string(value.begin(), value.end()) == mine) members.push_back(r);
+  }
+  return members;
+}
+
 std::string join_ranks(const std::vector<int>& ranks) {
   return fmt::format("{}", fmt::join(ranks, ", "));
 }

@@ -24,6 +24,13 @@ c10::intrusive_ptr<c10d::TCPStore> connect_store(const RendezvousOptions& option
 // Throws Error(kTimeout) "rendezvous at A:P timed out after T s: ranks 2, 3 of 4 never joined".
 c10::intrusive_ptr<c10d::TCPStore> rendezvous(const RendezvousOptions& options);
 
+// Communicator::split's exchange: every rank of a world of `world_size` publishes its color under
+// `<prefix>color/<rank>` and reads everyone's (the store's get waits up to its timeout). Returns
+// the ranks with this rank's color, ascending. Error(kTimeout) naming a rank whose color never
+// came.
+std::vector<int> split_members(c10d::Store& store, const std::string& prefix, int rank,
+                               int world_size, int color);
+
 // "2, 3" style list for messages.
 std::string join_ranks(const std::vector<int>& ranks);
 

@@ -37,8 +37,9 @@ struct ModelSection {
   // LM head and loss fused in token chunks, never holding the [tokens, vocab] logits
   // (model/fused_linear_cross_entropy.h); false: logits, then the loss.
   bool fused_loss = true;
-  // Float32 logits per chunk of the fused loss, MiB (model/fused_linear_cross_entropy.h).
-  int64_t fused_loss_chunk_mb = 256;
+  // Float32 logits per chunk of the fused loss, MiB (model/fused_linear_cross_entropy.h); -1
+  // (auto): the device's default, 256 MiB on the CPU, 1 GiB on a GPU.
+  int64_t fused_loss_chunk_mb = -1;
 };
 
 struct DataSection {
@@ -141,6 +142,12 @@ struct ZeroSection {
   std::string config;  // path of a DeepSpeed JSON file whose keys were merged in ("" if none)
 };
 
+// How the ranks divide the work beyond data parallelism (docs/training.md, "Sequence
+// parallelism"): world = data-parallel degree × sequence_parallel_size.
+struct ParallelSection {
+  int64_t sequence_parallel_size = 1;  // P: ranks sharing each sequence (DeepSpeed-Ulysses)
+};
+
 // MLflow tracking (docs/training.md): on when a tracking URI is given here or in the environment.
 struct MlflowSection {
   std::string tracking_uri;   // "" = MLFLOW_TRACKING_URI; both empty = MLflow off
@@ -153,6 +160,7 @@ struct LoggingSection {
   bool progress = true;      // live progress line when stdout is a terminal
   bool wall_clock_breakdown = false;
   bool trace = false;             // Chrome/Perfetto trace per rank under <out_dir>/trace
+  int64_t profile_steps = 0;      // PyTorch profiler over this many steps: <out_dir>/profile
   bool tensorboard = true;        // TensorBoard event files (rank 0)
   std::string tensorboard_dir;    // "" = <out_dir>/tb
   std::string mlflow_experiment;  // "" = MLFLOW_EXPERIMENT_NAME, else MLflow's default experiment
@@ -175,6 +183,7 @@ struct Config {
   TrainingSection training;
   LoraSection lora;
   ZeroSection zero;
+  ParallelSection parallel;
   LoggingSection logging;
   CheckpointSection checkpoint;
   std::string source_path;  // the YAML file this came from ("" if built in code)
@@ -182,7 +191,9 @@ struct Config {
 
 struct LoadOptions {
   std::vector<std::string> overrides;  // "key.path=value" strings from --set, in order
-  int world_size = 1;                  // for the train_batch_size consistency check
+  // The ranks of the job: train_batch_size is checked against world / sequence_parallel_size, and
+  // the world must be divisible by sequence_parallel_size.
+  int world_size = 1;
   // Non-fatal notices (e.g. a DeepSpeed key dstrain ignores) are logged with log::warn; when this
   // is set they are also appended here, one line each.
   std::vector<std::string>* warnings = nullptr;
@@ -198,6 +209,7 @@ bool operator==(const TrainingSection& a, const TrainingSection& b);
 bool operator==(const LoraSection& a, const LoraSection& b);
 bool operator==(const OffloadSection& a, const OffloadSection& b);
 bool operator==(const ZeroSection& a, const ZeroSection& b);
+bool operator==(const ParallelSection& a, const ParallelSection& b);
 bool operator==(const MlflowSection& a, const MlflowSection& b);
 bool operator==(const LoggingSection& a, const LoggingSection& b);
 bool operator==(const CheckpointSection& a, const CheckpointSection& b);

@@ -50,6 +50,7 @@ void add_batch_and_optimizer(RuleSet& r) {
   r.add_field("gradient_clipping", "training.gradient_clipping");
   r.add_field("steps_per_print", "training.log_interval");
   r.add_field("wall_clock_breakdown", "logging.wall_clock_breakdown");
+  r.add_field("sequence_parallel_size", "parallel.sequence_parallel_size");
   r.add("optimizer.type", converted("training.optimizer", convert_optimizer_type));
   r.add_field("optimizer.params.lr", "training.lr");
   r.add_field("optimizer.params.betas", "training.betas");
@@ -155,7 +156,6 @@ void add_ignored_top_level(RuleSet& r) {
                           "quantize_training",
                           "weight_quantization",
                           "torch_autocast",
-                          "sequence_parallel_size",
                           "use_node_local_storage"}) {
     r.add_ignored(key);
   }

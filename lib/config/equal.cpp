@@ -83,7 +83,8 @@ bool operator==(const MlflowSection& a, const MlflowSection& b) {
 bool operator==(const LoggingSection& a, const LoggingSection& b) {
   auto t = [](const LoggingSection& s) {
     return std::tie(s.out_dir, s.metrics_path, s.progress, s.wall_clock_breakdown, s.trace,
-                    s.tensorboard, s.tensorboard_dir, s.mlflow_experiment, s.mlflow);
+                    s.profile_steps, s.tensorboard, s.tensorboard_dir, s.mlflow_experiment,
+                    s.mlflow);
   };
   return t(a) == t(b);
 }
@@ -96,9 +97,14 @@ bool operator==(const CheckpointSection& a, const CheckpointSection& b) {
   return t(a) == t(b);
 }
 
+bool operator==(const ParallelSection& a, const ParallelSection& b) {
+  return a.sequence_parallel_size == b.sequence_parallel_size;
+}
+
 bool operator==(const Config& a, const Config& b) {
   return a.model == b.model && a.data == b.data && a.training == b.training && a.lora == b.lora &&
-         a.zero == b.zero && a.logging == b.logging && a.checkpoint == b.checkpoint;
+         a.zero == b.zero && a.parallel == b.parallel && a.logging == b.logging &&
+         a.checkpoint == b.checkpoint;
 }
 
 }  // namespace dstrain::config

@@ -145,7 +145,7 @@ void add_model_and_data(std::vector<Field>& t) {
   t.push_back(gradient_checkpointing());
   t.push_back(tiled_mlp());
   t.push_back(boolean("model.fused_loss", DSTRAIN_MEMBER(model.fused_loss)));
-  t.push_back(integer("model.fused_loss_chunk_mb", Range::kPositive,
+  t.push_back(integer("model.fused_loss_chunk_mb", Range::kPositiveOrUnset,
                       DSTRAIN_MEMBER(model.fused_loss_chunk_mb)));
   t.push_back(text("data.train_path", DSTRAIN_MEMBER(data.train_path)));
   t.push_back(text("data.eval_path", DSTRAIN_MEMBER(data.eval_path)));
@@ -281,6 +281,11 @@ void add_zero(std::vector<Field>& t) {
                       DSTRAIN_MEMBER(zero.stage3_gather_16bit_weights_on_model_save)));
 }
 
+void add_parallel(std::vector<Field>& t) {
+  t.push_back(integer("parallel.sequence_parallel_size", Range::kPositive,
+                      DSTRAIN_MEMBER(parallel.sequence_parallel_size)));
+}
+
 void add_logging_and_checkpoint(std::vector<Field>& t) {
   t.push_back(text("logging.out_dir", DSTRAIN_MEMBER(logging.out_dir)));
   t.push_back(text("logging.metrics_path", DSTRAIN_MEMBER(logging.metrics_path)));
@@ -288,6 +293,8 @@ void add_logging_and_checkpoint(std::vector<Field>& t) {
   t.push_back(
       boolean("logging.wall_clock_breakdown", DSTRAIN_MEMBER(logging.wall_clock_breakdown)));
   t.push_back(boolean("logging.trace", DSTRAIN_MEMBER(logging.trace)));
+  t.push_back(
+      integer("logging.profile_steps", Range::kNonNegative, DSTRAIN_MEMBER(logging.profile_steps)));
   t.push_back(boolean("logging.tensorboard", DSTRAIN_MEMBER(logging.tensorboard)));
   t.push_back(text("logging.tensorboard_dir", DSTRAIN_MEMBER(logging.tensorboard_dir)));
   t.push_back(text("logging.mlflow_experiment", DSTRAIN_MEMBER(logging.mlflow_experiment)));
@@ -317,6 +324,7 @@ std::vector<Field> build_fields() {
   add_training_precision(t);
   add_lora(t);
   add_zero(t);
+  add_parallel(t);
   add_logging_and_checkpoint(t);
   return t;
 }

@@ -21,7 +21,9 @@ std::string describe_origin(const Merger& merger, const std::string& field_path)
 
 // DeepSpeed's rule: train_batch_size = micro * accumulation * world; any two given determine the
 // third. "Given" means written somewhere (our section, DeepSpeed keys or --set), not defaulted.
-void resolve_batch(TrainingSection& t, const Merger& merger, const std::string& file, int world) {
+// `world` is the data-parallel degree: the world size over sequence_parallel_size (`sp`).
+void resolve_batch(TrainingSection& t, const Merger& merger, const std::string& file, int world,
+                   int64_t sp) {
   if (t.train_batch_size == -1) return;
   const Origin at = origin_of(merger, "training.train_batch_size", file);
   const bool micro_given = merger.find("training.per_device_train_batch_size") != nullptr;
@@ -33,7 +35,10 @@ void resolve_batch(TrainingSection& t, const Merger& merger, const std::string& 
     }
     return tbs / divisor;
   };
-  const std::string world_term = fmt::format("world size ({})", world);
+  const std::string world_term =
+      sp == 1 ? fmt::format("world size ({})", world)
+              : fmt::format("data-parallel size ({} = world size {} / sequence_parallel_size {})",
+                            world, world * sp, sp);
   if (micro_given && !accum_given) {
     t.gradient_accumulation_steps = derive(t.per_device_train_batch_size * world,
                                            fmt::format("per_device_train_batch_size ({}) * {}",
@@ -49,9 +54,27 @@ void resolve_batch(TrainingSection& t, const Merger& merger, const std::string& 
   const int64_t product = t.per_device_train_batch_size * t.gradient_accumulation_steps * world;
   if (product != tbs) {
     fail_at(at, fmt::format("{} != per_device_train_batch_size ({}) * gradient_accumulation_steps "
-                            "({}) * world size ({}) = {}",
+                            "({}) * {} = {}",
                             tbs, t.per_device_train_batch_size, t.gradient_accumulation_steps,
-                            world, product));
+                            world_term, product));
+  }
+}
+
+// World = data-parallel degree × P; every rank of a sequence-parallel group keeps max_length / P
+// tokens of each sequence.
+void check_parallel(const Config& c, const Merger& m, const std::string& file, int world) {
+  const int64_t p = c.parallel.sequence_parallel_size;
+  if (world % p != 0) {
+    fail_at(origin_of(m, "parallel.sequence_parallel_size", file),
+            fmt::format("the world size ({}) is not divisible by sequence_parallel_size ({}): "
+                        "world = data-parallel degree x sequence_parallel_size",
+                        world, p));
+  }
+  if (c.data.max_length % p != 0) {
+    fail_at(origin_of(m, "parallel.sequence_parallel_size", file),
+            fmt::format("data.max_length ({}, {}) is not divisible by sequence_parallel_size ({}): "
+                        "each rank of a sequence-parallel group keeps max_length / {} tokens",
+                        c.data.max_length, describe_origin(m, "data.max_length"), p, p));
   }
 }
 
@@ -123,7 +146,10 @@ void resolve_and_validate(Config& config, const Merger& merger, const std::strin
   require(config.model.revision, merger, "model.revision", file,
           "a branch, tag or commit of the hub repo (default main)");
   check_data(config.data, merger, file);
-  resolve_batch(config.training, merger, file, world_size);
+  check_parallel(config, merger, file, world_size);
+  // The batch is counted over data-parallel ranks: a sequence-parallel group reads one sample.
+  const int64_t sp = config.parallel.sequence_parallel_size;
+  resolve_batch(config.training, merger, file, world_size / static_cast<int>(sp), sp);
   check_precision_and_optimizer(config, merger, file);
   check_zero(config.zero, merger, file);
   check_lora(config.lora, merger, file);

@@ -21,11 +21,16 @@ struct ChunkGrads {
 };
 
 // dL/dW += g^T @ h, summed in float32 whatever the compute dtype: g [n, V], h [n, C], dw [V, C].
-// Other dtypes go through blocks of vocabulary rows, so that the compute-dtype product never needs
-// a second [V, C] buffer.
+// On a GPU one bf16/fp16 GEMM accumulates straight into the float32 dw (cuBLAS, float32 output).
+// On the CPU, which has no such GEMM, other dtypes go through blocks of vocabulary rows, so that
+// the compute-dtype product never needs a second [V, C] buffer.
 void accumulate_weight_grad(Tensor& dw, const Tensor& g, const Tensor& h) {
   if (g.scalar_type() == torch::kFloat) {
     dw.addmm_(g.t(), h);
+    return;
+  }
+  if (dw.is_cuda()) {
+    at::addmm_out(dw, dw, g.t(), h, torch::kFloat);
     return;
   }
   constexpr int64_t kRows = 8192;
@@ -135,6 +140,10 @@ void check_shapes(const Tensor& hidden, const Tensor& weight, const Tensor& labe
 
 }  // namespace
 
+int64_t loss_chunk_bytes(const torch::Device& device) {
+  return device.is_cuda() ? kCudaLossChunkBytes : kDefaultLossChunkBytes;
+}
+
 int64_t loss_chunk_tokens(int64_t vocab, int64_t chunk_bytes) {
   const int64_t row_bytes = std::max<int64_t>(1, vocab) * static_cast<int64_t>(sizeof(float));
   return std::max<int64_t>(1, chunk_bytes / row_bytes);
@@ -143,7 +152,8 @@ int64_t loss_chunk_tokens(int64_t vocab, int64_t chunk_bytes) {
 Tensor linear_cross_entropy_sum(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
                                 int64_t ignore_index, int64_t chunk_bytes) {
   check_shapes(hidden, weight, labels);
-  const int64_t chunk_tokens = loss_chunk_tokens(weight.size(0), chunk_bytes);
+  const int64_t chunk_tokens = loss_chunk_tokens(
+      weight.size(0), chunk_bytes > 0 ? chunk_bytes : loss_chunk_bytes(hidden.device()));
   const bool wants_grad =
       torch::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
   if (wants_grad) {

@@ -21,6 +21,21 @@ torch::Tensor repeat_kv(const torch::Tensor& x, int64_t groups) {
 
 }  // namespace
 
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, std::optional<int64_t> window) {
+  const int64_t heads = q.size(1), kv_heads = k.size(1);
+  if (window) {
+    return sliding_window_attention(q, repeat_kv(k, heads / kv_heads),
+                                    repeat_kv(v, heads / kv_heads), *window);
+  }
+  // Grouped-query attention: SDPA serves each key/value head to its query heads itself
+  // (enable_gqa: flash on the CPU, cuDNN/flash on a GPU), without the [B, H, T, D] copies of k and
+  // v that repeating them costs, and the sum over the groups in backward.
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                          /*is_causal=*/true, /*scale=*/std::nullopt,
+                                          /*enable_gqa=*/kv_heads != heads);
+}
+
 void ProjectionAdapters::set(const std::string& projection,
                              std::shared_ptr<LinearAdapter> adapter) {
   if (adapter) {
@@ -86,22 +101,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   }
   q = apply_rope(q.transpose(1, 2), cos, sin);  // [B, H, T, D]
   k = apply_rope(k.transpose(1, 2), cos, sin);  // [B, KV, T, D]
-  const int64_t groups = heads_ / kv_heads_;
-  torch::Tensor out;
-  if (!window_ && x.is_cpu()) {
-    // The CPU flash kernel reads each key/value head for its group of query heads itself, so the
-    // [B, H, T, D] copies of k and v (and their gradients) are never made: 4·B·T·H·D elements
-    // less per layer in backward. On CUDA, GQA would steer fp32 away from the memory-efficient
-    // kernel, so the heads are repeated there as before.
-    out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
-                                           /*is_causal=*/true, /*scale=*/std::nullopt,
-                                           /*enable_gqa=*/groups > 1);
-  } else {
-    const torch::Tensor kr = repeat_kv(k, groups), vr = repeat_kv(v, groups);  // [B, H, T, D]
-    out = window_ ? sliding_window_attention(q, kr, vr, *window_)
-                  : at::scaled_dot_product_attention(q, kr, vr, /*attn_mask=*/{},
-                                                     /*dropout_p=*/0.0, /*is_causal=*/true);
-  }
+  const torch::Tensor out = core ? core(q, k, v, window_) : causal_attention(q, k, v, window_);
   return adapters.apply("o_proj", o_proj, out.transpose(1, 2).reshape({B, T, heads_ * head_dim_}),
                         train);
 }

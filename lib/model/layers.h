@@ -4,6 +4,7 @@
 // Shapes: B batch, T sequence, C hidden_size, H query heads, KV key/value heads, D head_dim, I MLP
 // width.
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -46,6 +47,19 @@ class ProjectionAdapters {
   std::map<std::string, std::shared_ptr<LinearAdapter>> by_name_;
 };
 
+// Causal attention over the whole sequence, the part of attention between RoPE and o_proj:
+// q [B, H, T, D], k and v [B, KV, T, D] → [B, H, T, D], each key/value head serving H/KV
+// consecutive query heads. Over every earlier position, or with a window over the `window` latest
+// ones (sliding_window_attention.h); through SDPA's fused kernels, never a [T, T] score matrix.
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, std::optional<int64_t> window);
+
+// What a layer's attention runs in causal_attention's place, set from outside the model (sequence
+// parallelism wraps causal_attention in all-to-alls); same contract. Empty: causal_attention.
+using AttentionCore =
+    std::function<torch::Tensor(const torch::Tensor& q, const torch::Tensor& k,
+                                const torch::Tensor& v, std::optional<int64_t> window)>;
+
 // RMSNorm with HF semantics: statistics in float32 whatever the input dtype, the normalised value
 // cast back to the input dtype and then scaled by `weight` [dim].
 class RMSNormImpl : public torch::nn::Module {
@@ -65,7 +79,7 @@ TORCH_MODULE(RMSNorm);
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const ModelConfig& config, std::optional<int64_t> window);
-  // x: [B, T, C]; cos, sin: [T, D] in x's dtype. Returns [B, T, C].
+  // x: [B, T, C]; cos, sin: [T, D] in x's dtype (the positions of x's tokens). Returns [B, T, C].
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
   torch::nn::Linear q_proj{nullptr};  // weight [H·D, C]
@@ -75,6 +89,7 @@ class AttentionImpl : public torch::nn::Module {
   RMSNorm q_norm{nullptr};            // [D], qwen3 only
   RMSNorm k_norm{nullptr};            // [D], qwen3 only
   ProjectionAdapters adapters;        // keyed q_proj, k_proj, v_proj, o_proj
+  AttentionCore core;                 // empty: causal_attention
 
  private:
   int64_t heads_, kv_heads_, head_dim_;

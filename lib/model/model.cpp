@@ -54,14 +54,27 @@ DecoderLayer DecoderModelImpl::decoder_layer(int64_t index) const {
 }
 
 std::pair<torch::Tensor, torch::Tensor> DecoderModelImpl::rope(int64_t seq_len,
-                                                               const torch::Tensor& like) {
+                                                               const torch::Tensor& like,
+                                                               const Positions& positions) {
+  const int64_t end = positions.first + seq_len;
+  const int64_t length = positions.length > 0 ? positions.length : end;
+  if (positions.first < 0 || end > length) {
+    fail(ErrorKind::kInternal, "rope: positions [{}, {}) outside a sequence of {}", positions.first,
+         end, length);
+  }
   if (inv_freq_.device() != like.device()) inv_freq_ = inv_freq_.to(like.device());
   torch::Tensor inv_freq = inv_freq_;
   // Dynamic scaling depends on the length once it exceeds max_position_embeddings (rope.h).
-  if (config_.rope_scaling.type == "dynamic" && seq_len > config_.max_position_embeddings)
-    inv_freq = rope_inv_freq(config_, seq_len).to(like.device());
-  auto [cos, sin] = rope_tables(inv_freq, seq_len, rope_scaling_);
+  if (config_.rope_scaling.type == "dynamic" && length > config_.max_position_embeddings)
+    inv_freq = rope_inv_freq(config_, length).to(like.device());
+  auto [cos, sin] = rope_tables(inv_freq, end, rope_scaling_);
+  cos = cos.narrow(0, positions.first, seq_len);
+  sin = sin.narrow(0, positions.first, seq_len);
   return {cos.to(like.scalar_type()), sin.to(like.scalar_type())};
+}
+
+void DecoderModelImpl::set_attention_core(const AttentionCore& core) {
+  for (int64_t i = 0; i < num_layers(); ++i) decoder_layer(i)->self_attn->core = core;
 }
 
 torch::Tensor DecoderModelImpl::embed(const torch::Tensor& input_ids) {
@@ -119,13 +132,14 @@ torch::Tensor DecoderModelImpl::forward(const torch::Tensor& input_ids) {
   return head(hidden_states(input_ids));
 }
 
-torch::Tensor DecoderModelImpl::hidden_states(const torch::Tensor& input_ids) {
+torch::Tensor DecoderModelImpl::hidden_states(const torch::Tensor& input_ids,
+                                              const Positions& positions) {
   if (input_ids.dim() != 2)
     fail(ErrorKind::kInternal, "DecoderModel::forward expects input_ids [B, T], got {} dims",
          input_ids.dim());
   const int64_t T = input_ids.size(1);
   torch::Tensor h = embed(input_ids);
-  auto [cos, sin] = rope(T, h);
+  auto [cos, sin] = rope(T, h, positions);
   for (int64_t i = 0; i < num_layers(); ++i) h = layer(i, h, cos, sin);
   return h;
 }

@@ -48,6 +48,15 @@ struct LossSum {
   torch::Tensor mean() const { return sum / count.clamp_min(1).to(torch::kFloat); }
 };
 
+// Where the tokens of a forward lie in their sequence, for RoPE: a forward over T tokens sees
+// positions [first, first + T) of a sequence `length` long (dynamic RoPE scales by the whole
+// length). The default, length 0, is the whole sequence from position 0. A rank of a
+// sequence-parallel group runs a slice of each sequence.
+struct Positions {
+  int64_t first = 0;
+  int64_t length = 0;  // 0: first + T
+};
+
 // kYes: parameters hold memory. kNo: parameters know their shapes but hold no memory (see
 // storage.h), for an engine that fills only its own shard of them (ZeRO-3); at most one decoder
 // layer is ever allocated at once while building.
@@ -77,7 +86,7 @@ class DecoderModelImpl : public torch::nn::Module {
 
   // embed and every layer, without the head: input_ids [B, T] → hidden [B, T, C]. Same contract
   // as forward(); forward(ids) is head(hidden_states(ids)).
-  torch::Tensor hidden_states(const torch::Tensor& input_ids);
+  torch::Tensor hidden_states(const torch::Tensor& input_ids, const Positions& positions = {});
 
   // The three stages forward() runs, for engines that schedule units themselves.
   torch::Tensor embed(const torch::Tensor& input_ids);  // [B, T] → [B, T, C]
@@ -86,18 +95,23 @@ class DecoderModelImpl : public torch::nn::Module {
   torch::Tensor head(const torch::Tensor& hidden);  // final norm + lm_head: [B, T, C] → [B, T, V]
   // The head and the loss without the [B, T, V] logits: final norm, then the lm_head projection
   // (or the tied embedding) fused with the cross entropy (fused_linear_cross_entropy.h), chunks of
-  // `chunk_bytes` float32 logits at a time. hidden [B, T, C], labels [B, T] aligned as for
-  // causal_lm_loss_sum, whose value and gradients this equals up to float rounding.
-  // chunk_bytes 0: the model's setting (set_loss_chunk_bytes).
+  // `chunk_bytes` float32 logits at a time (0: the device's default). hidden [B, T, C], labels [B,
+  // T] aligned as for causal_lm_loss_sum, whose value and gradients this equals up to float
+  // rounding.
   LossSum head_loss_sum(const torch::Tensor& hidden, const torch::Tensor& labels,
                         int64_t chunk_bytes = 0);
-  // Bytes of float32 logits per chunk of head_loss_sum (default kDefaultLossChunkBytes): one
-  // chunk's logits and log-probabilities, about twice this, are the loss's working memory.
+  // Bytes of float32 logits per chunk of head_loss_sum when it is given none; 0 (the default): the
+  // device's default (loss_chunk_bytes). One chunk's logits and log-probabilities, about twice
+  // this, are the loss's working memory.
   void set_loss_chunk_bytes(int64_t bytes) { loss_chunk_bytes_ = bytes; }
   // The weight the head projects with: lm_head.weight, or model.embed_tokens.weight when tied.
   const torch::Tensor& head_weight() const;
-  // RoPE cos/sin [T, D] on `like`'s device, in its dtype (yarn's attention factor applied).
-  std::pair<torch::Tensor, torch::Tensor> rope(int64_t seq_len, const torch::Tensor& like);
+  // RoPE cos/sin [T, D] for `seq_len` tokens at `positions`, on `like`'s device, in its dtype
+  // (yarn's attention factor applied).
+  std::pair<torch::Tensor, torch::Tensor> rope(int64_t seq_len, const torch::Tensor& like,
+                                               const Positions& positions = {});
+  // Every layer's attention runs `core` in causal_attention's place (layers.h); empty restores it.
+  void set_attention_core(const AttentionCore& core);
 
   void set_layer_hooks(LayerHooks hooks) { hooks_ = std::move(hooks); }
   // Activation checkpointing of every decoder layer (activation_checkpoint.h): layer(), and so
@@ -130,7 +144,7 @@ class DecoderModelImpl : public torch::nn::Module {
   LayerHooks hooks_;
   bool gradient_checkpointing_ = false;
   std::shared_ptr<ActivationOffload> offload_;
-  int64_t loss_chunk_bytes_ = kDefaultLossChunkBytes;
+  int64_t loss_chunk_bytes_ = 0;
 };
 TORCH_MODULE(DecoderModel);
 

@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include "comm/gloo_communicator.h"
 #include "core/error.h"
 #include "lora/adapter_io.h"
 #include "lora/lora_model.h"
@@ -13,6 +14,7 @@
 #include "model/model_config.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
+#include "train/sequence_parallel.h"
 
 namespace dstrain::train {
 namespace stdfs = std::filesystem;
@@ -93,6 +95,51 @@ std::unique_ptr<lora::LoraModel> attach_adapter(model::DecoderModel& m, const st
   return lora_model;
 }
 
+// The sequence-parallel group this process belongs to (null for P = 1), checked against the
+// environment, the model and the batch.
+struct Group {
+  std::unique_ptr<comm::Communicator> world;
+  std::unique_ptr<SequenceParallel> sp;
+};
+
+Group join_group(const DebugForwardOptions& o, const model::ModelConfig& config, int64_t T) {
+  const int p = o.sequence_parallel;
+  if (p == 1) return {};
+  if (o.device != "cpu") {
+    fail(ErrorKind::kUsage, "--sequence-parallel {}: runs on --device cpu only (over Gloo)", p);
+  }
+  if (T % p != 0) {
+    fail(ErrorKind::kInput,
+         "--ids {}: the sequence length {} is not divisible by "
+         "--sequence-parallel {}",
+         o.ids_path, T, p);
+  }
+  SequenceParallel::check_model(config, p, o.model_dir);
+  Group g;
+  g.world = comm::make_gloo_communicator(comm::rendezvous_options_from_env());
+  if (g.world->world_size() != p) {
+    fail(ErrorKind::kUsage,
+         "--sequence-parallel {}: expected a world of {} ranks (dstrain launch --nproc {} --exec "
+         "-- dstrain debug forward ...), WORLD_SIZE is {}",
+         p, p, p, g.world->world_size());
+  }
+  g.sp = std::make_unique<SequenceParallel>(*g.world, p);
+  return g;
+}
+
+// The group's ranks' slices [B, T/P, ...] (rank order) → the whole [B, T, ...] on every rank.
+torch::Tensor gather_sequence(comm::Communicator& world, const torch::Tensor& slice) {
+  const torch::Tensor mine = slice.contiguous();
+  torch::Tensor all = torch::empty({world.world_size() * mine.numel()}, mine.options());
+  world.all_gather(all, mine.reshape({-1}))->wait();
+  std::vector<int64_t> shape{world.world_size()};
+  for (int64_t d : mine.sizes()) shape.push_back(d);
+  const torch::Tensor rows = all.view(shape).transpose(0, 1);  // [B, P, T/P, ...]
+  std::vector<int64_t> whole{mine.size(0), -1};
+  for (int64_t d = 2; d < mine.dim(); ++d) whole.push_back(mine.size(d));
+  return rows.reshape(whole);
+}
+
 }  // namespace
 
 DebugForwardResult debug_forward(const DebugForwardOptions& o) {
@@ -107,22 +154,40 @@ DebugForwardResult debug_forward(const DebugForwardOptions& o) {
   const std::unique_ptr<lora::LoraModel> lora_model =
       o.adapter_dir.empty() ? nullptr : attach_adapter(m, o.adapter_dir, device, dtype);
   m->train(!o.eval);
+  const int64_t T = batch.ids.size(1);
+  Group group = join_group(o, config, T);
+  data::Batch whole;
+  whole.input_ids = batch.ids.to(device);
+  whole.labels = shift_labels(batch.labels).to(device);  // shifted before any slicing
+  const data::Batch mine = group.sp ? group.sp->slice(whole) : whole;
+  const model::Positions positions = group.sp ? group.sp->positions(T) : model::Positions{};
+  if (group.sp) group.sp->apply(*m);
   // Loss and gradients as training computes them by default (model.fused_loss): the head fused
   // with the loss. The logits are the head's output on the same hidden states, outside the graph.
-  const torch::Tensor hidden = m->hidden_states(batch.ids.to(device));
-  const torch::Tensor loss = m->head_loss_sum(hidden, shift_labels(batch.labels).to(device)).mean();
+  const torch::Tensor hidden = m->hidden_states(mine.input_ids, positions);
+  model::LossSum loss_sum = m->head_loss_sum(hidden, mine.labels);
+  if (group.sp) loss_sum = group.sp->reduce_loss(loss_sum);
+  const torch::Tensor loss = loss_sum.mean();
   loss.backward();
   torch::Tensor logits;
   {
     torch::NoGradGuard no_grad;
     logits = m->head(hidden);
+    if (group.world) logits = gather_sequence(*group.world, logits);
   }
+  // Each rank of a group holds its share of the gradient; the engine's average is the whole.
+  auto group_grad = [&](const torch::Tensor& g) {
+    if (!group.world || !g.defined()) return g;
+    torch::Tensor sum = g.contiguous().clone();
+    group.world->all_reduce(sum, comm::ReduceOp::kAvg)->wait();
+    return sum;
+  };
 
   model::NamedTensors out;
   out.emplace_back("logits", logits.detach().to(torch::kCPU, torch::kFloat32));
   out.emplace_back("loss", loss.detach().to(torch::kCPU, torch::kFloat32));
   auto add_grad = [&](const std::string& name, const torch::Tensor& p) {
-    const torch::Tensor& g = p.grad();
+    const torch::Tensor g = group_grad(p.grad());
     out.emplace_back("grad." + name,
                      g.defined() ? g.to(torch::kCPU, torch::kFloat32) : torch::zeros(p.sizes()));
   };
@@ -130,6 +195,9 @@ DebugForwardResult debug_forward(const DebugForwardOptions& o) {
     for (const auto& [name, t] : lora_model->named_parameters()) add_grad(name, t);
   } else {
     for (const auto& item : m->named_parameters()) add_grad(item.key(), item.value());
+  }
+  if (group.world && group.world->rank() != 0) {
+    return {loss.item<double>(), model::dtype_name(dtype), 0, false};
   }
   model::write_safetensors(
       o.out_path, out, std::nullopt,

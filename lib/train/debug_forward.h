@@ -29,20 +29,27 @@ struct DebugForwardOptions {
   std::string adapter_dir;
   // Evaluation mode (as model.eval()): LoRA dropout off. Otherwise training mode, as in training.
   bool eval = false;
+  // P > 1: this process is one rank of a sequence-parallel group of P processes over Gloo (RANK,
+  // WORLD_SIZE = P, MASTER_ADDR, MASTER_PORT, as `dstrain launch --nproc P --exec` sets them),
+  // running the training code path of sequence_parallel.h on its T/P tokens of each sequence;
+  // rank 0 writes the file with the whole sequences' logits and the group's gradients. CPU only.
+  int sequence_parallel = 1;
 };
 
 struct DebugForwardResult {
   double loss = 0;
   std::string dtype;      // the compute dtype's name
   int64_t gradients = 0;  // how many "grad.*" tensors were written
+  bool wrote = true;      // false on ranks other than 0 of a sequence-parallel group
 };
 
 // Writes to `out_path`: "logits" [B, T, V], "loss" [] and, without an adapter, "grad.<parameter>"
 // for every model parameter; with one, "grad.<module>.lora_A.weight" / "lora_B.weight" for every
 // adapted module (the base is frozen, as in a LoRA run). All float32 on the CPU.
-// Error(kUsage) for --device cuda without a GPU; Error(kInput) for a missing or malformed ids
-// file (ids outside the vocabulary, shapes) and for an adapter lib/lora cannot use or that does
-// not fit the model (lora/adapter_io.h, LoraModel::load).
+// Error(kUsage) for --device cuda without a GPU, for sequence_parallel with cuda or in a world
+// of another size; Error(kInput) when T is not divisible by sequence_parallel; Error(kInput) for a
+// missing or malformed ids file (ids outside the vocabulary, shapes) and for an adapter lib/lora
+// cannot use or that does not fit the model (lora/adapter_io.h, LoraModel::load).
 DebugForwardResult debug_forward(const DebugForwardOptions& options);
 
 }  // namespace dstrain::train

@@ -33,12 +33,13 @@ namespace {
 // Embed and every decoder layer, each segment bracketed: input_ids [B, T] → hidden [B, T, C].
 // The head segment is left to the caller.
 torch::Tensor hidden_with_engine(model::DecoderModelImpl& model, zero::Engine& engine,
-                                 const torch::Tensor& input_ids) {
+                                 const torch::Tensor& input_ids,
+                                 const model::Positions& positions) {
   const int64_t T = input_ids.size(1);
   engine.pre_forward(0);
   torch::Tensor h = model.embed(input_ids);
   engine.post_forward(0, h);
-  auto [cos, sin] = model.rope(T, h);
+  auto [cos, sin] = model.rope(T, h, positions);
   for (int64_t i = 0; i < model.num_layers(); ++i) {
     const auto segment = static_cast<size_t>(1 + i);
     engine.pre_forward(segment);
@@ -55,8 +56,9 @@ size_t head_segment(const model::DecoderModelImpl& model) {
 }  // namespace
 
 torch::Tensor forward_with_engine(model::DecoderModelImpl& model, zero::Engine& engine,
-                                  const torch::Tensor& input_ids) {
-  const torch::Tensor h = hidden_with_engine(model, engine, input_ids);
+                                  const torch::Tensor& input_ids,
+                                  const model::Positions& positions) {
+  const torch::Tensor h = hidden_with_engine(model, engine, input_ids, positions);
   engine.pre_forward(head_segment(model));
   torch::Tensor logits = model.head(h);
   engine.post_forward(head_segment(model), logits);
@@ -65,11 +67,12 @@ torch::Tensor forward_with_engine(model::DecoderModelImpl& model, zero::Engine& 
 
 model::LossSum loss_sum_with_engine(model::DecoderModelImpl& model, zero::Engine& engine,
                                     const torch::Tensor& input_ids, const torch::Tensor& labels,
-                                    bool fused) {
+                                    bool fused, const model::Positions& positions) {
   if (!fused) {
-    return model::causal_lm_loss_sum(forward_with_engine(model, engine, input_ids), labels);
+    return model::causal_lm_loss_sum(forward_with_engine(model, engine, input_ids, positions),
+                                     labels);
   }
-  const torch::Tensor h = hidden_with_engine(model, engine, input_ids);
+  const torch::Tensor h = hidden_with_engine(model, engine, input_ids, positions);
   engine.pre_forward(head_segment(model));
   model::LossSum loss = model.head_loss_sum(h, labels);
   // The loss sum is the head segment's output: its gradient arriving starts the head's backward.

@@ -27,8 +27,10 @@ std::vector<std::vector<int>> forward_segments(const model::DecoderModelImpl& mo
 
 // model.forward(input_ids) with every segment bracketed by engine.pre_forward/post_forward.
 // input_ids [B, T] int64 → logits [B, T, V].
+// `positions`: where input_ids lie in their sequences (model.h), for a sequence-parallel slice.
 torch::Tensor forward_with_engine(model::DecoderModelImpl& model, zero::Engine& engine,
-                                  const torch::Tensor& input_ids);
+                                  const torch::Tensor& input_ids,
+                                  const model::Positions& positions = {});
 
 // The loss of input_ids [B, T] against labels [B, T] (aligned, as model::causal_lm_loss_sum
 // takes them), every segment bracketed as above. fused (model.fused_loss): the head segment is
@@ -36,6 +38,6 @@ torch::Tensor forward_with_engine(model::DecoderModelImpl& model, zero::Engine& 
 // and then model::causal_lm_loss_sum. Same loss and gradients either way, up to float rounding.
 model::LossSum loss_sum_with_engine(model::DecoderModelImpl& model, zero::Engine& engine,
                                     const torch::Tensor& input_ids, const torch::Tensor& labels,
-                                    bool fused);
+                                    bool fused, const model::Positions& positions = {});
 
 }  // namespace dstrain::train

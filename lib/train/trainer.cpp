@@ -27,6 +27,7 @@
 #include "train/device.h"
 #include "train/run_outputs.h"
 #include "train/stage3_setup.h"
+#include "train/step_profiler.h"
 #include "train/step_sync.h"
 
 namespace dstrain::train {
@@ -72,6 +73,9 @@ void Trainer::init() {
   // Anything random during training (dropout) draws from LibTorch's default generator, which is
   // otherwise seeded at random: seed it so runs repeat exactly.
   torch::manual_seed(cfg_.training.seed + static_cast<uint64_t>(rank_));
+  const int sp_size = static_cast<int>(cfg_.parallel.sequence_parallel_size);
+  SequenceParallel::check_length(cfg_.data.max_length, sp_size);
+  sp_ = std::make_unique<SequenceParallel>(*comm_, sp_size);
 
   build_model();
   build_data();
@@ -105,6 +109,13 @@ void Trainer::init() {
   log::info("model {}: {:.2f}M parameters, {} layers; {} steps of {} tokens; zero stage {}",
             cfg_.model.name_or_path, model_config_.num_parameters(true) / 1e6,
             model_config_.num_hidden_layers, total_steps_, tokens_per_step_, cfg_.zero.stage);
+  if (sp_->size() > 1) {
+    log::info(
+        "sequence parallel: {} group(s) of {} consecutive ranks (data-parallel size {}), "
+        "{} tokens of each sequence per rank",
+        sp_->data_parallel_size(), sp_->size(), sp_->data_parallel_size(),
+        cfg_.data.max_length / sp_->size());
+  }
   if (engine_->can_update_during_backward()) {
     log::info("no gradient clipping: each bucket/unit is updated during backward, once reduced");
   }
@@ -162,6 +173,7 @@ void Trainer::build_model() {
             .string();
   }
   model_config_ = model::load_model_config(model_dir_);
+  SequenceParallel::check_model(model_config_, sp_->size(), cfg_.model.name_or_path);
   const std::string tok = cfg_.model.tokenizer.empty() ? model_dir_ : cfg_.model.tokenizer;
   tokenizer_ = tokenizer::load_tokenizer(tok);
   if (tokenizer_->vocab_size() > model_config_.vocab_size) {
@@ -179,11 +191,13 @@ void Trainer::build_model() {
   }
   if (cfg_.lora.enabled) attach_lora();
   if (!device_.is_cpu()) move_model_to_device();
+  sp_->apply(*model_);
   model_->train();
   model_->set_gradient_checkpointing(cfg_.model.gradient_checkpointing);
   model_->set_activation_offload(cfg_.model.checkpoint_offload);
   model_->set_tiled_mlp(cfg_.model.tiled_mlp);
-  model_->set_loss_chunk_bytes(cfg_.model.fused_loss_chunk_mb << 20);
+  if (cfg_.model.fused_loss_chunk_mb > 0)
+    model_->set_loss_chunk_bytes(cfg_.model.fused_loss_chunk_mb << 20);
 }
 
 // ZeRO-3: the parameters hold no memory; the engine asks for the values of its own shard only,
@@ -241,7 +255,9 @@ void Trainer::move_model_to_device() {
 
 void Trainer::build_data() {
   datasets_ = data::build_datasets(data_options(cfg_), *tokenizer_);
-  data::LoaderOptions options = loader_options(cfg_, world_, rank_);
+  // The ranks of a sequence-parallel group read the same samples.
+  data::LoaderOptions options =
+      loader_options(cfg_, sp_->data_parallel_size(), sp_->data_parallel_rank());
   options.pin_memory = device_.is_cuda();  // page-locked batches copy to the GPU asynchronously
   loader_ = std::make_unique<data::Loader>(datasets_.train, options);
 }
@@ -251,6 +267,13 @@ data::Batch Trainer::on_device(data::Batch b) const {
   b.input_ids = b.input_ids.to(device_, /*non_blocking=*/true);
   b.labels = b.labels.to(device_, /*non_blocking=*/true);
   return b;
+}
+
+model::LossSum Trainer::local_loss_sum(const data::Batch& whole) {
+  const model::Positions positions = sp_->positions(whole.input_ids.size(1));
+  const data::Batch b = sp_->slice(whole);
+  return loss_sum_with_engine(*model_, *engine_, b.input_ids, b.labels, cfg_.model.fused_loss,
+                              positions);
 }
 
 void Trainer::all_reduce_sum(std::vector<double>& values) {
@@ -275,9 +298,8 @@ torch::Tensor Trainer::train_step(double* fwd_bwd_s, double* data_s) {
     *data_s += d.seconds();
     Stopwatch f;
     trace::Span forward_span("forward", "forward", {"micro_step", b.micro_step});
-    const torch::Tensor loss =
-        loss_sum_with_engine(*model_, *engine_, b.input_ids, b.labels, cfg_.model.fused_loss)
-            .mean();
+    // With sequence parallelism, the mean over the group's whole sequences.
+    const torch::Tensor loss = sp_->reduce_loss(local_loss_sum(b)).mean();
     forward_span.end();
     trace::Span backward_span("backward", "backward", {"micro_step", b.micro_step});
     engine_->backward(loss, {b.micro_step, b.micro_steps});
@@ -308,7 +330,8 @@ EvalResult Trainer::evaluate() {
   const int64_t micro = cfg_.training.per_device_eval_batch_size > 0
                             ? cfg_.training.per_device_eval_batch_size
                             : cfg_.training.per_device_train_batch_size;
-  data::EvalLoader eval(datasets_.eval, micro, world_, rank_, device_.is_cuda());
+  data::EvalLoader eval(datasets_.eval, micro, sp_->data_parallel_size(), sp_->data_parallel_rank(),
+                        device_.is_cuda());
   int64_t batches = eval.num_batches();
   if (cfg_.training.eval_max_batches > 0) {
     batches = std::min(batches, cfg_.training.eval_max_batches);
@@ -317,9 +340,8 @@ EvalResult Trainer::evaluate() {
   for (int64_t i = 0; i < batches; ++i) {
     auto next = eval.next();
     if (!next) break;
-    const data::Batch b = on_device(std::move(*next));
-    const auto ls =
-        loss_sum_with_engine(*model_, *engine_, b.input_ids, b.labels, cfg_.model.fused_loss);
+    // Each rank's own tokens: summed over the world, every token counts once.
+    const auto ls = local_loss_sum(on_device(std::move(*next)));
     acc[0] += ls.sum.item<double>();
     acc[1] += static_cast<double>(ls.count.item<int64_t>());
   }
@@ -400,7 +422,10 @@ RunSummary Trainer::run_steps() {
   // The stop vote (SIGUSR1) of a step is resolved after the next one (step_sync.h); the loss is
   // read only when it is logged, saved or final: other steps wait for nothing on the device.
   DeferredSum stop_vote(*comm_, device_);
+  StepProfiler profiler(cfg_.logging.profile_steps, step_, total_steps_, device_.is_cuda(),
+                        cfg_.logging.out_dir, rank_);
   while (step_ < total_steps_) {
+    profiler.before_step(step_);
     const trace::Span step_span("step", "step", {"step", step_ + 1});
     const double lr = schedule_->lr(step_);
     engine_->set_step_lr(lr);
@@ -411,6 +436,7 @@ RunSummary Trainer::run_steps() {
     optimizer_span.end();
     opt_t += o.seconds();
     ++step_;
+    profiler.after_step(step_);
     ++interval_steps;
     tokens_seen_ += tokens_per_step_;
     const bool stop = stop_vote.pending() && stop_vote.finish()[0] > 0;

@@ -23,6 +23,7 @@
 #include "optim/lr_schedule.h"
 #include "tokenizer/tokenizer.h"
 #include "train/device.h"
+#include "train/sequence_parallel.h"
 #include "zero/engine.h"
 
 namespace dstrain::train {
@@ -75,6 +76,9 @@ class Trainer {
   void move_model_to_device();
   // `b` with its tensors on the compute device (non-blocking copies from pinned memory on CUDA).
   data::Batch on_device(data::Batch b) const;
+  // This rank's loss sum over its tokens of `whole` (a batch of whole sequences; with sequence
+  // parallelism this rank's slice of them), every segment bracketed by the engine.
+  model::LossSum local_loss_sum(const data::Batch& whole);
   torch::Tensor train_step(double* fwd_bwd_s, double* data_s);
   // Collective: the mean over ranks of each rank's `local_loss` (a host read); Error(kRuntime) when
   // it is not finite (training diverged).
@@ -110,6 +114,7 @@ class Trainer {
   int world_ = 1;
   torch::Device device_{torch::kCPU};  // cuda:LOCAL_RANK or the CPU (device.h)
   std::unique_ptr<comm::Communicator> comm_;
+  std::unique_ptr<SequenceParallel> sp_;  // its group outlives the model that uses it
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::string model_dir_;
   model::ModelConfig model_config_;

@@ -19,18 +19,30 @@ import argparse
 import json
 import statistics
 import sys
+import time
 
 import torch
+
+START = time.monotonic()
+
+
+def progress(what):
+    """Where the time goes, on stderr (the caller's log): import, model build, each step."""
+    print(f"[peer {time.monotonic() - START:6.1f} s] {what}", file=sys.stderr, flush=True)
 
 
 def build(args):
     import transformers
+    progress(f"transformers {transformers.__version__} imported")
     config = transformers.AutoConfig.from_pretrained(args.model_dir)
     torch.manual_seed(0)
     dtype = torch.bfloat16 if args.precision == "master" or args.mode == "lora" else torch.float32
-    model = transformers.AutoModelForCausalLM.from_config(
-        config, torch_dtype=dtype, attn_implementation="sdpa").cuda()
+    # Built on the device: a random init of 0.5B parameters on the host takes tens of seconds.
+    with torch.device("cuda"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            config, dtype=dtype, attn_implementation="sdpa")
     model.train()
+    progress("model built on cuda")
     if args.mode == "lora":
         import peft
         lora = peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, bias="none",
@@ -69,6 +81,10 @@ def main(argv):
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--mode", choices=["full", "lora"], default="full")
     p.add_argument("--precision", choices=["master", "autocast"], default="master")
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="torch.profiler over this many steps after two, as dstrain's "
+                        "logging.profile_steps")
+    p.add_argument("--profile-out", help="where the profile's Chrome trace goes")
     args = p.parse_args(argv)
     try:
         model, vocab = build(args)
@@ -78,7 +94,14 @@ def main(argv):
                else torch.optim.AdamW(trainable, lr=1e-5, weight_decay=0.0, fused=True))
         g = torch.Generator(device="cuda").manual_seed(1)
         times = []
+        profiler = None
         for step in range(args.warmup + args.steps):
+            if args.profile_steps and step == 2:
+                torch.cuda.synchronize()
+                profiler = torch.profiler.profile(
+                    activities=[torch.profiler.ProfilerActivity.CPU,
+                                torch.profiler.ProfilerActivity.CUDA], record_shapes=True)
+                profiler.__enter__()
             ids = torch.randint(0, vocab, (args.micro, args.seq + 1), device="cuda", generator=g)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -92,6 +115,12 @@ def main(argv):
                 opt.zero_grad(set_to_none=True)
             end.record()
             end.synchronize()
+            progress(f"step {step + 1}: {start.elapsed_time(end):.1f} ms")
+            if profiler is not None and step == 1 + args.profile_steps:
+                profiler.__exit__(None, None, None)
+                profiler.export_chrome_trace(args.profile_out)
+                progress(f"profile of steps 3-{step + 1}: {args.profile_out}")
+                profiler = None
             if step >= args.warmup:
                 times.append(start.elapsed_time(end) / 1e3)
     except torch.cuda.OutOfMemoryError:

@@ -10,8 +10,12 @@ figures for the summary table and exiting non-zero when the check fails:
                                           dstrain's logits, loss and gradients in transformers
   checks.py bench-figures TABLE.md        the benchmark table in one line
   checks.py trace-top TRACE N TABLE_OUT   the N phases with the most time in a merged trace
+  checks.py profile-top PROFILE STEPS N TABLE_OUT
+                                          the N kernels (on the CPU: operators) with the most time
+                                          in a logging.profile_steps profile of STEPS steps, and how
+                                          busy the GPU was
 
-Only the standard library is needed for bench-figures and trace-top; versions and tiny-run import
+Only the standard library is needed for bench-figures, trace-top and profile-top; versions and tiny-run import
 torch, transformers and safetensors of the device's python3.
 """
 
@@ -158,6 +162,56 @@ def trace_top(trace_path, n, table_out):
     return 0
 
 
+def busy_us(intervals):
+    """Length of the union of (start, end) intervals."""
+    total, end = 0.0, None
+    for a, b in sorted(intervals):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
+
+
+def profile_top(profile_path, steps, n, table_out):
+    """Sums a PyTorch profiler trace (Chrome format) by kernel name: device time per step, share of
+    the GPU's busy time, and busy time against the profiled wall time (idle = launch-bound or
+    waiting on the host). Without kernels (a CPU run) the host operators stand in, by total
+    (inclusive) time."""
+    with open(profile_path) as f:
+        events = json.load(f)["traceEvents"]
+    spans = [e for e in events if e.get("ph") == "X" and "dur" in e]
+    kernels = [e for e in spans if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    what = "kernel" if kernels else "operator"
+    ranked = kernels or [e for e in spans if e.get("cat") == "cpu_op"]
+    if not ranked:
+        print("no kernels or operators in the profile")
+        return 1
+    wall = (max(e["ts"] + e["dur"] for e in spans) - min(e["ts"] for e in spans))
+    busy = busy_us([(e["ts"], e["ts"] + e["dur"]) for e in ranked]) if kernels else wall
+    totals, counts = {}, {}
+    for e in ranked:
+        name = e["name"] if len(e["name"]) <= 90 else e["name"][:87] + "..."
+        totals[name] = totals.get(name, 0.0) + e["dur"]
+        counts[name] = counts.get(name, 0) + 1
+    top = sorted(totals.items(), key=lambda kv: -kv[1])[:n]
+    with open(table_out, "w") as f:
+        f.write(f"| {what} | count per step | ms per step | % of {'GPU busy' if kernels else 'wall'}"
+                " time |\n|---|---|---|---|\n")
+        for name, us in top:
+            f.write(f"| `{name.replace('|', '/')}` | {counts[name] / steps:.0f} | "
+                    f"{us / 1e3 / steps:.2f} | {100 * us / busy:.1f}% |\n")
+    head = ", ".join(f"{name[:40]} {100 * us / busy:.0f}%" for name, us in top[:3])
+    if kernels:
+        print(f"{steps} steps, {wall / 1e3 / steps:.0f} ms per step, GPU busy "
+              f"{100 * busy / wall:.0f}%, {len(kernels) / steps:.0f} kernels per step; {head}")
+    else:
+        print(f"{steps} steps, {wall / 1e3 / steps:.0f} ms per step on the CPU; {head}")
+    return 0
+
+
 def main(argv):
     if not argv:
         print(__doc__, file=sys.stderr)
@@ -171,6 +225,8 @@ def main(argv):
         return bench_figures(rest[0])
     if cmd == "trace-top" and len(rest) == 3:
         return trace_top(rest[0], int(rest[1]), rest[2])
+    if cmd == "profile-top" and len(rest) == 4:
+        return profile_top(rest[0], int(rest[1]), int(rest[2]), rest[3])
     print(__doc__, file=sys.stderr)
     return 2
 

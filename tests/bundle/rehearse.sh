@@ -50,12 +50,15 @@ expect '^\| 3 parity \| skipped: no GPU \|.*1 passed' "$summary" "parity skipped
 expect '^\| 4 tiny-run \| ok \|.*30/30 losses bit-identical.*export in transformers' "$summary" \
        "tiny run, resume and export"
 expect '^\| 5 benchmark \| skipped: no GPU \|' "$summary" "benchmark skipped"
-expect '^\| 6 trace \| ok \| [0-9]+ \| 3 steps' "$summary" "trace summarised"
+expect '^\| 6 trace \| ok \| [0-9]+ \| 5 steps.*profile: 2 steps' "$summary" "trace and profile summarised"
 if grep -q -- "$build/" "$tmp/out/1-environment.log"; then
   echo "FAILED: the environment log names the build directory"; fails=1
 fi
 files=$(find "$tmp/out" -type f | wc -l)
-[ "$files" = 7 ] || { echo "FAILED: $files files in the output directory, expected 7"; fails=1; }
+# summary.md, six step logs and the trace step's profile (the peer's needs a GPU)
+[ "$files" = 8 ] || { echo "FAILED: $files files in the output directory, expected 8"; fails=1; }
+python3 -c 'import gzip, json, sys; json.load(gzip.open(sys.argv[1]))["traceEvents"]' \
+  "$tmp/out/6-profile-rank-0.json.gz" || { echo "FAILED: no readable profile in the output"; fails=1; }
 [ "$rc" = 0 ] || { echo "FAILED: run exited $rc"; fails=1; }
 
 echo "== 5. a bundled library removed"

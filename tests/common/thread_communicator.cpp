@@ -34,6 +34,9 @@ class ThreadGroup {
   int world_size() const { return world_size_; }
   void issue(uint64_t seq, int rank, CollectiveKind kind, ReduceOp op, int root, Slot slot);
   void execute(uint64_t seq, int rank);
+  // Split number `index`: waits for every rank's color; returns the group of `color` and this
+  // rank's place in it.
+  std::pair<std::shared_ptr<ThreadGroup>, int> split(uint64_t index, int rank, int color);
 
  private:
   torch::Tensor compute(const PendingOp& op, int rank) const;
@@ -49,7 +52,13 @@ class ThreadGroup {
       fail(ErrorKind::kComm, "collective #{} on rank {}: the ranks' calls do not match", seq, rank);
     }
   }
+  struct PendingSplit {
+    std::vector<int> colors;
+    int arrived = 0;
+    std::map<int, std::shared_ptr<ThreadGroup>> groups;
+  };
   int world_size_;
+  std::map<uint64_t, PendingSplit> splits_;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::map<uint64_t, PendingOp> ops_;
@@ -102,6 +111,29 @@ void ThreadGroup::execute(uint64_t seq, int rank) {
   if (++op.done == world_size_) ops_.erase(seq);
 }
 
+std::pair<std::shared_ptr<ThreadGroup>, int> ThreadGroup::split(uint64_t index, int rank,
+                                                                int color) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  PendingSplit& pending = splits_[index];
+  if (pending.colors.empty()) pending.colors.assign(world_size_, -1);
+  pending.colors[rank] = color;
+  ++pending.arrived;
+  changed_.notify_all();
+  if (!changed_.wait_for(lock, std::chrono::seconds(30),
+                         [&] { return pending.arrived == world_size_; })) {
+    fail(ErrorKind::kTimeout, "split #{} on rank {}: peers did not arrive in 30 s", index, rank);
+  }
+  int size = 0, place = 0;
+  for (int r = 0; r < world_size_; ++r) {
+    if (pending.colors[r] != color) continue;
+    if (r == rank) place = size;
+    ++size;
+  }
+  auto& group = pending.groups[color];
+  if (!group) group = std::make_shared<ThreadGroup>(size);
+  return {group, place};
+}
+
 torch::Tensor ThreadGroup::compute(const PendingOp& op, int rank) const {
   const int n = world_size_;
   auto reduce = [&](int64_t begin, int64_t count) {
@@ -132,6 +164,13 @@ torch::Tensor ThreadGroup::compute(const PendingOp& op, int rank) const {
       return op.slots[op.root].input.clone();
     case CollectiveKind::kBarrier:
       return {};
+    case CollectiveKind::kAllToAll: {
+      const int64_t chunk = mine.output.numel() / n;
+      std::vector<torch::Tensor> parts;
+      for (const Slot& s : op.slots)
+        parts.push_back(s.input.reshape({-1}).narrow(0, rank * chunk, chunk));
+      return torch::cat(parts).view(mine.output.sizes());
+    }
   }
   return {};
 }
@@ -219,6 +258,24 @@ std::unique_ptr<comm::Work> ThreadCommunicator::broadcast(torch::Tensor& tensor,
 void ThreadCommunicator::barrier() {
   count(CollectiveKind::kBarrier, 0);
   issue(CollectiveKind::kBarrier, {}, {}, ReduceOp::kSum, 0)->wait();
+}
+
+std::unique_ptr<comm::Work> ThreadCommunicator::all_to_all(torch::Tensor& output,
+                                                           const torch::Tensor& input) {
+  const uint64_t n = world_size();
+  if (input.numel() != output.numel() || input.numel() % world_size() != 0 ||
+      !output.is_contiguous()) {
+    fail(ErrorKind::kInternal, "all_to_all: input numel {} and output numel {} for {} ranks",
+         input.numel(), output.numel(), n);
+  }
+  count(CollectiveKind::kAllToAll, (n - 1) * bytes_of(input) / n);
+  return issue(CollectiveKind::kAllToAll, output, input, ReduceOp::kSum, 0);
+}
+
+std::unique_ptr<comm::Communicator> ThreadCommunicator::split(int color) {
+  if (color < 0) fail(ErrorKind::kInternal, "split: color {} is negative", color);
+  auto [group, rank] = group_->split(next_split_++, rank_, color);
+  return std::make_unique<ThreadCommunicator>(std::move(group), rank);
 }
 
 void run_ranks(int world_size, const std::function<void(ThreadCommunicator&)>& body) {

@@ -8,7 +8,8 @@
 // buffers only in wait() makes a caller that modifies a buffer before wait() see wrong results, as
 // it would with a real asynchronous backend. Reductions add in rank order in fp64 (so results do
 // not depend on thread timing). Byte counters use the header's ring formulas; broadcast counts S on
-// the root.
+// the root. split() waits for every rank's color and hands the ranks of one color a ThreadGroup
+// of their own.
 
 #include <condition_variable>
 #include <cstdint>
@@ -37,6 +38,9 @@ class ThreadCommunicator : public comm::Communicator {
                                          const torch::Tensor& input) override;
   std::unique_ptr<comm::Work> broadcast(torch::Tensor& tensor, int root) override;
   void barrier() override;
+  std::unique_ptr<comm::Work> all_to_all(torch::Tensor& output,
+                                         const torch::Tensor& input) override;
+  std::unique_ptr<comm::Communicator> split(int color) override;
 
  private:
   std::unique_ptr<comm::Work> issue(comm::CollectiveKind kind, torch::Tensor output,
@@ -44,6 +48,37 @@ class ThreadCommunicator : public comm::Communicator {
   std::shared_ptr<ThreadGroup> group_;
   int rank_;
   uint64_t next_seq_ = 0;
+  uint64_t next_split_ = 0;
+};
+
+// Forwards to a communicator owned elsewhere: a Trainer owns its communicator, while run_ranks
+// owns the thread's.
+class BorrowedCommunicator : public comm::Communicator {
+ public:
+  explicit BorrowedCommunicator(comm::Communicator& c) : c_(c) {}
+  int rank() const override { return c_.rank(); }
+  int world_size() const override { return c_.world_size(); }
+  std::unique_ptr<comm::Work> all_reduce(torch::Tensor& t, comm::ReduceOp op) override {
+    return c_.all_reduce(t, op);
+  }
+  std::unique_ptr<comm::Work> reduce_scatter(torch::Tensor& out, const torch::Tensor& in,
+                                             comm::ReduceOp op) override {
+    return c_.reduce_scatter(out, in, op);
+  }
+  std::unique_ptr<comm::Work> all_gather(torch::Tensor& out, const torch::Tensor& in) override {
+    return c_.all_gather(out, in);
+  }
+  std::unique_ptr<comm::Work> broadcast(torch::Tensor& t, int root) override {
+    return c_.broadcast(t, root);
+  }
+  void barrier() override { c_.barrier(); }
+  std::unique_ptr<comm::Work> all_to_all(torch::Tensor& out, const torch::Tensor& in) override {
+    return c_.all_to_all(out, in);
+  }
+  std::unique_ptr<comm::Communicator> split(int color) override { return c_.split(color); }
+
+ private:
+  comm::Communicator& c_;
 };
 
 // Runs `body(comm)` on world_size threads, one ThreadCommunicator each; rethrows the first

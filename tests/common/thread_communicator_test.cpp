@@ -48,6 +48,34 @@ TEST(ThreadCommunicator, CountsRingBytes) {
   });
 }
 
+TEST(ThreadCommunicator, AllToAllSendsChunkJToRankJ) {
+  run_ranks(3, [](ThreadCommunicator& comm) {
+    const int r = comm.rank();
+    torch::Tensor in = torch::arange(6, torch::kFloat32) + 10 * r;  // chunks of 2
+    torch::Tensor out = torch::empty({6});
+    comm.all_to_all(out, in)->wait();
+    // Chunk q of the output is rank q's chunk r.
+    for (int q = 0; q < 3; ++q) {
+      EXPECT_TRUE(
+          out.narrow(0, 2 * q, 2).equal(torch::arange(2 * r, 2 * r + 2, torch::kFloat32) + 10 * q));
+    }
+    EXPECT_EQ(comm.stats().bytes_sent.at(CollectiveKind::kAllToAll), 16u);
+  });
+}
+
+TEST(ThreadCommunicator, SplitGroupsRanksOfOneColorInRankOrder) {
+  run_ranks(4, [](ThreadCommunicator& comm) {
+    const int r = comm.rank();
+    auto group = comm.split(r / 2);  // {0, 1} and {2, 3}
+    EXPECT_EQ(group->world_size(), 2);
+    EXPECT_EQ(group->rank(), r % 2);
+    torch::Tensor t = torch::full({1}, static_cast<float>(r));
+    group->all_reduce(t, ReduceOp::kSum)->wait();
+    EXPECT_EQ(t.item<float>(), r < 2 ? 1.0f : 5.0f);
+    comm.barrier();  // the world still works beside its groups
+  });
+}
+
 // Inputs are read in wait(), as an asynchronous backend may: changing them before wait() shows.
 TEST(ThreadCommunicator, ReadsBuffersOnlyWhenWaitedOn) {
   run_ranks(2, [](ThreadCommunicator& comm) {

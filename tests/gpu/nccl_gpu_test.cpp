@@ -67,6 +67,14 @@ TEST(NcclGroupWorldOfOne, AllReduceSumAvgMaxLeaveTheBufferUnchanged) {
   }
 }
 
+TEST(NcclGroupWorldOfOne, AllToAllSendsItsOneChunkToItself) {
+  auto group = world_of_one();
+  DeviceBuffer in(iota(64, 1)), out(std::vector<float>(64, 0));
+  group->all_to_all(in.data, out.data, 64, ncclFloat32, sizeof(float), cudaStreamLegacy)
+      ->synchronize();
+  EXPECT_EQ(out.read(), iota(64, 1));
+}
+
 TEST(NcclGroupWorldOfOne, ReduceScatterAllGatherAndBroadcastCopyTheirInput) {
   auto group = world_of_one();
   DeviceBuffer input(iota(64, 3)), output(std::vector<float>(64, 0));
@@ -206,6 +214,20 @@ int run_rank() {
   }
   for (float x : reduce_16bit<__half>(group, r + 1.0f, ncclFloat16, ncclMax, count)) {
     if (x != n) return std::printf("rank %d: fp16 all_reduce max gave %g\n", r, x), 1;
+  }
+  // all_to_all: chunk j of rank r's input holds 100 r + 10 j + i; chunk j of its output must be
+  // rank j's chunk r.
+  std::vector<float> send(count * n);
+  for (size_t i = 0; i < send.size(); ++i) send[i] = 100.0f * r + 10.0f * (i / count) + (i % count);
+  DeviceBuffer to_send(send), received(std::vector<float>(count * n, -1));
+  group
+      .all_to_all(to_send.data, received.data, count, ncclFloat32, sizeof(float), cudaStreamLegacy)
+      ->synchronize();
+  std::vector<float> got = received.read();
+  for (size_t i = 0; i < got.size(); ++i) {
+    const float want = 100.0f * (i / count) + 10.0f * r + (i % count);
+    if (got[i] != want)
+      return std::printf("rank %d: all_to_all element %zu is %g\n", r, i, got[i]), 1;
   }
   return 0;
 }

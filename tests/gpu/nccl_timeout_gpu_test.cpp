@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -48,8 +49,17 @@ TEST(NcclWatchdog, CollectiveHeldPastTheTimeoutThrowsAndAborts) {
   float* buffer = nullptr;
   ASSERT_EQ(cudaMalloc(&buffer, 256 * sizeof(float)), cudaSuccess);
 
-  testing::launch_spin_until_flag(device_flag, compute);  // holds the compute stream
+  // The spinning kernel holds the compute stream, so the collective queued behind it cannot
+  // finish. ncclCommAbort may wait for the kernels on the device (it frees device memory), the
+  // spinning one included: the first H100 run, which released it only after the abort, hung. A
+  // thread releases it 1.5 s after the watchdog's 2 s, as a peer's death ends a real NCCL wait.
+  std::thread release([flag] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+    __atomic_store_n(flag, 1, __ATOMIC_SEQ_CST);
+  });
+  testing::launch_spin_until_flag(device_flag, compute);
   auto work = group.all_reduce(buffer, 256, ncclFloat32, ncclSum, compute);
+  const auto start = std::chrono::steady_clock::now();
   try {
     work->synchronize();
     ADD_FAILURE() << "a collective behind a held stream completed";
@@ -58,13 +68,14 @@ TEST(NcclWatchdog, CollectiveHeldPastTheTimeoutThrowsAndAborts) {
     EXPECT_NE(std::string(e.what()).find("all_reduce"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("2 s"), std::string::npos) << e.what();
   }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(20)) << "the watchdog did not fire";
   try {
     group.all_reduce(buffer, 256, ncclFloat32, ncclSum, compute);
     ADD_FAILURE() << "an aborted communicator accepted a collective";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kComm) << e.what();
   }
-  *flag = 1;  // release the spinning kernel
+  release.join();
   EXPECT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
   cudaStreamDestroy(compute);
   cudaFree(buffer);

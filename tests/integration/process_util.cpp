@@ -127,8 +127,11 @@ bool is_alive(pid_t pid) {
 }
 
 std::vector<pid_t> processes_with_marker(const std::string& token) {
+  return processes_with_env("DSTRAIN_TEST_MARKER=" + token);
+}
+
+std::vector<pid_t> processes_with_env(const std::string& needle) {
   std::vector<pid_t> found;
-  std::string needle = "DSTRAIN_TEST_MARKER=" + token;
   DIR* proc = ::opendir("/proc");
   if (proc == nullptr) return found;
   while (dirent* entry = ::readdir(proc)) {

@@ -39,6 +39,9 @@ bool wait_until(const std::function<bool()>& done, double timeout_s);
 // Live (non-zombie) processes whose environment contains DSTRAIN_TEST_MARKER=<token>.
 std::vector<pid_t> processes_with_marker(const std::string& token);
 
+// Live (non-zombie) processes whose environment contains the entry `name_value` ("NAME=value").
+std::vector<pid_t> processes_with_env(const std::string& name_value);
+
 // The pid among `pids` whose environment has RANK=<rank>, or -1.
 pid_t rank_pid(const std::vector<pid_t>& pids, int rank);
 

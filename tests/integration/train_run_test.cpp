@@ -111,5 +111,36 @@ TEST(TrainRun, DatasetSmallerThanOneGlobalBatchIsExitTwo) {
   EXPECT_NE((r.out + r.err).find("global batch"), std::string::npos) << r.out << r.err;
 }
 
+TEST(TrainRun, ProfileStepsWritesAChromeTraceOfTheOperatorsOfThoseSteps) {
+  TempDir dir;
+  JobSpec spec;
+  spec.max_steps = 5;
+  const RunResult r = run_job(dir, spec, {"logging.profile_steps=2"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // Two warm-up steps, then steps 3 and 4.
+  EXPECT_NE(r.out.find("profile of steps 3-4: " + dir.file("run/profile/rank-0.json")),
+            std::string::npos)
+      << r.out;
+  EXPECT_FALSE(file_exists(dir.file("run/profile/rank-0.json.partial")));
+  // Kineto's complaint about a machine without a CUDA driver is kept out of a CPU run's output.
+  EXPECT_EQ((r.out + r.err).find("ERROR:"), std::string::npos) << r.out << r.err;
+  std::ifstream in(dir.file("run/profile/rank-0.json"));
+  ASSERT_TRUE(in.good());
+  const nlohmann::json trace = nlohmann::json::parse(in);
+  int matmuls = 0;
+  for (const auto& e : trace.at("traceEvents")) {
+    const std::string name = e.value("name", "");
+    if (e.value("ph", "") != "X") continue;
+    if (name == "aten::mm" || name == "aten::addmm" || name == "aten::matmul") ++matmuls;
+  }
+  EXPECT_GT(matmuls, 0) << "no matrix product in the profile";
+  // A run shorter than the warm-up plus the profiled steps profiles its last steps.
+  TempDir short_run;
+  spec.max_steps = 2;
+  const RunResult s = run_job(short_run, spec, {"logging.profile_steps=3"});
+  ASSERT_EQ(s.exit_code, 0) << s.out << s.err;
+  EXPECT_NE(s.out.find("profile of steps 1-2"), std::string::npos) << s.out;
+}
+
 }  // namespace
 }  // namespace dstrain::testing

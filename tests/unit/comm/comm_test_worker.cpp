@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -132,6 +133,46 @@ void collectives(Communicator& comm) {
   expect_equal("all_reduce bf16", bf, sum_over_ranks(comm.world_size(), 300, at::kBFloat16));
 }
 
+// all_to_all on the world, then split into groups of two consecutive ranks (and the odd one
+// alone): all_reduce and all_to_all inside the groups while the world goes on beside them.
+void groups(Communicator& comm) {
+  const int n = comm.world_size(), r = comm.rank();
+  const int64_t chunk = 37;
+  comm.reset_stats();
+  at::Tensor in = rank_data(r, n * chunk, at::kFloat), out = torch::empty({n * chunk});
+  comm.all_to_all(out, in)->wait();
+  for (int q = 0; q < n; ++q) {
+    expect_equal("all_to_all", out.narrow(0, q * chunk, chunk),
+                 rank_data(q, n * chunk, at::kFloat).narrow(0, r * chunk, chunk));
+  }
+  expect_bytes(comm, CollectiveKind::kAllToAll, uint64_t(n - 1) * chunk * 4);
+  auto group = comm.split(r / 2);
+  const int size = std::min(2, n - (r / 2) * 2);
+  if (group->world_size() != size || group->rank() != r % 2) {
+    std::cerr << "split: rank " << group->rank() << " of " << group->world_size() << "\n";
+    ++g_failures;
+  }
+  at::Tensor t = torch::full({5}, static_cast<float>(r));
+  group->all_reduce(t, ReduceOp::kSum)->wait();
+  const float want = size == 2 ? static_cast<float>(2 * (r / 2) * 2 + 1) : static_cast<float>(r);
+  expect_equal("group all_reduce", t, torch::full({5}, want));
+  at::Tensor world_sum = torch::ones({3});
+  auto pending = comm.all_reduce(world_sum, ReduceOp::kSum);
+  at::Tensor gin = rank_data(r, size * 4, at::kBFloat16),
+             gout = torch::empty({size * 4}, at::kBFloat16);
+  group->all_to_all(gout, gin)->wait();
+  pending->wait();
+  expect_equal("world all_reduce beside a group", world_sum,
+               torch::full({3}, static_cast<float>(n)));
+  for (int q = 0; q < size; ++q) {
+    const int peer = (r / 2) * 2 + q;
+    expect_equal("group all_to_all bf16", gout.narrow(0, q * 4, 4),
+                 rank_data(peer, size * 4, at::kBFloat16).narrow(0, (r % 2) * 4, 4));
+  }
+  group->barrier();
+  comm.barrier();
+}
+
 // The last rank dies after the barrier; the others must get an error from their all_reduce.
 void peer_dies(Communicator& comm) {
   comm.barrier();
@@ -157,8 +198,8 @@ void write_result(const std::string& dir, int rank, const std::string& line) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::cerr
-        << "usage: comm_test_worker <collectives|rendezvous|peer_dies|peer_slow> <result-dir>\n";
+    std::cerr << "usage: comm_test_worker <collectives|groups|rendezvous|peer_dies|peer_slow> "
+                 "<result-dir>\n";
     return 2;
   }
   const std::string scenario = argv[1], dir = argv[2];
@@ -166,6 +207,7 @@ int main(int argc, char** argv) {
   try {
     auto comm = dstrain::comm::make_gloo_communicator(options);
     if (scenario == "collectives") collectives(*comm);
+    if (scenario == "groups") groups(*comm);
     if (scenario == "peer_dies") peer_dies(*comm);
     if (scenario == "peer_slow") peer_slow(*comm, options.timeout);
   } catch (const dstrain::Error& e) {

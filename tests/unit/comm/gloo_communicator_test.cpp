@@ -27,6 +27,21 @@ TEST_P(GlooCollectives, ResultsAndByteCountsMatchTheoryOnEveryRank) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes1To4, GlooCollectives, ::testing::Values(1, 2, 3, 4));
 
+class GlooGroups : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooGroups, AllToAllAndSplitGroupsWorkBesideTheWorld) {
+  WorldSpec spec;
+  spec.scenario = "groups";
+  spec.world_size = GetParam();
+  std::vector<RankResult> results = run_world(spec);
+  for (int r = 0; r < spec.world_size; ++r) {
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " of " << spec.world_size;
+    EXPECT_EQ(results[r].result, "OK\n") << "rank " << r << " of " << spec.world_size;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes1To4, GlooGroups, ::testing::Values(1, 2, 3, 4));
+
 TEST(GlooRendezvous, TimeoutNamesTheRankThatNeverJoined) {
   WorldSpec spec{"rendezvous", 3, {0, 1}, /*comm_timeout_s=*/2, /*deadline_s=*/20};
   std::vector<RankResult> results = run_world(spec);

@@ -89,6 +89,14 @@ TEST(DeepSpeedConfig, JsonErrorsCarryLineAndColumn) {
   }
 }
 
+TEST(DeepSpeedConfig, SequenceParallelSizeMapsOntoTheParallelSection) {
+  LoadOptions options;
+  options.world_size = 4;
+  const Config c = load_config_from_string(
+      testing::minimal_yaml("deepspeed:\n  sequence_parallel_size: 4\n"), "m", options);
+  EXPECT_EQ(c.parallel.sequence_parallel_size, 4);
+}
+
 TEST(DeepSpeedConfig, KeysMapOntoOurSettings) {
   const Config c = load_config_from_string(minimal_yaml(R"(deepspeed:
   train_micro_batch_size_per_gpu: 2

@@ -49,6 +49,36 @@ TEST(ConfigValidate, AnyTwoBatchTermsDetermineTheThird) {
                         "per_device_train_batch_size (4) * world size (1) = 4"));
 }
 
+TEST(ConfigValidate, SequenceParallelSizeDividesTheWorldAndTheLength) {
+  EXPECT_EQ(load_config_from_string(minimal_yaml("parallel:\n  sequence_parallel_size: 2\n"), "m",
+                                    world(4))
+                .parallel.sequence_parallel_size,
+            2);
+  EXPECT_EQ(load_error(minimal_yaml("parallel:\n  sequence_parallel_size: 2\n"), world(3)),
+            "train.yaml:6:27: parallel.sequence_parallel_size: the world size (3) is not divisible "
+            "by sequence_parallel_size (2): world = data-parallel degree x "
+            "sequence_parallel_size");
+  EXPECT_THAT(load_error(minimal_yaml("  max_length: 30\nparallel:\n  sequence_parallel_size: 4\n"),
+                         world(4)),
+              HasSubstr("parallel.sequence_parallel_size: data.max_length (30, data.max_length at "
+                        "train.yaml:5:15) is not divisible by sequence_parallel_size (4)"));
+}
+
+// DeepSpeed's rule counts data-parallel ranks: a sequence-parallel group reads one micro batch.
+TEST(ConfigValidate, BatchRuleCountsDataParallelRanks) {
+  const Config c = load_config_from_string(
+      minimal_yaml("parallel:\n  sequence_parallel_size: 2\ndeepspeed:\n  train_batch_size: 8\n"
+                   "  train_micro_batch_size_per_gpu: 2\n"),
+      "m", world(4));
+  EXPECT_EQ(c.training.gradient_accumulation_steps, 2);
+  EXPECT_THAT(load_error(minimal_yaml("parallel:\n  sequence_parallel_size: 2\ndeepspeed:\n"
+                                      "  train_batch_size: 8\n  train_micro_batch_size_per_gpu: 2\n"
+                                      "  gradient_accumulation_steps: 4\n"),
+                         world(4)),
+              HasSubstr("8 != per_device_train_batch_size (2) * gradient_accumulation_steps (4) * "
+                        "data-parallel size (2 = world size 4 / sequence_parallel_size 2) = 16"));
+}
+
 TEST(ConfigValidate, Bf16AndFp16CannotBothBeOn) {
   EXPECT_THAT(load_error(minimal_yaml("training:\n  bf16: true\n  fp16: true\n")),
               HasSubstr("train.yaml:7:9: training.fp16: fp16 and bf16 cannot both be enabled "

@@ -40,6 +40,22 @@ TEST(WorldPlan, LocalRanksGetTorchrunVariables) {
   }
 }
 
+TEST(WorldPlan, SequenceParallelGroupsAreConsecutiveRanksAndNameTheirNodes) {
+  PlanRequest r = local_request(1);
+  r.nodes = {{"a", 2, {}}, {"b", 2, {}}};
+  WorldPlan plan = make_world_plan(r);
+  EXPECT_EQ(format_parallel_groups(plan), "");
+  plan.sequence_parallel_size = 2;
+  EXPECT_EQ(format_parallel_groups(plan),
+            "sequence-parallel groups of 2 consecutive ranks (data-parallel size 2):\n"
+            "  group 0: ranks 0-1 on node 0 (a)\n"
+            "  group 1: ranks 2-3 on node 1 (b)\n");
+  plan.sequence_parallel_size = 4;
+  EXPECT_EQ(format_parallel_groups(plan),
+            "sequence-parallel groups of 4 consecutive ranks (data-parallel size 1):\n"
+            "  group 0: ranks 0-3 across nodes 0-1: its all-to-alls cross the network\n");
+}
+
 TEST(WorldPlan, RanksFollowNodeOrderAcrossNodes) {
   PlanRequest r = local_request(1);
   r.nodes = {{"a", 2, {}}, {"b", 3, {}}};

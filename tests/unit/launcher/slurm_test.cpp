@@ -108,6 +108,38 @@ TEST(Slurm, SrunStartsOneAgentPerNode) {
   EXPECT_EQ(argv, expected);
 }
 
+// After a failure (--max-restarts): the remaining nodes by name, the master on the first of them
+// (the first node of the allocation may be the one lost), --overlap and the step's name.
+TEST(Slurm, RestartStepRunsOnTheRemainingNodes) {
+  SlurmLaunchOptions o;
+  o.launch.nproc = 2;
+  o.launch.exec = true;
+  o.launch.args = {"/bin/true"};
+  o.nodes = {"n2", "n3"};
+  o.overlap = true;
+  o.step_name = "dstrain-agents-1";
+  EnvMap env = {
+      {"SLURM_JOB_ID", "77"}, {"SLURM_JOB_NODELIST", "n[1-3]"}, {"SLURM_JOB_NUM_NODES", "3"}};
+  std::vector<std::string> argv = srun_command(o, env, "/opt/dstrain");
+  std::vector<std::string> head(argv.begin(), argv.begin() + 14);
+  std::vector<std::string> expected = {"srun",
+                                       "--kill-on-bad-exit=1",
+                                       "--ntasks-per-node=1",
+                                       "--nodes=2",
+                                       "--ntasks=2",
+                                       "--nodelist=n2,n3",
+                                       "--overlap",
+                                       "--job-name=dstrain-agents-1",
+                                       "/opt/dstrain",
+                                       "launch",
+                                       "--slurm-agent",
+                                       "--nproc",
+                                       "2",
+                                       "--master-addr"};
+  EXPECT_EQ(head, expected);
+  EXPECT_EQ(argv[14], "n2");
+}
+
 TEST(Slurm, AgentPlacement) {
   auto p = slurm_agent_placement(
       {{"SLURM_NODEID", "1"}, {"SLURM_STEP_NUM_NODES", "2"}, {"SLURMD_NODENAME", "n2"}});

@@ -83,6 +83,9 @@ int64_t logit_bytes(int64_t tokens, int64_t vocab) {
 
 TEST(FusedLinearCrossEntropy, ChunkTokensFollowTheByteBudget) {
   EXPECT_EQ(loss_chunk_tokens(151936, kDefaultLossChunkBytes), 441);
+  EXPECT_EQ(loss_chunk_bytes(torch::Device(torch::kCPU)), kDefaultLossChunkBytes);
+  EXPECT_EQ(loss_chunk_bytes(torch::Device(torch::kCUDA, 0)), kCudaLossChunkBytes);
+  EXPECT_EQ(loss_chunk_tokens(151936, kCudaLossChunkBytes), 1766);
   EXPECT_EQ(loss_chunk_tokens(100, logit_bytes(7, 100)), 7);
   EXPECT_EQ(loss_chunk_tokens(100, 1), 1);  // never zero rows
 }

@@ -387,6 +387,25 @@ TEST(DecoderModel, LayerHooksRunAroundEveryLayerForwardAndBackward) {
   EXPECT_EQ(events, expected);
 }
 
+// A slice of a sequence (sequence parallelism) gets exactly the whole sequence's rows, dynamic
+// RoPE scaled by the whole length even when the slice alone is within max_position_embeddings.
+TEST(DecoderModel, RopeOfASliceIsTheWholeSequencesRows) {
+  for (const char* type : {"", "dynamic"}) {
+    json j = small_config_json();
+    j["max_position_embeddings"] = 32;
+    if (std::string(type) == "dynamic")
+      j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
+    DecoderModel m(parse_model_config(j));
+    const torch::Tensor like = torch::zeros({1});
+    const auto [cos, sin] = m->rope(48, like);
+    const auto [cos_slice, sin_slice] = m->rope(12, like, Positions{24, 48});
+    EXPECT_TRUE(cos_slice.equal(cos.narrow(0, 24, 12))) << type;
+    EXPECT_TRUE(sin_slice.equal(sin.narrow(0, 24, 12))) << type;
+  }
+  DecoderModel m(small_config());
+  EXPECT_THROW(m->rope(12, torch::zeros({1}), Positions{40, 48}), Error);
+}
+
 TEST(CausalLmLoss, IgnoresMinus100AndDoesNotShift) {
   torch::manual_seed(1);
   const torch::Tensor logits = torch::randn({2, 3, 5});

@@ -189,6 +189,13 @@ class SilentCommunicator final : public comm::Communicator {
   }
   std::unique_ptr<comm::Work> broadcast(torch::Tensor&, int) override { return none(); }
   void barrier() override { none(); }
+  std::unique_ptr<comm::Work> all_to_all(torch::Tensor&, const torch::Tensor&) override {
+    return none();
+  }
+  std::unique_ptr<comm::Communicator> split(int) override {
+    none();
+    return nullptr;
+  }
 
  private:
   static std::unique_ptr<comm::Work> none() {

@@ -24,31 +24,6 @@ namespace {
 namespace stdfs = std::filesystem;
 using nlohmann::json;
 
-// The trainer owns its communicator; the thread group's communicator belongs to run_ranks.
-class Borrowed : public comm::Communicator {
- public:
-  explicit Borrowed(comm::Communicator& c) : c_(c) {}
-  int rank() const override { return c_.rank(); }
-  int world_size() const override { return c_.world_size(); }
-  std::unique_ptr<comm::Work> all_reduce(torch::Tensor& t, comm::ReduceOp op) override {
-    return c_.all_reduce(t, op);
-  }
-  std::unique_ptr<comm::Work> reduce_scatter(torch::Tensor& out, const torch::Tensor& in,
-                                             comm::ReduceOp op) override {
-    return c_.reduce_scatter(out, in, op);
-  }
-  std::unique_ptr<comm::Work> all_gather(torch::Tensor& out, const torch::Tensor& in) override {
-    return c_.all_gather(out, in);
-  }
-  std::unique_ptr<comm::Work> broadcast(torch::Tensor& t, int root) override {
-    return c_.broadcast(t, root);
-  }
-  void barrier() override { c_.barrier(); }
-
- private:
-  comm::Communicator& c_;
-};
-
 config::Config tiny_config(const stdfs::path& dir, int64_t steps, int64_t eval_interval,
                            int64_t ckpt_interval, int world = 1) {
   const std::string src = DSTRAIN_SOURCE_DIR;
@@ -76,7 +51,7 @@ std::vector<RunSummary> train(const config::Config& cfg, const std::string& resu
     World w;
     w.rank = c.rank();
     w.size = world;
-    w.comm = std::make_unique<Borrowed>(c);
+    w.comm = std::make_unique<testing::BorrowedCommunicator>(c);
     out[c.rank()] = Trainer(cfg, resume_from, std::move(w)).run();
   });
   return out;
