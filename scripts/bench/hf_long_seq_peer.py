@@ -13,34 +13,11 @@ import os
 import resource
 import sys
 import tempfile
-import time
 
 import torch
 import transformers
 
-
-class Windows(torch.utils.data.Dataset):
-    def __init__(self, data, count, seq):
-        self.data, self.count, self.seq = data, count, seq
-
-    def __len__(self):
-        return self.count
-
-    def __getitem__(self, i):
-        off = (i * (self.seq + 1)) % (self.data.numel() - self.seq - 1)
-        chunk = self.data[off:off + self.seq + 1]
-        return {"input_ids": chunk[:-1], "labels": chunk[:-1]}
-
-
-class StepTimer(transformers.TrainerCallback):
-    def __init__(self):
-        self.times, self.t0 = [], None
-
-    def on_step_begin(self, args, state, control, **kw):
-        self.t0 = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kw):
-        self.times.append(time.perf_counter() - self.t0)
+from hf_trainer_peer import StepTimer, Windows  # the same windows and timing as the CPU benchmark
 
 
 def main():
@@ -51,7 +28,7 @@ def main():
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32,
                                                           attn_implementation="sdpa")
     data = torch.frombuffer(bytearray(open(corpus, "rb").read()), dtype=torch.uint8).long()
-    timer = StepTimer()
+    timer = StepTimer(warmup=0)
     with tempfile.TemporaryDirectory() as out:
         args = transformers.TrainingArguments(
             output_dir=out, per_device_train_batch_size=1, max_steps=steps, learning_rate=1e-4,

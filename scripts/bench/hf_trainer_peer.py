@@ -39,14 +39,16 @@ class Windows(torch.utils.data.Dataset):
 
 
 class StepTimer(transformers.TrainerCallback):
-    def __init__(self):
-        self.times, self.t0 = [], None
+    """Wall time of each step after the first `warmup` ones."""
+
+    def __init__(self, warmup=WARMUP):
+        self.times, self.t0, self.warmup = [], None, warmup
 
     def on_step_begin(self, args, state, control, **kw):
         self.t0 = time.perf_counter()
 
     def on_step_end(self, args, state, control, **kw):
-        if state.global_step > WARMUP:
+        if state.global_step > self.warmup:
             self.times.append(time.perf_counter() - self.t0)
 
 
