@@ -14,7 +14,7 @@ namespace dstrain::launcher {
 namespace {
 
 struct BatchShape {
-  int64_t micro = 1, accum = 1, train_batch_size = -1;
+  int64_t micro = 1, accum = 1, train_batch_size = -1, sequence_parallel = 1;
 };
 
 BatchShape batch_shape(const LocalLaunchOptions& launch, int world) {
@@ -23,7 +23,7 @@ BatchShape batch_shape(const LocalLaunchOptions& launch, int world) {
   load.world_size = world;
   const config::Config c = config::load_config(launch.config_path, load);
   return {c.training.per_device_train_batch_size, c.training.gradient_accumulation_steps,
-          c.training.train_batch_size};
+          c.training.train_batch_size, c.parallel.sequence_parallel_size};
 }
 
 // The nearest whole accumulation for b's global batch on new_world ranks.
@@ -86,7 +86,7 @@ std::set<int> shrunk_worlds(const std::vector<int>& node_sizes, int min_nodes) {
 
 void check_elastic_batch(const LocalLaunchOptions& launch, bool allow_change, int min_nodes,
                          const std::vector<int>& node_sizes, const char* what) {
-  if (min_nodes <= 0 || allow_change || launch.exec) return;
+  if (min_nodes <= 0 || launch.exec) return;
   if (min_nodes > static_cast<int>(node_sizes.size())) {
     fail(ErrorKind::kUsage, "--min-nodes {} is more than the {} {} selected", min_nodes,
          node_sizes.size(), what);
@@ -94,7 +94,15 @@ void check_elastic_batch(const LocalLaunchOptions& launch, bool allow_change, in
   const int world = std::accumulate(node_sizes.begin(), node_sizes.end(), 0);
   const BatchShape b = batch_shape(launch, world);  // read once for every world it could shrink to
   for (int smaller : shrunk_worlds(node_sizes, min_nodes)) {
-    if (!batch_kept(b, world, smaller)) {
+    // Sequence-parallel groups cannot be formed at all: no batch choice helps.
+    if (smaller % b.sequence_parallel != 0) {
+      fail(
+          ErrorKind::kConfig,
+          "--min-nodes {} lets the job shrink to {} rank(s), which parallel.sequence_parallel_size "
+          "{} does not divide; raise --min-nodes or use hosts whose rank counts keep it",
+          min_nodes, smaller, b.sequence_parallel);
+    }
+    if (!allow_change && !batch_kept(b, world, smaller)) {
       fail(ErrorKind::kConfig, "--min-nodes {} lets the job shrink to {} rank(s): {}", min_nodes,
            smaller, unkept_batch(b, world, smaller));
     }

@@ -25,8 +25,9 @@ std::vector<std::string> batch_overrides(const LocalLaunchOptions& launch, bool 
 std::set<int> shrunk_worlds(const std::vector<int>& node_sizes, int min_nodes);
 
 // With min_nodes > 0: Error(kUsage) when min_nodes is more than the nodes; Error(kConfig) at plan
-// time when some world the job could shrink to cannot keep the global batch. Nothing with
-// `allow_change` or --exec. `what` names the nodes in the message ("host(s)", "Slurm node(s)").
+// time when some world the job could shrink to cannot keep the global batch (not checked with
+// `allow_change`) or is not a multiple of parallel.sequence_parallel_size. Nothing with --exec.
+// `what` names the nodes in the message ("host(s)", "Slurm node(s)").
 void check_elastic_batch(const LocalLaunchOptions& launch, bool allow_change, int min_nodes,
                          const std::vector<int>& node_sizes, const char* what);
 
