@@ -35,6 +35,10 @@ enum class CollectiveKind {
   kBarrier,
   kAllToAll
 };
+// all_to_all's contract on sizes and dtypes (every implementation checks it the same way):
+// Error(kInternal) unless input and output have one dtype and one size divisible by `world_size`.
+void check_all_to_all_shapes(const torch::Tensor& output, const torch::Tensor& input,
+                             int world_size);
 const char* to_string(CollectiveKind kind);
 
 class Work {

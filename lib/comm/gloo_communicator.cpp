@@ -312,14 +312,7 @@ std::unique_ptr<Work> GlooCommunicator::all_to_all(torch::Tensor& output,
   const int n = world_size();
   check_buffer(kind, "output", output);
   check_buffer(kind, "input", input);
-  if (input.scalar_type() != output.scalar_type() || input.numel() != output.numel() ||
-      input.numel() % n != 0) {
-    fail(ErrorKind::kInternal,
-         "all_to_all: expected input and output of one dtype and size divisible by {}, got {} {} "
-         "and {} {}",
-         n, input.numel(), c10::toString(input.scalar_type()), output.numel(),
-         c10::toString(output.scalar_type()));
-  }
+  check_all_to_all_shapes(output, input, n);
   const uint64_t bytes = ring_pass_bytes(n, input.numel() * input.element_size());
   return launch(kind, bytes, [group = group_, output, input, n] {
     if (n == 1) {

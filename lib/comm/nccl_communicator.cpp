@@ -188,14 +188,7 @@ std::unique_ptr<Work> NcclCommunicator::all_to_all(torch::Tensor& output,
   const int n = world_size();
   check_cuda_buffer(kind, "output", output, group_->device());
   check_cuda_buffer(kind, "input", input, group_->device());
-  if (input.scalar_type() != output.scalar_type() || input.numel() != output.numel() ||
-      input.numel() % n != 0) {
-    fail(ErrorKind::kInternal,
-         "all_to_all: expected input and output of one dtype and size divisible by {}, got {} {} "
-         "and {} {}",
-         n, input.numel(), c10::toString(input.scalar_type()), output.numel(),
-         c10::toString(output.scalar_type()));
-  }
+  check_all_to_all_shapes(output, input, n);
   count(kind, ring_pass_bytes(n, bytes_of(input)));
   auto work = group_->all_to_all(
       input.data_ptr(), output.data_ptr(), static_cast<size_t>(input.numel() / n),

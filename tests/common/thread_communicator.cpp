@@ -263,11 +263,8 @@ void ThreadCommunicator::barrier() {
 std::unique_ptr<comm::Work> ThreadCommunicator::all_to_all(torch::Tensor& output,
                                                            const torch::Tensor& input) {
   const uint64_t n = world_size();
-  if (input.numel() != output.numel() || input.numel() % world_size() != 0 ||
-      !output.is_contiguous()) {
-    fail(ErrorKind::kInternal, "all_to_all: input numel {} and output numel {} for {} ranks",
-         input.numel(), output.numel(), n);
-  }
+  comm::check_all_to_all_shapes(output, input, world_size());
+  if (!output.is_contiguous()) fail(ErrorKind::kInternal, "all_to_all: output not contiguous");
   count(CollectiveKind::kAllToAll, (n - 1) * bytes_of(input) / n);
   return issue(CollectiveKind::kAllToAll, output, input, ReduceOp::kSum, 0);
 }
