@@ -8,9 +8,12 @@
 
 #include "model/activation_offload.h"
 #include "model/model.h"
+#include "tests/unit/model/train_pass.h"
 
 namespace dstrain::model {
 namespace {
+
+using testing::take_grads;
 
 ModelConfig config(int64_t layers, int64_t intermediate) {
   return parse_model_config({{"model_type", "llama"},
@@ -37,15 +40,6 @@ DecoderModel cuda_model(int64_t layers, int64_t intermediate) {
 torch::Tensor cuda_ids(int64_t B, int64_t T) {
   torch::manual_seed(5);
   return torch::randint(0, 97, {B, T}, torch::kLong).to(torch::kCUDA);
-}
-
-std::vector<torch::Tensor> take_grads(DecoderModelImpl& m) {
-  std::vector<torch::Tensor> out;
-  for (auto& p : m.parameters()) {
-    out.push_back(p.grad().clone());
-    p.mutable_grad() = torch::Tensor();
-  }
-  return out;
 }
 
 TEST(ActivationOffloadGpu, SameLossAndGradientsAndPinnedCopiesOfTheLayerInputs) {

@@ -10,54 +10,18 @@
 #include "model/model.h"
 #include "test_util.h"
 #include "tests/unit/model/counting_allocator.h"
+#include "tests/unit/model/train_pass.h"
 
 namespace dstrain::model {
 namespace {
 
 using testing::CountingAllocator;
 using testing::CountingScope;
+using testing::expect_same_training;
+using testing::LossAndGrads;
+using testing::random_ids;
 using testing::small_config_json;
-
-torch::Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed) {
-  torch::manual_seed(seed);
-  return torch::randint(0, V, {B, T}, torch::kLong);
-}
-
-struct LossAndGrads {
-  double loss = 0;
-  std::vector<std::pair<std::string, torch::Tensor>> grads;
-};
-
-// One forward + backward of `m` in training mode; gradients are taken and cleared.
-LossAndGrads train_pass(DecoderModelImpl& m, const torch::Tensor& ids) {
-  m.train();
-  const torch::Tensor loss = causal_lm_loss(m.forward(ids), ids.roll(-1, 1));
-  loss.backward();
-  LossAndGrads out;
-  out.loss = loss.item<double>();
-  for (auto& p : m.named_parameters()) {
-    out.grads.emplace_back(p.key(), p.value().grad().clone());
-    p.value().mutable_grad() = torch::Tensor();
-  }
-  return out;
-}
-
-// max |a - b| / max |a|, in float32.
-double relative_difference(const torch::Tensor& a, const torch::Tensor& b) {
-  const torch::Tensor af = a.to(torch::kFloat), bf = b.to(torch::kFloat);
-  const double scale = std::max(af.abs().max().item<double>(), 1e-30);
-  return (af - bf).abs().max().item<double>() / scale;
-}
-
-void expect_same_training(const LossAndGrads& plain, const LossAndGrads& ckpt) {
-  EXPECT_NEAR(ckpt.loss, plain.loss, 1e-6 * std::abs(plain.loss));
-  ASSERT_EQ(plain.grads.size(), ckpt.grads.size());
-  for (size_t i = 0; i < plain.grads.size(); ++i) {
-    const auto& [name, g] = plain.grads[i];
-    ASSERT_TRUE(ckpt.grads[i].second.defined()) << name;
-    EXPECT_LE(relative_difference(g, ckpt.grads[i].second), 1e-6) << name;
-  }
-}
+using testing::train_pass;
 
 struct Case {
   const char* model_type;
@@ -75,7 +39,7 @@ TEST_P(CheckpointedModel, GivesTheSameLossAndEveryParameterGradient) {
   const LossAndGrads plain = train_pass(*m, ids);
   m->set_gradient_checkpointing(true);
   const LossAndGrads ckpt = train_pass(*m, ids);
-  expect_same_training(plain, ckpt);
+  expect_same_training(plain, ckpt, 1e-6);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, CheckpointedModel,

@@ -11,25 +11,14 @@
 #include "model/activation_checkpoint.h"
 #include "model/model.h"
 #include "test_util.h"
+#include "tests/unit/model/train_pass.h"
 
 namespace dstrain::model {
 namespace {
 
+using testing::random_ids;
 using testing::small_config_json;
-
-torch::Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed) {
-  torch::manual_seed(seed);
-  return torch::randint(0, V, {B, T}, torch::kLong);
-}
-
-std::vector<torch::Tensor> take_grads(DecoderModelImpl& m) {
-  std::vector<torch::Tensor> out;
-  for (auto& p : m.parameters()) {
-    out.push_back(p.grad().clone());
-    p.mutable_grad() = torch::Tensor();
-  }
-  return out;
-}
+using testing::take_grads;
 
 TEST(ActivationOffload, CheckpointingWithOffloadGivesTheSameLossAndGradients) {
   for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {

@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include "test_util.h"
+#include "tests/unit/model/train_pass.h"
 
 namespace dstrain::model {
 namespace {
 
 using nlohmann::json;
+using testing::random_ids;
 using testing::small_config;
 using testing::small_config_json;
 
@@ -47,11 +49,6 @@ int64_t counted_parameters(DecoderModelImpl& m) {
   int64_t n = 0;
   for (const auto& p : m.parameters()) n += p.numel();
   return n;
-}
-
-torch::Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed) {
-  torch::manual_seed(seed);
-  return torch::randint(0, V, {B, T}, torch::kLong);
 }
 
 // Hand-written forward with plain tensor ops (explicit RoPE per pair, explicit [T, T] causal mask,

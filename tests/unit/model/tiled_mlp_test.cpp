@@ -15,57 +15,19 @@
 #include "model/model.h"
 #include "test_util.h"
 #include "tests/unit/model/counting_allocator.h"
+#include "tests/unit/model/train_pass.h"
 
 namespace dstrain::model {
 namespace {
 
 using testing::CountingAllocator;
 using testing::CountingScope;
+using testing::expect_same_training;
+using testing::LossAndGrads;
+using testing::random_ids;
+using testing::relative_difference;
 using testing::small_config_json;
-
-torch::Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed) {
-  torch::manual_seed(seed);
-  return torch::randint(0, V, {B, T}, torch::kLong);
-}
-
-struct LossAndGrads {
-  double loss = 0;
-  std::vector<std::pair<std::string, torch::Tensor>> grads;
-};
-
-// One forward + backward in training mode; gradients (of `extra` too) are taken and cleared.
-LossAndGrads train_pass(DecoderModelImpl& m, const torch::Tensor& ids,
-                        const std::vector<torch::Tensor>& extra = {}) {
-  m.train();
-  const torch::Tensor loss = causal_lm_loss(m.forward(ids), ids.roll(-1, 1));
-  loss.backward();
-  LossAndGrads out;
-  out.loss = loss.item<double>();
-  auto take = [&](const std::string& name, torch::Tensor p) {
-    out.grads.emplace_back(name, p.grad().defined() ? p.grad().clone() : torch::Tensor());
-    p.mutable_grad() = torch::Tensor();
-  };
-  for (auto& p : m.named_parameters()) take(p.key(), p.value());
-  for (size_t i = 0; i < extra.size(); ++i) take("extra" + std::to_string(i), extra[i]);
-  return out;
-}
-
-double relative_difference(const torch::Tensor& a, const torch::Tensor& b) {
-  const torch::Tensor af = a.to(torch::kFloat), bf = b.to(torch::kFloat);
-  const double scale = std::max(af.abs().max().item<double>(), 1e-30);
-  return (af - bf).abs().max().item<double>() / scale;
-}
-
-void expect_same_training(const LossAndGrads& plain, const LossAndGrads& tiled, double tol) {
-  EXPECT_NEAR(tiled.loss, plain.loss, tol * std::abs(plain.loss));
-  ASSERT_EQ(plain.grads.size(), tiled.grads.size());
-  for (size_t i = 0; i < plain.grads.size(); ++i) {
-    const auto& [name, g] = plain.grads[i];
-    ASSERT_TRUE(g.defined()) << name;
-    ASSERT_TRUE(tiled.grads[i].second.defined()) << name << ": no gradient when tiled";
-    EXPECT_LE(relative_difference(g, tiled.grads[i].second), tol) << name;
-  }
-}
+using testing::train_pass;
 
 TEST(TiledMlp, TileTokensFollowTheSetting) {
   EXPECT_EQ(mlp_tile_tokens(kTiledMlpOff, 100000, 64), 0);
