@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include <sched.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -40,13 +42,25 @@ namespace {
 constexpr double kFinishSeconds = 30;
 constexpr double kSignalFinishSeconds = 2.5;
 
+// The cores this process may run on: its CPU affinity (Slurm's --cpus-per-task, taskset, a
+// cgroup's cpuset), else every core of the machine.
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) {
+    return CPU_COUNT(&set);
+  }
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 // Ranks on one machine share its cores: give each an equal part, so 2 ranks on 2 cores do not
-// oversubscribe (which costs far more than it gains).
-void set_intra_op_threads() {
+// oversubscribe (which costs far more than it gains). Returns the number of threads.
+int set_intra_op_threads() {
   int local_world = 1;
   if (const char* v = std::getenv("LOCAL_WORLD_SIZE")) local_world = std::max(1, std::atoi(v));
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  torch::set_num_threads(std::max(1, cores / local_world));
+  const int threads = std::max(1, usable_cores() / local_world);
+  torch::set_num_threads(threads);
+  return threads;
 }
 
 }  // namespace
@@ -69,7 +83,7 @@ Trainer::~Trainer() = default;
 void Trainer::init() {
   log::set_rank(rank_);
   if (cfg_.logging.trace) trace::start();
-  set_intra_op_threads();
+  const int threads = set_intra_op_threads();
   // Anything random during training (dropout) draws from LibTorch's default generator, which is
   // otherwise seeded at random: seed it so runs repeat exactly.
   torch::manual_seed(cfg_.training.seed + static_cast<uint64_t>(rank_));
@@ -106,9 +120,11 @@ void Trainer::init() {
 
   if (rank_ == 0) create_metrics();
   if (rank_ == 0) write_run_config(cfg_);
-  log::info("model {}: {:.2f}M parameters, {} layers; {} steps of {} tokens; zero stage {}",
-            cfg_.model.name_or_path, model_config_.num_parameters(true) / 1e6,
-            model_config_.num_hidden_layers, total_steps_, tokens_per_step_, cfg_.zero.stage);
+  log::info(
+      "model {}: {:.2f}M parameters, {} layers; {} steps of {} tokens; zero stage {}; {} CPU "
+      "thread(s) per rank",
+      cfg_.model.name_or_path, model_config_.num_parameters(true) / 1e6,
+      model_config_.num_hidden_layers, total_steps_, tokens_per_step_, cfg_.zero.stage, threads);
   if (sp_->size() > 1) {
     log::info(
         "sequence parallel: {} group(s) of {} consecutive ranks (data-parallel size {}), "

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <sched.h>
 #include <signal.h>
 
 #include <fstream>
@@ -49,6 +50,38 @@ TEST(TrainRun, LossFallsOnTwoRanksAndSummaryIsWritten) {
   // logging.wall_clock_breakdown: rank 0 prints the phases at each log step.
   EXPECT_NE(r.out.find("step 40 time (ms) | data: "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| forward+backward: "), std::string::npos);
+}
+
+// A rank's intra-op threads are the cores it may run on (its CPU affinity: Slurm's
+// --cpus-per-task, taskset) divided by the ranks of its machine, not every core of the machine.
+TEST(TrainRun, RanksShareTheCoresOfTheirCpuAffinity) {
+  cpu_set_t all;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+  const int cores = CPU_COUNT(&all);
+  if (cores < 2) GTEST_SKIP() << "needs 2 usable cores, this process has " << cores;
+  TempDir dir;
+  JobSpec spec;
+  spec.nproc = 1;
+  spec.max_steps = 1;
+  const std::string cfg = write_job_config(dir.path(), spec);
+  RunResult r = launch_job(cfg, 1);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("; " + std::to_string(cores) + " CPU thread(s) per rank"), std::string::npos)
+      << r.out;
+  // Pinned to one core (the launcher and its ranks inherit the affinity): one thread.
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &all)) {
+      CPU_SET(cpu, &one);
+      break;
+    }
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  r = launch_job(cfg, 1);
+  sched_setaffinity(0, sizeof(all), &all);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("; 1 CPU thread(s) per rank"), std::string::npos) << r.out;
 }
 
 // SIGUSR1 to the launcher reaches every rank: they agree to stop, save a checkpoint at the next
