@@ -54,11 +54,16 @@ int usable_cores() {
 }
 
 // Ranks on one machine share its cores: give each an equal part, so 2 ranks on 2 cores do not
-// oversubscribe (which costs far more than it gains). Returns the number of threads.
+// oversubscribe (which costs far more than it gains). OMP_NUM_THREADS, when set to a positive
+// number, is the user's choice and wins, as it does in PyTorch. Returns the number of threads.
 int set_intra_op_threads() {
-  int local_world = 1;
-  if (const char* v = std::getenv("LOCAL_WORLD_SIZE")) local_world = std::max(1, std::atoi(v));
-  const int threads = std::max(1, usable_cores() / local_world);
+  int threads = 0;
+  if (const char* v = std::getenv("OMP_NUM_THREADS")) threads = std::atoi(v);
+  if (threads <= 0) {
+    int local_world = 1;
+    if (const char* v = std::getenv("LOCAL_WORLD_SIZE")) local_world = std::max(1, std::atoi(v));
+    threads = std::max(1, usable_cores() / local_world);
+  }
   torch::set_num_threads(threads);
   return threads;
 }

@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <signal.h>
 
+#include <cstdlib>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -53,8 +54,12 @@ TEST(TrainRun, LossFallsOnTwoRanksAndSummaryIsWritten) {
 }
 
 // A rank's intra-op threads are the cores it may run on (its CPU affinity: Slurm's
-// --cpus-per-task, taskset) divided by the ranks of its machine, not every core of the machine.
+// --cpus-per-task, taskset) divided by the ranks of its machine, not every core of the machine;
+// OMP_NUM_THREADS, when set, wins.
 TEST(TrainRun, RanksShareTheCoresOfTheirCpuAffinity) {
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  const std::string saved_omp = omp != nullptr ? omp : "";
+  ::unsetenv("OMP_NUM_THREADS");
   cpu_set_t all;
   ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
   const int cores = CPU_COUNT(&all);
@@ -80,6 +85,11 @@ TEST(TrainRun, RanksShareTheCoresOfTheirCpuAffinity) {
   ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
   r = launch_job(cfg, 1);
   sched_setaffinity(0, sizeof(all), &all);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("; 1 CPU thread(s) per rank"), std::string::npos) << r.out;
+  // OMP_NUM_THREADS=1 with every core usable: one thread.
+  r = run_dstrain({"launch", "--nproc", "1", cfg}, {"OMP_NUM_THREADS=1"}, 300);
+  if (!saved_omp.empty()) ::setenv("OMP_NUM_THREADS", saved_omp.c_str(), 1);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("; 1 CPU thread(s) per rank"), std::string::npos) << r.out;
 }
