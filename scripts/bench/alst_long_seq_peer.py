@@ -12,7 +12,8 @@ puts them together:
   transformers` (SDPA underneath, head-parallel attention after an all-to-all) and
   `UlyssesSPDataLoaderAdapter` (each rank trains its 1/P slice of one sequence, labels pre-shifted),
   the per-rank losses combined by the tutorial's differentiable weighted all-gather;
-- `TiledMLP` on every LlamaMLP (the tutorial's monkey patch: ceil(T / hidden) tiles, max over ranks);
+- `TiledMLP` on every LlamaMLP (the tutorial's monkey patch: ceil(T / hidden) tiles, the maximum
+  over the ranks);
 - `TiledFusedLogitsLoss` for the head and the loss (as ArcticTraining's SFT trainer calls it), in
   tiles of --loss-chunk-mb of float32 logits (32 MiB by default, dstrain's `fused_loss_chunk_mb: 32`
   in the benchmark; ArcticTraining's automatic choice is 1 GiB);
@@ -25,7 +26,8 @@ puts them together:
   the sequence-parallel ranks. `--engine torch` instead: no engine, the same pieces with plain
   torch.optim.AdamW, the gradients all-reduced by hand and clipped by torch.
 
-Prints, from rank 0, `loss step=<i> value=<float> grad_norm=<float>` per step and one line
+Prints, from rank 0, `loss step=<i> value=<float> grad_norm=<float>` per step, `rss stage=...`
+lines (the resident set after the imports, after the model and engine, after each step) and one line
 `peer tokens_per_s=<float> steps=<n> params=<n> peak_rss_mb=<float> ranks=<P>` (tokens/s of the
 last step, the whole sequence; peak RSS of rank 0's process).
 
@@ -55,8 +57,16 @@ from transformers.models.llama import modeling_llama  # noqa: E402
 from hf_trainer_peer import Windows  # noqa: E402  (the same windows as the HF Trainer peers)
 
 
+def rss_line(stage):
+    """`rss stage=<s> now_mb=<f> peak_mb=<f>`: this process's resident set now and its peak."""
+    fields = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+    now, peak = (int(fields[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM"))
+    return f"rss stage={stage} now_mb={now:.0f} peak_mb={peak:.0f}"
+
+
 def tiled_mlp_forward(self, x):
-    """LlamaMLP.forward as ALST's tutorial patches it: ceil(T / hidden) tiles, the same on every rank."""
+    """LlamaMLP.forward as ALST's tutorial patches it: ceil(T / hidden) tiles, the same on all
+    ranks."""
     shards = torch.tensor(math.ceil(x.shape[-2] / x.shape[-1]))
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.all_reduce(shards, op=dist.ReduceOp.MAX)
@@ -86,6 +96,7 @@ def main():
 
     dist.init_distributed(dist_backend="gloo")
     world, rank = dist.get_world_size(), dist.get_rank()
+    stages = [rss_line("imported")]
     torch.manual_seed(42)
     config = transformers.AutoConfig.from_pretrained(os.path.dirname(args.config))
     config.max_position_embeddings = max(config.max_position_embeddings, args.seq)
@@ -106,6 +117,7 @@ def main():
         engine, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
                                                        config=ds_config, mpu=mpu)
 
+    stages.append(rss_line("model+engine"))
     # Rank r reads windows r, r + P, ...; the adapter trains rank 0's window on all ranks first,
     # then rank 1's: the same order of windows as one rank reading them all.
     data = torch.frombuffer(bytearray(open(args.corpus, "rb").read()), dtype=torch.uint8).long()
@@ -126,7 +138,8 @@ def main():
                                             device=torch.device("cpu"))
     vocab = config.vocab_size
     # tiles of about --loss-chunk-mb of float32 logits over this rank's slice
-    loss_shards = max(1, math.ceil(args.seq // world * vocab * 4 / (args.loss_chunk_mb * (1 << 20))))
+    chunk = args.loss_chunk_mb * (1 << 20)
+    loss_shards = max(1, math.ceil(args.seq // world * vocab * 4 / chunk))
 
     def loss_fn(model, hidden, labels, scale):
         logits = model.lm_head(hidden)
@@ -185,12 +198,14 @@ def main():
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - t0)
+        stages.append(rss_line(f"step{step + 1}"))
         if rank == 0:
             print(f"loss step={step + 1} value={loss.item():.6f} grad_norm={float(grad_norm):.6f} "
                   f"seconds={times[-1]:.2f}", flush=True)
     n = sum(p.numel() for p in model.parameters())
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if rank == 0:
+        print("\n".join(stages), flush=True)
         print(f"peer tokens_per_s={args.seq / times[-1]:.1f} steps={len(times)} params={n} "
               f"peak_rss_mb={rss:.1f} ranks={world}", flush=True)
 
