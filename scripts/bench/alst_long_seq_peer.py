@@ -32,6 +32,7 @@ lines (the resident set after the imports, after the model and engine, after eac
 last step, the whole sequence; peak RSS of rank 0's process).
 
 Usage: alst_long_seq_peer.py CONFIG_JSON CORPUS SEQ_LEN STEPS [--engine deepspeed|torch]
+       [--loss exact|tutorial]
        [--loss-chunk-mb MB]
 """
 import argparse
