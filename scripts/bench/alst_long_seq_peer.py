@@ -25,6 +25,10 @@ puts them together:
   client optimizer, gradient_clipping 1.0, the Ulysses `mpu`), which all-reduces the gradients over
   the sequence-parallel ranks. `--engine torch` instead: no engine, the same pieces with plain
   torch.optim.AdamW, the gradients all-reduced by hand and clipped by torch.
+The loss divides each tile by the whole sequence's label count inside the tiled function, which
+gives transformers' own gradient; `--loss tutorial` uses ArcticTraining's form instead (tile sums,
+divided by the rank's label count afterwards, ranks combined by a differentiable all-gather), whose
+head-weight gradient is that of the sum (docs/performance.md, "Against ALST").
 
 Prints, from rank 0, `loss step=<i> value=<float> grad_norm=<float>` per step, `rss stage=...`
 lines (the resident set after the imports, after the model and engine, after each step) and one line
