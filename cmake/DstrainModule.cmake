@@ -67,7 +67,9 @@ function(dstrain_test name)
   if(T_PER_TEST)
     # End-to-end cases start several ranks each: running two at once on a small machine
     # oversubscribes the cores, and spinning OpenMP threads then slow everything by 10x or more.
-    gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
+    # NO_PRETTY_VALUES: a parameterized case is named by its own suffix alone; CMake would
+    # otherwise append gtest's byte dump of the parameter (different in every build).
+    gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 NO_PRETTY_VALUES
                          PROPERTIES LABELS "${T_LABELS}" SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
                                     SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
   else()

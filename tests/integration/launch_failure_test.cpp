@@ -130,7 +130,10 @@ TEST_P(LaunchSignal, SignalToLauncherStopsAllRanks) {
   expect_no_survivors(3);
 }
 
-INSTANTIATE_TEST_SUITE_P(SigtermAndSigint, LaunchSignal, ::testing::Values(SIGTERM, SIGINT));
+INSTANTIATE_TEST_SUITE_P(SigtermAndSigint, LaunchSignal, ::testing::Values(SIGTERM, SIGINT),
+                         [](const auto& info) {
+                           return info.param == SIGTERM ? "SIGTERM" : "SIGINT";
+                         });
 
 TEST_F(LaunchFailure, SigkillToTheLauncherLeavesNoOrphans) {
   std::string script = std::string(kStartSleepers) + "wait";
