@@ -189,7 +189,13 @@ void SshCluster::create_network() {
 void SshCluster::start_sshd(int k, const std::string& login_rc) {
   std::string n = std::to_string(k);
   std::string config = dir_ + "/sshd_config_" + n;
-  std::ofstream(config) << "ListenAddress " << address(k) << ":" << port_ << "\n"
+  const char* home = std::getenv("HOME");
+  const std::string bashrc = std::string(home != nullptr ? home : "/root") + "/.bashrc";
+  // A home without ~/.bashrc has nothing to bind `login_rc` over (below): sshd hands it to bash
+  // as BASH_ENV instead, which the non-interactive bash of an SSH command reads.
+  const std::string bash_env =
+      !login_rc.empty() && !file_exists(bashrc) ? "SetEnv BASH_ENV=" + dir_ + "/login_rc\n" : "";
+  std::ofstream(config) << bash_env << "ListenAddress " << address(k) << ":" << port_ << "\n"
                         << "HostKey " << dir_ << "/host_key_" << n << "\n"
                         << "AuthorizedKeysFile " << dir_ << "/authorized_keys\n"
                         << "PidFile " << dir_ << "/sshd_" << n << ".pid\n"
@@ -204,14 +210,8 @@ void SshCluster::start_sshd(int k, const std::string& login_rc) {
   // bash sources for every SSH command) is masked, so each host starts as a fresh machine would
   // and a login costs what sshd and the shell cost, not what the build machine's rc file does.
   std::string mask;
-  const char* home = std::getenv("HOME");
-  std::string bashrc = std::string(home != nullptr ? home : "/root") + "/.bashrc";
-  // With `login_rc` that file takes the rc file's place instead (bash run by sshd reads ~/.bashrc,
-  // not BASH_ENV); a bind mount needs the rc file to exist.
-  if (!login_rc.empty() && !file_exists(bashrc)) {
-    ADD_FAILURE() << "a login rc needs " << bashrc << " to exist (it is replaced for sshd only)";
-    throw std::runtime_error("no rc file to replace");
-  }
+  // With `login_rc` that file takes the rc file's place instead (bash run by sshd reads ~/.bashrc;
+  // without one, sshd's BASH_ENV above).
   const std::string rc = login_rc.empty() ? "/dev/null" : dir_ + "/login_rc";
   if (file_exists(bashrc)) mask = "mount --bind " + rc + " " + bashrc + " && ";
   fs::create_directories(local_dir());
