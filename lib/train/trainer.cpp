@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <thread>
@@ -172,9 +173,14 @@ void Trainer::create_metrics() {
   metrics::add_tracking_sinks(*metrics_, t);
   // A signal ends the run within the launcher's grace period (5 s by default): FAILED when the
   // launcher stops the ranks because one failed, else KILLED.
-  termination_ = std::make_unique<metrics::TerminationWatch>([this](int, bool peer_failed) {
-    metrics_->finish(peer_failed ? metrics::RunStatus::kFailed : metrics::RunStatus::kKilled,
-                     kSignalFinishSeconds);
+  termination_ = std::make_unique<metrics::TerminationWatch>([this](int signo, bool peer_failed) {
+    const metrics::RunStatus status =
+        peer_failed ? metrics::RunStatus::kFailed : metrics::RunStatus::kKilled;
+    log::warn(
+        "{} ({}): the tracked run ends as {}", ::strsignal(signo),
+        peer_failed ? "the launcher stops the job: another rank failed" : "the job was stopped",
+        metrics::to_string(status));
+    metrics_->finish(status, kSignalFinishSeconds);
   });
 }
 
