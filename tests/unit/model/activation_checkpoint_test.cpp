@@ -9,16 +9,14 @@
 
 #include "model/model.h"
 #include "test_util.h"
-#include "tests/unit/model/counting_allocator.h"
 #include "tests/unit/model/train_pass.h"
 
 namespace dstrain::model {
 namespace {
 
-using testing::CountingAllocator;
-using testing::CountingScope;
 using testing::expect_same_training;
 using testing::LossAndGrads;
+using testing::peak_training_bytes;
 using testing::random_ids;
 using testing::small_config_json;
 using testing::train_pass;
@@ -126,18 +124,6 @@ TEST(Checkpoint, ReplaysTheForwardsDropoutMaskAndLeavesTheRandomStreamAlone) {
   const torch::Tensor ckpt = run(true, &after_ckpt);
   EXPECT_TRUE(torch::equal(plain, ckpt)) << "the recompute drew a different dropout mask";
   EXPECT_TRUE(torch::equal(after_plain, after_ckpt)) << "the recompute moved the random stream";
-}
-
-// Peak bytes allocated above the starting point during one forward + backward. (Blocks freed after
-// the scope ends are still counted down correctly: their deleter does not use the allocator.)
-int64_t peak_training_bytes(DecoderModelImpl& m, const torch::Tensor& ids) {
-  (void)train_pass(m, ids);  // warm-up: lazily created buffers are not part of the comparison
-  CountingScope scope;
-  CountingAllocator& c = scope.counter();
-  const int64_t start = c.current();
-  c.reset_peak();
-  (void)train_pass(m, ids);
-  return c.peak() - start;
 }
 
 TEST(CheckpointedModel, KeepsOnlyLayerInputsSoPeakMemoryDrops) {

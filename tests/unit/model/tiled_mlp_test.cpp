@@ -14,16 +14,14 @@
 
 #include "model/model.h"
 #include "test_util.h"
-#include "tests/unit/model/counting_allocator.h"
 #include "tests/unit/model/train_pass.h"
 
 namespace dstrain::model {
 namespace {
 
-using testing::CountingAllocator;
-using testing::CountingScope;
 using testing::expect_same_training;
 using testing::LossAndGrads;
+using testing::peak_training_bytes;
 using testing::random_ids;
 using testing::relative_difference;
 using testing::small_config_json;
@@ -173,16 +171,6 @@ TEST(TiledMlp, ReplaysTheForwardsDropoutMasks) {
   (y * g).sum().backward();
   const torch::Tensor expected = (y.detach() / w.detach() * g).sum(0);
   EXPECT_LE(relative_difference(w.grad(), expected), 1e-6);
-}
-
-int64_t peak_training_bytes(DecoderModelImpl& m, const torch::Tensor& ids) {
-  (void)train_pass(m, ids);  // warm-up: lazily created buffers are not part of the comparison
-  CountingScope scope;
-  CountingAllocator& c = scope.counter();
-  const int64_t start = c.current();
-  c.reset_peak();
-  (void)train_pass(m, ids);
-  return c.peak() - start;
 }
 
 // With checkpointing, a layer's recompute holds its MLP intermediates (about six [T, I] tensors);

@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "model/model.h"
+#include "tests/unit/model/counting_allocator.h"
 
 namespace dstrain::model::testing {
 
@@ -51,6 +52,18 @@ inline LossAndGrads train_pass(DecoderModelImpl& m, const torch::Tensor& ids,
   for (auto& p : m.named_parameters()) take(p.key(), p.value());
   for (size_t i = 0; i < extra.size(); ++i) take("extra" + std::to_string(i), extra[i]);
   return out;
+}
+
+// Peak bytes the CPU allocator hands out above the starting point during one forward + backward,
+// after a warm-up pass (lazily created buffers are not part of the comparison).
+inline int64_t peak_training_bytes(DecoderModelImpl& m, const torch::Tensor& ids) {
+  (void)train_pass(m, ids);
+  CountingScope scope;
+  CountingAllocator& c = scope.counter();
+  const int64_t start = c.current();
+  c.reset_peak();
+  (void)train_pass(m, ids);
+  return c.peak() - start;
 }
 
 // max |a - b| / max |a|, in float32.
