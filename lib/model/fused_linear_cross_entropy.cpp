@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/fused_layer_ops.h"
 
 namespace dstrain::model {
 namespace {
@@ -41,25 +42,37 @@ void accumulate_weight_grad(Tensor& dw, const Tensor& g, const Tensor& h) {
   }
 }
 
-// One chunk: h [n, C], w [V, C], y [n]. Returns the chunk's summed loss (float32 scalar) and
-// fills `grads` with the gradients of that sum. The log-probabilities come from the kernel
-// cross_entropy uses (log_softmax of the float32 logits), so each token's loss is the unfused
-// one; at most two [n, V] float32 tensors are alive at once.
-Tensor chunk_loss(const Tensor& h, const Tensor& w, const Tensor& y, int64_t ignore_index,
-                  ChunkGrads grads) {
-  Tensor logits = torch::mm(h, w.t()).to(torch::kFloat);  // [n, V]
-  Tensor logp = torch::log_softmax(logits, 1);            // [n, V]
+// The chunk's summed loss from its logits [n, V], which are then overwritten by the gradient of
+// that sum (softmax - onehot on counted rows, 0 on ignored ones) when `grad` is set. On a GPU one
+// kernel does it in the logits' dtype (float32 math, two reads and a write of the logits);
+// elsewhere the log-probabilities come from the kernel cross_entropy uses (log_softmax of the
+// float32 logits), so each token's loss is the unfused one, with at most two [n, V] float32 tensors
+// alive.
+Tensor logits_loss(Tensor& logits, const Tensor& y, int64_t ignore_index, bool grad) {
+  if (use_fused_kernels(logits)) return fused_cross_entropy(logits, y, ignore_index, grad).sum();
+  const auto dtype = logits.scalar_type();
+  Tensor logp = logits.to(torch::kFloat);
   logits.reset();
+  logp = torch::log_softmax(logp, 1);  // [n, V]
   const Tensor ignored = y.eq(ignore_index);
   const Tensor target = y.masked_fill(ignored, 0).unsqueeze(1);  // [n, 1]
   const Tensor loss = logp.gather(1, target).squeeze(1).masked_fill_(ignored, 0).sum().neg_();
-  if (!grads.hidden.defined() && !grads.weight.defined()) return loss;
-
-  // d(sum)/d(logits): softmax - onehot(label) on counted rows, 0 on ignored ones (in place: the
-  // log-probabilities are not needed any more).
+  if (!grad) return loss;
   Tensor g = logp.exp_().masked_fill_(ignored.unsqueeze(1), 0);
   g.scatter_add_(1, target, ignored.logical_not().to(torch::kFloat).neg_().unsqueeze(1));
-  g = g.to(h.scalar_type());
+  logits = g.to(dtype);
+  return loss;
+}
+
+// One chunk: h [n, C], w [V, C], y [n]. Returns the chunk's summed loss (float32 scalar) and
+// fills `grads` with the gradients of that sum.
+Tensor chunk_loss(const Tensor& h, const Tensor& w, const Tensor& y, int64_t ignore_index,
+                  ChunkGrads grads) {
+  const bool grad = grads.hidden.defined() || grads.weight.defined();
+  Tensor logits = torch::mm(h, w.t());  // [n, V]
+  const Tensor loss = logits_loss(logits, y, ignore_index, grad);
+  if (!grad) return loss;
+  const Tensor& g = logits;  // d(sum)/d(logits), in h's dtype
   if (grads.hidden.defined()) grads.hidden.copy_(torch::mm(g, w));
   if (grads.weight.defined()) accumulate_weight_grad(grads.weight, g, h);
   return loss;

@@ -1,6 +1,6 @@
 #include "model/layers.h"
 
-#include "model/rope.h"
+#include "model/fused_layer_ops.h"
 #include "model/sliding_window_attention.h"
 #include "model/tiled_mlp.h"
 
@@ -67,9 +67,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  const torch::Tensor xf = x.to(torch::kFloat);
-  const torch::Tensor normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-  return weight * normed.to(x.scalar_type());
+  return rms_norm(x, weight, eps_);
 }
 
 AttentionImpl::AttentionImpl(const ModelConfig& c, std::optional<int64_t> window)
@@ -99,8 +97,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
     q = q_norm(q);
     k = k_norm(k);
   }
-  q = apply_rope(q.transpose(1, 2), cos, sin);  // [B, H, T, D]
-  k = apply_rope(k.transpose(1, 2), cos, sin);  // [B, KV, T, D]
+  q = rotary(q, cos, sin).transpose(1, 2);  // [B, H, T, D]
+  k = rotary(k, cos, sin).transpose(1, 2);  // [B, KV, T, D]
   const torch::Tensor out = core ? core(q, k, v, window_) : causal_attention(q, k, v, window_);
   return adapters.apply("o_proj", o_proj, out.transpose(1, 2).reshape({B, T, heads_ * head_dim_}),
                         train);
@@ -113,8 +111,8 @@ MlpImpl::MlpImpl(const ModelConfig& c) {
 }
 
 torch::Tensor MlpImpl::untiled(const torch::Tensor& x, bool training) {
-  const torch::Tensor h = torch::silu(adapters.apply("gate_proj", gate_proj, x, training)) *
-                          adapters.apply("up_proj", up_proj, x, training);
+  const torch::Tensor h = swiglu(adapters.apply("gate_proj", gate_proj, x, training),
+                                 adapters.apply("up_proj", up_proj, x, training));
   return adapters.apply("down_proj", down_proj, h, training);
 }
 

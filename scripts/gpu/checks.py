@@ -119,7 +119,8 @@ def bench_figures(table):
         return 1
     parts = []
     for mode, seq, system, micro, tps, mfu, peak, _ in rows:
-        name = "dstrain" if system == "dstrain" else "peer"
+        name = {"dstrain": "dstrain", "dstrain, fused kernels off": "dstrain eager"}.get(system,
+                                                                                      "peer")
         if mfu == "-":  # not measured: the tokens/s column holds why (fail, oom, no GPU, ...)
             parts.append(f"{mode} {name}: {tps}")
         else:

@@ -1,0 +1,144 @@
+#include "model/fused_layer_ops.h"
+
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/fused_ops.h"
+#include "model/rope.h"
+
+namespace dstrain::model {
+namespace {
+
+using torch::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+bool kernels_switched_on() {
+  static const bool on = [] {
+    const char* value = std::getenv("DSTRAIN_CUDA_KERNELS");
+    return value == nullptr || std::strcmp(value, "0") != 0;
+  }();
+  return on;
+}
+
+kernels::ElementType element_type(const Tensor& x) {
+  return x.scalar_type() == torch::kBFloat16 ? kernels::ElementType::kBFloat16
+                                             : kernels::ElementType::kFloat32;
+}
+
+kernels::CudaStream stream_of(const Tensor& x) {
+  return c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+}
+
+// x [B, T, H, D] (last dimension contiguous) → a new contiguous [B, T, H, D].
+Tensor rope_kernel(Tensor x, const Tensor& cos, const Tensor& sin, bool inverse) {
+  if (x.stride(3) != 1) x = x.contiguous();
+  const c10::cuda::CUDAGuard on_device(x.device());
+  Tensor out = torch::empty(x.sizes(), x.options());
+  kernels::RopeArgs a;
+  a.x = x.data_ptr();
+  a.out = out.data_ptr();
+  a.cos = cos.data_ptr();
+  a.sin = sin.data_ptr();
+  a.batch = x.size(0);
+  a.seq_len = x.size(1);
+  a.heads = x.size(2);
+  a.dim = x.size(3);
+  a.batch_stride = x.stride(0);
+  a.seq_stride = x.stride(1);
+  a.head_stride = x.stride(2);
+  a.type = element_type(x);
+  a.inverse = inverse;
+  kernels::rope_cuda(a, stream_of(x));
+  return out;
+}
+
+struct Rotary : torch::autograd::Function<Rotary> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& cos,
+                        const Tensor& sin) {
+    ctx->save_for_backward({cos, sin});
+    return rope_kernel(x, cos, sin, /*inverse=*/false);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    return {rope_kernel(grads[0], saved[0], saved[1], /*inverse=*/true), Tensor(), Tensor()};
+  }
+};
+
+struct Swiglu : torch::autograd::Function<Swiglu> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& gate, const Tensor& up) {
+    const Tensor g = gate.contiguous(), u = up.contiguous();
+    ctx->save_for_backward({g, u});
+    const c10::cuda::CUDAGuard on_device(g.device());
+    Tensor out = torch::empty(g.sizes(), g.options());
+    kernels::swiglu_cuda({g.data_ptr(), u.data_ptr(), out.data_ptr(), g.numel(), element_type(g)},
+                         stream_of(g));
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const Tensor& g = saved[0];
+    const Tensor grad = grads[0].contiguous();
+    const c10::cuda::CUDAGuard on_device(g.device());
+    Tensor grad_gate = torch::empty(g.sizes(), g.options());
+    Tensor grad_up = torch::empty(g.sizes(), g.options());
+    kernels::swiglu_backward_cuda(
+        {grad.data_ptr(), g.data_ptr(), saved[1].data_ptr(), grad_gate.data_ptr(),
+         grad_up.data_ptr(), g.numel(), element_type(g)},
+        stream_of(g));
+    return {grad_gate, grad_up};
+  }
+};
+
+}  // namespace
+
+Tensor fused_cross_entropy(Tensor& logits, const Tensor& labels, int64_t ignore_index, bool grad) {
+  const Tensor y = labels.contiguous();
+  const c10::cuda::CUDAGuard on_device(logits.device());
+  Tensor rows = torch::empty({logits.size(0)}, logits.options().dtype(torch::kFloat));
+  kernels::CrossEntropyArgs a;
+  a.logits = logits.data_ptr();
+  a.labels = y.data_ptr<int64_t>();
+  a.loss = rows.data_ptr<float>();
+  a.rows = logits.size(0);
+  a.vocab = logits.size(1);
+  a.ignore_index = ignore_index;
+  a.type = element_type(logits);
+  a.write_grad = grad;
+  kernels::cross_entropy_cuda(a, stream_of(logits));
+  return rows;
+}
+
+bool use_fused_kernels(const Tensor& x) {
+  return x.is_cuda() && (x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kBFloat16) &&
+         kernels::cuda_kernels_available() && kernels_switched_on();
+}
+
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  if (use_fused_kernels(x) && weight.scalar_type() == x.scalar_type()) {
+    return std::get<0>(at::_fused_rms_norm(x, {x.size(-1)}, weight, eps));
+  }
+  const Tensor xf = x.to(torch::kFloat);
+  const Tensor normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return weight * normed.to(x.scalar_type());
+}
+
+Tensor rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  if (use_fused_kernels(x) && cos.scalar_type() == x.scalar_type()) {
+    return Rotary::apply(x, cos.contiguous(), sin.contiguous());
+  }
+  return apply_rope(x, cos.unsqueeze(1), sin.unsqueeze(1));
+}
+
+Tensor swiglu(const Tensor& gate, const Tensor& up) {
+  if (use_fused_kernels(gate) && up.scalar_type() == gate.scalar_type() &&
+      up.sizes() == gate.sizes()) {
+    return Swiglu::apply(gate, up);
+  }
+  return torch::silu(gate) * up;
+}
+
+}  // namespace dstrain::model

@@ -1,0 +1,38 @@
+#pragma once
+// The decoder layer's elementwise steps — RMSNorm, rotary embeddings, the SwiGLU product — each a
+// single kernel on a GPU and PyTorch's eager ops elsewhere. The eager ops are transformers' own
+// formulas op for op (the CPU path matches it bit for bit in bfloat16); on a GPU they cost one
+// pass over memory per op, which for the small hidden sizes of 0.5B-8B models is most of their
+// time, so there: RMSNorm is PyTorch's fused kernel (at::_fused_rms_norm and its backward), RoPE
+// and SwiGLU are dstrain's (kernels/fused_ops.h), each a forward and a backward kernel computing
+// in float32 and rounding once (transformers rounds after every op, so in bfloat16 the two differ
+// in the last bits; the reference suite's bf16 rule holds both to the float32 answer).
+//
+// DSTRAIN_CUDA_KERNELS=0 in the environment turns the fused path off (read once per process), so
+// that a benchmark measures both on the same card (docs/gpu.md).
+
+#include <torch/torch.h>
+
+namespace dstrain::model {
+
+// True when `x`'s step goes through a fused kernel: x on a CUDA device, float32 or bfloat16, a
+// build with the CUDA kernels, and DSTRAIN_CUDA_KERNELS not "0".
+bool use_fused_kernels(const torch::Tensor& x);
+
+// weight · x / sqrt(mean(x²) + eps) over the last dimension, statistics in float32; x's dtype.
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+
+// Rotary embedding of x [B, T, H, D] with the tables cos/sin [T, D] (x's dtype, from
+// rope_tables): x·cos + rotate_half(x)·sin. Returns [B, T, H, D].
+torch::Tensor rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+
+// silu(gate) · up, elementwise, same shapes.
+torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
+
+// Cross-entropy of each row of logits [n, V] against int64 labels [n] (kernels::CrossEntropyArgs:
+// 0 for ignore_index, NaN for a label outside [0, V)), float32 [n]; with `grad` the logits are
+// overwritten by the gradient of the rows' sum. Only where use_fused_kernels(logits).
+torch::Tensor fused_cross_entropy(torch::Tensor& logits, const torch::Tensor& labels,
+                                  int64_t ignore_index, bool grad);
+
+}  // namespace dstrain::model

@@ -1,0 +1,137 @@
+// The CPU references of the fused kernels against PyTorch's eager formulas (transformers' own):
+// RoPE forward, and its inverse against autograd's gradient of forward; SwiGLU and its gradient;
+// the cross-entropy's loss and gradient against log_softmax and autograd. The CUDA kernels are held
+// to these references on a GPU (tests/gpu/fused_ops_gpu_test.cpp), so the per-element math and the
+// indexing are proved here on every machine.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "core/error.h"
+#include "kernels/fused_ops.h"
+#include "model/rope.h"
+
+namespace dstrain::kernels {
+namespace {
+
+using torch::Tensor;
+
+void expect_close(const Tensor& got, const Tensor& want, double tol = 1e-6) {
+  ASSERT_EQ(got.sizes(), want.sizes());
+  const double scale = std::max(1.0, want.abs().max().item<double>());
+  EXPECT_LE((got - want).abs().max().item<double>(), tol * scale);
+}
+
+// Tables as model::rope_tables makes them: [T, D], halves equal.
+std::pair<Tensor, Tensor> tables(int64_t T, int64_t D) {
+  const Tensor inv_freq = 1.0 / torch::pow(10000.0, torch::arange(0, D, 2).to(torch::kFloat) / D);
+  return model::rope_tables(inv_freq, T, 1.0);
+}
+
+Tensor rope_ref(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse) {
+  Tensor out = torch::empty(x.sizes(), x.options());
+  RopeArgs a;
+  a.x = x.data_ptr();
+  a.out = out.data_ptr();
+  a.cos = cos.data_ptr();
+  a.sin = sin.data_ptr();
+  a.batch = x.size(0);
+  a.seq_len = x.size(1);
+  a.heads = x.size(2);
+  a.dim = x.size(3);
+  a.batch_stride = x.stride(0);
+  a.seq_stride = x.stride(1);
+  a.head_stride = x.stride(2);
+  a.inverse = inverse;
+  rope_reference(a);
+  return out;
+}
+
+TEST(FusedOpsReference, RopeIsTransformersRotationAndItsInverseTheGradient) {
+  torch::manual_seed(1);
+  const int64_t B = 2, T = 5, H = 3, D = 8;
+  auto [cos, sin] = tables(T, D);
+  // x as the attention sees it: a [B, T, H, D] view of a wider projection output (strided rows).
+  const Tensor wide = torch::randn({B, T, H * D + 4});
+  const Tensor x = wide.narrow(2, 0, H * D).view({B, T, H, D}).requires_grad_(false);
+  ASSERT_FALSE(x.is_contiguous());
+  const Tensor xg = x.detach().clone().requires_grad_(true);
+  const Tensor eager = model::apply_rope(xg, cos.unsqueeze(1), sin.unsqueeze(1));
+  expect_close(rope_ref(x, cos, sin, false), eager.detach());
+
+  const Tensor grad = torch::randn({B, T, H, D});
+  eager.backward(grad);
+  expect_close(rope_ref(grad, cos, sin, true), xg.grad());
+}
+
+TEST(FusedOpsReference, RopeUsesBothHalvesOfTheTables) {
+  // Tables whose halves differ (not what rope_tables makes) still follow the stated formula.
+  torch::manual_seed(2);
+  const Tensor x = torch::randn({1, 3, 2, 4}), cos = torch::randn({3, 4}),
+               sin = torch::randn({3, 4});
+  const Tensor rotated = torch::cat({-x.narrow(-1, 2, 2), x.narrow(-1, 0, 2)}, -1);
+  expect_close(rope_ref(x, cos, sin, false), x * cos.unsqueeze(1) + rotated * sin.unsqueeze(1));
+}
+
+TEST(FusedOpsReference, SwigluAndItsGradient) {
+  torch::manual_seed(3);
+  const Tensor gate = (torch::randn({257}) * 4).requires_grad_(true);
+  const Tensor up = torch::randn({257}).requires_grad_(true);
+  const Tensor eager = torch::silu(gate) * up;
+  const Tensor grad = torch::randn({257});
+  eager.backward(grad);
+
+  Tensor out = torch::empty({257});
+  swiglu_reference({gate.data_ptr(), up.data_ptr(), out.data_ptr(), 257, ElementType::kFloat32});
+  expect_close(out, eager.detach());
+  Tensor grad_gate = torch::empty({257}), grad_up = torch::empty({257});
+  swiglu_backward_reference({grad.data_ptr(), gate.data_ptr(), up.data_ptr(), grad_gate.data_ptr(),
+                             grad_up.data_ptr(), 257, ElementType::kFloat32});
+  expect_close(grad_gate, gate.grad());
+  expect_close(grad_up, up.grad());
+}
+
+TEST(FusedOpsReference, CrossEntropyLossAndGradientWithIgnoredAndBadLabels) {
+  torch::manual_seed(4);
+  const int64_t n = 6, V = 37;
+  const Tensor logits = (torch::randn({n, V}) * 3).requires_grad_(true);
+  const Tensor labels = torch::tensor({3, -100, 0, 36, 12, -100}, torch::kLong);
+  const Tensor per_row = torch::nn::functional::cross_entropy(
+      logits, labels,
+      torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kNone));
+  per_row.sum().backward();
+
+  Tensor work = logits.detach().clone();
+  Tensor loss = torch::empty({n});
+  CrossEntropyArgs a;
+  a.logits = work.data_ptr();
+  a.labels = labels.data_ptr<int64_t>();
+  a.loss = loss.data_ptr<float>();
+  a.rows = n;
+  a.vocab = V;
+  a.write_grad = true;
+  cross_entropy_reference(a);
+  expect_close(loss, per_row.detach());
+  expect_close(work, logits.grad());
+
+  // Without write_grad the logits stay; a label outside [0, V) gives NaN, not a stray read.
+  const Tensor bad = torch::tensor({V}, torch::kLong);
+  Tensor row = logits.detach()[0].clone().unsqueeze(0);
+  const Tensor kept = row.clone();
+  a.logits = row.data_ptr();
+  a.labels = bad.data_ptr<int64_t>();
+  a.rows = 1;
+  a.write_grad = false;
+  cross_entropy_reference(a);
+  EXPECT_TRUE(std::isnan(loss[0].item<float>()));
+  EXPECT_TRUE(torch::equal(row, kept));
+}
+
+TEST(FusedOpsReference, ReferencesRefuseBFloat16) {
+  SwigluArgs a;
+  a.type = ElementType::kBFloat16;
+  EXPECT_THROW(swiglu_reference(a), Error);
+}
+
+}  // namespace
+}  // namespace dstrain::kernels
