@@ -1,12 +1,15 @@
-// The fused kernels (kernels/fused_ops.h). Elementwise ones stride over the array with one thread
-// per element (RoPE: per pair of elements); the cross-entropy runs one block per row: a pass for
-// the row's max and sum of exponentials (online softmax, merged across the block), the loss, then
-// a pass that writes the gradient over the logits. Loads of the cross-entropy go 16 bytes at a time
-// when the row length allows; the row then costs two reads and one write of its logits.
+// The fused kernels (kernels/fused_ops.h). They are bound by memory bandwidth, so each moves 16
+// bytes a load where the sizes and addresses allow (8 bf16 / 4 float), and falls back to narrower
+// loads otherwise. Elementwise ones stride over the array (RoPE: over packs of pairs); the
+// cross-entropy runs one block per row: a pass for the row's max and sum of exponentials (online
+// softmax, merged across the block), the loss, then a pass that writes the gradient over the
+// logits: two reads and one write of the logits in all.
 
 #include <cuda_bf16.h>
 
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 
 #include "kernels/fused_ops_launch.h"
 #include "kernels/fused_ops_math.h"
@@ -40,63 +43,144 @@ unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks);
 }
 
-template <typename T>
-__global__ void rope_kernel(RopeArgs a) {
-  const T* x = static_cast<const T*>(a.x);
-  const T* cos = static_cast<const T*>(a.cos);
-  const T* sin = static_cast<const T*>(a.sin);
-  T* out = static_cast<T*>(a.out);
-  const int64_t half = a.dim / 2;
-  const int64_t pairs = a.batch * a.seq_len * a.heads * half;
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t p = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; p < pairs; p += stride) {
-    const int64_t d = p % half;
-    const int64_t h = p / half % a.heads;
-    const int64_t bt = p / half / a.heads;  // b · seq_len + t
-    const int64_t t = bt % a.seq_len;
-    const int64_t in = bt / a.seq_len * a.batch_stride + t * a.seq_stride + h * a.head_stride + d;
-    const int64_t o = (bt * a.heads + h) * a.dim + d;
-    const int64_t c = t * a.dim + d;
-    float out1, out2;
-    math::rope_pair(to_float(x[in]), to_float(x[in + half]), to_float(cos[c]),
-                    to_float(cos[c + half]), to_float(sin[c]), to_float(sin[c + half]), a.inverse,
-                    out1, out2);
-    out[o] = from_float<T>(out1);
-    out[o + half] = from_float<T>(out2);
-  }
-}
-
-template <typename T>
-__global__ void swiglu_kernel(SwigluArgs a) {
-  const T* gate = static_cast<const T*>(a.gate);
-  const T* up = static_cast<const T*>(a.up);
-  T* out = static_cast<T*>(a.out);
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < a.n; i += stride) {
-    out[i] = from_float<T>(math::swiglu(to_float(gate[i]), to_float(up[i])));
-  }
-}
-
-template <typename T>
-__global__ void swiglu_backward_kernel(SwigluBackwardArgs a) {
-  const T* grad = static_cast<const T*>(a.grad);
-  const T* gate = static_cast<const T*>(a.gate);
-  const T* up = static_cast<const T*>(a.up);
-  T* grad_gate = static_cast<T*>(a.grad_gate);
-  T* grad_up = static_cast<T*>(a.grad_up);
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < a.n; i += stride) {
-    float dg, du;
-    math::swiglu_backward(to_float(grad[i]), to_float(gate[i]), to_float(up[i]), dg, du);
-    grad_gate[i] = from_float<T>(dg);
-    grad_up[i] = from_float<T>(du);
-  }
-}
-
 template <typename T, int N>
 struct alignas(sizeof(T) * N) Pack {
   T v[N];
 };
+
+// True when p is aligned for loads of `bytes` bytes.
+bool aligned(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+// N consecutive pairs per thread (N divides dim / 2, every row start aligned for N elements);
+// Index is 32-bit when every offset fits, which saves the 64-bit divisions of the index math.
+template <typename T, int N, typename Index>
+__global__ void rope_kernel(RopeArgs a) {
+  using P = Pack<T, N>;
+  const T* x = static_cast<const T*>(a.x);
+  const T* cos = static_cast<const T*>(a.cos);
+  const T* sin = static_cast<const T*>(a.sin);
+  T* out = static_cast<T*>(a.out);
+  const Index half = static_cast<Index>(a.dim / 2), packs_per_half = half / N;
+  const Index heads = static_cast<Index>(a.heads), seq_len = static_cast<Index>(a.seq_len);
+  const Index dim = static_cast<Index>(a.dim);
+  const Index count = static_cast<Index>(a.batch * a.seq_len * a.heads) * packs_per_half;
+  const Index stride = gridDim.x * blockDim.x;
+  for (Index p = blockIdx.x * blockDim.x + threadIdx.x; p < count; p += stride) {
+    const Index d = p % packs_per_half * N;
+    const Index head_row = p / packs_per_half;  // (b · seq_len + t) · heads + h
+    const Index h = head_row % heads, bt = head_row / heads, t = bt % seq_len;
+    const Index in = bt / seq_len * static_cast<Index>(a.batch_stride) +
+                     t * static_cast<Index>(a.seq_stride) + h * static_cast<Index>(a.head_stride) +
+                     d;
+    const Index o = head_row * dim + d, c = t * dim + d;
+    const P x1 = *reinterpret_cast<const P*>(x + in),
+            x2 = *reinterpret_cast<const P*>(x + in + half);
+    const P c1 = *reinterpret_cast<const P*>(cos + c),
+            c2 = *reinterpret_cast<const P*>(cos + c + half);
+    const P s1 = *reinterpret_cast<const P*>(sin + c),
+            s2 = *reinterpret_cast<const P*>(sin + c + half);
+    P o1, o2;
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      float r1, r2;
+      math::rope_pair(to_float(x1.v[j]), to_float(x2.v[j]), to_float(c1.v[j]), to_float(c2.v[j]),
+                      to_float(s1.v[j]), to_float(s2.v[j]), a.inverse, r1, r2);
+      o1.v[j] = from_float<T>(r1);
+      o2.v[j] = from_float<T>(r2);
+    }
+    *reinterpret_cast<P*>(out + o) = o1;
+    *reinterpret_cast<P*>(out + o + half) = o2;
+  }
+}
+
+template <typename T, int N>
+void launch_rope_as(const RopeArgs& a, cudaStream_t stream) {
+  const int64_t count = a.batch * a.seq_len * a.heads * (a.dim / 2) / N;
+  const int64_t x_end = (a.batch - 1) * a.batch_stride + (a.seq_len - 1) * a.seq_stride +
+                        (a.heads - 1) * a.head_stride + a.dim;
+  const bool small =
+      a.batch * a.seq_len * a.heads * a.dim < (int64_t{1} << 31) && x_end < (int64_t{1} << 31);
+  if (small) {
+    rope_kernel<T, N, uint32_t><<<blocks_for(count), kThreads, 0, stream>>>(a);
+  } else {
+    rope_kernel<T, N, int64_t><<<blocks_for(count), kThreads, 0, stream>>>(a);
+  }
+}
+
+// The widest pack (16 bytes at most) that every row start, half and table row allow.
+template <typename T>
+void launch_rope_typed(const RopeArgs& a, cudaStream_t stream) {
+  constexpr int kWide = 16 / sizeof(T);
+  const auto fits = [&](int n) {
+    const size_t bytes = sizeof(T) * n;
+    return (a.dim / 2) % n == 0 && a.batch_stride % n == 0 && a.seq_stride % n == 0 &&
+           a.head_stride % n == 0 && aligned(a.x, bytes) && aligned(a.out, bytes) &&
+           aligned(a.cos, bytes) && aligned(a.sin, bytes);
+  };
+  if (fits(kWide)) {
+    launch_rope_as<T, kWide>(a, stream);
+  } else if (fits(2)) {
+    launch_rope_as<T, 2>(a, stream);
+  } else {
+    launch_rope_as<T, 1>(a, stream);
+  }
+}
+
+// Elementwise kernels take N elements a thread (16-byte loads) when n and the pointers allow.
+template <typename T, int N>
+__global__ void swiglu_kernel(SwigluArgs a) {
+  using P = Pack<T, N>;
+  const P* gate = static_cast<const P*>(a.gate);
+  const P* up = static_cast<const P*>(a.up);
+  P* out = static_cast<P*>(a.out);
+  const int64_t count = a.n / N;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < count; i += stride) {
+    const P g = gate[i], u = up[i];
+    P o;
+#pragma unroll
+    for (int j = 0; j < N; ++j)
+      o.v[j] = from_float<T>(math::swiglu(to_float(g.v[j]), to_float(u.v[j])));
+    out[i] = o;
+  }
+}
+
+template <typename T, int N>
+__global__ void swiglu_backward_kernel(SwigluBackwardArgs a) {
+  using P = Pack<T, N>;
+  const P* grad = static_cast<const P*>(a.grad);
+  const P* gate = static_cast<const P*>(a.gate);
+  const P* up = static_cast<const P*>(a.up);
+  P* grad_gate = static_cast<P*>(a.grad_gate);
+  P* grad_up = static_cast<P*>(a.grad_up);
+  const int64_t count = a.n / N;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < count; i += stride) {
+    const P dy = grad[i], g = gate[i], u = up[i];
+    P dg, du;
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      float a_g, a_u;
+      math::swiglu_backward(to_float(dy.v[j]), to_float(g.v[j]), to_float(u.v[j]), a_g, a_u);
+      dg.v[j] = from_float<T>(a_g);
+      du.v[j] = from_float<T>(a_u);
+    }
+    grad_gate[i] = dg;
+    grad_up[i] = du;
+  }
+}
+
+template <typename T>
+bool packs_fit(int64_t n, std::initializer_list<const void*> pointers) {
+  constexpr int kWide = 16 / sizeof(T);
+  if (n % kWide != 0) return false;
+  for (const void* p : pointers) {
+    if (!aligned(p, 16)) return false;
+  }
+  return true;
+}
 
 // (max, sum) of the whole block, returned to every thread.
 __device__ void block_softmax_stats(float& max, float& sum) {
@@ -156,8 +240,7 @@ template <typename T>
 void launch_cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   constexpr int kPack = 16 / sizeof(T);
   const auto grid = static_cast<unsigned>(a.rows);
-  const bool aligned = a.vocab % kPack == 0 && reinterpret_cast<uintptr_t>(a.logits) % 16 == 0;
-  if (aligned) {
+  if (a.vocab % kPack == 0 && aligned(a.logits, 16)) {
     cross_entropy_kernel<T, kPack><<<grid, kRowThreads, 0, stream>>>(a);
   } else {
     cross_entropy_kernel<T, 1><<<grid, kRowThreads, 0, stream>>>(a);
@@ -167,29 +250,48 @@ void launch_cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t launch_rope(const RopeArgs& a, cudaStream_t stream) {
-  const unsigned blocks = blocks_for(a.batch * a.seq_len * a.heads * (a.dim / 2));
   if (a.type == ElementType::kBFloat16) {
-    rope_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(a);
+    launch_rope_typed<__nv_bfloat16>(a, stream);
   } else {
-    rope_kernel<float><<<blocks, kThreads, 0, stream>>>(a);
+    launch_rope_typed<float>(a, stream);
   }
   return cudaGetLastError();
 }
 
+template <typename T>
+void launch_swiglu_typed(const SwigluArgs& a, cudaStream_t stream) {
+  constexpr int kWide = 16 / sizeof(T);
+  if (packs_fit<T>(a.n, {a.gate, a.up, a.out})) {
+    swiglu_kernel<T, kWide><<<blocks_for(a.n / kWide), kThreads, 0, stream>>>(a);
+  } else {
+    swiglu_kernel<T, 1><<<blocks_for(a.n), kThreads, 0, stream>>>(a);
+  }
+}
+
+template <typename T>
+void launch_swiglu_backward_typed(const SwigluBackwardArgs& a, cudaStream_t stream) {
+  constexpr int kWide = 16 / sizeof(T);
+  if (packs_fit<T>(a.n, {a.grad, a.gate, a.up, a.grad_gate, a.grad_up})) {
+    swiglu_backward_kernel<T, kWide><<<blocks_for(a.n / kWide), kThreads, 0, stream>>>(a);
+  } else {
+    swiglu_backward_kernel<T, 1><<<blocks_for(a.n), kThreads, 0, stream>>>(a);
+  }
+}
+
 cudaError_t launch_swiglu(const SwigluArgs& a, cudaStream_t stream) {
   if (a.type == ElementType::kBFloat16) {
-    swiglu_kernel<__nv_bfloat16><<<blocks_for(a.n), kThreads, 0, stream>>>(a);
+    launch_swiglu_typed<__nv_bfloat16>(a, stream);
   } else {
-    swiglu_kernel<float><<<blocks_for(a.n), kThreads, 0, stream>>>(a);
+    launch_swiglu_typed<float>(a, stream);
   }
   return cudaGetLastError();
 }
 
 cudaError_t launch_swiglu_backward(const SwigluBackwardArgs& a, cudaStream_t stream) {
   if (a.type == ElementType::kBFloat16) {
-    swiglu_backward_kernel<__nv_bfloat16><<<blocks_for(a.n), kThreads, 0, stream>>>(a);
+    launch_swiglu_backward_typed<__nv_bfloat16>(a, stream);
   } else {
-    swiglu_backward_kernel<float><<<blocks_for(a.n), kThreads, 0, stream>>>(a);
+    launch_swiglu_backward_typed<float>(a, stream);
   }
   return cudaGetLastError();
 }

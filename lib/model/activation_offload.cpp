@@ -1,5 +1,6 @@
 #include "model/activation_offload.h"
 
+#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -41,6 +42,7 @@ struct ActivationOffload::State {
   int64_t host_bytes = 0;
 #if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
   std::map<c10::DeviceIndex, c10::cuda::CUDAStream> side_streams;
+  std::deque<std::weak_ptr<Entry>> copying_out;  // in store order
 
   c10::cuda::CUDAStream side_stream(c10::DeviceIndex device) {
     auto it = side_streams.find(device);
@@ -100,19 +102,31 @@ ActivationOffload::ActivationOffload() : state_(std::make_shared<State>()) {}
 ActivationOffload::~ActivationOffload() = default;
 
 std::shared_ptr<ActivationOffload::Entry> ActivationOffload::store(const torch::Tensor& t) {
-  std::lock_guard<std::mutex> lock(state_->mutex);
-  auto e = std::make_shared<Entry>(state_, state_->next_seq++, t.device());
-  if (t.is_cpu()) {
-    e->host = t.detach();
+  std::vector<std::shared_ptr<Entry>> to_finish;  // waited on after the lock
+  std::shared_ptr<Entry> e;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    e = std::make_shared<Entry>(state_, state_->next_seq++, t.device());
+    if (t.is_cpu()) {
+      e->host = t.detach();
 #if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
-  } else if (t.is_cuda()) {
-    copy_out_cuda(t.detach(), *e, state_->side_stream(t.device().index()));
+    } else if (t.is_cuda()) {
+      copy_out_cuda(t.detach(), *e, state_->side_stream(t.device().index()));
+      state_->copying_out.push_back(e);
+      while (static_cast<int64_t>(state_->copying_out.size()) > kCopiesInFlight) {
+        if (auto oldest = state_->copying_out.front().lock()) to_finish.push_back(oldest);
+        state_->copying_out.pop_front();
+      }
 #endif
-  } else {
-    e->host = t.detach().to(torch::kCPU);
+    } else {
+      e->host = t.detach().to(torch::kCPU);
+    }
+    state_->host_bytes += static_cast<int64_t>(e->host.nbytes());
+    state_->live[e->seq_] = e;
   }
-  state_->host_bytes += static_cast<int64_t>(e->host.nbytes());
-  state_->live[e->seq_] = e;
+#if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
+  for (const auto& oldest : to_finish) oldest->copied_out.synchronize();
+#endif
   return e;
 }
 

@@ -1,11 +1,14 @@
 #include "model/fused_layer_ops.h"
 
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-
 #include <cstdlib>
 #include <cstring>
 
+#if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include "core/error.h"
 #include "kernels/fused_ops.h"
 #include "model/rope.h"
 
@@ -29,6 +32,7 @@ kernels::ElementType element_type(const Tensor& x) {
                                              : kernels::ElementType::kFloat32;
 }
 
+#if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
 kernels::CudaStream stream_of(const Tensor& x) {
   return c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
 }
@@ -93,11 +97,40 @@ struct Swiglu : torch::autograd::Function<Swiglu> {
   }
 };
 
+Tensor fused_rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  return Rotary::apply(x, cos.contiguous(), sin.contiguous());
+}
+
+Tensor fused_swiglu(const Tensor& gate, const Tensor& up) {
+  return Swiglu::apply(gate, up);
+}
+
+void launch_cross_entropy(const kernels::CrossEntropyArgs& a, const Tensor& logits) {
+  const c10::cuda::CUDAGuard on_device(logits.device());
+  kernels::cross_entropy_cuda(a, stream_of(logits));
+}
+
+#else  // a LibTorch without CUDA: use_fused_kernels() is false, so these are never called
+
+[[noreturn]] void no_cuda() {
+  fail(ErrorKind::kInternal, "fused kernels called in a build without CUDA");
+}
+Tensor fused_rotary(const Tensor&, const Tensor&, const Tensor&) {
+  no_cuda();
+}
+Tensor fused_swiglu(const Tensor&, const Tensor&) {
+  no_cuda();
+}
+void launch_cross_entropy(const kernels::CrossEntropyArgs&, const Tensor&) {
+  no_cuda();
+}
+
+#endif
+
 }  // namespace
 
 Tensor fused_cross_entropy(Tensor& logits, const Tensor& labels, int64_t ignore_index, bool grad) {
   const Tensor y = labels.contiguous();
-  const c10::cuda::CUDAGuard on_device(logits.device());
   Tensor rows = torch::empty({logits.size(0)}, logits.options().dtype(torch::kFloat));
   kernels::CrossEntropyArgs a;
   a.logits = logits.data_ptr();
@@ -108,7 +141,7 @@ Tensor fused_cross_entropy(Tensor& logits, const Tensor& labels, int64_t ignore_
   a.ignore_index = ignore_index;
   a.type = element_type(logits);
   a.write_grad = grad;
-  kernels::cross_entropy_cuda(a, stream_of(logits));
+  launch_cross_entropy(a, logits);
   return rows;
 }
 
@@ -128,7 +161,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
 
 Tensor rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   if (use_fused_kernels(x) && cos.scalar_type() == x.scalar_type()) {
-    return Rotary::apply(x, cos.contiguous(), sin.contiguous());
+    return fused_rotary(x, cos, sin);
   }
   return apply_rope(x, cos.unsqueeze(1), sin.unsqueeze(1));
 }
@@ -136,7 +169,7 @@ Tensor rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
 Tensor swiglu(const Tensor& gate, const Tensor& up) {
   if (use_fused_kernels(gate) && up.scalar_type() == gate.scalar_type() &&
       up.sizes() == gate.sizes()) {
-    return Swiglu::apply(gate, up);
+    return fused_swiglu(gate, up);
   }
   return torch::silu(gate) * up;
 }

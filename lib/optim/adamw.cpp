@@ -56,12 +56,15 @@ class AdamW : public Optimizer {
   void update(torch::Tensor& params, const torch::Tensor& grads, int64_t offset) override {
     if (!begun_) fail(ErrorKind::kInternal, "AdamW: update() before begin_step()");
     check_piece("AdamW", params, grads, offset, numel_, device_);
+    if (device_.is_cuda() && kernels::cuda_kernels_available()) {
+      update_cuda(params, grads, offset);  // reads bfloat16 gradients itself
+      return;
+    }
+    const torch::Tensor grads32 = grads.to(torch::kFloat);
     if (device_.is_cpu()) {
-      update_cpu(params, grads, offset);
-    } else if (device_.is_cuda() && kernels::cuda_kernels_available()) {
-      update_cuda(params, grads, offset);
+      update_cpu(params, grads32, offset);
     } else {
-      update_aten(params, grads, offset);
+      update_aten(params, grads32, offset);
     }
   }
 
@@ -124,8 +127,13 @@ class AdamW : public Optimizer {
       b.param = params.data_ptr<float>() + at;
       b.exp_avg = state_["exp_avg"].data_ptr<float>() + offset + at;
       b.exp_avg_sq = state_["exp_avg_sq"].data_ptr<float>() + offset + at;
-      b.grad = grads.data_ptr<float>() + at;
-      b.grad_type = kernels::GradType::kFloat32;
+      if (grads.scalar_type() == torch::kBFloat16) {
+        b.grad = grads.data_ptr<at::BFloat16>() + at;
+        b.grad_type = kernels::GradType::kBFloat16;
+      } else {
+        b.grad = grads.data_ptr<float>() + at;
+        b.grad_type = kernels::GradType::kFloat32;
+      }
       b.n = n;
       kernels::adamw_update_cuda(b, s, stream);
     });

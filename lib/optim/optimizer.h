@@ -3,8 +3,10 @@
 // gradient shard. The ZeRO engine owns the shards; an optimizer never sees parameter structure,
 // only ranges of the shard (e.g. those that take no weight decay: norms and biases).
 //
-// Shapes: params, grads, and every state tensor are 1-D float32 of the same numel, contiguous, on
-// the same device. Not thread-safe; step() itself may use several threads.
+// Shapes: params, grads, and every state tensor are 1-D of the same numel, contiguous, on the same
+// device; all float32 except the gradients, which may also be bfloat16 (the compute dtype: the
+// engine then hands them over without a float32 copy; their conversion is exact, so the update is
+// the same). Not thread-safe; step() itself may use several threads.
 
 #include <cstdint>
 #include <map>

@@ -37,7 +37,7 @@ class Sgd : public Optimizer {
     if (!begun_) fail(ErrorKind::kInternal, "SGD: update() before begin_step()");
     check_piece("SGD", params, grads, offset, numel_, device_);
     const int64_t numel = params.numel();
-    torch::Tensor d = grads.clone();
+    torch::Tensor d = grads.to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
     if (options_.weight_decay != 0.0) {
       for_each_segment_in(segments_, offset, offset + numel, [&](const Segment& seg) {
         if (!seg.decay) return;

@@ -6,12 +6,13 @@ namespace dstrain::optim {
 namespace {
 
 void check_one(const char* optimizer, const char* name, const torch::Tensor& t, int64_t numel,
-               torch::Device device) {
-  if (!t.defined() || t.dim() != 1 || t.scalar_type() != torch::kFloat || !t.is_contiguous() ||
-      t.numel() != numel || t.device() != device) {
-    fail(ErrorKind::kInternal,
-         "{}: {} must be a contiguous 1-D float32 tensor of {} elements on {}", optimizer, name,
-         numel, device.str());
+               torch::Device device, bool bf16_allowed) {
+  const bool dtype_ok = t.defined() && (t.scalar_type() == torch::kFloat ||
+                                        (bf16_allowed && t.scalar_type() == torch::kBFloat16));
+  if (!dtype_ok || t.dim() != 1 || !t.is_contiguous() || t.numel() != numel ||
+      t.device() != device) {
+    fail(ErrorKind::kInternal, "{}: {} must be a contiguous 1-D {} tensor of {} elements on {}",
+         optimizer, name, bf16_allowed ? "float32 or bfloat16" : "float32", numel, device.str());
   }
 }
 
@@ -24,8 +25,8 @@ void check_piece(const char* optimizer, const torch::Tensor& params, const torch
     fail(ErrorKind::kInternal, "{}: piece [{}, {}) outside the shard of {} elements", optimizer,
          offset, offset + n, numel);
   }
-  check_one(optimizer, "params", params, n, device);
-  check_one(optimizer, "grads", grads, n, device);
+  check_one(optimizer, "params", params, n, device, /*bf16_allowed=*/false);
+  check_one(optimizer, "grads", grads, n, device, /*bf16_allowed=*/true);
 }
 
 void load_named_state(const char* optimizer, std::map<std::string, torch::Tensor>& into,

@@ -9,8 +9,9 @@
 
 namespace dstrain::optim {
 
-// params/grads: the elements [offset, offset + params.numel()) of a shard of `numel` elements: 1-D
-// float32, contiguous, of the same numel, on `device`. Error(kInternal) otherwise.
+// params/grads: the elements [offset, offset + params.numel()) of a shard of `numel` elements: 1-D,
+// contiguous, of the same numel, on `device`; params float32, grads float32 or bfloat16.
+// Error(kInternal) otherwise.
 void check_piece(const char* optimizer, const torch::Tensor& params, const torch::Tensor& grads,
                  int64_t offset, int64_t numel, torch::Device device);
 

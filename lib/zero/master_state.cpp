@@ -13,6 +13,17 @@ torch::Tensor gradient_coefficient(const torch::Tensor& grad_norm, double loss_s
   return coef;
 }
 
+torch::Tensor squared_norm(const torch::Tensor& grad) {
+  const torch::Tensor norm = at::linalg_vector_norm(grad, 2, {}, false, torch::kFloat);
+  return norm.to(torch::kFloat64).square().reshape({1});
+}
+
+torch::Tensor gradient_for_master(const torch::Tensor& grad, torch::Device device) {
+  const bool as_is = grad.device() == device && (grad.scalar_type() == torch::kFloat ||
+                                                 grad.scalar_type() == torch::kBFloat16);
+  return as_is ? grad : grad.to(device, torch::kFloat32);
+}
+
 MasterState::MasterState(torch::Tensor master, bool aliases_params, MasterLayout layout,
                          const OptimizerFactory& make_optimizer, const EngineOptions& options,
                          comm::Communicator& comm, torch::Device device)
@@ -77,12 +88,11 @@ void MasterState::arm_backward_update(std::optional<double> lr) {
   if (backward_lr_) backward_sq_ = torch::zeros({1}, master_.options().dtype(torch::kFloat64));
 }
 
-void MasterState::backward_update(torch::Tensor grad32, int64_t offset, Range owned) {
+void MasterState::backward_update(torch::Tensor grad, int64_t offset, Range owned) {
   if (!backward_lr_) fail(ErrorKind::kInternal, "zero engine: backward update not armed");
   if (backward_pieces_++ == 0) begin_update(*backward_lr_);
-  backward_sq_ +=
-      grad32.narrow(0, owned.begin, owned.end - owned.begin).pow(2).sum().to(torch::kFloat64);
-  update(std::move(grad32), offset, torch::Tensor());
+  backward_sq_ += squared_norm(grad.narrow(0, owned.begin, owned.end - owned.begin));
+  update(std::move(grad), offset, torch::Tensor());
 }
 
 StepResult MasterState::finish_backward_update(size_t pieces) {

@@ -50,6 +50,15 @@ struct MasterLayout {
 // computed where `grad_norm` is (no host sync).
 torch::Tensor gradient_coefficient(const torch::Tensor& grad_norm, double loss_scale, double clip);
 
+// Σ g² of a float32 or bfloat16 gradient as a float64 [1] tensor where g is: one reduction that
+// accumulates in float32 (bfloat16 read as it is, no float32 copy), squared in float64.
+torch::Tensor squared_norm(const torch::Tensor& grad);
+
+// A reduced gradient as the optimizer takes it on `device`: the tensor itself when it is there
+// already in float32 or bfloat16 (read exactly, no copy), else a float32 copy there (e.g. on the
+// host for an offloaded optimizer).
+torch::Tensor gradient_for_master(const torch::Tensor& grad, torch::Device device);
+
 class MasterState {
  public:
   // `master`: the fp32 master [numel], already holding the initial values. `aliases_params`: it is
@@ -90,15 +99,16 @@ class MasterState {
   // The same pieces during the step's last backward, for both engines:
   //   arm_backward_update(lr)         before that backward: armed when `lr` is set and
   //                                   no_norm_needed(), else disarmed
-  //   backward_update(grad32, offset, owned)
-  //                                   each piece as its gradient is reduced: the first begins the
-  //                                   update; Σg² of `owned` (the elements of grad32 this rank
-  //                                   owns) is added up for the reported norm
+  //   backward_update(grad, offset, owned)
+  //                                   each piece as its gradient is reduced (gradient_for_master:
+  //                                   float32 or bfloat16): the first begins the update; Σg² of
+  //                                   `owned` (the elements of grad this rank owns) is added up for
+  //                                   the reported norm
   //   finish_backward_update(pieces)  in step(): Error(kInternal) unless `pieces` pieces came,
   //                                   then reduce_norm() of their Σg²; disarms
   void arm_backward_update(std::optional<double> lr);
   bool backward_update_armed() const { return backward_lr_.has_value(); }
-  void backward_update(torch::Tensor grad32, int64_t offset, Range owned);
+  void backward_update(torch::Tensor grad, int64_t offset, Range owned);
   StepResult finish_backward_update(size_t pieces);
 
   std::vector<StatePiece> owned_state() const;

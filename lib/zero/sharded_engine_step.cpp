@@ -34,15 +34,15 @@ void ShardedEngine::update_reduced_bucket(size_t bucket) {
   const trace::Span span("optimizer", "update bucket", {"bucket", static_cast<int64_t>(bucket)});
   const Range r = in_master(bucket);
   const torch::Tensor& grads = options_.stage == 0 ? flat_grad_ : grad_shard_;
-  torch::Tensor grad32 =
-      grads.narrow(0, r.begin, r.end - r.begin).to(master_->master().device(), torch::kFloat32);
+  torch::Tensor grad =
+      gradient_for_master(grads.narrow(0, r.begin, r.end - r.begin), master_->master().device());
   // The elements this rank owns (local_grad_sq's rule): at stage 0 its chunk of the bucket.
   Range mine{0, r.end - r.begin};
   if (options_.stage == 0) {
     const Range owned = partition_.owned(bucket, comm_.rank());
     mine = {owned.begin - r.begin, owned.end - r.begin};
   }
-  master_->backward_update(std::move(grad32), r.begin, mine);
+  master_->backward_update(std::move(grad), r.begin, mine);
   refresh_bucket(bucket);
 }
 
@@ -75,10 +75,10 @@ torch::Tensor ShardedEngine::local_grad_sq(const torch::Tensor& grad32) const {
   if (options_.stage == 0) {
     for (size_t b = 0; b < partition_.buckets().size(); ++b) {
       const Range mine = partition_.owned(b, comm_.rank());
-      total += grad32.narrow(0, mine.begin, mine.end - mine.begin).pow(2).sum().to(torch::kFloat64);
+      total += squared_norm(grad32.narrow(0, mine.begin, mine.end - mine.begin));
     }
   } else {
-    total += grad32.pow(2).sum().to(torch::kFloat64);
+    total += squared_norm(grad32);
   }
   return total;
 }

@@ -161,10 +161,9 @@ void Stage3Engine::update_unit(size_t u) {
   torch::NoGradGuard no_grad;
   const trace::Span span("optimizer", "update unit", {"unit", static_cast<int64_t>(u)});
   const Unit& unit = units_[u];
-  torch::Tensor grad32 =
-      shard_of(unit, grad_shard_).to(master_->master().device(), torch::kFloat32);
-  const int64_t n = grad32.numel();
-  master_->backward_update(std::move(grad32), unit.shard_offset, {0, n});
+  torch::Tensor grad = gradient_for_master(shard_of(unit, grad_shard_), master_->master().device());
+  const int64_t n = grad.numel();
+  master_->backward_update(std::move(grad), unit.shard_offset, {0, n});
   if (!master_->aliases_params()) {
     shard_of(unit, param_shard_).copy_(shard_of(unit, master_->master()));
   }

@@ -68,21 +68,32 @@ size_t count_mismatches(const std::vector<float>& a, const std::vector<float>& b
   return bad;
 }
 
-// Three steps over n elements (not a multiple of the block size), gradient in fp32 or bf16.
-void run_parity(GradType grad_type, bool write_bf16) {
+// Three steps over n elements (not a multiple of the block size or of the 4-element loads),
+// gradient in fp32 or bf16. skip: elements before the arrays' starts in their allocations (0: the
+// kernel's 4-wide loads and a scalar tail; 1: misaligned, all scalar).
+void run_parity(GradType grad_type, bool write_bf16, int64_t skip = 0) {
   const int64_t n = 100'003;
   std::mt19937 gen(1234);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> p(n), m(n, 0.0f), v(n, 0.0f);
   for (auto& x : p) x = normal(gen);
+  const auto with_skip = [&](const std::vector<float>& x) {
+    std::vector<float> padded(skip, 0.0f);
+    padded.insert(padded.end(), x.begin(), x.end());
+    return padded;
+  };
 
-  float *dp = device_copy(p), *dm = device_copy(m), *dv = device_copy(v);
-  uint16_t* dbf16 = nullptr;
+  float* dp_alloc = device_copy(with_skip(p));
+  float* dm_alloc = device_copy(with_skip(m));
+  float* dv_alloc = device_copy(with_skip(v));
+  float *dp = dp_alloc + skip, *dm = dm_alloc + skip, *dv = dv_alloc + skip;
+  uint16_t* dbf16_alloc = nullptr;
   if (write_bf16) {
     void* raw = nullptr;
-    CUDA_OK(cudaMalloc(&raw, n * sizeof(uint16_t)));
-    dbf16 = static_cast<uint16_t*>(raw);
+    CUDA_OK(cudaMalloc(&raw, (n + skip) * sizeof(uint16_t)));
+    dbf16_alloc = static_cast<uint16_t*>(raw);
   }
+  uint16_t* dbf16 = dbf16_alloc == nullptr ? nullptr : dbf16_alloc + skip;
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 
@@ -94,14 +105,19 @@ void run_parity(GradType grad_type, bool write_bf16) {
       g_bf16[i] = to_bf16_bits(g[i]);
       if (grad_type == GradType::kBFloat16) g[i] = from_bf16_bits(g_bf16[i]);  // what the GPU sees
     }
-    void* dg = grad_type == GradType::kBFloat16 ? static_cast<void*>(device_copy(g_bf16))
-                                                : static_cast<void*>(device_copy(g));
+    g_bf16.insert(g_bf16.begin(), skip, 0);
+    void* dg_alloc = grad_type == GradType::kBFloat16
+                         ? static_cast<void*>(device_copy(g_bf16))
+                         : static_cast<void*>(device_copy(with_skip(g)));
+    void* dg = grad_type == GradType::kBFloat16
+                   ? static_cast<void*>(static_cast<uint16_t*>(dg_alloc) + skip)
+                   : static_cast<void*>(static_cast<float*>(dg_alloc) + skip);
     const auto scalars = scalars_for(step, 1e-3f, 0.01f);
     optim::adamw_update(p.data(), g.data(), m.data(), v.data(), n, scalars);
     AdamWBuffers buffers{dp, dm, dv, dg, grad_type, dbf16, n};
     adamw_update_cuda(buffers, scalars, stream);
     CUDA_OK(cudaStreamSynchronize(stream));
-    CUDA_OK(cudaFree(dg));
+    CUDA_OK(cudaFree(dg_alloc));
   }
 
   EXPECT_EQ(count_mismatches(p, host_copy(dp, n)), 0u) << "param";
@@ -112,11 +128,11 @@ void run_parity(GradType grad_type, bool write_bf16) {
     size_t bad = 0;
     for (int64_t i = 0; i < n; ++i) bad += bf16[i] != to_bf16_bits(p[i]);
     EXPECT_EQ(bad, 0u) << "bf16 copy of the parameter";
-    CUDA_OK(cudaFree(dbf16));
+    CUDA_OK(cudaFree(dbf16_alloc));
   }
-  CUDA_OK(cudaFree(dp));
-  CUDA_OK(cudaFree(dm));
-  CUDA_OK(cudaFree(dv));
+  CUDA_OK(cudaFree(dp_alloc));
+  CUDA_OK(cudaFree(dm_alloc));
+  CUDA_OK(cudaFree(dv_alloc));
   CUDA_OK(cudaStreamDestroy(stream));
 }
 
@@ -126,6 +142,11 @@ TEST(AdamWCuda, Fp32GradientsMatchTheCpuKernelBitForBit) {
 
 TEST(AdamWCuda, Bf16GradientsAndBf16ParamCopyMatchTheCpuKernel) {
   run_parity(GradType::kBFloat16, true);
+}
+
+TEST(AdamWCuda, MisalignedArraysMatchTheCpuKernelBitForBit) {
+  run_parity(GradType::kFloat32, true, /*skip=*/1);
+  run_parity(GradType::kBFloat16, false, /*skip=*/1);
 }
 
 }  // namespace

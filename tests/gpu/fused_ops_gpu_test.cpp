@@ -34,8 +34,9 @@ double tol_for(torch::Dtype dtype) {
 
 class FusedOpsGpu : public ::testing::TestWithParam<torch::Dtype> {};
 
-TEST_P(FusedOpsGpu, RotaryForwardAndBackward) {
-  const auto dtype = GetParam();
+// extra: columns of the projection output beyond q (16: rows aligned for the widest loads; 1:
+// rows misaligned, the element-by-element kernel).
+void check_rotary(torch::Dtype dtype, int64_t extra) {
   torch::manual_seed(1);
   const int64_t B = 2, T = 33, H = 3, D = 64;
   const Tensor inv_freq = 1.0 / torch::pow(1e6, torch::arange(0, D, 2).to(torch::kFloat) / D);
@@ -43,7 +44,7 @@ TEST_P(FusedOpsGpu, RotaryForwardAndBackward) {
   cos = cos.to(dtype);
   sin = sin.to(dtype);
   // A [B, T, H, D] view of a wider projection output, as q is when k and v share its buffer.
-  const Tensor wide = torch::randn({B, T, H * D + 16}).to(dtype);
+  const Tensor wide = torch::randn({B, T, H * D + extra}).to(dtype);
   const Tensor x = wide.narrow(2, 0, H * D).view({B, T, H, D});
   const Tensor grad = torch::randn({B, T, H, D}).to(dtype);
 
@@ -57,16 +58,21 @@ TEST_P(FusedOpsGpu, RotaryForwardAndBackward) {
       apply_rope(xf, cos.to(torch::kFloat).unsqueeze(1), sin.to(torch::kFloat).unsqueeze(1));
   want.backward(grad.to(torch::kFloat));
   EXPECT_TRUE(got.is_contiguous());
-  expect_close(got, want, tol_for(dtype), "rotary");
-  expect_close(xc.grad(), xf.grad(), tol_for(dtype), "rotary grad");
+  const std::string what = "rotary, extra columns " + std::to_string(extra);
+  expect_close(got, want, tol_for(dtype), what.c_str());
+  expect_close(xc.grad(), xf.grad(), tol_for(dtype), (what + " grad").c_str());
 }
 
-TEST_P(FusedOpsGpu, SwigluForwardAndBackward) {
-  const auto dtype = GetParam();
+TEST_P(FusedOpsGpu, RotaryForwardAndBackward) {
+  for (const int64_t extra : {16, 2, 1}) check_rotary(GetParam(), extra);
+}
+
+// Sizes a multiple of 8 (16-byte loads) and not (element by element).
+void check_swiglu(torch::Dtype dtype, std::vector<int64_t> shape) {
   torch::manual_seed(2);
-  const Tensor gate = (torch::randn({4, 77, 160}) * 3).to(dtype);
-  const Tensor up = torch::randn({4, 77, 160}).to(dtype);
-  const Tensor grad = torch::randn({4, 77, 160}).to(dtype);
+  const Tensor gate = (torch::randn(shape) * 3).to(dtype);
+  const Tensor up = torch::randn(shape).to(dtype);
+  const Tensor grad = torch::randn(shape).to(dtype);
 
   const Tensor gc = gate.to(kCuda).requires_grad_(true), uc = up.to(kCuda).requires_grad_(true);
   ASSERT_TRUE(use_fused_kernels(gc));
@@ -80,6 +86,11 @@ TEST_P(FusedOpsGpu, SwigluForwardAndBackward) {
   expect_close(got, want, tol_for(dtype), "swiglu");
   expect_close(gc.grad(), gf.grad(), tol_for(dtype), "swiglu grad gate");
   expect_close(uc.grad(), uf.grad(), tol_for(dtype), "swiglu grad up");
+}
+
+TEST_P(FusedOpsGpu, SwigluForwardAndBackward) {
+  check_swiglu(GetParam(), {4, 77, 160});
+  check_swiglu(GetParam(), {3, 7, 5});
 }
 
 TEST_P(FusedOpsGpu, RmsNormForwardAndBackward) {
