@@ -137,8 +137,14 @@ torch::Tensor ActivationOffload::load(Entry& e) {
     std::shared_ptr<Entry> previous;  // released after the lock: its destructor takes the lock
     std::lock_guard<std::mutex> lock(state_->mutex);
     const c10::cuda::CUDAStream side = state_->side_stream(e.device_.index());
-    if (!e.fetched.defined()) copy_in_cuda(e, side);
+    const bool fetched_ahead = e.fetched.defined();
+    if (!fetched_ahead) copy_in_cuda(e, side);
     e.copied_in.block(c10::cuda::getCurrentCUDAStream(e.device_.index()));
+    // A fetched copy stays allocated until the device has used it, so a backward that runs ahead of
+    // the device would hold one per layer it is ahead by. Waiting here for the copy fetched ahead
+    // (it started when the device reached the previous load) keeps the backward about one layer
+    // ahead of the device, and the fetched inputs at two.
+    if (fetched_ahead) e.copied_in.synchronize();
     torch::Tensor out = std::move(e.fetched);
     e.fetched = torch::Tensor();
     // Fetch ahead: the entry stored just before this one is the one backward loads next.

@@ -50,8 +50,8 @@ struct MasterLayout {
 // computed where `grad_norm` is (no host sync).
 torch::Tensor gradient_coefficient(const torch::Tensor& grad_norm, double loss_scale, double clip);
 
-// Σ g² of a float32 or bfloat16 gradient as a float64 [1] tensor where g is: one reduction that
-// accumulates in float32 (bfloat16 read as it is, no float32 copy), squared in float64.
+// Σ g² of a float32 or bfloat16 gradient as a float64 [1] tensor where g is, accumulated in
+// float32; a bfloat16 gradient on a GPU in one reduction that reads it as it is (no float32 copy).
 torch::Tensor squared_norm(const torch::Tensor& grad);
 
 // A reduced gradient as the optimizer takes it on `device`: the tensor itself when it is there
