@@ -1,6 +1,5 @@
 #include "model/activation_offload.h"
 
-#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -42,7 +41,6 @@ struct ActivationOffload::State {
   int64_t host_bytes = 0;
 #if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
   std::map<c10::DeviceIndex, c10::cuda::CUDAStream> side_streams;
-  std::deque<std::weak_ptr<Entry>> copying_out;  // in store order
 
   c10::cuda::CUDAStream side_stream(c10::DeviceIndex device) {
     auto it = side_streams.find(device);
@@ -102,31 +100,19 @@ ActivationOffload::ActivationOffload() : state_(std::make_shared<State>()) {}
 ActivationOffload::~ActivationOffload() = default;
 
 std::shared_ptr<ActivationOffload::Entry> ActivationOffload::store(const torch::Tensor& t) {
-  std::vector<std::shared_ptr<Entry>> to_finish;  // waited on after the lock
-  std::shared_ptr<Entry> e;
-  {
-    std::lock_guard<std::mutex> lock(state_->mutex);
-    e = std::make_shared<Entry>(state_, state_->next_seq++, t.device());
-    if (t.is_cpu()) {
-      e->host = t.detach();
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  auto e = std::make_shared<Entry>(state_, state_->next_seq++, t.device());
+  if (t.is_cpu()) {
+    e->host = t.detach();
 #if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
-    } else if (t.is_cuda()) {
-      copy_out_cuda(t.detach(), *e, state_->side_stream(t.device().index()));
-      state_->copying_out.push_back(e);
-      while (static_cast<int64_t>(state_->copying_out.size()) > kCopiesInFlight) {
-        if (auto oldest = state_->copying_out.front().lock()) to_finish.push_back(oldest);
-        state_->copying_out.pop_front();
-      }
+  } else if (t.is_cuda()) {
+    copy_out_cuda(t.detach(), *e, state_->side_stream(t.device().index()));
 #endif
-    } else {
-      e->host = t.detach().to(torch::kCPU);
-    }
-    state_->host_bytes += static_cast<int64_t>(e->host.nbytes());
-    state_->live[e->seq_] = e;
+  } else {
+    e->host = t.detach().to(torch::kCPU);
   }
-#if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
-  for (const auto& oldest : to_finish) oldest->copied_out.synchronize();
-#endif
+  state_->host_bytes += static_cast<int64_t>(e->host.nbytes());
+  state_->live[e->seq_] = e;
   return e;
 }
 
@@ -137,14 +123,8 @@ torch::Tensor ActivationOffload::load(Entry& e) {
     std::shared_ptr<Entry> previous;  // released after the lock: its destructor takes the lock
     std::lock_guard<std::mutex> lock(state_->mutex);
     const c10::cuda::CUDAStream side = state_->side_stream(e.device_.index());
-    const bool fetched_ahead = e.fetched.defined();
-    if (!fetched_ahead) copy_in_cuda(e, side);
+    if (!e.fetched.defined()) copy_in_cuda(e, side);
     e.copied_in.block(c10::cuda::getCurrentCUDAStream(e.device_.index()));
-    // A fetched copy stays allocated until the device has used it, so a backward that runs ahead of
-    // the device would hold one per layer it is ahead by. Waiting here for the copy fetched ahead
-    // (it started when the device reached the previous load) keeps the backward about one layer
-    // ahead of the device, and the fetched inputs at two.
-    if (fetched_ahead) e.copied_in.synchronize();
     torch::Tensor out = std::move(e.fetched);
     e.fetched = torch::Tensor();
     // Fetch ahead: the entry stored just before this one is the one backward loads next.

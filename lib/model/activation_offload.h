@@ -10,10 +10,7 @@
 // CUDA: store() copies the tensor into pinned host memory on a side stream that first waits for
 // the compute stream (so the copy reads finished values), and tells the caching allocator the
 // device tensor is in use on that stream (so its memory is not handed out again before the copy
-// has read it). A device tensor whose copy is pending stays allocated, so the host blocks to keep
-// at most kCopiesInFlight copies out unfinished, and in backward for the copy back it fetched
-// ahead: without that, a pass that runs ahead of the device holds an input for every layer it is
-// ahead by. load() makes the compute stream wait for the copy back,
+// has read it); the host never blocks. load() makes the compute stream wait for the copy back,
 // which was issued on the side stream, into memory allocated from the compute stream after an
 // event on it (so the copy cannot overwrite memory that earlier compute-stream work still reads).
 // Each load() starts fetching the entry stored just before the loaded one: a backward runs the
@@ -38,9 +35,6 @@ class ActivationOffload {
  public:
   class Entry;
   struct State;
-
-  // Copies to the host that may be unfinished when store() returns (CUDA).
-  static constexpr int64_t kCopiesInFlight = 2;
 
   ActivationOffload();
   ~ActivationOffload();
