@@ -2,7 +2,9 @@
 // The LM head's projection and the cross-entropy loss fused, so that the [tokens, vocab] logits
 // are never held whole: tokens are taken in chunks of at most loss_chunk_tokens(V, chunk_bytes)
 // rows, and only one chunk's float32 logits and log-probabilities exist at a time (about twice
-// chunk_bytes). For Qwen2.5-0.5B's head (V = 151936) at 2048 tokens the unfused forward+backward
+// chunk_bytes; on a GPU, where one kernel computes the chunk's loss and gradient in place
+// (model/fused_layer_ops.h), only its logits in the compute dtype: half of chunk_bytes in bf16).
+// For Qwen2.5-0.5B's head (V = 151936) at 2048 tokens the unfused forward+backward
 // peaks at 4.1-4.6 GiB of allocations (fp32 logits, their log-softmax, their gradient); the fused
 // one at about 1 GiB, most of it the float32 weight gradient (docs/performance.md).
 //

@@ -1,5 +1,7 @@
 #include "model/layers.h"
 
+#include <vector>
+
 #include "model/fused_layer_ops.h"
 #include "model/sliding_window_attention.h"
 #include "model/tiled_mlp.h"
@@ -17,6 +19,18 @@ torch::Tensor repeat_kv(const torch::Tensor& x, int64_t groups) {
   if (groups == 1) return x;
   const auto B = x.size(0), KV = x.size(1), T = x.size(2), D = x.size(3);
   return x.unsqueeze(2).expand({B, KV, groups, T, D}).reshape({B, KV * groups, T, D});
+}
+
+// linear(x) for x [..., in]. On a GPU a biased projection goes through at::linear with 2-D rows,
+// which is one matmul with the bias added in its epilogue (float32, before rounding); with 3-D
+// input PyTorch runs the matmul and then a separate bias add over the output. The CPU keeps the 3-D
+// call, op for op what transformers runs.
+torch::Tensor project(torch::nn::Linear& linear, const torch::Tensor& x) {
+  if (!x.is_cuda() || x.dim() == 2 || !linear->bias.defined()) return linear(x);
+  std::vector<int64_t> shape = x.sizes().vec();
+  const torch::Tensor y = linear(x.reshape({-1, shape.back()}));
+  shape.back() = y.size(1);
+  return y.view(shape);
 }
 
 }  // namespace
@@ -47,7 +61,7 @@ void ProjectionAdapters::set(const std::string& projection,
 
 torch::Tensor ProjectionAdapters::apply(const std::string& projection, torch::nn::Linear& linear,
                                         const torch::Tensor& x, bool training) const {
-  torch::Tensor y = linear(x);
+  torch::Tensor y = project(linear, x);
   if (by_name_.empty()) return y;
   const auto it = by_name_.find(projection);
   if (it == by_name_.end()) return y;

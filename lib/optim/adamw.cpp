@@ -53,11 +53,13 @@ class AdamW : public Optimizer {
     begun_ = true;
   }
 
-  void update(torch::Tensor& params, const torch::Tensor& grads, int64_t offset) override {
+  void update(torch::Tensor& params, const torch::Tensor& grads, int64_t offset,
+              const torch::Tensor& compute_copy) override {
     if (!begun_) fail(ErrorKind::kInternal, "AdamW: update() before begin_step()");
     check_piece("AdamW", params, grads, offset, numel_, device_);
+    check_compute_copy("AdamW", params, compute_copy);
     if (device_.is_cuda() && kernels::cuda_kernels_available()) {
-      update_cuda(params, grads, offset);  // reads bfloat16 gradients itself
+      update_cuda(params, grads, offset, compute_copy);  // reads bfloat16 gradients itself
       return;
     }
     const torch::Tensor grads32 = grads.to(torch::kFloat);
@@ -66,6 +68,7 @@ class AdamW : public Optimizer {
     } else {
       update_aten(params, grads32, offset);
     }
+    if (compute_copy.defined()) compute_copy.copy_(params);
   }
 
   int64_t step_count() const override { return step_; }
@@ -117,7 +120,8 @@ class AdamW : public Optimizer {
   // One fused kernel launch per decay segment, on LibTorch's current stream of the shard's device:
   // the stream the gradient's producers ran on (whatever stream the caller made current), so the
   // update is ordered after them and before whatever the caller enqueues next.
-  void update_cuda(torch::Tensor& params, const torch::Tensor& grads, int64_t offset) {
+  void update_cuda(torch::Tensor& params, const torch::Tensor& grads, int64_t offset,
+                   const torch::Tensor& compute_copy) {
     kernels::CudaStream stream = nullptr;
 #if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
     stream = c10::cuda::getCurrentCUDAStream(params.device().index()).stream();
@@ -133,6 +137,9 @@ class AdamW : public Optimizer {
       } else {
         b.grad = grads.data_ptr<float>() + at;
         b.grad_type = kernels::GradType::kFloat32;
+      }
+      if (compute_copy.defined()) {
+        b.param_bf16 = reinterpret_cast<uint16_t*>(compute_copy.data_ptr<at::BFloat16>()) + at;
       }
       b.n = n;
       kernels::adamw_update_cuda(b, s, stream);

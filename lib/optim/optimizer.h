@@ -40,8 +40,17 @@ class Optimizer {
   // order. `params` and `grads` are the shard's elements [offset, offset + numel) (e.g. views of
   // it). Each element's update depends on that element only, so any split gives bit for bit the
   // result of step().
+  //
+  // `compute_copy`: undefined, or a contiguous bfloat16 tensor of params' numel on their device
+  // that receives the updated params rounded to nearest even (the compute-dtype copy of a master
+  // shard), written by the update itself where it can (the CUDA AdamW kernel, which saves a pass
+  // over the shard) and copied after it elsewhere.
   virtual void begin_step(double lr) = 0;
-  virtual void update(torch::Tensor& params, const torch::Tensor& grads, int64_t offset) = 0;
+  virtual void update(torch::Tensor& params, const torch::Tensor& grads, int64_t offset,
+                      const torch::Tensor& compute_copy) = 0;
+  void update(torch::Tensor& params, const torch::Tensor& grads, int64_t offset) {
+    update(params, grads, offset, torch::Tensor());
+  }
   virtual int64_t step_count() const = 0;
   // Named state tensors shaped like the shard (e.g. "exp_avg", "exp_avg_sq") for checkpoints, plus
   // the step count. load_state() checks names and sizes and throws Error(kInput) on mismatch.

@@ -33,9 +33,11 @@ class Sgd : public Optimizer {
     begun_ = true;
   }
 
-  void update(torch::Tensor& params, const torch::Tensor& grads, int64_t offset) override {
+  void update(torch::Tensor& params, const torch::Tensor& grads, int64_t offset,
+              const torch::Tensor& compute_copy) override {
     if (!begun_) fail(ErrorKind::kInternal, "SGD: update() before begin_step()");
     check_piece("SGD", params, grads, offset, numel_, device_);
+    check_compute_copy("SGD", params, compute_copy);
     const int64_t numel = params.numel();
     torch::Tensor d = grads.to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
     if (options_.weight_decay != 0.0) {
@@ -56,6 +58,7 @@ class Sgd : public Optimizer {
       d = buf;
     }
     params.add_(d, -lr_);
+    if (compute_copy.defined()) compute_copy.copy_(params);
   }
 
   int64_t step_count() const override { return step_; }

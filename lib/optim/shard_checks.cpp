@@ -29,6 +29,18 @@ void check_piece(const char* optimizer, const torch::Tensor& params, const torch
   check_one(optimizer, "grads", grads, n, device, /*bf16_allowed=*/true);
 }
 
+void check_compute_copy(const char* optimizer, const torch::Tensor& params,
+                        const torch::Tensor& compute_copy) {
+  if (!compute_copy.defined()) return;
+  if (compute_copy.scalar_type() != torch::kBFloat16 || compute_copy.dim() != 1 ||
+      !compute_copy.is_contiguous() || compute_copy.numel() != params.numel() ||
+      compute_copy.device() != params.device()) {
+    fail(ErrorKind::kInternal,
+         "{}: the compute copy must be a contiguous 1-D bfloat16 tensor of {} elements on {}",
+         optimizer, params.numel(), params.device().str());
+  }
+}
+
 void load_named_state(const char* optimizer, std::map<std::string, torch::Tensor>& into,
                       const std::map<std::string, torch::Tensor>& state, int64_t step_count) {
   if (step_count < 0)

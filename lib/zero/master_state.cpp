@@ -81,10 +81,11 @@ torch::Tensor MasterState::coefficient(const StepResult& reduced) const {
       .to(master_.device(), torch::kFloat32);
 }
 
-void MasterState::update(torch::Tensor grad32, int64_t offset, const torch::Tensor& coef) {
+void MasterState::update(torch::Tensor grad32, int64_t offset, const torch::Tensor& coef,
+                         const torch::Tensor& compute_copy) {
   if (coef.defined()) grad32.mul_(coef);
   torch::Tensor piece = master_.narrow(0, offset, grad32.numel());
-  optimizer_->update(piece, grad32, offset);
+  optimizer_->update(piece, grad32, offset, compute_copy);
 }
 
 void MasterState::arm_backward_update(std::optional<double> lr) {
@@ -93,11 +94,12 @@ void MasterState::arm_backward_update(std::optional<double> lr) {
   if (backward_lr_) backward_sq_ = torch::zeros({1}, master_.options().dtype(torch::kFloat64));
 }
 
-void MasterState::backward_update(torch::Tensor grad, int64_t offset, Range owned) {
+void MasterState::backward_update(torch::Tensor grad, int64_t offset, Range owned,
+                                  const torch::Tensor& compute_copy) {
   if (!backward_lr_) fail(ErrorKind::kInternal, "zero engine: backward update not armed");
   if (backward_pieces_++ == 0) begin_update(*backward_lr_);
   backward_sq_ += squared_norm(grad.narrow(0, owned.begin, owned.end - owned.begin));
-  update(std::move(grad), offset, torch::Tensor());
+  update(std::move(grad), offset, torch::Tensor(), compute_copy);
 }
 
 StepResult MasterState::finish_backward_update(size_t pieces) {

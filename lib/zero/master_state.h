@@ -83,9 +83,12 @@ class MasterState {
   // The step in pieces, for an engine that updates bucket by bucket:
   //   reduce_norm(local_sq)           collective: the global norm and the fp16 verdict (skipped)
   //   begin_update(lr)                once, unless skipped
-  //   update(grad32, offset, coef)    for pieces that cover the master once, in any order: the
+  //   update(grad32, offset, coef[, compute_copy])
+  //                                   for pieces that cover the master once, in any order: the
   //                                   master's elements [offset, offset + grad32.numel()) from
-  //                                   their fp32 gradient (scaled by `coef` in place)
+  //                                   their fp32 gradient (scaled by `coef` in place); a defined
+  //                                   compute_copy (bf16) receives the updated piece
+  //                                   (Optimizer::update)
   // with coef = coefficient(reduce_norm's result). When no_norm_needed() the coefficient is 1
   // whatever the norm, so begin_update() and update() (with an undefined coef) may come first,
   // while the other pieces' gradients are still being computed, and reduce_norm() only reports.
@@ -94,12 +97,13 @@ class MasterState {
   // fp32, one element where the master lives; undefined when it is 1.
   torch::Tensor coefficient(const StepResult& reduced) const;
   void begin_update(double lr) { optimizer_->begin_step(lr); }
-  void update(torch::Tensor grad32, int64_t offset, const torch::Tensor& coef);
+  void update(torch::Tensor grad32, int64_t offset, const torch::Tensor& coef,
+              const torch::Tensor& compute_copy = torch::Tensor());
 
   // The same pieces during the step's last backward, for both engines:
   //   arm_backward_update(lr)         before that backward: armed when `lr` is set and
   //                                   no_norm_needed(), else disarmed
-  //   backward_update(grad, offset, owned)
+  //   backward_update(grad, offset, owned[, compute_copy])
   //                                   each piece as its gradient is reduced (gradient_for_master:
   //                                   float32 or bfloat16): the first begins the update; Σg² of
   //                                   `owned` (the elements of grad this rank owns) is added up for
@@ -108,7 +112,8 @@ class MasterState {
   //                                   then reduce_norm() of their Σg²; disarms
   void arm_backward_update(std::optional<double> lr);
   bool backward_update_armed() const { return backward_lr_.has_value(); }
-  void backward_update(torch::Tensor grad, int64_t offset, Range owned);
+  void backward_update(torch::Tensor grad, int64_t offset, Range owned,
+                       const torch::Tensor& compute_copy = torch::Tensor());
   StepResult finish_backward_update(size_t pieces);
 
   std::vector<StatePiece> owned_state() const;

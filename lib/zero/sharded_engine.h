@@ -99,6 +99,9 @@ class ShardedEngine final : public Engine {
   void update_reduced_bucket(size_t bucket);
   void refresh_params();
   void refresh_bucket(size_t bucket);
+  // The bucket's bf16 parameters when the optimizer can write them during its update (stage 0, a
+  // bf16 compute copy beside the master), so that no refresh_bucket() follows; else undefined.
+  torch::Tensor compute_copy_of(size_t bucket) const;
   void wait_for_params();
   void zero_grad();
 

@@ -42,8 +42,9 @@ void ShardedEngine::update_reduced_bucket(size_t bucket) {
     const Range owned = partition_.owned(bucket, comm_.rank());
     mine = {owned.begin - r.begin, owned.end - r.begin};
   }
-  master_->backward_update(std::move(grad), r.begin, mine);
-  refresh_bucket(bucket);
+  const torch::Tensor copy = compute_copy_of(bucket);
+  master_->backward_update(std::move(grad), r.begin, mine, copy);
+  if (!copy.defined()) refresh_bucket(bucket);
 }
 
 Range ShardedEngine::in_master(size_t bucket) const {
@@ -54,8 +55,18 @@ Range ShardedEngine::in_master(size_t bucket) const {
 }
 
 void ShardedEngine::update_bucket(size_t bucket, torch::Tensor grad32, const torch::Tensor& coef) {
-  master_->update(std::move(grad32), in_master(bucket).begin, coef);
-  refresh_bucket(bucket);
+  const torch::Tensor copy = compute_copy_of(bucket);
+  master_->update(std::move(grad32), in_master(bucket).begin, coef, copy);
+  if (!copy.defined()) refresh_bucket(bucket);
+}
+
+torch::Tensor ShardedEngine::compute_copy_of(size_t bucket) const {
+  const bool written_by_update = options_.stage == 0 && !master_->aliases_params() &&
+                                 flat_params_.scalar_type() == torch::kBFloat16 &&
+                                 flat_params_.device() == master_->master().device();
+  if (!written_by_update) return torch::Tensor();
+  const Range flat = partition_.buckets()[bucket];
+  return flat_params_.narrow(0, flat.begin, flat.end - flat.begin);
 }
 
 // The reduced gradient in master coordinates as fp32, where the master lives: stage 0 the full

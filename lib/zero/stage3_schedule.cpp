@@ -163,8 +163,13 @@ void Stage3Engine::update_unit(size_t u) {
   const Unit& unit = units_[u];
   torch::Tensor grad = gradient_for_master(shard_of(unit, grad_shard_), master_->master().device());
   const int64_t n = grad.numel();
-  master_->backward_update(std::move(grad), unit.shard_offset, {0, n});
-  if (!master_->aliases_params()) {
+  // A bf16 parameter shard beside the master is written by the optimizer's update itself.
+  const bool copy_in_update = !master_->aliases_params() &&
+                              param_shard_.scalar_type() == torch::kBFloat16 &&
+                              param_shard_.device() == master_->master().device();
+  master_->backward_update(std::move(grad), unit.shard_offset, {0, n},
+                           copy_in_update ? shard_of(unit, param_shard_) : torch::Tensor());
+  if (!master_->aliases_params() && !copy_in_update) {
     shard_of(unit, param_shard_).copy_(shard_of(unit, master_->master()));
   }
 }

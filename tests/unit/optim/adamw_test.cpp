@@ -141,6 +141,35 @@ TEST(AdamW, UpdateInPiecesIsBitIdenticalToAWholeStep) {
   for (const auto& [name, t] : first->state()) EXPECT_TRUE(second->state().at(name).equal(t));
 }
 
+TEST(AdamW, Bf16GradientsAndTheComputeCopyGiveTheFloat32Update) {
+  // bf16 gradients are read exactly (the update equals the one from their float32 values); a
+  // compute copy receives the updated piece rounded to bf16.
+  AdamWOptions o;
+  o.weight_decay = 0.1;
+  torch::Tensor reference = random_shard(kNumel, 4);
+  torch::Tensor updated = reference.clone();
+  auto first = make_adamw(kNumel, o);
+  auto second = make_adamw(kNumel, o);
+  torch::Tensor copy = torch::zeros({kNumel}, torch::kBFloat16);
+  for (int step = 0; step < 3; ++step) {
+    const torch::Tensor grad = random_shard(kNumel, 300 + step).to(torch::kBFloat16);
+    first->step(reference, grad.to(torch::kFloat), 1e-2);
+    second->begin_step(1e-2);
+    for (const Range& r : kPieces) {
+      torch::Tensor p = updated.narrow(0, r.begin, r.end - r.begin);
+      second->update(p, grad.narrow(0, r.begin, r.end - r.begin), r.begin,
+                     copy.narrow(0, r.begin, r.end - r.begin));
+    }
+  }
+  EXPECT_TRUE(updated.equal(reference));
+  EXPECT_TRUE(copy.equal(reference.to(torch::kBFloat16)));
+  // A compute copy of another dtype or size is refused.
+  second->begin_step(1e-2);
+  torch::Tensor p = updated.narrow(0, 0, 4);
+  EXPECT_THROW(second->update(p, torch::zeros({4}), 0, torch::zeros({4})), Error);
+  EXPECT_THROW(second->update(p, torch::zeros({4}), 0, torch::zeros({5}, torch::kBFloat16)), Error);
+}
+
 TEST(AdamW, APieceOutsideTheShardOrBeforeBeginStepIsAnInternalError) {
   auto optimizer = make_adamw(10, AdamWOptions{});
   torch::Tensor p = torch::zeros({4});

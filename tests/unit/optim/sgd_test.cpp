@@ -53,16 +53,19 @@ TEST(Sgd, UpdateInPiecesIsBitIdenticalToAWholeStep) {
   torch::Tensor pieces = whole.clone();
   auto first = make_sgd(n, o);
   auto second = make_sgd(n, o);
+  torch::Tensor copy = torch::zeros({n}, torch::kBFloat16);  // the pieces' compute copy
   for (int step = 0; step < 5; ++step) {
     const torch::Tensor grad = seeded(n, 10 + step);
     first->step(whole, grad, 0.1);
     second->begin_step(0.1);
     for (const Range& r : {Range{500, n}, Range{0, 500}}) {
       torch::Tensor p = pieces.narrow(0, r.begin, r.end - r.begin);
-      second->update(p, grad.narrow(0, r.begin, r.end - r.begin), r.begin);
+      second->update(p, grad.narrow(0, r.begin, r.end - r.begin), r.begin,
+                     copy.narrow(0, r.begin, r.end - r.begin));
     }
   }
   EXPECT_TRUE(pieces.equal(whole));
+  EXPECT_TRUE(copy.equal(whole.to(torch::kBFloat16)));
   EXPECT_FALSE(whole.equal(seeded(n, 1)));
 }
 

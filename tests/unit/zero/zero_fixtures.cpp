@@ -20,7 +20,9 @@ void TestAdamW::begin_step(double lr) {
   lr_ = lr;
 }
 
-void TestAdamW::update(torch::Tensor& params, const torch::Tensor& grads, int64_t offset) {
+void TestAdamW::update(torch::Tensor& params, const torch::Tensor& grad_in, int64_t offset,
+                       const torch::Tensor& compute_copy) {
+  const torch::Tensor grads = grad_in.to(torch::kFloat);
   const double b1 = 0.9, b2 = 0.999, eps = 1e-8, lr = lr_;
   const int64_t n = params.numel();
   torch::Tensor m = exp_avg_.narrow(0, offset, n), v = exp_avg_sq_.narrow(0, offset, n);
@@ -30,6 +32,7 @@ void TestAdamW::update(torch::Tensor& params, const torch::Tensor& grads, int64_
   const double bc1 = 1 - std::pow(b1, steps_);
   const double bc2 = 1 - std::pow(b2, steps_);
   params.addcdiv_(m, v.sqrt() / std::sqrt(bc2) + eps, -lr / bc1);
+  if (compute_copy.defined()) compute_copy.copy_(params);
 }
 
 std::map<std::string, torch::Tensor> TestAdamW::state() const {

@@ -25,7 +25,8 @@ class TestAdamW : public optim::Optimizer {
  public:
   TestAdamW(int64_t numel, double weight_decay, const std::vector<optim::Range>& no_decay);
   void begin_step(double lr) override;
-  void update(torch::Tensor& params, const torch::Tensor& grads, int64_t offset) override;
+  void update(torch::Tensor& params, const torch::Tensor& grads, int64_t offset,
+              const torch::Tensor& compute_copy) override;
   int64_t step_count() const override { return steps_; }
   std::map<std::string, torch::Tensor> state() const override;
   void load_state(const std::map<std::string, torch::Tensor>& state, int64_t step_count) override;
