@@ -109,13 +109,20 @@ TEST(ActivationOffloadGpu, PeakDeviceMemoryDropsByTheLayerInputs) {
   (void)step_bytes(*m, ids);
   const StepBytes offloaded = step_bytes(*m, ids);
   const int64_t input = B * T * C * 4;
+  int64_t grads = 0;
+  for (const auto& p : m->parameters()) grads += p.numel() * 4;
   for (const auto& [name, s] : {std::pair{"checkpointing", plain}, {"with offload", offloaded}}) {
     std::cout << name << ", " << L << " layers, T=" << T << ": forward peak " << s.forward_peak
               << ", held after forward " << s.after_forward << ", backward peak " << s.backward_peak
-              << " bytes (one layer input: " << input << ")\n";
+              << " bytes (one layer input: " << input << ", all gradients: " << grads << ")\n";
   }
+  // Forward leaves every layer input on the host.
   EXPECT_GT(plain.after_forward - offloaded.after_forward, (L - 2) * input);
-  EXPECT_GT(plain.peak() - offloaded.peak(), (L - 4) * input);
+  // The backward peaks come at opposite ends: plain checkpointing's at the first recomputed layer,
+  // holding every input and hardly any parameter gradient yet; offload's where the gradients have
+  // accumulated, holding two inputs. So the drop is the inputs less up to all the gradients (this
+  // model's layer has 1.6 MB of gradients beside a 4 MiB input; on an H200 the drop was 36.7 MB).
+  EXPECT_GT(plain.peak() - offloaded.peak(), (L - 4) * input - grads);
 }
 
 }  // namespace
