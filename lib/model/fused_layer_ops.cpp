@@ -42,21 +42,7 @@ Tensor rope_kernel(Tensor x, const Tensor& cos, const Tensor& sin, bool inverse)
   if (x.stride(3) != 1) x = x.contiguous();
   const c10::cuda::CUDAGuard on_device(x.device());
   Tensor out = torch::empty(x.sizes(), x.options());
-  kernels::RopeArgs a;
-  a.x = x.data_ptr();
-  a.out = out.data_ptr();
-  a.cos = cos.data_ptr();
-  a.sin = sin.data_ptr();
-  a.batch = x.size(0);
-  a.seq_len = x.size(1);
-  a.heads = x.size(2);
-  a.dim = x.size(3);
-  a.batch_stride = x.stride(0);
-  a.seq_stride = x.stride(1);
-  a.head_stride = x.stride(2);
-  a.type = element_type(x);
-  a.inverse = inverse;
-  kernels::rope_cuda(a, stream_of(x));
+  kernels::rope_cuda(rope_args(x, out, cos, sin, inverse), stream_of(x));
   return out;
 }
 
@@ -128,6 +114,25 @@ void launch_cross_entropy(const kernels::CrossEntropyArgs&, const Tensor&) {
 #endif
 
 }  // namespace
+
+kernels::RopeArgs rope_args(const Tensor& x, const Tensor& out, const Tensor& cos,
+                            const Tensor& sin, bool inverse) {
+  kernels::RopeArgs a;
+  a.x = x.data_ptr();
+  a.out = out.data_ptr();
+  a.cos = cos.data_ptr();
+  a.sin = sin.data_ptr();
+  a.batch = x.size(0);
+  a.seq_len = x.size(1);
+  a.heads = x.size(2);
+  a.dim = x.size(3);
+  a.batch_stride = x.stride(0);
+  a.seq_stride = x.stride(1);
+  a.head_stride = x.stride(2);
+  a.type = element_type(x);
+  a.inverse = inverse;
+  return a;
+}
 
 Tensor fused_cross_entropy(Tensor& logits, const Tensor& labels, int64_t ignore_index, bool grad) {
   const Tensor y = labels.contiguous();

@@ -13,6 +13,8 @@
 
 #include <torch/torch.h>
 
+#include "kernels/fused_ops.h"
+
 namespace dstrain::model {
 
 // True when `x`'s step goes through a fused kernel: x on a CUDA device, float32 or bfloat16, a
@@ -28,6 +30,12 @@ torch::Tensor rotary(const torch::Tensor& x, const torch::Tensor& cos, const tor
 
 // silu(gate) · up, elementwise, same shapes.
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
+
+// The kernels' RoPE arguments for x [B, T, H, D] (last dimension contiguous) into out (contiguous,
+// same shape) with the tables cos/sin [T, D] (contiguous, x's dtype), for kernels::rope_cuda or
+// kernels::rope_reference.
+kernels::RopeArgs rope_args(const torch::Tensor& x, const torch::Tensor& out,
+                            const torch::Tensor& cos, const torch::Tensor& sin, bool inverse);
 
 // Cross-entropy of each row of logits [n, V] against int64 labels [n] (kernels::CrossEntropyArgs:
 // 0 for ignore_index, NaN for a label outside [0, V)), float32 [n]; with `grad` the logits are

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "kernels/fused_ops.h"
+#include "model/fused_layer_ops.h"
 #include "model/rope.h"
 
 namespace dstrain::kernels {
@@ -30,20 +31,7 @@ std::pair<Tensor, Tensor> tables(int64_t T, int64_t D) {
 
 Tensor rope_ref(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse) {
   Tensor out = torch::empty(x.sizes(), x.options());
-  RopeArgs a;
-  a.x = x.data_ptr();
-  a.out = out.data_ptr();
-  a.cos = cos.data_ptr();
-  a.sin = sin.data_ptr();
-  a.batch = x.size(0);
-  a.seq_len = x.size(1);
-  a.heads = x.size(2);
-  a.dim = x.size(3);
-  a.batch_stride = x.stride(0);
-  a.seq_stride = x.stride(1);
-  a.head_stride = x.stride(2);
-  a.inverse = inverse;
-  rope_reference(a);
+  rope_reference(model::rope_args(x, out, cos.contiguous(), sin.contiguous(), inverse));
   return out;
 }
 
