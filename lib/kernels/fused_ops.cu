@@ -247,62 +247,60 @@ void launch_cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
   }
 }
 
+// wide<<<n / 16-byte packs>>> when n and every pointer allow 16-byte loads, else narrow<<<n>>>.
+template <typename T, typename Args>
+void launch_elementwise(void (*wide)(Args), void (*narrow)(Args), const Args& a,
+                        std::initializer_list<const void*> pointers, cudaStream_t stream) {
+  constexpr int kWide = 16 / sizeof(T);
+  if (packs_fit<T>(a.n, pointers)) {
+    wide<<<blocks_for(a.n / kWide), kThreads, 0, stream>>>(a);
+  } else {
+    narrow<<<blocks_for(a.n), kThreads, 0, stream>>>(a);
+  }
+}
+
+// Calls fn with Element<T> for the element type's T, then returns the launch status.
+template <typename T>
+struct Element {
+  using type = T;
+};
+
+template <typename Fn>
+cudaError_t for_element_type(ElementType type, Fn&& fn) {
+  if (type == ElementType::kBFloat16) {
+    fn(Element<__nv_bfloat16>{});
+  } else {
+    fn(Element<float>{});
+  }
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 cudaError_t launch_rope(const RopeArgs& a, cudaStream_t stream) {
-  if (a.type == ElementType::kBFloat16) {
-    launch_rope_typed<__nv_bfloat16>(a, stream);
-  } else {
-    launch_rope_typed<float>(a, stream);
-  }
-  return cudaGetLastError();
-}
-
-template <typename T>
-void launch_swiglu_typed(const SwigluArgs& a, cudaStream_t stream) {
-  constexpr int kWide = 16 / sizeof(T);
-  if (packs_fit<T>(a.n, {a.gate, a.up, a.out})) {
-    swiglu_kernel<T, kWide><<<blocks_for(a.n / kWide), kThreads, 0, stream>>>(a);
-  } else {
-    swiglu_kernel<T, 1><<<blocks_for(a.n), kThreads, 0, stream>>>(a);
-  }
-}
-
-template <typename T>
-void launch_swiglu_backward_typed(const SwigluBackwardArgs& a, cudaStream_t stream) {
-  constexpr int kWide = 16 / sizeof(T);
-  if (packs_fit<T>(a.n, {a.grad, a.gate, a.up, a.grad_gate, a.grad_up})) {
-    swiglu_backward_kernel<T, kWide><<<blocks_for(a.n / kWide), kThreads, 0, stream>>>(a);
-  } else {
-    swiglu_backward_kernel<T, 1><<<blocks_for(a.n), kThreads, 0, stream>>>(a);
-  }
+  return for_element_type(
+      a.type, [&](auto e) { launch_rope_typed<typename decltype(e)::type>(a, stream); });
 }
 
 cudaError_t launch_swiglu(const SwigluArgs& a, cudaStream_t stream) {
-  if (a.type == ElementType::kBFloat16) {
-    launch_swiglu_typed<__nv_bfloat16>(a, stream);
-  } else {
-    launch_swiglu_typed<float>(a, stream);
-  }
-  return cudaGetLastError();
+  return for_element_type(a.type, [&](auto e) {
+    using T = typename decltype(e)::type;
+    launch_elementwise<T>(swiglu_kernel<T, 16 / sizeof(T)>, swiglu_kernel<T, 1>, a,
+                          {a.gate, a.up, a.out}, stream);
+  });
 }
 
 cudaError_t launch_swiglu_backward(const SwigluBackwardArgs& a, cudaStream_t stream) {
-  if (a.type == ElementType::kBFloat16) {
-    launch_swiglu_backward_typed<__nv_bfloat16>(a, stream);
-  } else {
-    launch_swiglu_backward_typed<float>(a, stream);
-  }
-  return cudaGetLastError();
+  return for_element_type(a.type, [&](auto e) {
+    using T = typename decltype(e)::type;
+    launch_elementwise<T>(swiglu_backward_kernel<T, 16 / sizeof(T)>, swiglu_backward_kernel<T, 1>,
+                          a, {a.grad, a.gate, a.up, a.grad_gate, a.grad_up}, stream);
+  });
 }
 
 cudaError_t launch_cross_entropy(const CrossEntropyArgs& a, cudaStream_t stream) {
-  if (a.type == ElementType::kBFloat16) {
-    launch_cross_entropy<__nv_bfloat16>(a, stream);
-  } else {
-    launch_cross_entropy<float>(a, stream);
-  }
-  return cudaGetLastError();
+  return for_element_type(
+      a.type, [&](auto e) { launch_cross_entropy<typename decltype(e)::type>(a, stream); });
 }
 
 }  // namespace dstrain::kernels::detail
