@@ -16,7 +16,9 @@ namespace {
 // In a child: the callback runs (it writes to a pipe the parent reads: the signal, and 'F' when the
 // launcher said a peer rank failed) and the process then dies by the signal itself, as it would
 // have without the watch. `queued_value`: send with sigqueue() and this value instead of kill().
-void expect_callback_then_death_by(int signo, int queued_value = 0, bool peer_failed = false) {
+// `plain_first`: a plain kill() of the same signal first, handled before the queued one is sent.
+void expect_callback_then_death_by(int signo, int queued_value = 0, bool peer_failed = false,
+                                   bool plain_first = false) {
   int fds[2];
   ASSERT_EQ(::pipe(fds), 0);
   const pid_t pid = ::fork();
@@ -27,6 +29,7 @@ void expect_callback_then_death_by(int signo, int queued_value = 0, bool peer_fa
       const char c[2] = {static_cast<char>(s), failed ? 'F' : 'K'};
       [[maybe_unused]] ssize_t n = ::write(fds[1], c, 2);
     });
+    if (plain_first) ::kill(::getpid(), signo);  // handled before kill() returns
     if (queued_value != 0) {
       union sigval v {};
       v.sival_int = queued_value;
@@ -60,6 +63,13 @@ TEST(TerminationWatch, SigintRunsTheCallbackThenEndsTheProcessBySigint) {
 TEST(TerminationWatch, TheLaunchersFailedRankValueIsToldApart) {
   expect_callback_then_death_by(SIGTERM, kTeardownForFailedRank, /*peer_failed=*/true);
   expect_callback_then_death_by(SIGTERM, 12345, /*peer_failed=*/false);
+}
+
+TEST(TerminationWatch, TheFailedRankValueCountsWhenAPlainSigtermIsHandledFirst) {
+  // The launcher's queued SIGTERM and its plain one to the process group, their handlers run on
+  // two threads and writing in the other order: the run still ends as FAILED.
+  expect_callback_then_death_by(SIGTERM, kTeardownForFailedRank, /*peer_failed=*/true,
+                                /*plain_first=*/true);
 }
 
 TEST(TerminationWatch, DestroyingItRestoresThePreviousHandler) {
