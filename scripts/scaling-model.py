@@ -638,25 +638,30 @@ class Model:
     # -- tables
 
     def inputs_table(self):
-        i = self.inputs
         rows = []
         for key, what in (("compute.tokens_per_s", "tokens/s, one GPU, 0.5B shape, 8192 tokens a step"),
                           ("compute.optimizer_ms", "optimizer kernels a step (AdamW + norm), ms"),
                           ("compute.allocator_peak_gib", "allocator peak, GiB"),
                           ("compute.peak_flops", "dense bf16 peak, FLOP/s"),
                           ("network.intra_node_busbw_gbs", "busbw in a node (NVLink), GB/s"),
-                          ("network.per_nic_busbw_gbs", "busbw of one 400 Gb/s NIC, GB/s")):
-            entry = i.get(key.rsplit(".", 1)[0], dict)[key.rsplit(".", 1)[1]]
-            rows.append([what, f"{entry['value']:,}" if entry["value"] < 1e6 else
-                         f"{entry['value']:.3g}", entry["kind"]])
-        inter = i.get("network.inter_node_busbw_gbs", dict)
-        rows.append(["busbw across nodes (reduce-scatter), GB/s, by node count",
-                     ", ".join(f"{k}: {v}" for k, v in inter.items()), "published"])
-        rows.append(["derived: forward + backward a step, ms", fmt(self.fwd_bwd_s * 1e3, 2),
-                     "derived (step − optimizer)"])
-        rows.append(["derived: FLOP/s achieved in forward + backward",
-                     f"{self.rate:.4g} ({fmt(100 * self.rate / self.peak)}% of peak)", "derived"])
-        return table(["input", "value", "kind"], rows)
+                          ("network.per_nic_busbw_gbs", "busbw of one 400 Gb/s NIC, GB/s"),
+                          ("network.inter_node_busbw_gbs",
+                           "busbw across nodes (reduce-scatter), GB/s, by node count")):
+            section, name = key.split(".")
+            entry = self.inputs.get(section, dict).get(name)
+            if not isinstance(entry, dict) or not {"value", "kind", "where"} <= entry.keys():
+                raise InputError(f"{self.inputs.path}: key '{key}' must be an object with value, "
+                                 "kind, where and source")
+            v = entry["value"]
+            shown = (", ".join(f"{k}: {x}" for k, x in v.items()) if isinstance(v, dict) else
+                     f"{v:,}" if v < 1e6 else f"{v:.3g}")
+            rows.append([what, shown, entry["kind"], entry["where"]])
+        rows.append(["forward + backward a step, ms", fmt(self.fwd_bwd_s * 1e3, 2), "derived",
+                     "step − optimizer"])
+        rows.append(["FLOP/s achieved in forward + backward",
+                     f"{self.rate:.4g} ({fmt(100 * self.rate / self.peak)}% of peak)", "derived",
+                     "FLOPs of the step / its forward + backward"])
+        return table(["input", "value", "kind", "where"], rows)
 
     def shapes_table(self):
         rows = []
