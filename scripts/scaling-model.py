@@ -944,6 +944,13 @@ def check_command(inputs, args):
     shape = Shape("tiny", shape_in, f"{inputs.path}: check.shape")
     world = inputs.get("check.world", int)
     sets = inputs.get("check.set", dict)
+    needed = ("training.max_steps", "training.gradient_accumulation_steps",
+              "training.log_interval", "zero.reduce_bucket_size",
+              "zero.stage3_param_persistence_threshold")
+    for key in needed:
+        if not isinstance(sets.get(key), int) or sets[key] <= 0:
+            raise InputError(f"{inputs.path}: check.set.{key} is {sets.get(key)!r}; expected a "
+                             "positive integer")
     steps, micro = sets["training.max_steps"], sets["training.gradient_accumulation_steps"]
     opts = {"reduce_bucket_size": sets["zero.reduce_bucket_size"],
             "stage3_param_persistence_threshold": sets["zero.stage3_param_persistence_threshold"]}
@@ -1059,6 +1066,9 @@ def main(argv):
     except InputError as e:
         print(f"scaling-model: {e}", file=sys.stderr)
         return 2
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+        print(f"scaling-model: {e}", file=sys.stderr)
+        return 1
     for name, body in tables.items():
         print(f"<!-- scaling-model:{name} -->\n{body}\n<!-- /scaling-model -->\n")
     if args.command == "check":
