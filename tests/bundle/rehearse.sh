@@ -7,7 +7,9 @@
 #    links across file systems, of the environment's torch/lib and nvidia/) and the build directory
 #    hidden under an empty tmpfs in a private mount namespace: nothing can come from the build;
 # 4. the summary must show the CPU steps passing and the CUDA steps "skipped: no GPU";
-# 5. with one bundled library removed, the environment step must fail naming it.
+# 5. `run --cpu --only ranks` (the step a plain run leaves out) in the same way: ranks over Gloo
+#    against one rank, a restart, a stopped rank named, the collectives table;
+# 6. with one bundled library removed, the environment step must fail naming it.
 # Needs root (the mount namespace): exits 77 (skipped) otherwise.
 set -euo pipefail
 build=$(cd "$1" && pwd) repo=$(cd "$2" && pwd)
@@ -34,8 +36,10 @@ cp -al "$site/torch/lib" site/torch/lib 2>/dev/null || cp -rs "$site/torch/lib" 
 cp -al "$site/nvidia" site/nvidia 2>/dev/null || cp -rs "$site/nvidia" site/nvidia
 export DSTRAIN_TORCH_LIB=$tmp/site/torch/lib DSTRAIN_PYTHON=$repo/.venv/bin/python
 hide_build="mount -t tmpfs -o size=1M none '$build' && test -z \"\$(ls -A '$build')\""
-rc=0
+rc=0 rc_ranks=0
 unshare -m bash -c "$hide_build && bash '$bundle/run' --cpu '$tmp/out'" || rc=$?
+unshare -m bash -c "$hide_build && bash '$bundle/run' --cpu --only ranks '$tmp/out-ranks'" ||
+  rc_ranks=$?
 
 echo "== 4. check the summary (run exit $rc)"
 summary=$tmp/out/summary.md
@@ -60,8 +64,25 @@ files=$(find "$tmp/out" -type f | wc -l)
 python3 -c 'import gzip, json, sys; json.load(gzip.open(sys.argv[1]))["traceEvents"]' \
   "$tmp/out/6-profile-rank-0.json.gz" || { echo "FAILED: no readable profile in the output"; fails=1; }
 [ "$rc" = 0 ] || { echo "FAILED: run exited $rc"; fails=1; }
+if grep -q '^| 7 ranks ' "$summary"; then
+  echo "FAILED: a run without --only ran the ranks step"; fails=1
+fi
 
-echo "== 5. a bundled library removed"
+echo "== 5. the ranks step (run exit $rc_ranks)"
+ranks=$tmp/out-ranks/summary.md
+expect '^\| 7 ranks \| ok \| [0-9]+ \| 3/3 cases equal 1 rank \(2 with losses bit for bit\).*SIGKILL restart ok; SIGSTOP rank 0 ok' \
+       "$ranks" "ranks: zero0 and zero3 bit for bit, sp2 within 1e-5, restart, stopped rank 0 named"
+expect '^\| zero3 \| 2 \| fp32 \| bit for bit \| 0\.00e\+00 \| (losses )?bit for bit' "$tmp/out-ranks/7-ranks.md" \
+       "the equivalence table"
+expect '^\| zero3 \| 2 \| all_gather \| [0-9.]+ \| [0-9.]+ [kM]?B \|' "$tmp/out-ranks/7-ranks.md" \
+       "the collectives table (stage 3 all-gathers)"
+expect '^\| zero0 sp2 \| 2 \| all_to_all \| [0-9.]+ \|' "$tmp/out-ranks/7-ranks.md" \
+       "the collectives table (sequence parallelism's all-to-all)"
+files=$(find "$tmp/out-ranks" -type f | wc -l)
+[ "$files" = 3 ] || { echo "FAILED: $files files from the ranks step, expected 3"; fails=1; }
+[ "$rc_ranks" = 0 ] || { echo "FAILED: run --only ranks exited $rc_ranks"; fails=1; }
+
+echo "== 6. a bundled library removed"
 victim=$(cd "$bundle/lib" && ls libyaml-cpp.so.* | head -1)
 rm "$bundle/lib/$victim"
 rc=0
@@ -71,7 +92,8 @@ expect "^\| 1 environment \| FAIL \(1\) \|.*dstrain-worker: $victim from outside
 [ "$rc" != 0 ] || { echo "FAILED: run exited 0 with $victim missing"; fails=1; }
 if [ "$fails" != 0 ]; then
   echo "--- summary.md"; cat "$summary"
-  for f in "$tmp"/out/*.log; do echo "--- $f (last 40 lines)"; tail -40 "$f"; done
+  echo "--- ranks summary.md"; cat "$ranks"
+  for f in "$tmp"/out/*.log "$tmp"/out-ranks/*.log; do echo "--- $f (last 40 lines)"; tail -40 "$f"; done
   exit 1
 fi
 echo "bundle rehearsal passed"
