@@ -30,6 +30,10 @@ void set_tokenize_command(CLI::App& data, int* exit_code) {
                   "JSONL key or Parquet column holding the text");
   cmd->add_option("--document", options->document, "text: one document per file or per line")
       ->check(CLI::IsMember({"file", "line"}));
+  cmd->add_option("--add-bos", options->add_bos,
+                  "auto (what the tokenizer's post-processor puts first, e.g. Llama's bos) | true "
+                  "| false, as data.add_bos")
+      ->check(CLI::IsMember({"auto", "true", "false"}));
   cmd->add_option("--threads", options->threads, "Tokenizer threads (0 = all cores)");
   cmd->callback([options, exit_code] {
     const data::TokenizeSummary s = data::tokenize_to_file(*options);

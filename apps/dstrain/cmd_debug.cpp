@@ -1,8 +1,9 @@
 // `dstrain debug forward`: flags → train::debug_forward() (lib/train/debug_forward.h), which runs
 // one forward and backward pass of a Hugging Face model directory (optionally with a PEFT LoRA
-// adapter) and writes logits, loss and gradients. It is the dstrain side of the reference
-// comparisons (tests/reference, docs/reference.md) and is hidden from
-// `dstrain --help` because it is a checking tool, not part of training.
+// adapter) and writes logits, loss and gradients. `dstrain debug decode`: the text of every
+// document of a token file (data::decode_to_jsonl). They are the dstrain side of the reference
+// comparisons (tests/reference, docs/reference.md) and are hidden from
+// `dstrain --help` because they are checking tools, not part of training.
 
 #include <cstdio>
 #include <memory>
@@ -10,6 +11,7 @@
 
 #include "apps/dstrain/command_info.h"
 #include "apps/dstrain/commands.h"
+#include "data/tokenize_file.h"
 #include "train/debug_forward.h"
 
 namespace dstrain::app {
@@ -67,6 +69,23 @@ void set_forward_command(CLI::App& debug, int* exit_code) {
   });
 }
 
+void set_decode_command(CLI::App& debug, int* exit_code) {
+  auto* cmd = debug.add_subcommand(
+      "decode", "Decode every document of a token file; writes JSON Lines {\"text\": ...}");
+  cmd->footer(
+      "Example:\n"
+      "  dstrain debug decode --tokenizer hf/llama --input corpus.tokens --out corpus.jsonl");
+  auto o = std::make_shared<data::DecodeOptions>();
+  cmd->add_option("--tokenizer", o->tokenizer, "\"byte\" or a tokenizer directory")->required();
+  cmd->add_option("--input", o->input, "Token file")->required()->type_name("FILE");
+  cmd->add_option("--out", o->output, "JSON Lines file to write")->required()->type_name("FILE");
+  cmd->callback([o, exit_code] {
+    const int64_t n = data::decode_to_jsonl(*o);
+    std::printf("wrote %s: %lld documents\n", o->output.c_str(), static_cast<long long>(n));
+    *exit_code = 0;
+  });
+}
+
 }  // namespace
 
 void set_debug_command(CLI::App& root, int* exit_code) {
@@ -78,6 +97,7 @@ void set_debug_command(CLI::App& root, int* exit_code) {
       "  dstrain launch --nproc 2 --exec -- dstrain debug forward --sequence-parallel 2 ...");
   cmd->require_subcommand(1);
   set_forward_command(*cmd, exit_code);
+  set_decode_command(*cmd, exit_code);
 }
 
 }  // namespace dstrain::app

@@ -50,6 +50,10 @@ struct DataSection {
   std::string document = "file";  // for text: one document per `file` or per `line`
   int64_t max_length = 1024;
   bool packing = true;  // true: concatenate docs with eos, cut to max_length; false: pad/truncate
+  // Ids put before each document (tokenizer/document_prefix.h): "auto" (what the tokenizer's
+  // post-processor puts, e.g. Llama's bos), "true" (the bos), "false". A config recorded before the
+  // key existed (a checkpoint's config.yaml) reads as "false", its behaviour then.
+  std::string add_bos = "auto";
   double eval_split = 0.0;  // fraction carved from train when eval_path is empty
   bool shuffle = true;
   bool drop_last = true;

@@ -66,7 +66,7 @@ bool written(const Field& field, const Config& config) {
 
 std::string to_yaml(const Config& config) {
   YAML::Emitter out;
-  out << YAML::Comment("dstrain configuration, fully resolved");
+  out << YAML::Comment(detail::kResolvedConfigComment);
   if (!config.zero.config.empty()) {
     out << YAML::Newline << YAML::Comment("DeepSpeed settings merged from " + config.zero.config);
   }

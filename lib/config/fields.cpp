@@ -135,6 +135,20 @@ Field tiled_mlp() {
   return f;
 }
 
+// data.add_bos: auto | true | false, kept as that word (tokenizer/document_prefix.h reads it).
+Field add_bos() {
+  Field f = make("data.add_bos", Kind::kString, Range::kAny, {"auto", "true", "false"});
+  f.expected = "auto, true or false";
+  f.parse = [](const YAML::Node& node) -> std::optional<Value> {
+    if (auto b = scalar_bool(node)) return Value(std::string(*b ? "true" : "false"));
+    if (node.IsScalar() && lower(node.Scalar()) == "auto") return Value(std::string("auto"));
+    return std::nullopt;
+  };
+  f.get = [](const Config& c) { return Value(c.data.add_bos); };
+  f.set = [](Config& c, const Value& v) { c.data.add_bos = std::get<std::string>(v); };
+  return f;
+}
+
 void add_model_and_data(std::vector<Field>& t) {
   t.push_back(text("model.name_or_path", DSTRAIN_MEMBER(model.name_or_path)));
   t.push_back(text("model.revision", DSTRAIN_MEMBER(model.revision)));
@@ -155,6 +169,7 @@ void add_model_and_data(std::vector<Field>& t) {
   t.push_back(text("data.document", DSTRAIN_MEMBER(data.document), {"file", "line"}));
   t.push_back(integer("data.max_length", Range::kPositive, DSTRAIN_MEMBER(data.max_length)));
   t.push_back(boolean("data.packing", DSTRAIN_MEMBER(data.packing)));
+  t.push_back(add_bos());
   t.push_back(number("data.eval_split", Range::kFractionOpen, DSTRAIN_MEMBER(data.eval_split)));
   t.push_back(boolean("data.shuffle", DSTRAIN_MEMBER(data.shuffle)));
   t.push_back(boolean("data.drop_last", DSTRAIN_MEMBER(data.drop_last)));

@@ -51,6 +51,15 @@ void apply_override(Merger& merger, const std::string& arg) {
   merger.walk(detail::our_rules(), tree, "", source);
 }
 
+// Keys added after a run recorded its config: absent from such a record, they take the value that
+// keeps that run's behaviour, so that resuming it gives the same data (new configs get the
+// schema's default). data.add_bos: no bos was added before the key existed.
+void keep_recorded_behaviour(const std::string& text, const Merger& merger, Config& config) {
+  const std::string header = std::string("# ") + detail::kResolvedConfigComment;
+  if (text.compare(0, header.size(), header) != 0) return;
+  if (merger.find("data.add_bos") == nullptr) config.data.add_bos = "false";
+}
+
 Config load_text(const std::string& text, const std::string& file,
                  const std::filesystem::path& base_dir, const LoadOptions& options) {
   Merger merger(options.warnings);
@@ -69,6 +78,7 @@ Config load_text(const std::string& text, const std::string& file,
   }
   for (const std::string& arg : options.overrides) apply_override(merger, arg);
   Config config = merger.build();
+  keep_recorded_behaviour(text, merger, config);
   detail::resolve_and_validate(config, merger, file, options.world_size);
   return config;
 }

@@ -67,6 +67,10 @@ Value parse_value(const Field& field, const YAML::Node& node, const Origin& orig
 
 // A YAML scalar read as a bool (true/yes/on, false/no/off) or a whole integer, strictly.
 std::optional<bool> scalar_bool(const YAML::Node& node);
+
+// The comment to_yaml starts its output with; a config that starts with it is a record of a run
+// (a checkpoint's config.yaml), written by the dstrain version of that run.
+inline constexpr const char* kResolvedConfigComment = "dstrain configuration, fully resolved";
 std::optional<int64_t> scalar_integer(const YAML::Node& node);
 
 // "a positive number", "one of adamw, sgd", ...

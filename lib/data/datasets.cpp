@@ -9,6 +9,7 @@
 #include "data/sampler.h"
 #include "data/source.h"
 #include "data/token_cache.h"
+#include "tokenizer/document_prefix.h"
 
 namespace dstrain::data {
 namespace {
@@ -66,10 +67,19 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> split_documents(int64_t n,
 
 }  // namespace
 
-Datasets build_datasets(const DataOptions& o, const tokenizer::Tokenizer& tok) {
+Datasets build_datasets(const DataOptions& o, const tokenizer::Tokenizer& base) {
   if (!(o.eval_split >= 0.0 && o.eval_split < 1.0)) {
     fail(ErrorKind::kConfig, "data.eval_split: expected a fraction in [0, 1), got {}",
          o.eval_split);
+  }
+  // Text sources are tokenized through `tok`, so the bos is in every document (and in the token
+  // cache's key, through the tokenizer's fingerprint); token files are read as they are.
+  const tokenizer::PrefixedTokenizer tok(base, tokenizer::document_prefix(base, o.add_bos));
+  if (!tok.prefix().empty()) {
+    std::string ids;
+    for (int32_t id : tok.prefix()) ids += fmt::format(" {}", id);
+    log::info("data: each document starts with token{}{} (data.add_bos: {})",
+              tok.prefix().size() > 1 ? "s" : "", ids, o.add_bos);
   }
   if (o.packing && !tok.eos_id()) {
     log::warn("data: the tokenizer has no eos token; packed documents are joined without one");

@@ -27,7 +27,8 @@ struct DataOptions {
   std::string document = "file";  // text: file | line
   int64_t max_length = 1024;
   bool packing = true;
-  double eval_split = 0.0;  // in [0, 1)
+  std::string add_bos = "auto";  // auto | true | false (tokenizer/document_prefix.h)
+  double eval_split = 0.0;       // in [0, 1)
   uint64_t seed = 42;
   int threads = 0;               // tokenizer threads; 0 = every core
   std::string cache_dir;         // token cache (token_cache.h); "" = none

@@ -29,7 +29,7 @@ void check_state(const LoaderState& s, int64_t global_batch, int64_t num_samples
   if (s.num_samples != 0 && s.num_samples != num_samples) {
     fail(ErrorKind::kInput,
          "data loader state was saved for a dataset of {} samples, this run's has {}; the data or "
-         "data.max_length/packing changed",
+         "data.max_length/packing/add_bos changed",
          s.num_samples, num_samples);
   }
   if (s.epoch < 0 || s.step < 0 || s.step >= steps_per_epoch || s.micro_step < 0 ||

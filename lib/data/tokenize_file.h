@@ -16,7 +16,8 @@ struct TokenizeOptions {
   std::string format = "auto";
   std::string text_field = "text";  // JSONL key or Parquet column
   std::string document = "file";
-  int threads = 0;  // 0 = every core
+  std::string add_bos = "auto";  // as data.add_bos (tokenizer/document_prefix.h)
+  int threads = 0;               // 0 = every core
 };
 
 struct TokenizeSummary {
@@ -32,5 +33,16 @@ TokenizeSummary tokenize_to_file(const TokenizeOptions& options,
 
 // Same, loading options.tokenizer with tokenizer::load_tokenizer.
 TokenizeSummary tokenize_to_file(const TokenizeOptions& options);
+
+// `dstrain debug decode`: the text of every document of a token file, written atomically as JSON
+// Lines ({"text": ...} per document), so a checking tool can compare decoding with a reference.
+// Bytes that are not UTF-8 (a byte-level tokenizer's ids cut inside a character) become U+FFFD.
+// Returns the number of documents. Errors as read_token_file and Tokenizer::decode.
+struct DecodeOptions {
+  std::string tokenizer;  // "byte" or a tokenizer directory
+  std::string input;      // token file
+  std::string output;     // JSON Lines file to write
+};
+int64_t decode_to_jsonl(const DecodeOptions& options);
 
 }  // namespace dstrain::data

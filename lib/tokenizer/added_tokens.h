@@ -15,6 +15,9 @@ struct AddedToken {
   std::string content;
   int32_t id = 0;
   bool special = false;  // a control token (eos, im_start, ...) rather than ordinary text
+  // Matched in the normalized text rather than the raw text (tokenizer.json "normalized"; only the
+  // SentencePiece-style tokenizer honours it, see sentencepiece_bpe_tokenizer.h).
+  bool normalized = false;
 };
 
 // A piece of the input: either ordinary text (id < 0) or one added token (text is its content).

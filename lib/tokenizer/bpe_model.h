@@ -1,7 +1,7 @@
 #pragma once
-// The BPE model proper: turns one pre-token (raw bytes) into token ids by ranked merges, and maps
-// ids back to bytes. Ids are used throughout the merge loop (no strings): each byte starts as the
-// id of its byte-level character, and a merge table maps an adjacent id pair to (rank, merged id).
+// The byte-level BPE model proper: turns one pre-token (raw bytes) into token ids by ranked merges,
+// and maps ids back to bytes. Ids are used throughout the merge loop (no strings): each byte starts
+// as the id of its byte-level character, and the merge table (merge_table.h) does the rest.
 
 #include <array>
 #include <cstdint>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tokenizer/bpe_spec.h"
+#include "tokenizer/merge_table.h"
 #include "tokenizer/piece_cache.h"
 
 namespace dstrain::tokenizer {
@@ -30,19 +31,11 @@ class BpeModel {
   int64_t size() const { return static_cast<int64_t>(id_bytes_.size()); }  // highest id + 1
 
  private:
-  struct Merge {
-    int32_t rank;
-    int32_t merged_id;
-  };
-  static uint64_t pair_key(int32_t a, int32_t b) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-  }
   void build_ids(const BpeSpec& spec);
-  void build_merges(const BpeSpec& spec);
   void merge(std::string_view piece, std::vector<int32_t>& out) const;
 
   std::array<int32_t, 256> byte_ids_{};
-  std::unordered_map<uint64_t, Merge> merges_;
+  MergeTable merges_;
   std::vector<std::string> id_bytes_;
   std::vector<bool> has_id_;
   std::unordered_map<std::string, int32_t> vocab_;  // kept only when ignore_merges_

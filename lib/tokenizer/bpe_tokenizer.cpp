@@ -4,7 +4,6 @@
 
 #include "core/error.h"
 #include "core/utf8.h"
-#include "tokenizer/nfc.h"
 
 namespace dstrain::tokenizer {
 
@@ -12,11 +11,12 @@ ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(const BpeSpec& spec)
     : model_(spec),
       added_(spec.added),
       split_(spec.split_pattern, spec.split_literal, spec.split_origin),
-      nfc_(spec.nfc),
+      normalizer_(spec.normalizer),
       vocab_size_(model_.size()),
       eos_(spec.eos),
       bos_(spec.bos),
-      pad_(spec.pad) {
+      pad_(spec.pad),
+      post_processor_prefix_(spec.post_processor_prefix) {
   for (const AddedToken& t : spec.added) {
     if (t.id < 0) fail(ErrorKind::kInput, "added token '{}' has negative id {}", t.content, t.id);
     vocab_size_ = std::max<int64_t>(vocab_size_, int64_t{t.id} + 1);
@@ -39,10 +39,10 @@ std::vector<int32_t> ByteLevelBpeTokenizer::encode(std::string_view text) const 
   for (const Segment& seg : segments) {
     if (seg.id >= 0) {
       ids.push_back(seg.id);
-    } else if (nfc_ && !is_ascii(seg.text)) {
-      encode_segment(nfc(seg.text), ids);
-    } else {
+    } else if (normalizer_.empty()) {
       encode_segment(seg.text, ids);
+    } else {
+      encode_segment(normalizer_.apply(seg.text), ids);
     }
   }
   return ids;

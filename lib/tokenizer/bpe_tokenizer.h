@@ -2,7 +2,7 @@
 // Byte-level BPE tokenizer (GPT-2, Qwen2, Llama 3 style). Encoding:
 //   1. the whole input must be well-formed UTF-8 (else Error(kInput) naming the byte offset);
 //   2. added tokens are cut out of the raw text (longest match, never split);
-//   3. each remaining segment is NFC-normalized when the spec asks for it;
+//   3. each remaining segment goes through the normalizer (normalizer.h; NFC for Qwen2);
 //   4. the split regex cuts it into pre-tokens;
 //   5. each pre-token's bytes go through ranked BPE merges (with a shared cache).
 // Decoding concatenates the bytes of each id (added tokens give their content) and returns them as
@@ -13,6 +13,7 @@
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe_model.h"
 #include "tokenizer/bpe_spec.h"
+#include "tokenizer/normalizer.h"
 #include "tokenizer/split_regex.h"
 #include "tokenizer/tokenizer.h"
 
@@ -29,6 +30,7 @@ class ByteLevelBpeTokenizer : public Tokenizer {
   std::optional<int32_t> eos_id() const override { return eos_; }
   std::optional<int32_t> bos_id() const override { return bos_; }
   std::optional<int32_t> pad_id() const override { return pad_; }
+  std::vector<int32_t> post_processor_prefix() const override { return post_processor_prefix_; }
 
  private:
   void encode_segment(std::string_view text, std::vector<int32_t>& out) const;
@@ -36,10 +38,11 @@ class ByteLevelBpeTokenizer : public Tokenizer {
   BpeModel model_;
   AddedTokenMatcher added_;
   SplitRegex split_;
-  bool nfc_;
+  Normalizer normalizer_;
   std::vector<std::string> added_content_;  // by id; empty where the id is not an added token
   int64_t vocab_size_;
   std::optional<int32_t> eos_, bos_, pad_;
+  std::vector<int32_t> post_processor_prefix_;
 };
 
 }  // namespace dstrain::tokenizer

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/byte_tokenizer.h"
+#include "tokenizer/sentencepiece_bpe_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_json_reader.h"
 #include "tokenizer/vocab_merges_reader.h"
@@ -41,7 +42,9 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& name_or_dir) {
          name_or_dir);
   }
   try {
-    return std::make_unique<ByteLevelBpeTokenizer>(read_spec(dir));
+    const BpeSpec spec = read_spec(dir);
+    if (!spec.byte_level) return std::make_unique<SentencePieceBpeTokenizer>(spec);
+    return std::make_unique<ByteLevelBpeTokenizer>(spec);
   } catch (const nlohmann::json::exception& e) {
     // Type mismatches that the readers do not check field by field (e.g. "special": "yes").
     fail(ErrorKind::kInput, "tokenizer files in '{}' are malformed: {}", name_or_dir, e.what());

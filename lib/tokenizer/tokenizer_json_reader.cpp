@@ -4,18 +4,13 @@
 
 #include "core/error.h"
 #include "tokenizer/json_file.h"
+#include "tokenizer/pipeline_json.h"
 #include "tokenizer/special_tokens.h"
-#include "tokenizer/split_regex.h"
 
 namespace dstrain::tokenizer {
 namespace {
 
 using nlohmann::json;
-
-[[noreturn]] void unsupported(const std::string& origin, const std::string& what) {
-  fail(ErrorKind::kInput, "{}: {} is not supported (expected a byte-level BPE tokenizer)", origin,
-       what);
-}
 
 std::pair<std::string, std::string> read_merge(const json& m, const std::string& origin) {
   if (m.is_array() && m.size() == 2) {
@@ -28,6 +23,18 @@ std::pair<std::string, std::string> read_merge(const json& m, const std::string&
     fail(ErrorKind::kInput, "{}: expected two tokens separated by one space, got '{}'", origin, s);
   }
   return {s.substr(0, space), s.substr(space + 1)};
+}
+
+// unk_token, fuse_unk, byte_fallback (used by SentencePiece-style models) and dropout.
+void read_unknown_handling(const json& model, const std::string& origin, BpeSpec& spec) {
+  const json unk = model.value("unk_token", json());
+  if (!unk.is_null()) spec.unk_token = expect_string(unk, origin + ".unk_token");
+  spec.fuse_unk = model.value("fuse_unk", false);
+  spec.byte_fallback = model.value("byte_fallback", false);
+  const json dropout = model.value("dropout", json());
+  if (!dropout.is_null() && !(dropout.is_number() && dropout.get<double>() == 0.0)) {
+    unsupported(origin + ".dropout", "BPE dropout (a random tokenization)");
+  }
 }
 
 void read_model(const json& model, const std::string& file, BpeSpec& spec) {
@@ -52,6 +59,7 @@ void read_model(const json& model, const std::string& file, BpeSpec& spec) {
   }
   spec.merge_origin = [origin](size_t i) { return fmt::format("{}.merges[{}]", origin, i); };
   spec.ignore_merges = model.value("ignore_merges", false);
+  read_unknown_handling(model, origin, spec);
 }
 
 void read_added(const json& added, const std::string& file, BpeSpec& spec) {
@@ -59,62 +67,31 @@ void read_added(const json& added, const std::string& file, BpeSpec& spec) {
   for (size_t i = 0; i < expect_array(added, file + ": added_tokens").size(); ++i) {
     const std::string where = fmt::format("{}: added_tokens[{}]", file, i);
     const json& t = expect_object(added[i], where);
+    const bool special = t.value("special", false);
     spec.added.push_back({expect_string(t.value("content", json()), where + ".content"),
-                          expect_id(t.value("id", json()), where + ".id"),
-                          t.value("special", false)});
+                          expect_id(t.value("id", json()), where + ".id"), special,
+                          t.value("normalized", !special)});
   }
 }
 
-void read_normalizer(const json& n, const std::string& origin, BpeSpec& spec) {
-  if (n.is_null()) return;
-  const std::string type =
-      expect_string(expect_object(n, origin).value("type", json()), origin + ".type");
-  if (type == "NFC") {
-    spec.nfc = true;
-  } else if (type == "Sequence") {
-    const json list = n.value("normalizers", json::array());
-    for (size_t i = 0; i < expect_array(list, origin + ".normalizers").size(); ++i) {
-      read_normalizer(list[i], fmt::format("{}.normalizers[{}]", origin, i), spec);
-    }
+// The pre-tokenizer decides the kind: with ByteLevel the vocabulary is byte-level symbols and a
+// split regex is needed; without it the tokenizer is SentencePiece-style and its decoder is read.
+void read_pipeline(const json& doc, const std::string& name, BpeSpec& spec) {
+  read_normalizer(doc.value("normalizer", json()), name + ": normalizer", spec);
+  bool byte_level = false;
+  const std::string pre_origin = name + ": pre_tokenizer";
+  const json pre = doc.value("pre_tokenizer", json());
+  if (!pre.is_null()) read_pre_tokenizer(pre, pre_origin, spec, byte_level);
+  spec.byte_level = byte_level;
+  if (byte_level) {
+    if (spec.metaspace) unsupported(pre_origin, "Metaspace together with ByteLevel");
+    if (spec.split_pattern.empty()) unsupported(pre_origin, "ByteLevel without a split regex");
   } else {
-    unsupported(origin, "normalizer '" + type + "'");
+    if (!spec.split_pattern.empty()) unsupported(pre_origin, "a Split without ByteLevel");
+    spec.decoder = read_decoder(doc.value("decoder", json()), name + ": decoder");
   }
-}
-
-void read_split(const json& p, const std::string& origin, BpeSpec& spec) {
-  if (p.value("behavior", std::string("Isolated")) != "Isolated" || p.value("invert", false)) {
-    unsupported(origin, "a Split other than behavior Isolated, invert false");
-  }
-  const json pattern = p.value("pattern", json());
-  expect_object(pattern, origin + ".pattern");
-  spec.split_literal = !pattern.contains("Regex");
-  spec.split_pattern = expect_string(pattern.value(spec.split_literal ? "String" : "Regex", json()),
-                                     origin + ".pattern (Regex or String)");
-  spec.split_origin = origin + ".pattern";
-}
-
-void read_pre_tokenizer(const json& p, const std::string& origin, BpeSpec& spec, bool& byte_level) {
-  const std::string type =
-      expect_string(expect_object(p, origin).value("type", json()), origin + ".type");
-  if (type == "Sequence") {
-    const json list = p.value("pretokenizers", json::array());
-    for (size_t i = 0; i < expect_array(list, origin + ".pretokenizers").size(); ++i) {
-      read_pre_tokenizer(list[i], fmt::format("{}.pretokenizers[{}]", origin, i), spec, byte_level);
-    }
-  } else if (type == "Split") {
-    if (!spec.split_pattern.empty()) unsupported(origin, "more than one split regex");
-    read_split(p, origin, spec);
-  } else if (type == "ByteLevel") {
-    if (p.value("add_prefix_space", false)) unsupported(origin, "add_prefix_space: true");
-    if (p.value("use_regex", true)) {
-      if (!spec.split_pattern.empty()) unsupported(origin, "more than one split regex");
-      spec.split_pattern = kGpt2SplitPattern;
-      spec.split_origin = origin + " (GPT-2 regex)";
-    }
-    byte_level = true;
-  } else {
-    unsupported(origin, "pre-tokenizer '" + type + "'");
-  }
+  spec.post_processor_prefix =
+      read_post_processor_prefix(doc.value("post_processor", json()), name + ": post_processor");
 }
 
 }  // namespace
@@ -125,13 +102,7 @@ BpeSpec read_tokenizer_json(const std::filesystem::path& file) {
   BpeSpec spec;
   read_model(doc.value("model", json()), name, spec);
   read_added(doc.value("added_tokens", json()), name, spec);
-  read_normalizer(doc.value("normalizer", json()), name + ": normalizer", spec);
-  bool byte_level = false;
-  const json pre = doc.value("pre_tokenizer", json());
-  if (!pre.is_null()) read_pre_tokenizer(pre, name + ": pre_tokenizer", spec, byte_level);
-  if (!byte_level) unsupported(name + ": pre_tokenizer", "a pre-tokenizer without ByteLevel");
-  if (spec.split_pattern.empty())
-    unsupported(name + ": pre_tokenizer", "ByteLevel without a split regex");
+  read_pipeline(doc, name, spec);
   read_special_tokens(file.parent_path(), spec);
   return spec;
 }

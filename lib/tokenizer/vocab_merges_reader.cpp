@@ -60,6 +60,15 @@ bool is_qwen2_family(const stdfs::path& dir) {
   return cls.rfind("Qwen2Tokenizer", 0) == 0;
 }
 
+// tokenizer_config.json's add_bos_token: without a tokenizer.json, transformers builds the
+// post-processor from it (with one, the file's post_processor is used and this key is not).
+bool adds_bos(const stdfs::path& dir) {
+  const stdfs::path config = dir / "tokenizer_config.json";
+  if (!stdfs::exists(config)) return false;
+  const nlohmann::json cfg = read_json_file(config);
+  return cfg.is_object() && cfg.value("add_bos_token", nlohmann::json(false)) == true;
+}
+
 }  // namespace
 
 BpeSpec read_vocab_merges(const stdfs::path& dir, const std::string& vocab_name,
@@ -70,8 +79,9 @@ BpeSpec read_vocab_merges(const stdfs::path& dir, const std::string& vocab_name,
   const bool qwen2 = is_qwen2_family(dir);
   spec.split_pattern = qwen2 ? kQwen2SplitPattern : kGpt2SplitPattern;
   spec.split_origin = qwen2 ? "built-in Qwen2 split regex" : "built-in GPT-2 split regex";
-  spec.nfc = qwen2;
+  if (qwen2) spec.normalizer.push_back({NormalizerStep::Kind::kNfc, "", ""});
   read_special_tokens(dir, spec);
+  if (spec.bos && adds_bos(dir)) spec.post_processor_prefix = {*spec.bos};
   return spec;
 }
 

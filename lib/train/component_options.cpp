@@ -17,6 +17,7 @@ data::DataOptions data_options(const config::Config& c) {
   o.document = c.data.document;
   o.max_length = c.data.max_length;
   o.packing = c.data.packing;
+  o.add_bos = c.data.add_bos;
   o.eval_split = c.data.eval_split;
   o.seed = c.training.seed;
   o.cache_dir = launcher::shared_token_cache_dir(c);

@@ -29,6 +29,7 @@ data:
   document: line
   max_length: 77
   packing: false
+  add_bos: true
   eval_split: 0.25
   shuffle: false
   drop_last: false

@@ -1,5 +1,7 @@
 // Missing or malformed tokenizer files are Error(kInput) naming the file and what was expected.
 
+#include <tuple>
+
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -139,6 +141,75 @@ TEST(LoadErrors, WrongJsonTypeInsideTokenizerJsonIsInputError) {
        {{"type", "BPE"}, {"vocab", testing::byte_vocab()}, {"merges", nlohmann::json::array()}}}};
   dir.write("tokenizer.json", doc.dump());
   expect_input_error(dir.path().string(), {dir.path().string(), "malformed"});
+}
+
+// A SentencePiece-style tokenizer.json (no ByteLevel) with `key` set to `component`.
+void write_sentencepiece_with(const TempDir& dir, const std::string& key,
+                              const nlohmann::json& component) {
+  nlohmann::json doc = {
+      {"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", nlohmann::json::array()}}}};
+  doc[key] = component;
+  dir.write("tokenizer.json", doc.dump());
+}
+
+TEST(LoadErrors, UnsupportedComponentsNameTheFileKeyAndComponent) {
+  const nlohmann::json replace_regex = {
+      {"type", "Replace"}, {"pattern", {{"Regex", " +"}}}, {"content", "\u2581"}};
+  const std::vector<std::tuple<std::string, nlohmann::json, std::vector<std::string>>> cases = {
+      {"normalizer",
+       {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "Lowercase"}}}}},
+       {"normalizer.normalizers[1]", "normalizer 'Lowercase'"}},
+      {"normalizer", replace_regex, {"normalizer.pattern", "Regex"}},
+      {"pre_tokenizer", {{"type", "Whitespace"}}, {"pre_tokenizer", "pre-tokenizer 'Whitespace'"}},
+      {"pre_tokenizer",
+       {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Isolated"}},
+       {"pre_tokenizer", "a Split without ByteLevel"}},
+      {"decoder",
+       {{"type", "Sequence"}, {"decoders", {{{"type", "Fuse"}}, {{"type", "WordPiece"}}}}},
+       {"decoder.decoders[1]", "decoder 'WordPiece'"}},
+      {"decoder", replace_regex, {"decoder.pattern", "Regex"}},
+      {"post_processor",
+       {{"type", "Frobnicate"}},
+       {"post_processor", "post-processor 'Frobnicate'"}},
+  };
+  for (const auto& [key, component, parts] : cases) {
+    TempDir dir;
+    write_sentencepiece_with(dir, key, component);
+    std::vector<std::string> want = parts;
+    want.push_back("tokenizer.json");
+    want.push_back("not supported");
+    expect_input_error(dir.path().string(), want);
+  }
+}
+
+TEST(LoadErrors, MetaspaceContradictionsAreRefusedAsTheReferenceRefusesThem) {
+  TempDir dir;
+  write_sentencepiece_with(
+      dir, "pre_tokenizer",
+      {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", false}});
+  expect_input_error(dir.path().string(), {"pre_tokenizer", "add_prefix_space false"});
+  write_sentencepiece_with(dir, "pre_tokenizer", {{"type", "Metaspace"}, {"replacement", "ab"}});
+  expect_input_error(dir.path().string(), {"pre_tokenizer.replacement", "one character"});
+  write_sentencepiece_with(
+      dir, "decoder",
+      {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "sometimes"}});
+  expect_input_error(dir.path().string(), {"decoder.prepend_scheme", "always, first or never"});
+}
+
+TEST(LoadErrors, TemplateNamingAnUnknownSpecialTokenNamesIt) {
+  TempDir dir;
+  write_sentencepiece_with(dir, "post_processor",
+                           {{"type", "TemplateProcessing"},
+                            {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}}},
+                            {"special_tokens", nlohmann::json::object()}});
+  expect_input_error(dir.path().string(), {"post_processor.special_tokens[\"<s>\"]"});
+}
+
+TEST(LoadErrors, BpeDropoutIsRefused) {
+  TempDir dir;
+  dir.write("tokenizer.json",
+            R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [], "dropout": 0.1}})");
+  expect_input_error(dir.path().string(), {"model.dropout", "not supported"});
 }
 
 }  // namespace
