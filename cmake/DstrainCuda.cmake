@@ -8,9 +8,13 @@
 #   DSTRAIN_HAVE_NCCL  ON when, in addition, nccl.h and libnccl were found (target dstrain::nccl)
 # Inputs (cache or environment): CUDAToolkit_ROOT / CMAKE_CUDA_COMPILER to pick a toolkit (default: nvcc
 # on PATH, then /usr/local/cuda); NCCL_ROOT for an NCCL outside the toolkit (e.g. the nvidia-nccl
-# Python package); DSTRAIN_FIND_CUDA=OFF to skip all of this.
+# Python package); DSTRAIN_FIND_CUDA=OFF to skip all of this; CMAKE_CUDA_ARCHITECTURES for the GPUs
+# to build dstrain's kernels for (default below).
 
 option(DSTRAIN_FIND_CUDA "Look for the CUDA toolkit and NCCL and build the CUDA parts when found" ON)
+# The GPUs people train on: A100 (8.0); A10, A40, RTX 30 (8.6); L4, L40, RTX 40 (8.9); H100, H200
+# (9.0). Machine code only (-real): each entry is one more device compile of every .cu file.
+set(DSTRAIN_DEFAULT_CUDA_ARCHITECTURES "80-real;86-real;89-real;90-real")
 set(DSTRAIN_HAVE_CUDA OFF)
 set(DSTRAIN_HAVE_NCCL OFF)
 
@@ -66,13 +70,20 @@ if(DSTRAIN_FIND_CUDA)
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
-    # 90: H100/H200 (the GPU machines). A CUDA LibTorch then takes over: its CMake adds the
-    # -gencode flags of TORCH_CUDA_ARCH_LIST to CMAKE_CUDA_FLAGS and wants CMAKE_CUDA_ARCHITECTURES
-    # undefined (dstrain_cuda_architectures() below, after find_package(Torch)).
-    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-      set(CMAKE_CUDA_ARCHITECTURES 90)
+    # The architectures: -DCMAKE_CUDA_ARCHITECTURES (CMake's spelling), else the default below. The
+    # choice is kept in the cache as DSTRAIN_CUDA_ARCHITECTURES, because a CUDA LibTorch wants
+    # CMAKE_CUDA_ARCHITECTURES undefined (dstrain_cuda_architectures() below removes it around
+    # find_package(Torch)), so a reconfigure would not see the user's value otherwise. With a CUDA
+    # LibTorch, torch's CMake then adds the -gencode flags of TORCH_CUDA_ARCH_LIST, which the
+    # top-level CMakeLists.txt sets from this list (dstrain_torch_cuda_arch_list()).
+    if(DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(DSTRAIN_CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}" CACHE STRING
+          "CUDA architectures of dstrain's kernels (set with -DCMAKE_CUDA_ARCHITECTURES)" FORCE)
+    elseif(NOT DSTRAIN_CUDA_ARCHITECTURES)
+      set(DSTRAIN_CUDA_ARCHITECTURES "${DSTRAIN_DEFAULT_CUDA_ARCHITECTURES}" CACHE STRING
+          "CUDA architectures of dstrain's kernels (set with -DCMAKE_CUDA_ARCHITECTURES)" FORCE)
     endif()
-    set(DSTRAIN_CUDA_ARCHITECTURES ${CMAKE_CUDA_ARCHITECTURES})
+    set(CMAKE_CUDA_ARCHITECTURES ${DSTRAIN_CUDA_ARCHITECTURES})
     # One CUDA runtime per process, the shared one, as CUDA::cudart, LibTorch and NCCL's users use.
     if(NOT DEFINED CMAKE_CUDA_RUNTIME_LIBRARY)
       set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
@@ -97,6 +108,44 @@ else()
   message(STATUS "dstrain: DSTRAIN_FIND_CUDA=OFF: skipping the CUDA kernels and the NCCL communicator")
 endif()
 
+
+# "80-real;90" (CMake's spelling: NN-real is machine code only, NN adds PTX) as TORCH_CUDA_ARCH_LIST
+# spells it ("8.0;9.0+PTX"), in `out`. Anything else ("native", "all", NN-virtual) is an error:
+# torch's list cannot say it.
+function(dstrain_torch_arch_list out archs)
+  set(list "")
+  foreach(arch IN LISTS archs)
+    if(NOT arch MATCHES "^([0-9]+)([0-9])(a?)(-real)?$")
+      message(FATAL_ERROR
+              "CMAKE_CUDA_ARCHITECTURES: '${arch}' is not supported (a CUDA LibTorch builds with "
+              "TORCH_CUDA_ARCH_LIST, which cannot say it); expected compute capabilities such as "
+              "80-real (machine code) or 90 (machine code and PTX), separated by ';'")
+    endif()
+    set(entry "${CMAKE_MATCH_1}.${CMAKE_MATCH_2}${CMAKE_MATCH_3}")
+    if(NOT CMAKE_MATCH_4)
+      string(APPEND entry "+PTX")
+    endif()
+    list(APPEND list "${entry}")
+  endforeach()
+  set(${out} "${list}" PARENT_SCOPE)
+endfunction()
+
+# Before find_package(Torch): torch's CUDA CMake takes TORCH_CUDA_ARCH_LIST (the CMake variable
+# before the environment), not CMAKE_CUDA_ARCHITECTURES; give it dstrain's list. An environment
+# TORCH_CUDA_ARCH_LIST is not read, and configure says so, so that one setting decides.
+macro(dstrain_torch_cuda_arch_list)
+  if(DSTRAIN_CUDA_ARCHITECTURES)
+    dstrain_torch_arch_list(TORCH_CUDA_ARCH_LIST "${DSTRAIN_CUDA_ARCHITECTURES}")
+  else()
+    dstrain_torch_arch_list(TORCH_CUDA_ARCH_LIST "${DSTRAIN_DEFAULT_CUDA_ARCHITECTURES}")
+  endif()
+  if(DEFINED ENV{TORCH_CUDA_ARCH_LIST} AND NOT "$ENV{TORCH_CUDA_ARCH_LIST}" STREQUAL
+                                                "${TORCH_CUDA_ARCH_LIST}")
+    message(WARNING "dstrain: TORCH_CUDA_ARCH_LIST=$ENV{TORCH_CUDA_ARCH_LIST} in the environment "
+                    "is not read; building for ${TORCH_CUDA_ARCH_LIST}. Choose the architectures "
+                    "with -DCMAKE_CUDA_ARCHITECTURES (e.g. \"80-real;90-real\").")
+  endif()
+endmacro()
 
 # Flags for our .cu files: host-side warnings as in C++, and nvcc's own warnings as errors.
 set(DSTRAIN_CUDA_WARNINGS -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter)
