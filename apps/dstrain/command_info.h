@@ -1,10 +1,10 @@
 #pragma once
 // Which executable runs which command. `dstrain` (main.cpp) links no LibTorch: it runs `launch`
-// (local launcher, SSH launcher, node agent) and `version` itself, and hands every other command to
-// `dstrain-worker` (worker_main.cpp, installed beside it) by exec'ing it with the same arguments.
-// Loading LibTorch costs ~0.5 s and ~290 shared libraries per process (read from wherever the
-// environment lives, often an NFS home), which a launcher, a node agent on each of 64 hosts, or
-// `dstrain --help` should not pay.
+// (local launcher, SSH launcher, node agent), `report`, `trace` and `version` itself, and hands
+// every other command to `dstrain-worker` (worker_main.cpp, installed beside it) by exec'ing it
+// with the same arguments. Loading LibTorch costs ~0.4 s of CPU, ~500 MB and 68 shared libraries
+// per process (read from wherever the environment lives, often an NFS home), which a launcher, a
+// node agent on each of 64 hosts, or `dstrain --help` should not pay.
 //
 // The worker commands' names and one-line descriptions live here, and both executables register
 // them through add_worker_subcommand(), so `dstrain --help` lists them without loading the worker

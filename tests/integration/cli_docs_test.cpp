@@ -1,11 +1,14 @@
-// The CLI against its documentation. Commands are read from the built binary's own --help (every
-// listed command and subcommand), so a command added, renamed or removed without its example and
-// its documentation fails here, naming it.
+// The CLI against its documentation. Commands and flags are read from the built binary's own
+// --help (every listed command and subcommand), so a command or flag added, renamed or removed
+// without its example and its documentation fails here, naming it. Also: which executable runs
+// which command (docs/launch.md).
 
 #include <dirent.h>
 
+#include <cctype>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -144,6 +147,102 @@ TEST(CliDocs, EveryCommandIsDocumentedAndListedInStatus) {
     EXPECT_EQ(leaves.count(item), 1u)
         << "docs/status.md lists '" << item << "', which dstrain --help does not";
   }
+}
+
+// The long flags a CLI11 help text lists ("  --nproc,--nproc-per-node,--nproc_per_node N [1] ..."),
+// every spelling, without --help and --help-all.
+std::vector<std::string> listed_flags(const std::string& help) {
+  std::vector<std::string> flags;
+  static const std::regex option_line("^  ((-{1,2}[A-Za-z0-9_-]+,?)+)");
+  std::istringstream in(help);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (!std::regex_search(line, m, option_line)) continue;
+    std::stringstream names(m[1].str());
+    std::string name;
+    while (std::getline(names, name, ',')) {
+      if (name.rfind("--", 0) == 0 && name != "--help" && name != "--help-all") {
+        flags.push_back(name);
+      }
+    }
+  }
+  return flags;
+}
+
+// True when `docs` has `flag` as a whole word (not as the start of a longer flag).
+bool mentions_flag(const std::string& docs, const std::string& flag) {
+  for (size_t at = docs.find(flag); at != std::string::npos; at = docs.find(flag, at + 1)) {
+    const size_t next = at + flag.size();
+    if (next == docs.size()) return true;
+    const char c = docs[next];
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return true;
+  }
+  return false;
+}
+
+TEST(CliDocs, EveryFlagOfEveryCommandIsDocumented) {
+  const std::string docs = docs_text();
+  std::vector<std::string> commands = cli_commands().all;
+  commands.insert(commands.begin(), "");
+  size_t checked = 0;
+  for (const std::string& command : commands) {
+    for (const std::string& flag : listed_flags(help_of(command))) {
+      ++checked;
+      EXPECT_TRUE(mentions_flag(docs, flag))
+          << "'dstrain " << command << "' takes " << flag << ", which README.md and docs/ never "
+          << "mention";
+    }
+  }
+  EXPECT_GT(checked, 40u) << "too few flags found in the help texts";
+  // The check can fail: a longer flag does not document its prefix.
+  EXPECT_FALSE(mentions_flag("`--nproc-per-node`", "--nproc"));
+  EXPECT_TRUE(mentions_flag("`--nproc` N", "--nproc"));
+}
+
+// The commands a row of docs/launch.md's "Two executables" table says its executable runs.
+std::set<std::string> commands_run_by(const std::string& executable) {
+  const std::string launch = read_text(DSTRAIN_SOURCE_DIR "/docs/launch.md");
+  const size_t start = launch.find("## Two executables");
+  EXPECT_NE(start, std::string::npos) << "docs/launch.md has no '## Two executables' section";
+  std::istringstream in(launch.substr(start == std::string::npos ? 0 : start));
+  std::string line;
+  std::set<std::string> commands;
+  while (std::getline(in, line)) {
+    const std::string row = "| `" + executable + "` |";
+    if (line.rfind(row, 0) != 0) continue;
+    const std::string runs = line.substr(row.size(), line.find('|', row.size()) - row.size());
+    static const std::regex item("`([a-z][a-z-]*)`");
+    for (std::sregex_iterator it(runs.begin(), runs.end(), item), e; it != e; ++it) {
+      commands.insert((*it)[1]);
+    }
+  }
+  return commands;
+}
+
+std::string join(const std::set<std::string>& items) {
+  std::string out;
+  for (const std::string& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+TEST(CliDocs, TheTwoExecutablesTableSaysWhichRunsEachCommand) {
+  std::set<std::string> front, worker;
+  for (const std::string& command : listed_subcommands(help_of(""))) {
+    // The dynamic loader names every library it loads: a command that loads LibTorch runs in
+    // dstrain-worker.
+    const RunResult r = run_dstrain({command, "--help"}, {"LD_DEBUG=files"}, 30);
+    ASSERT_EQ(r.exit_code, 0) << command << "\n" << r.err.substr(0, 2000);
+    (r.err.find("libtorch") != std::string::npos ? worker : front).insert(command);
+  }
+  ASSERT_FALSE(front.empty());
+  ASSERT_FALSE(worker.empty());
+  EXPECT_EQ(commands_run_by("dstrain"), front)
+      << "docs/launch.md says dstrain runs " << join(commands_run_by("dstrain"))
+      << "; without LibTorch it runs " << join(front);
+  EXPECT_EQ(commands_run_by("dstrain-worker"), worker)
+      << "docs/launch.md says dstrain-worker runs " << join(commands_run_by("dstrain-worker"))
+      << "; the commands that load LibTorch are " << join(worker);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-// `dstrain` runs launch, version and help without LibTorch and hands every other command to
-// dstrain-worker beside it (apps/dstrain/command_info.h); to the user it is one CLI. LD_DEBUG=files
-// makes the dynamic loader name every library it loads, which shows what a command pays for.
+// `dstrain` runs launch, report, trace, version and help without LibTorch and hands every other
+// command to dstrain-worker beside it (apps/dstrain/command_info.h); to the user it is one CLI.
+// LD_DEBUG=files makes the dynamic loader name every library it loads, which shows what a command
+// pays for.
 
 #include <sys/wait.h>
 #include <cstdio>

@@ -235,5 +235,51 @@ TEST(ConfigDocs, KeysWithoutEffectAreTheOnesDocumentedSo) {
   EXPECT_GT(without_effect, 0u);
 }
 
+std::string read_source(const std::string& relative) {
+  std::ifstream in(DSTRAIN_SOURCE_DIR "/" + relative);
+  EXPECT_TRUE(in.good()) << "cannot read " << relative;
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// The `code` spans between the first `start` in `relative` and the next `end` after it.
+std::set<std::string> listed_sections(const std::string& relative, const std::string& start,
+                                      const std::string& end) {
+  const std::string text = read_source(relative);
+  const size_t b = text.find(start);
+  EXPECT_NE(b, std::string::npos) << relative << " has no '" << start << "'";
+  if (b == std::string::npos) return {};
+  const size_t e = text.find(end, b + start.size());
+  const std::vector<std::string> spans = code_spans(text.substr(b, e - b));
+  return std::set<std::string>(spans.begin(), spans.end());
+}
+
+std::string join(const std::set<std::string>& items) {
+  std::string out;
+  for (const std::string& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+TEST(ConfigDocs, SectionListsNameEverySectionOfTheSchema) {
+  std::set<std::string> sections;
+  for (const Field& f : fields()) sections.insert(f.path.substr(0, f.path.find('.')));
+  ASSERT_GE(sections.size(), 7u) << join(sections);
+  const std::set<std::string> config_md =
+      listed_sections("docs/config.md", "one YAML file with the sections", ".");
+  EXPECT_EQ(config_md, sections) << "docs/config.md names the sections " << join(config_md)
+                                 << "; the schema's are " << join(sections);
+  const std::set<std::string> readme =
+      listed_sections("README.md", "One YAML config with sections", ";");
+  EXPECT_EQ(readme, sections) << "README.md names the sections " << join(readme)
+                              << "; the schema's are " << join(sections);
+  // Each section has its own heading in the key reference.
+  const std::string config = read_source("docs/config.md");
+  for (const std::string& name : sections) {
+    EXPECT_NE(config.find("\n### " + name), std::string::npos)
+        << "docs/config.md has no '### " << name << "' heading";
+  }
+}
+
 }  // namespace
 }  // namespace dstrain::config::detail
