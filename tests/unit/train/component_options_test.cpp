@@ -22,7 +22,7 @@ config::Config load(const std::string& extra) {
 TEST(ComponentOptions, DataOptionsCarryTheDataSectionTheSeedAndTheCacheDir) {
   const config::Config c = load(
       "data:\n  eval_path: b.parquet\n  format: parquet\n"
-      "  text_field: body\n  document: file\n  max_length: 77\n  packing: false\n"
+      "  text_field: body\n  document: file\n  max_length: 77\n  packing: false\n  add_bos: true\n"
       "  eval_split: 0\ntraining:\n  seed: 99\nlogging:\n  out_dir: /runs/x\n");
   const data::DataOptions o = data_options(c);
   EXPECT_EQ(o.train_path, "train.txt");
@@ -32,6 +32,7 @@ TEST(ComponentOptions, DataOptionsCarryTheDataSectionTheSeedAndTheCacheDir) {
   EXPECT_EQ(o.document, "file");
   EXPECT_EQ(o.max_length, 77);
   EXPECT_FALSE(o.packing);
+  EXPECT_EQ(o.add_bos, "true");
   EXPECT_EQ(o.eval_split, 0.0);
   EXPECT_EQ(o.seed, 99u);
   EXPECT_EQ(o.cache_dir, "/runs/x/data_cache");
