@@ -12,6 +12,7 @@
 
 #include "launcher/host_select.h"
 #include "launcher/launch_local.h"
+#include "launcher/multi_node.h"
 #include "launcher/ssh_client.h"
 
 namespace dstrain::launcher {
@@ -29,6 +30,12 @@ struct LaunchOptions {
   bool check = false;
   int min_nodes = 0;                // --min-nodes (multi_node.h)
   bool allow_batch_change = false;  // --elastic-batch allow-change
+  // Hosts of the hostfile not to run on (`dstrain resume` leaves out the hosts that do not answer
+  // when --min-nodes allows it; resume_plan.h).
+  std::vector<std::string> left_out;
+  // --resume-latest: resume from <checkpoint.dir>/latest of the config when it exists (else start
+  // at step 0): a requeued Slurm job continues without its script reading the config.
+  bool resume_latest = false;
   // Slurm
   bool slurm = false;
   bool no_slurm = false;
@@ -42,6 +49,12 @@ struct LaunchOptions {
   bool env_on_stdin = false;  // read secret variables from stdin first (stdin_env.h)
 };
 
+// Runs the launch in the mode the flags and the environment select (above). A training launch
+// (not --exec, not --dry-run) first records how it was launched in <checkpoint.dir>/launch.json
+// (launch_record.h), when the config saves checkpoints.
 int run_launch(const LaunchOptions& options);
+
+// The options of the multi-node launcher for an SSH launch (--hostfile).
+MultiNodeOptions multi_node_options(const LaunchOptions& options);
 
 }  // namespace dstrain::launcher

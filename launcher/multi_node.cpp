@@ -61,7 +61,7 @@ PlanRequest world_request(const MultiNodeOptions& o, const LocalLaunchOptions& l
 }
 
 std::string remote_binary(const MultiNodeOptions& o) {
-  return o.remote_binary.empty() ? self_executable() : o.remote_binary;
+  return o.remote_binary.empty() ? launcher_executable() : o.remote_binary;
 }
 
 }  // namespace

@@ -34,6 +34,14 @@ std::string worker_executable() {
   return dir + kWorkerName;
 }
 
+std::string launcher_executable() {
+  std::string self = self_executable();
+  size_t slash = self.rfind('/');
+  if (self.compare(slash + 1, std::string::npos, kWorkerName) != 0) return self;
+  std::string beside = self.substr(0, slash + 1) + "dstrain";
+  return is_executable_file(beside) ? beside : self;
+}
+
 std::string resolve_program(const std::string& name) {
   if (name.empty()) fail(ErrorKind::kUsage, "--exec needs a program to run");
   if (name.find('/') != std::string::npos) {

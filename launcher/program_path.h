@@ -18,6 +18,11 @@ constexpr const char* kWorkerName = "dstrain-worker";
 // arithmetic: does not check that the file exists. Throws Error(kIo) like self_executable().
 std::string worker_executable();
 
+// The `dstrain` that node agents run (over SSH and with srun): this executable, or when this is
+// dstrain-worker (`dstrain resume` launches from the worker) the `dstrain` beside it if it is
+// there, so an agent does not load LibTorch. Throws Error(kIo) like self_executable().
+std::string launcher_executable();
+
 // `name` itself when it contains a '/', else the first executable match on PATH (as execvp would).
 // Throws Error(kUsage) when nothing executable is found, naming the program and PATH.
 std::string resolve_program(const std::string& name);

@@ -216,7 +216,7 @@ int run_steps_with_restarts(const SlurmLaunchOptions& o, const EnvMap& env) {
     }
     next.step_name = fmt::format("dstrain-agents-{}", k);
     SrunStep step;
-    step.argv = srun_command(next, env, self_executable());
+    step.argv = srun_command(next, env, launcher_executable());
     print_srun_line(job, step.argv);
     step.argv[0] = resolve_program(step.argv[0]);
     step.nodes = next.nodes;
@@ -247,7 +247,7 @@ int run_slurm_launch(const SlurmLaunchOptions& options) {
   }
   if (options.launch.restart.max_restarts > 0 && !options.launch.dry_run)
     return run_steps_with_restarts(resolved, env);
-  std::vector<std::string> argv = srun_command(resolved, env, self_executable());
+  std::vector<std::string> argv = srun_command(resolved, env, launcher_executable());
   std::fflush(stderr);
   print_srun_line(env["SLURM_JOB_ID"], argv);
   if (options.launch.dry_run) return 0;

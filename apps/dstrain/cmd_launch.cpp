@@ -58,6 +58,9 @@ void add_local_flags(CLI::App* cmd, LaunchFlags* f) {
                   "remote hosts on the SSH channel, never on a command line")
       ->type_name("NAME")
       ->allow_extra_args(false);
+  cmd->add_flag("--resume-latest", f->options.resume_latest,
+                "Resume from <checkpoint.dir>/latest of the config when it exists, else start at "
+                "step 0");
   cmd->add_flag("--exec", o.exec, "Run PROGRAM [ARGS...] (after --) instead of 'dstrain train'");
   cmd->add_option("CONFIG", f->first, "The run's YAML config (with --exec: the program)")
       ->type_name("");

@@ -12,6 +12,8 @@
 //                                       without a manifest is incomplete and is never loaded
 //
 // A checkpoint is complete exactly when its manifest exists; `latest` is replaced only after that.
+// Beside them, <dir>/launch.json says how the job was launched; the launcher writes it and
+// `dstrain resume` reads it (launcher/launch_record.h: the launcher cannot depend on this module).
 
 #include <cstdint>
 #include <optional>

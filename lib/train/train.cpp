@@ -72,15 +72,25 @@ int run_train(const TrainOptions& options) {
 }
 
 int run_resume(const ResumeOptions& options) {
-  const std::string tag_dir = ckpt::resolve_checkpoint(options.checkpoint);
-  const ckpt::Manifest manifest = ckpt::read_manifest(tag_dir);
-  launcher::LocalLaunchOptions l = options.launch;
-  if (l.nproc <= 0) l.nproc = manifest.world_size;
-  l.config_path = (stdfs::path(tag_dir) / ckpt::kRunConfigFile).string();
-  l.exec = false;
-  l.args.insert(l.args.begin(), {"--resume-from", tag_dir});
-  log::info("resuming {} (step {}) on {} rank(s)", tag_dir, manifest.step, l.nproc);
-  return launcher::run_local_launch(l);
+  launcher::ResumeCheckpoint c;
+  c.tag_dir = stdfs::absolute(ckpt::resolve_checkpoint(options.checkpoint)).string();
+  c.config_path = (stdfs::path(c.tag_dir) / ckpt::kRunConfigFile).string();
+  const ckpt::Manifest manifest = ckpt::read_manifest(c.tag_dir);
+  c.world_size = manifest.world_size;
+  // The record lives beside the checkpoint's tag directories (launcher/launch_record.h).
+  const std::string checkpoint_dir = stdfs::path(c.tag_dir).parent_path().string();
+  c.record_path = launcher::launch_record_path(checkpoint_dir);
+  c.record = launcher::read_launch_record(checkpoint_dir);
+  launcher::ResumeEnvironment env;
+  const char* job = std::getenv("SLURM_JOB_ID");
+  env.in_slurm_allocation = job != nullptr && *job != '\0';
+  if (const char* nodes = std::getenv("SLURM_JOB_NUM_NODES")) env.slurm_nodes = std::atoi(nodes);
+  env.cwd = stdfs::current_path().string();
+  const launcher::ResumePlan plan = launcher::plan_resume(options.request, c, env);
+  log::info("resuming {} (step {}, {} rank(s)) {}", c.tag_dir, manifest.step, manifest.world_size,
+            plan.how);
+  for (const std::string& note : plan.notes) log::info("{}", note);
+  return launcher::run_resume_launch(plan);
 }
 
 }  // namespace dstrain::train

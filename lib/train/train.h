@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/launch_local.h"
+#include "launcher/resume_plan.h"
 
 namespace dstrain::train {
 
@@ -22,12 +22,13 @@ struct TrainOptions {
 int run_train(const TrainOptions& options);
 
 struct ResumeOptions {
-  std::string checkpoint;               // <dir>/latest, <dir>, or a tag directory
-  launcher::LocalLaunchOptions launch;  // nproc 0 = the checkpoint's world size
+  std::string checkpoint;           // <dir>/latest, <dir>, or a tag directory
+  launcher::ResumeRequest request;  // how to launch; unset fields as the launch record says
 };
 
-// `dstrain resume`: relaunches the saved config with the state of the checkpoint. A different
-// --nproc re-shards on load.
+// `dstrain resume`: relaunches the saved config with the state of the checkpoint, the way the job
+// was launched (the launch record beside the checkpoint) unless the flags say otherwise
+// (launcher/resume_plan.h). A different world size re-shards on load.
 int run_resume(const ResumeOptions& options);
 
 struct ExportOptions {

@@ -4,6 +4,8 @@
 // requeues itself and runs again with SLURM_RESTART_COUNT=1.
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <regex>
@@ -12,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/integration/process_util.h"
+#include "tests/integration/shell_util.h"
 #include "tests/integration/slurm_cluster.h"
 #include "tests/integration/train_util.h"
 
@@ -42,11 +45,11 @@ class LaunchSlurmTest : public ::testing::Test {
     return m[1];
   }
 
-  // Submits scripts/train.sbatch running the real trainer on `config`; returns the job id.
-  std::string submit_training(const std::string& config, int nproc, const std::string& ckpt_dir) {
-    std::string cmd = "cd " + tmp_.path() + " && DSTRAIN=" + DSTRAIN_BINARY +
-                      " NPROC=" + std::to_string(nproc) + " CHECKPOINT_DIR=" + ckpt_dir +
-                      " SBATCH_ARGS='--output=" + out_ +
+  // Submits scripts/train.sbatch running the real trainer on `config`, with nothing else exported
+  // (the requeued job finds the config's checkpoint.dir by itself); returns the job id.
+  std::string submit_training(const std::string& config, int nproc) {
+    std::string cmd = "cd " + tmp_.path() + " && env -u CHECKPOINT_DIR DSTRAIN=" + DSTRAIN_BINARY +
+                      " NPROC=" + std::to_string(nproc) + " SBATCH_ARGS='--output=" + out_ +
                       "' " DSTRAIN_SOURCE_DIR "/scripts/train.sbatch " + config + " 1";
     std::string reply = cluster_->run(cmd);
     std::smatch m;
@@ -128,8 +131,9 @@ TEST_F(LaunchSlurmTest, Usr1CheckpointsRequeuesAndRunsAgain) {
 }
 
 // The real trainer under Slurm: 2 ranks train, SIGUSR1 (what --signal=B:USR1@90 sends) makes them
-// save a checkpoint and stop, the job requeues itself, and the second run resumes from `latest`
-// and finishes the remaining steps.
+// save a checkpoint and stop, the job requeues itself, and the second run resumes from the
+// config's checkpoint.dir/latest (`dstrain launch --resume-latest`, nothing exported) and
+// finishes the remaining steps.
 TEST_F(LaunchSlurmTest, PreemptedTrainingSavesRequeuesAndResumesFromLatest) {
   JobSpec spec;
   spec.nproc = 2;
@@ -138,7 +142,7 @@ TEST_F(LaunchSlurmTest, PreemptedTrainingSavesRequeuesAndResumesFromLatest) {
   spec.save_final = true;
   const std::string config = write_job_config(tmp_.path(), spec);
   const std::string metrics = tmp_.file("run/metrics.jsonl");
-  std::string job = submit_training(config, 2, tmp_.file("ckpt"));
+  std::string job = submit_training(config, 2);
   ASSERT_FALSE(job.empty());
   ASSERT_TRUE(wait_until([&] { return read_metric(metrics, "train/loss").size() >= 5; }, 90))
       << read_text(out_) << cluster_->logs();
@@ -150,6 +154,8 @@ TEST_F(LaunchSlurmTest, PreemptedTrainingSavesRequeuesAndResumesFromLatest) {
   ASSERT_EQ(tag.rfind("step_", 0), 0u) << read_text(out_);
   const long saved_step = std::stol(tag.substr(5));
   EXPECT_LT(saved_step, 150);
+  const std::string record = read_text(tmp_.file("ckpt/launch.json"));
+  EXPECT_NE(record.find("\"mode\": \"slurm\""), std::string::npos) << record;
   bool done = wait_requeued(
       job,
       [&] {
@@ -159,7 +165,10 @@ TEST_F(LaunchSlurmTest, PreemptedTrainingSavesRequeuesAndResumesFromLatest) {
   const std::string out = read_text(out_);
   ASSERT_TRUE(done) << out << cluster_->run("scontrol show job " + job) << cluster_->logs();
   EXPECT_NE(out.find("restart count 1"), std::string::npos) << out;
-  EXPECT_NE(out.find("resuming from " + tmp_.file("ckpt/latest")), std::string::npos) << out;
+  EXPECT_NE(out.find("dstrain launch: resuming from " + tmp_.file("ckpt/latest") + " (" +
+                     tag.substr(0, tag.find('\n')) + ")"),
+            std::string::npos)
+      << out;
   EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
   // Every step trained exactly once across the two runs, the second starting after the save.
   const auto loss = read_metric(metrics, "train/loss");
@@ -167,6 +176,21 @@ TEST_F(LaunchSlurmTest, PreemptedTrainingSavesRequeuesAndResumesFromLatest) {
   EXPECT_EQ(loss.count(saved_step + 1), 1u);
   EXPECT_LT(loss.at(150), loss.at(1) - 1.0);
   EXPECT_TRUE(cluster_->wait_job_gone(job, 30));
+}
+
+// Submitting: with GPUS_PER_NODE the script asks sbatch for that many GPUs per node (one rank
+// each; the test cluster has none, so the request is read off a stand-in sbatch's arguments).
+TEST(TrainSbatch, AsksForGpusPerNodeOnlyWhenGpusPerNodeIsSet) {
+  TempDir dir;
+  std::ofstream(dir.file("sbatch")) << "#!/bin/sh\necho \"sbatch $*\"\n";
+  std::filesystem::permissions(dir.file("sbatch"), std::filesystem::perms::owner_all);
+  const std::string run = "env -u SLURM_JOB_ID PATH=" + dir.path() + ":$PATH ";
+  const std::string script = DSTRAIN_SOURCE_DIR "/scripts/train.sbatch run.yaml 2";
+  std::string out = shell_output(run + "GPUS_PER_NODE=8 " + script);
+  EXPECT_NE(out.find("sbatch --nodes=2 --gpus-per-node=8 "), std::string::npos) << out;
+  out = shell_output(run + "env -u GPUS_PER_NODE " + script);
+  EXPECT_NE(out.find("sbatch --nodes=2 "), std::string::npos) << out;
+  EXPECT_EQ(out.find("--gpus-per-node"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -207,6 +207,98 @@ TEST(Resume, RankKilledDuringSavesLeavesLoadableLatest) {
   }
 }
 
+// `dstrain resume` follows the launch record beside the checkpoint (launcher/launch_record.h):
+// the same local ranks by default, the SSH launch a record describes, clear errors (exit 2, nothing
+// started) when its hostfile is gone or its hosts do not answer, explicit flags first, and the
+// checkpoint's world size on this machine, with a note, when there is no record.
+TEST(Resume, FollowsTheLaunchRecordUnlessToldOtherwise) {
+  TempDir dir;
+  RunResult r = run_job(dir, short_run_saving_the_end(4));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string record_path = dir.file("ckpt/launch.json");
+  auto record = nlohmann::json::parse(read_text(record_path));
+  EXPECT_EQ(record["mode"], "local");
+  EXPECT_EQ(record["nproc"], 2);
+  const std::string latest = dir.file("ckpt/latest");
+  auto resume = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"resume", latest};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_dstrain(args, {}, 60);
+  };
+
+  r = resume({"--dry-run"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("dstrain launch plan: 2 rank(s)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("on this machine with 2 rank(s) (as recorded)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--resume-from " + dir.file("ckpt/step_00000004")), std::string::npos);
+
+  // The same checkpoint as if launched over SSH on two hosts that refuse connections.
+  std::ofstream(dir.file("hosts")) << "127.0.0.1:1 slots=1\nlocalhost:1 slots=1\n";
+  record["mode"] = "ssh";
+  record["ssh"] = {{"hostfile", dir.file("hosts")}, {"connect_timeout", 5}};
+  std::ofstream(record_path) << record.dump(2);
+  r = resume({"--dry-run"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("2 rank(s) on 2 host(s)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("over SSH on the hosts of " + dir.file("hosts") + " (as recorded)"),
+            std::string::npos)
+      << r.out;
+  r = resume({});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("2 of 2 host(s) of " + dir.file("hosts") + " do not answer"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("--min-nodes"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("[rank"), std::string::npos) << r.out;  // no rank started
+  r = resume({"--min-nodes", "1"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("only 0 of 2 host(s)"), std::string::npos) << r.err;
+  stdfs::remove(dir.file("hosts"));
+  r = resume({"--dry-run"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("from the hostfile " + dir.file("hosts") + " (recorded in " + record_path +
+                       "), which does not exist any more"),
+            std::string::npos)
+      << r.err;
+  r = resume({"--local", "--nproc", "1", "--dry-run"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("dstrain launch plan: 1 rank(s)"), std::string::npos) << r.out;
+
+  // A checkpoint from before launches were recorded: this machine, its world size, one note.
+  stdfs::remove(record_path);
+  r = resume({"--dry-run"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("dstrain launch plan: 2 rank(s)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("note: no launch record"), std::string::npos) << r.out;
+  EXPECT_FALSE(file_exists(record_path));  // a dry run records nothing
+}
+
+// `dstrain launch --resume-latest`: the config's own checkpoint.dir decides, not the caller.
+TEST(Launch, ResumeLatestContinuesFromTheConfigsCheckpointDirectory) {
+  TempDir dir;
+  const JobSpec spec = short_run_saving_the_end(4);
+  const std::string cfg = write_job_config(dir.path(), spec);
+  RunResult r = run_dstrain({"launch", "--nproc", "2", "--resume-latest", "--dry-run", cfg});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("no checkpoint in " + dir.file("ckpt") + " yet: starting at step 0"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out.find("--resume-from"), std::string::npos) << r.out;
+
+  r = run_job(dir, spec);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  stdfs::rename(metrics(dir), dir.file("first.jsonl"));
+  r = run_dstrain(
+      {"launch", "--nproc", "2", "--resume-latest", cfg, "--set", "training.max_steps=6"}, {}, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("resuming from " + dir.file("ckpt/latest") + " (step_00000004)"),
+            std::string::npos)
+      << r.err;
+  const auto resumed = read_metric(metrics(dir), "train/loss");
+  ASSERT_EQ(resumed.size(), 2u);
+  EXPECT_EQ(resumed.begin()->first, 5);
+}
+
 TEST(Export, WritesHuggingFaceDirectoryThatTrainsOnFromTheCheckpoint) {
   TempDir dir;
   JobSpec spec = short_run_saving_the_end(12);

@@ -159,6 +159,57 @@ TEST_F(SlurmRestartTest, ALostNodeIsLeftOutAndTheJobGoesOnWithTheSameGlobalBatch
   expect_no_process_left();
 }
 
+// `dstrain resume` of a job launched under Slurm (launcher/resume_plan.h): the job (2 nodes, no
+// restarts) fails when a rank is SIGKILLed after a checkpoint; a new 2-node allocation running
+// `dstrain resume <ckpt>/latest`, with no other flag, starts one agent per node of that allocation
+// (as recorded: one rank per node, the recorded --master-addr) and logs the uninterrupted run's
+// losses.
+TEST_F(SlurmRestartTest, ResumeInANewAllocationRunsOverItsNodesWithTheUninterruptedLosses) {
+  start_cluster(2);
+  const JobSpec spec = restartable(2, 1);
+  std::filesystem::create_directories(tmp_.file("ref"));
+  std::filesystem::create_directories(tmp_.file("job"));
+  const auto reference = reference_losses(spec, 2);
+  ASSERT_EQ(reference.size(), 16u);
+
+  std::string job = submit(job_config(spec), 2, 1, "--set training.log_interval=1");
+  ASSERT_FALSE(job.empty());
+  ASSERT_TRUE(wait_until([&] { return file_exists(tmp_.file("job/ckpt/latest")); }, 180))
+      << read_text(out_) << cluster_->logs();
+  pid_t victim = -1;
+  ASSERT_TRUE(
+      wait_until([&] { return (victim = rank_pid(processes_with_marker(token_), 1)) > 0; }, 20));
+  ::kill(victim, SIGKILL);
+  ASSERT_TRUE(cluster_->wait_job_gone(job, 120)) << read_text(out_) << cluster_->logs();
+  expect_no_process_left();
+  const auto record = nlohmann::json::parse(read_text(tmp_.file("job/ckpt/launch.json")));
+  EXPECT_EQ(record["mode"], "slurm") << record.dump();
+  EXPECT_EQ(record["slurm"]["job_id"], job) << record.dump();
+  const std::string tag = read_text(tmp_.file("job/ckpt/latest"));
+  const long saved = std::stol(tag.substr(5));
+  ASSERT_LT(saved, 16) << "the job finished before the kill";
+  std::filesystem::rename(tmp_.file("job/run/metrics.jsonl"), tmp_.file("job/failed.jsonl"));
+
+  const std::string out = tmp_.file("resume.out");
+  const std::string reply = cluster_->run(
+      "cd " + tmp_.path() + " && DSTRAIN_TEST_MARKER=" + token_ + " sbatch -N2 --output=" + out +
+      " --wrap='" DSTRAIN_BINARY " resume " + tmp_.file("job/ckpt/latest") + "'");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(reply, m, std::regex("Submitted batch job ([0-9]+)"))) << reply;
+  ASSERT_TRUE(cluster_->wait_job_gone(m[1], 240)) << read_text(out) << cluster_->logs();
+  const std::string text = read_text(out);
+  EXPECT_NE(text.find("under Slurm over the allocation's 2 node(s), 1 rank(s) each (as recorded)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("srun --kill-on-bad-exit=1 --ntasks-per-node=1 --nodes=2"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("--master-addr 127.0.0.1"), std::string::npos) << text;
+  const auto resumed = read_metric(tmp_.file("job/run/metrics.jsonl"), "train/loss");
+  EXPECT_EQ(resumed.size(), static_cast<size_t>(16 - saved)) << text;
+  expect_same_losses_after(saved, resumed, reference);
+  expect_no_process_left();
+}
+
 TEST_F(SlurmRestartTest, ARankThatAlwaysFailsStopsAfterTheRestartsWithItsCauses) {
   start_cluster(2);
   std::string job = submit("-", 2, 1, "--max-restarts 2 --restart-backoff 0.1",
