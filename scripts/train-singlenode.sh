@@ -5,7 +5,7 @@
 #
 # Submits scripts/train.sbatch as a one-node job (on NODE when given: sbatch --nodelist), NPROC
 # ranks there; the same preemption handling as scripts/train.sbatch (SIGUSR1 → checkpoint,
-# requeue, resume from CHECKPOINT_DIR/latest). Environment: see scripts/train.sbatch.
+# requeue, resume from the config's checkpoint.dir/latest). Environment: see scripts/train.sbatch.
 set -euo pipefail
 config=${1:?usage: scripts/train-singlenode.sh CONFIG [NODE] [-- EXTRA ARGS]}
 shift
