@@ -23,6 +23,7 @@ struct PendingOp {
   int root = 0;
   std::vector<Slot> slots;
   int issued = 0;
+  int waiting = 0;  // ranks that have called wait(): no rank reads a buffer before all have
   int read = 0;
   int done = 0;
   bool failed = false;  // a rank issued a mismatching call: every waiter fails at once
@@ -93,11 +94,15 @@ void ThreadGroup::issue(uint64_t seq, int rank, CollectiveKind kind, ReduceOp op
   changed_.notify_all();
 }
 
-// Two rendezvous: all issued → each reads all inputs into a private result; all read → each
+// Two rendezvous: all waiting → each reads all inputs into a private result; all read → each
 // writes its output (in-place all_reduce reads peers' tensors that the peers will overwrite).
+// Reading only once every rank is inside wait() makes a buffer changed between a collective's
+// call and its wait() always count, on every rank, whatever the threads' timing.
 void ThreadGroup::execute(uint64_t seq, int rank) {
   std::unique_lock<std::mutex> lock(mutex_);
-  wait_for(lock, seq, rank, [&] { return ops_[seq].issued == world_size_; });
+  ++ops_[seq].waiting;
+  changed_.notify_all();
+  wait_for(lock, seq, rank, [&] { return ops_[seq].waiting == world_size_; });
   PendingOp& op = ops_[seq];
   lock.unlock();
   torch::Tensor result = compute(op, rank);

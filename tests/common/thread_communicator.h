@@ -3,13 +3,13 @@
 //
 // Semantics follow lib/comm/communicator.h exactly, deterministically: a collective is issued at
 // the call (kind, size, dtype and order are checked against the other ranks: a mismatch is
-// Error(kComm)), and executed in wait(): each rank waits until all ranks have issued it, reads
+// Error(kComm)), and executed in wait(): each rank waits until all ranks have called wait(), reads
 // every rank's input, waits until all ranks have read, then writes its own output. Reading the
-// buffers only in wait() makes a caller that modifies a buffer before wait() see wrong results, as
-// it would with a real asynchronous backend. Reductions add in rank order in fp64 (so results do
-// not depend on thread timing). Byte counters use the header's ring formulas; broadcast counts S on
-// the root. split() waits for every rank's color and hands the ranks of one color a ThreadGroup
-// of their own.
+// buffers only once every rank waits makes a caller that modifies a buffer before wait() see wrong
+// results every time, as it could with a real asynchronous backend. Reductions add in rank order in
+// fp64 (so results do not depend on thread timing). Byte counters use the header's ring formulas;
+// broadcast counts S on the root. split() waits for every rank's color and hands the ranks of one
+// color a ThreadGroup of their own.
 
 #include <condition_variable>
 #include <cstdint>
