@@ -45,17 +45,20 @@ void Stage3Engine::release(size_t u) {
 }
 
 // Starts the gathers of the segments after `segment` in `direction` (+1 forward, -1 backward)
-// while their units fit in prefetch_bucket_size elements.
+// while their units fit in prefetch_bucket_size elements. Units ahead that are already gathered or
+// gathering count against the budget too: it bounds what is held ahead of use, not what is started
+// per call (else each segment would start another budget's worth and most of the model would end
+// up gathered).
 void Stage3Engine::prefetch_after(size_t segment, int direction) {
   int64_t budget = options_.prefetch_bucket_size;
   const auto count = static_cast<int64_t>(options_.segments.size());
   for (int64_t k = static_cast<int64_t>(segment) + direction; k >= 0 && k < count; k += direction) {
     for (int u : options_.segments[static_cast<size_t>(k)]) {
       Unit& unit = units_[static_cast<size_t>(u)];
-      if (unit.state != UnitState::kFree || unit.reduced) continue;
+      if (unit.reduced || unit.persistent) continue;
       budget -= unit.partition.padded_numel();
       if (budget < 0) return;
-      launch_gather(static_cast<size_t>(u));
+      if (unit.state == UnitState::kFree) launch_gather(static_cast<size_t>(u));
     }
   }
 }

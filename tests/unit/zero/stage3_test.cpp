@@ -2,6 +2,7 @@
 // formulas, offload, and re-shardable checkpoints.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "tests/unit/zero/stage3_fixtures.h"
@@ -143,6 +144,35 @@ TEST(Stage3Memory, ModelStatesAre16PsiOverNPlusPersistentParameters) {
         EXPECT_EQ(m.gathered_params, 0) << what;
       }
     }
+  }
+}
+
+// stage3_prefetch_bucket_size bounds what is held gathered ahead of use: a budget of two blocks
+// raises the peak of gathered bytes over no prefetch by at most two blocks, however many blocks the
+// model has. Before, units already in flight were not counted, so each segment started another
+// budget's worth: on this 10-block model the same budget held 6 blocks more than no prefetch.
+TEST(Stage3Prefetch, HoldsAtMostTheBudgetAheadOfUse) {
+  torch::set_num_threads(1);
+  StackShape shape = big_shape(true);
+  shape.layers = 10;
+  const StackProblem problem = make_stack_problem(shape, 2);
+  const int64_t block = shape.dim * shape.dim + 2 * shape.dim;  // W, b, g of one block
+  for (int world : {1, 2}) {
+    auto peak = [&](int64_t blocks) {
+      StackRun run = stage_run(3, world, 1, 0.0);
+      run.steps = 2;
+      run.options.param_persistence_threshold = 0;
+      run.options.prefetch_bucket_size = blocks * (block + world);  // with each unit's padding
+      int64_t most = 0;
+      for (const MemoryReport& m : run_stack(problem, run).memory)
+        most = std::max(most, m.gathered_params_peak);
+      return most;
+    };
+    const int64_t none = peak(0);
+    const int64_t two = peak(2);
+    const int64_t block_bytes = 4 * (block + world);  // fp32
+    EXPECT_GE(two - none, block_bytes) << "world " << world << ": the budget prefetches";
+    EXPECT_LE(two - none, 2 * block_bytes) << "world " << world;
   }
 }
 
