@@ -1,11 +1,12 @@
 // The CLI against its documentation. Commands and flags are read from the built binary's own
 // --help (every listed command and subcommand), so a command or flag added, renamed or removed
 // without its example and its documentation fails here, naming it. Also: which executable runs
-// which command (docs/launch.md).
+// which command (docs/launch.md), and the GPU quick start's config and hostfile (they plan).
 
 #include <dirent.h>
 
 #include <cctype>
+#include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -243,6 +244,39 @@ TEST(CliDocs, TheTwoExecutablesTableSaysWhichRunsEachCommand) {
   EXPECT_EQ(commands_run_by("dstrain-worker"), worker)
       << "docs/launch.md says dstrain-worker runs " << join(commands_run_by("dstrain-worker"))
       << "; the commands that load LibTorch are " << join(worker);
+}
+
+// The text of `cat > NAME <<'EOF'` ... `EOF` in docs/quickstart-gpu.md.
+std::string quick_start_file(const std::string& name) {
+  const std::string page = read_text(DSTRAIN_SOURCE_DIR "/docs/quickstart-gpu.md");
+  const std::string start = "cat > " + name + " <<'EOF'\n";
+  const size_t b = page.find(start);
+  EXPECT_NE(b, std::string::npos) << "docs/quickstart-gpu.md has no " << start;
+  if (b == std::string::npos) return "";
+  const size_t e = page.find("\nEOF\n", b);
+  return page.substr(b + start.size(), e - b - start.size() + 1);
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  ASSERT_TRUE(out.good()) << path;
+}
+
+// The GPU quick start's config and hostfile, as the page has them, plan 16 ranks on 2 hosts of 8
+// (the launcher validates the config at that world size and connects to nothing).
+TEST(CliDocs, GpuQuickStartPlansSixteenRanksOnTwoHostsOfEight) {
+  TempDir dir;
+  write_file(dir.file("qwen-lora.yaml"), quick_start_file("qwen-lora.yaml"));
+  write_file(dir.file("hosts"), quick_start_file("hosts"));
+  const RunResult r = run_dstrain(
+      {"launch", "--hostfile", dir.file("hosts"), "--dry-run", dir.file("qwen-lora.yaml")}, {}, 30);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("WORLD_SIZE=16"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("RANK=15 "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("LOCAL_WORLD_SIZE=8"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("MASTER_ADDR=node1 MASTER_PORT=29500"), std::string::npos) << r.out;
 }
 
 }  // namespace
