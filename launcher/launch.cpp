@@ -84,6 +84,22 @@ bool in_slurm_allocation(const LaunchOptions& o) {
   return o.slurm || (job != nullptr && *job != '\0');
 }
 
+// --share-gpu puts the ranks of this one machine on its one GPU; a multi-node job has a GPU per
+// rank.
+void reject_shared_gpu_beyond_one_machine(const LaunchOptions& o) {
+  if (!wants_shared_gpu(o.launch)) return;
+  const char* where = !o.hostfile.empty()      ? "--hostfile"
+                      : in_slurm_allocation(o) ? "a Slurm allocation (--no-slurm runs the ranks "
+                                                 "on this machine)"
+                                               : nullptr;
+  if (where) {
+    fail(ErrorKind::kUsage,
+         "--share-gpu (or DSTRAIN_SHARE_GPU=1) runs every rank of one machine on its one GPU, for "
+         "checking multi-rank code; it does not apply to {}",
+         where);
+  }
+}
+
 // The world a launch in `mode` plans, before it is planned in full: its size and its hosts. Size 0
 // under Slurm without the allocation's variables (run_slurm_launch then names the missing one).
 struct PlannedWorld {
@@ -195,6 +211,7 @@ int run_launch(const LaunchOptions& options) {
     fail(ErrorKind::kUsage, "--slurm and --no-slurm exclude each other");
   adopt_secret_names(options.secret_env);
   if (options.node_rank >= 0 || options.slurm_agent) return run_agent(options);
+  reject_shared_gpu_beyond_one_machine(options);
   LaunchOptions o = options;
   if (!o.hostfile.empty()) {
     if (o.slurm) fail(ErrorKind::kUsage, "--hostfile and --slurm exclude each other");

@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -110,6 +111,23 @@ std::vector<std::string> rank_command(const LocalLaunchOptions& o) {
   return command;
 }
 
+bool wants_shared_gpu(const LocalLaunchOptions& options) {
+  const char* env = std::getenv("DSTRAIN_SHARE_GPU");
+  const std::string value = env ? env : "";
+  if (value != "" && value != "0" && value != "1")
+    fail(ErrorKind::kUsage, "environment variable DSTRAIN_SHARE_GPU='{}': expected 0 or 1", value);
+  return options.share_gpu || value == "1";
+}
+
+void add_shared_gpu_env(WorldPlan& plan) {
+  const char* ifname = std::getenv("NCCL_SOCKET_IFNAME");
+  for (RankSpec& rank : plan.ranks) {
+    rank.env.emplace_back("DSTRAIN_SHARE_GPU", "1");
+    rank.env.emplace_back("NCCL_HOSTID", fmt::format("dstrain-shared-gpu-rank-{}", rank.rank));
+    if (ifname == nullptr || *ifname == '\0') rank.env.emplace_back("NCCL_SOCKET_IFNAME", "lo");
+  }
+}
+
 WorldPlan plan_local_launch(const LocalLaunchOptions& options) {
   check_local_options(options);
   const int sequence_parallel = options.exec ? 1 : validate_config(options, options.nproc);
@@ -120,6 +138,7 @@ WorldPlan plan_local_launch(const LocalLaunchOptions& options) {
   request.command = rank_command(options);
   WorldPlan plan = make_world_plan(request);
   plan.sequence_parallel_size = sequence_parallel;
+  if (wants_shared_gpu(options)) add_shared_gpu_env(plan);
   return plan;
 }
 
@@ -174,7 +193,7 @@ AttemptOutcome attempt_outcome(const JobOutcome& job) {
     if (r.rank != job.failed_rank) continue;
     a.rank = r.rank;
     a.host = local_hostname();
-    a.cause = describe(r.exit);
+    a.cause = describe(r);
   }
   return a;
 }
@@ -192,6 +211,7 @@ int run_local_launch(const LocalLaunchOptions& options) {
   }
   SupervisorOptions supervise;
   supervise.grace_seconds = options.grace_seconds;
+  supervise.silence_limit_seconds = silence_limit_from_env();
   supervise.log_dir = options.log_dir;
   if (!options.log_dir.empty()) fs::create_dirs(options.log_dir);
   const RunDirs dirs = run_dirs(options, plan.world_size);

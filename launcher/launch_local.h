@@ -23,7 +23,21 @@ struct LocalLaunchOptions {
   std::vector<std::string> args;  // train mode: extra args for every rank; exec: program + args
   std::string stage_dir;          // --stage-dir (stage_inputs.h); "" = the config's data.stage_dir
   RestartOptions restart;         // --max-restarts, --restart-backoff (restart.h)
+  bool share_gpu = false;         // --share-gpu, or DSTRAIN_SHARE_GPU=1 (add_shared_gpu_env)
 };
+
+// --share-gpu: every local rank computes on the first visible GPU, for checking multi-rank code
+// (ZeRO's collectives, sequence parallelism, restarts) on a machine with one GPU. NCCL refuses two
+// ranks on one device of one host, so each rank also gets its own NCCL_HOSTID (NCCL then takes
+// the ranks for separate hosts and connects them with its socket transport) and, unless the
+// environment names one, NCCL_SOCKET_IFNAME=lo. Each rank gets DSTRAIN_SHARE_GPU=1 (the device
+// override of train/device.h). LOCAL_RANK stays distinct. The step time of N ranks sharing a GPU
+// says nothing about N GPUs.
+void add_shared_gpu_env(WorldPlan& plan);
+
+// Whether the ranks share one GPU: --share-gpu or DSTRAIN_SHARE_GPU=1 in this environment (any
+// other value than 0, 1 or empty is Error(kUsage)).
+bool wants_shared_gpu(const LocalLaunchOptions& options);
 
 // Checks the flags shared by every launch mode (ports, grace, --exec vs CONFIG, the config file
 // exists). Error(kUsage/kInput).

@@ -175,6 +175,7 @@ int run_node_agent(const AgentOptions& options) {
   const std::string host = ranks.front().host;
   SupervisorOptions supervise;
   supervise.grace_seconds = options.launch.grace_seconds;
+  supervise.silence_limit_seconds = silence_limit_from_env();
   supervise.log_dir = options.launch.log_dir;
   supervise.targets.host = host;
   if (!options.launch.log_dir.empty()) fs::create_dirs(options.launch.log_dir);

@@ -57,6 +57,22 @@ int wait_unless_signalled(double seconds) {
   }
 }
 
+long logged_step(const RunDirs& dirs) {
+  return dirs.metrics_file.empty() ? -1 : metrics::last_logged_step(dirs.metrics_file);
+}
+
+// The metrics file's last step did not move (-1 after: nothing logged, e.g. a fresh run whose
+// file was started anew and has no step yet).
+bool no_new_step(const RunDirs& dirs, long before) {
+  const long after = logged_step(dirs);
+  return after < 0 || after == before;
+}
+
+std::string who_failed(const AttemptOutcome& o) {
+  if (o.rank >= 0) return fmt::format("rank {} on host {}", o.rank, o.host);
+  return o.host.empty() ? std::string("a rank") : o.host;
+}
+
 std::string describe(const metrics::RestartRecord& r) {
   std::string who = r.rank >= 0 ? fmt::format("rank {} on host {}", r.rank, r.host) : r.host;
   std::string at = r.step >= 0 ? fmt::format(" at step {}", r.step) : " before its first step";
@@ -65,6 +81,12 @@ std::string describe(const metrics::RestartRecord& r) {
 }
 
 }  // namespace
+
+bool is_input_error_before_first_step(const AttemptOutcome& outcome, bool no_new_checkpoint,
+                                      bool no_new_step) {
+  return outcome.kind == AttemptOutcome::Kind::kFailed &&
+         outcome.exit_code == exit_code(ErrorKind::kInput) && no_new_checkpoint && no_new_step;
+}
 
 void check_restart_options(const RestartOptions& o) {
   if (o.max_restarts < 0)
@@ -88,10 +110,20 @@ int run_with_restarts(const RestartOptions& options, const RunDirs& dirs, const 
   std::string resume_from;
   for (int k = 0;; ++k) {
     const std::string before = latest_tag(dirs);
+    const long step_before = logged_step(dirs);
     const AttemptOutcome outcome = attempt(k, resume_from);
     if (outcome.kind != AttemptOutcome::Kind::kFailed) return outcome.exit_code;
 
     const std::string after = latest_tag(dirs);
+    if (!dirs.metrics_file.empty() &&
+        is_input_error_before_first_step(outcome, after == before,
+                                         no_new_step(dirs, step_before))) {
+      write_all(2, secrets::redact(fmt::format(
+                       "dstrain launch: not restarting: {} failed with an input error ({}) before "
+                       "its first step; it would fail the same way again (see its output above)\n",
+                       who_failed(outcome), outcome.cause)));
+      return outcome.exit_code;
+    }
     metrics::RestartRecord r;
     r.attempt = k;
     r.time = utc_now();
@@ -99,7 +131,7 @@ int run_with_restarts(const RestartOptions& options, const RunDirs& dirs, const 
     r.host = outcome.host;
     r.cause = secrets::redact(outcome.cause);
     r.exit_code = outcome.exit_code;
-    r.step = dirs.metrics_file.empty() ? -1 : metrics::last_logged_step(dirs.metrics_file);
+    r.step = logged_step(dirs);
     r.resumed_from = after;
     r.counted = after.empty() || after == before;
     charged += r.counted ? 1 : 0;

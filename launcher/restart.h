@@ -8,7 +8,14 @@
 //    <checkpoint_dir>/latest when a checkpoint has been committed, else "" (from the start again).
 //  - Success, or an interruption (SIGINT/SIGTERM/SIGHUP to the launcher; SIGUSR1 makes the ranks
 //    save and exit 0): no restart, the attempt's exit code is returned.
-//  - A failure (a rank exited non-zero or by a signal, a collective timed out, a node was lost) is
+//  - A deterministic failure is not restarted: a rank that exited with code 2 (bad config, data,
+//    tokenizer, checkpoint or flag: exit_code() in core/error.h) before the attempt logged a step
+//    or committed a checkpoint ends the job at once ("not restarting: ..."), since the next attempt
+//    would read the same input. The step is the last one in the run's metrics file, which always
+//    has step 1, so on a fresh run this is exactly "before step 1" (after a resume: before the
+//    next logged step). With --exec (no run directory) every failure follows the rule below.
+//  - Any other failure (a rank exited non-zero or by a signal, a collective timed out, a frozen
+//    rank was killed, a node was lost) is
 //    recorded in <out_dir>/restarts.json (metrics/restarts.h). It is charged against
 //    max_restarts unless the attempt committed a new checkpoint (then the run made progress and
 //    this is no crash loop). While charged failures <= max_restarts: wait backoff_seconds (a signal
@@ -48,6 +55,10 @@ struct RunDirs {
 };
 
 using Attempt = std::function<AttemptOutcome(int attempt, const std::string& resume_from)>;
+
+// The rule above: `outcome` is a failure with exit code 2 and the attempt made no progress.
+bool is_input_error_before_first_step(const AttemptOutcome& outcome, bool no_new_checkpoint,
+                                      bool no_new_step);
 
 // Error(kUsage) for a negative count or backoff.
 void check_restart_options(const RestartOptions& options);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <cerrno>
 #include <csignal>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/liveness.h"
 
 extern char** environ;
 
@@ -49,7 +51,7 @@ void write_str(int fd, const char* s) {
 }
 
 // Runs in the forked child: only async-signal-safe calls from here on.
-[[noreturn]] void exec_child(pid_t launcher, int out_w, int err_w, char* const* argv,
+[[noreturn]] void exec_child(pid_t launcher, int out_w, int err_w, int live_w, char* const* argv,
                              char* const* envp) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -62,6 +64,12 @@ void write_str(int fd, const char* s) {
   if (null_fd >= 0) ::dup2(null_fd, 0);
   ::dup2(out_w, 1);
   ::dup2(err_w, 2);
+  // After 0-2: if one of out_w/err_w was descriptor 3, its copy is already in place. dup2 onto
+  // itself would keep close-on-exec, so that case clears the flag instead.
+  if (live_w == liveness::kLivenessFd)
+    ::fcntl(live_w, F_SETFD, 0);
+  else
+    ::dup2(live_w, liveness::kLivenessFd);
   ::execve(argv[0], argv, envp);
   int err = errno;
   write_str(2, "dstrain launch: cannot execute ");
@@ -78,29 +86,39 @@ void write_str(int fd, const char* s) {
 
 LocalProcess spawn_local(const RankSpec& rank) {
   std::vector<std::string> argv_strings = rank.argv;
-  std::vector<std::string> env_strings = merged_environment(rank.env);
+  EnvList env = rank.env;
+  env.emplace_back(liveness::kLivenessFdVar, std::to_string(liveness::kLivenessFd));
+  std::vector<std::string> env_strings = merged_environment(env);
   std::vector<char*> argv = c_array(argv_strings);
   std::vector<char*> envp = c_array(env_strings);
   int out[2];
   int err[2];
+  int live[2];
   make_pipe(out);
   make_pipe(err);
+  if (::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, live) != 0) {
+    fail(ErrorKind::kIo, "cannot create a socket pair for a rank's heartbeat: {}",
+         std::strerror(errno));
+  }
   pid_t launcher = ::getpid();
   pid_t pid = ::fork();
-  if (pid == 0) exec_child(launcher, out[1], err[1], argv.data(), envp.data());
+  if (pid == 0) exec_child(launcher, out[1], err[1], live[1], argv.data(), envp.data());
   int fork_errno = errno;
   ::close(out[1]);
   ::close(err[1]);
+  ::close(live[1]);
   if (pid < 0) {
     ::close(out[0]);
     ::close(err[0]);
+    ::close(live[0]);
     fail(ErrorKind::kIo, "cannot start rank {}: fork failed: {}", rank.rank,
          std::strerror(fork_errno));
   }
   ::setpgid(pid, pid);  // also from the parent, so the group exists before we ever signal it
   ::fcntl(out[0], F_SETFL, O_NONBLOCK);
   ::fcntl(err[0], F_SETFL, O_NONBLOCK);
-  return LocalProcess{pid, out[0], err[0]};
+  ::fcntl(live[0], F_SETFL, O_NONBLOCK);
+  return LocalProcess{pid, out[0], err[0], live[0]};
 }
 
 }  // namespace dstrain::launcher

@@ -5,9 +5,10 @@
 // started, and a terminal Ctrl-C reaches only the launcher, which forwards it); SIGKILL when the
 // launcher dies for any reason (PR_SET_PDEATHSIG, re-checked with getppid() against the race where
 // the launcher died before the prctl); stdin from /dev/null; stdout and stderr into pipes the
-// launcher reads; default signal dispositions and an empty signal mask; the launcher's environment
-// with the rank's variables on top. Everything the child needs is prepared before fork(), so the
-// child only makes async-signal-safe calls.
+// launcher reads; descriptor 3 (DSTRAIN_LIVENESS_FD) a datagram socket for its heartbeat
+// (core/liveness.h); default signal dispositions and an empty signal mask; the launcher's
+// environment with the rank's variables on top. Everything the child needs is prepared before
+// fork(), so the child only makes async-signal-safe calls.
 
 #include <sys/types.h>
 
@@ -19,6 +20,7 @@ struct LocalProcess {
   pid_t pid = -1;      // also the process group id
   int stdout_fd = -1;  // read ends, non-blocking, close-on-exec; owned by the caller
   int stderr_fd = -1;
+  int liveness_fd = -1;  // the launcher's end of the heartbeat socket, non-blocking, close-on-exec
 };
 
 // Forks and execs `rank.argv` (argv[0] must be a path, see program_path.h). If exec fails the child

@@ -17,7 +17,7 @@ std::string host_label(const std::string& host, const std::string& hostname) {
 }
 
 std::string rank_state(const RankReport& r, const JobOutcome& outcome) {
-  std::string state = describe(r.exit);
+  std::string state = describe(r);
   if (outcome.cause == JobOutcome::Cause::kRankFailed && r.rank == outcome.failed_rank) {
     state += "  <- root cause";
   } else if (r.stopped_by_launcher) {
@@ -36,7 +36,7 @@ void append_rank_table(std::string& out, const JobOutcome& outcome, const std::s
 
 void append_root_cause(std::string& out, const RankReport& r, const std::string& hostname) {
   out += fmt::format("dstrain launch: rank {} failed on host {}: {} after {:.1f} s (pid {})\n",
-                     r.rank, host_label(r.host, hostname), describe(r.exit), r.end_seconds, r.pid);
+                     r.rank, host_label(r.host, hostname), describe(r), r.end_seconds, r.pid);
   if (r.tail.empty()) {
     out += fmt::format("  rank {} printed nothing\n", r.rank);
     return;

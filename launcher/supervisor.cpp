@@ -3,11 +3,15 @@
 #include "core/teardown_signal.h"
 
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <memory>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "core/timer.h"
@@ -26,6 +30,7 @@ struct Slot {
   LocalProcess proc;
   std::unique_ptr<RankOutput> output;
   bool running = true;
+  double last_beat = -1;  // job clock seconds of its last heartbeat; -1 before the first
   RankReport report;
 };
 
@@ -68,6 +73,7 @@ class LocalJob {
       pump_output(kPollMillis);
       handle_signals();
       collect_exits();
+      find_frozen_rank();
       if (tearing_down_ && !killed_ && clock_.seconds() >= kill_at_) kill_all(SIGKILL);
     }
   }
@@ -80,6 +86,7 @@ class LocalJob {
     for (auto& slot : slots_) {
       close_fd(slot->proc.stdout_fd);
       close_fd(slot->proc.stderr_fd);
+      close_fd(slot->proc.liveness_fd);
       slot->output->finish();
       slot->report.tail = slot->output->tail();
     }
@@ -95,11 +102,50 @@ class LocalJob {
     for (auto& slot : slots_) {
       if (slot->proc.stdout_fd >= 0) fds.push_back({slot->proc.stdout_fd, POLLIN, 0});
       if (slot->proc.stderr_fd >= 0) fds.push_back({slot->proc.stderr_fd, POLLIN, 0});
+      if (slot->proc.liveness_fd >= 0) fds.push_back({slot->proc.liveness_fd, POLLIN, 0});
     }
     if (::poll(fds.data(), fds.size(), timeout_ms) <= 0) return;
     for (auto& slot : slots_) {
       read_pipe(*slot, slot->proc.stdout_fd, Stream::kStdout);
       read_pipe(*slot, slot->proc.stderr_fd, Stream::kStderr);
+      read_beats(*slot);
+    }
+  }
+
+  void read_beats(Slot& slot) {
+    char buf[64];
+    bool beat = false;
+    while (slot.proc.liveness_fd >= 0 && ::recv(slot.proc.liveness_fd, buf, sizeof buf, 0) > 0)
+      beat = true;
+    if (beat) slot.last_beat = clock_.seconds();
+  }
+
+  double silence(const Slot& slot) const {
+    return slot.running && slot.last_beat >= 0 ? clock_.seconds() - slot.last_beat : 0;
+  }
+
+  // The rank silent longest, if it has been silent at least `limit` seconds.
+  Slot* silent_rank(double limit) {
+    Slot* found = nullptr;
+    for (auto& slot : slots_) {
+      if (silence(*slot) >= limit && (!found || silence(*slot) > silence(*found)))
+        found = slot.get();
+    }
+    return found;
+  }
+
+  // A frozen rank gets SIGKILL at once: a stopped process would keep a SIGTERM pending forever.
+  void blame_frozen(Slot& slot) {
+    slot.report.silent_seconds = silence(slot);
+    failed_rank_ = slot.spec.rank;
+    ::kill(-slot.proc.pid, SIGKILL);
+  }
+
+  void find_frozen_rank() {
+    if (tearing_down_ || options_.silence_limit_seconds <= 0) return;
+    if (Slot* frozen = silent_rank(options_.silence_limit_seconds)) {
+      blame_frozen(*frozen);
+      begin_teardown();
     }
   }
 
@@ -145,6 +191,7 @@ class LocalJob {
       slot->report.end_seconds = clock_.seconds();
       if (!slot->report.exit.ok() && !tearing_down_) {
         failed_rank_ = slot->spec.rank;
+        if (Slot* frozen = silent_rank(kSuspectSilenceSeconds)) blame_frozen(*frozen);
         begin_teardown();
       }
     }
@@ -251,6 +298,28 @@ class LocalJob {
 };
 
 }  // namespace
+
+double silence_limit_from_env() {
+  const char* text = std::getenv("DSTRAIN_COMM_TIMEOUT");
+  if (text == nullptr || *text == '\0') return 300.0;
+  char* end = nullptr;
+  const double seconds = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !(seconds > 0) || seconds > 1e9) {
+    fail(ErrorKind::kUsage,
+         "environment variable DSTRAIN_COMM_TIMEOUT='{}' is not a positive "
+         "number of seconds",
+         text);
+  }
+  return seconds;
+}
+
+std::string describe(const RankReport& report) {
+  if (report.silent_seconds <= 0) return describe(report.exit);
+  return fmt::format(
+      "stopped responding (no heartbeat for {:.1f} s: its process was stopped or frozen); killed "
+      "by the launcher",
+      report.silent_seconds);
+}
 
 JobOutcome run_local_job(const std::vector<RankSpec>& ranks, const SupervisorOptions& options) {
   LocalJob job(options);

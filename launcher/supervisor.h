@@ -11,9 +11,13 @@
 //    are expected to save a checkpoint; see docs/launch.md, "Slurm").
 //  - SIGINT/SIGTERM/SIGHUP to the launcher: the same teardown, outcome kInterrupted, exit code
 //    128 + signal. A second signal during teardown escalates to SIGKILL at once.
+//  - A rank that beat (core/liveness.h) and then stays silent for the silence limit is frozen (its
+//    whole process stopped): it gets SIGKILL at once (SIGKILL also ends a stopped process), it is
+//    the root cause ("stopped responding"), and the others are torn down as above. When a rank
+//    fails while another has already been silent for kSuspectSilenceSeconds, the silent one is
+//    the root cause: a peer's collective timing out on a frozen rank is the effect, not the cause.
 //  - When run_local_job returns, every rank's process group has been sent SIGKILL (so nothing a
-//  rank
-//    started survives it) and every rank is reaped; a GroupGuard covers the launcher dying
+//    rank started survives it) and every rank is reaped; a GroupGuard covers the launcher dying
 //    abruptly.
 // Output is routed through RankOutput (prefixed console lines, optional log files, tails).
 
@@ -28,11 +32,20 @@
 
 namespace dstrain::launcher {
 
+// Silence that makes a rank suspect when another rank fails: ten missed heartbeats.
+constexpr double kSuspectSilenceSeconds = 5.0;
+
+// The silence limit: DSTRAIN_COMM_TIMEOUT seconds (what a rank waits for a peer in a collective),
+// 300 when unset. Error(kUsage) for a value that is not a positive number.
+double silence_limit_from_env();
+
 struct SupervisorOptions {
   double grace_seconds = 5.0;  // SIGTERM → SIGKILL delay during teardown
-  std::string log_dir;         // "" = no per-rank files; else <log_dir>/rank_<K>.log (must exist)
-  OutputTargets targets;       // where prefixed rank output goes
-  size_t tail_lines = 10;      // lines of each rank kept for the summary
+  // A rank silent this long after its first heartbeat is frozen (above); <= 0: not watched.
+  double silence_limit_seconds = 300.0;
+  std::string log_dir;     // "" = no per-rank files; else <log_dir>/rank_<K>.log (must exist)
+  OutputTargets targets;   // where prefixed rank output goes
+  size_t tail_lines = 10;  // lines of each rank kept for the summary
   // Called at least every 100 ms, from the thread that writes the ranks' output, until
   // run_local_job returns: what it writes to targets' descriptors never splits a rank's line (the
   // node agent's keepalive, node_agent.h).
@@ -46,6 +59,7 @@ struct RankReport {
   RankExit exit;
   double end_seconds = 0;            // since the job started
   bool stopped_by_launcher = false;  // still running when the teardown began
+  double silent_seconds = 0;         // > 0: killed as frozen after this long without a heartbeat
   std::vector<std::string> tail;     // last output lines (stdout and stderr, in arrival order)
 };
 
@@ -64,6 +78,10 @@ struct JobOutcome {
 // rank cannot be started (ranks already started are torn down first) or a log file cannot be
 // created.
 JobOutcome run_local_job(const std::vector<RankSpec>& ranks, const SupervisorOptions& options);
+
+// How a rank ended, for summaries and restart records: its exit or signal, or that it stopped
+// responding and was killed.
+std::string describe(const RankReport& report);
 
 // The multi-line report printed after a failed or interrupted job (a one-line note on success),
 // naming the root-cause rank, its host, exit code or signal, time, and its last lines of output.

@@ -51,6 +51,9 @@ void add_local_flags(CLI::App* cmd, LaunchFlags* f) {
       ->type_name("SECONDS")
       ->default_val(1.0);
   cmd->add_flag("--dry-run", o.dry_run, "Validate, print the plan, start nothing");
+  cmd->add_flag("--share-gpu", o.share_gpu,
+                "Every local rank computes on the one visible GPU (NCCL over loopback), for "
+                "checking multi-rank code on one GPU; also DSTRAIN_SHARE_GPU=1");
   cmd->add_flag("--trace", f->trace,
                 "Record a Chrome/Perfetto trace per rank (same as --set logging.trace=true)");
   cmd->add_option("--secret-env", f->options.secret_env,

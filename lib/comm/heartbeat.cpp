@@ -1,6 +1,9 @@
 #include "comm/heartbeat.h"
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -28,11 +31,63 @@ std::string ranks_clause(const std::vector<int>& ranks, const char* one, const c
 
 }  // namespace
 
+struct Heartbeat::Beating {
+  c10::intrusive_ptr<c10d::TCPStore> store;  // this thread's connection, then leave()'s
+  int rank = 0;
+  std::chrono::milliseconds interval{0};
+  std::atomic<uint64_t> entered{0};
+  uint64_t published = 0;  // the thread's only
+
+  std::mutex mutex;  // guards the flags below
+  std::condition_variable changed;
+  bool stop = false;
+  bool left = false;
+  bool finished = false;
+
+  // What this rank has entered goes first, so a peer that sees the beat sees the progress with it.
+  void beat() {
+    const uint64_t now = entered.load(std::memory_order_relaxed);
+    if (now != published) {
+      store->add(state_key(rank, "entered"), static_cast<int64_t>(now - published));
+      published = now;
+    }
+    store->add(beat_key(rank), 1);
+  }
+
+  // Beats until stopped, then records that this rank left on purpose. The store calls run without
+  // the lock, so that leave() can always ask and give up waiting.
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!changed.wait_for(lock, interval, [this] { return stop; })) {
+      lock.unlock();
+      bool gone = false;
+      try {
+        beat();
+      } catch (const std::exception&) {
+        gone = true;  // the store is gone; diagnose() will say so
+      }
+      lock.lock();
+      if (gone) break;
+    }
+    lock.unlock();
+    try {
+      store->add(state_key(rank, "done"), 1);
+    } catch (const std::exception&) {
+      // The store is gone: there is nobody left to tell.
+    }
+    lock.lock();
+    finished = true;
+    changed.notify_all();
+  }
+};
+
 Heartbeat::Heartbeat(const RendezvousOptions& options, std::chrono::milliseconds interval)
-    : options_(options), interval_(interval) {
-  beat_store_ = connect_store(options_, /*host_server=*/false);
-  beat_store_->add(beat_key(options_.rank), 1);
-  thread_ = std::thread([this] { run(); });
+    : options_(options), interval_(interval), beating_(std::make_shared<Beating>()) {
+  beating_->store = connect_store(options_, /*host_server=*/false);
+  beating_->rank = options_.rank;
+  beating_->interval = interval_;
+  beating_->store->add(beat_key(options_.rank), 1);
+  thread_ = std::thread([beating = beating_] { beating->run(); });
 }
 
 Heartbeat::~Heartbeat() {
@@ -40,34 +95,12 @@ Heartbeat::~Heartbeat() {
 }
 
 void Heartbeat::entered(uint64_t seq) {
-  entered_.store(seq, std::memory_order_relaxed);
+  beating_->entered.store(seq, std::memory_order_relaxed);
 }
 
-void Heartbeat::run() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (!stop_cv_.wait_for(lock, interval_, [this] { return stop_; })) {
-    try {
-      beat();
-    } catch (const std::exception&) {
-      return;  // the store is gone; diagnose() will say so
-    }
-  }
-}
-
-// What this rank has entered goes first, so a peer that sees the beat sees the progress with it.
-void Heartbeat::beat() {
-  const uint64_t entered = entered_.load(std::memory_order_relaxed);
-  if (entered != published_entered_) {
-    beat_store_->add(state_key(options_.rank, "entered"),
-                     static_cast<int64_t>(entered - published_entered_));
-    published_entered_ = entered;
-  }
-  beat_store_->add(beat_key(options_.rank), 1);
-}
-
-std::vector<Heartbeat::PeerState> Heartbeat::sample(c10d::TCPStore& store) const {
-  std::vector<PeerState> states(static_cast<size_t>(options_.world_size));
-  for (int r = 0; r < options_.world_size; ++r) {
+std::vector<Heartbeat::PeerState> Heartbeat::sample(c10d::TCPStore& store, int world_size) {
+  std::vector<PeerState> states(static_cast<size_t>(world_size));
+  for (int r = 0; r < world_size; ++r) {
     PeerState& s = states[static_cast<size_t>(r)];
     s.beats = store.add(beat_key(r), 0);
     s.entered = store.add(state_key(r, "entered"), 0);
@@ -79,38 +112,62 @@ std::vector<Heartbeat::PeerState> Heartbeat::sample(c10d::TCPStore& store) const
 
 std::string Heartbeat::diagnose(uint64_t seq, CollectiveKind kind) {
   std::lock_guard<std::mutex> lock(diagnose_mutex_);
-  if (!diagnosed_) {
+  if (diagnosed_) return verdict_;
+  struct Watch {
+    std::mutex mutex;
+    std::condition_variable done_cv;
+    bool done = false;
+    bool failed = false;
+    Samples samples;
+  };
+  auto watch = std::make_shared<Watch>();
+  std::thread([watch, options = options_, interval = interval_] {
+    Samples samples;
+    bool failed = false;
     try {
-      Samples samples = watch_peers();
-      verdict_ = judge(samples, seq, kind);
+      samples = watch_peers(options, interval);
     } catch (const std::exception&) {
-      verdict_ = store_gone();
+      failed = true;
     }
-    diagnosed_ = true;
+    std::lock_guard<std::mutex> done_lock(watch->mutex);
+    watch->samples = std::move(samples);
+    watch->failed = failed;
+    watch->done = true;
+    watch->done_cv.notify_all();
+  }).detach();
+  const auto limit = interval_ * kSilenceIntervals + kStoreAnswerLimit;
+  std::unique_lock<std::mutex> watch_lock(watch->mutex);
+  if (!watch->done_cv.wait_for(watch_lock, limit, [&] { return watch->done; })) {
+    store_silent_ = true;
+    verdict_ = store_silent(limit);
+  } else {
+    verdict_ = watch->failed ? store_gone() : judge(watch->samples, seq, kind);
   }
+  diagnosed_ = true;
   return verdict_;
 }
 
-Heartbeat::Samples Heartbeat::watch_peers() {
-  RendezvousOptions probe = options_;
-  probe.timeout = std::max(interval_, std::chrono::milliseconds(1000));
+Heartbeat::Samples Heartbeat::watch_peers(const RendezvousOptions& options,
+                                          std::chrono::milliseconds interval) {
+  RendezvousOptions probe = options;
+  probe.timeout = std::max(interval, std::chrono::milliseconds(1000));
   auto store = connect_store(probe, /*host_server=*/false);
-  store->add(state_key(options_.rank, "failed"), 1);
+  store->add(state_key(options.rank, "failed"), 1);
   Samples s;
-  s.first = s.last = sample(*store);
+  s.first = s.last = sample(*store, options.world_size);
   auto all_accounted = [&] {
-    for (int r = 0; r < options_.world_size; ++r) {
+    for (int r = 0; r < options.world_size; ++r) {
       const PeerState &a = s.first[r], &b = s.last[r];
-      if (r != options_.rank && b.beats == a.beats && b.failed == 0 && b.done == 0) return false;
+      if (r != options.rank && b.beats == a.beats && b.failed == 0 && b.done == 0) return false;
     }
     return true;
   };
-  const auto deadline = std::chrono::steady_clock::now() + interval_ * kSilenceIntervals;
+  const auto deadline = std::chrono::steady_clock::now() + interval * kSilenceIntervals;
   while (!all_accounted() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(interval_ / 2);
-    s.last = sample(*store);
+    std::this_thread::sleep_for(interval / 2);
+    s.last = sample(*store, options.world_size);
   }
-  store->add(state_key(options_.rank, "done"), 1);
+  store->add(state_key(options.rank, "done"), 1);
   return s;
 }
 
@@ -147,20 +204,43 @@ std::string Heartbeat::store_gone() const {
       store_endpoint(options_));
 }
 
+std::string Heartbeat::store_silent(std::chrono::milliseconds waited) const {
+  return fmt::format(
+      "the rendezvous store at {} did not answer within {:.1f} s: rank 0, which hosts it, is "
+      "frozen (its process stopped) or its host is unreachable",
+      store_endpoint(options_), static_cast<double>(waited.count()) / 1000.0);
+}
+
+// Waits for the beating thread to record that this rank left, at most kStoreAnswerLimit beyond an
+// interval: a thread still blocked on a store that does not answer is let go (see the header).
 void Heartbeat::leave() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (left_) return;
-    left_ = true;
-    stop_ = true;
+    std::lock_guard<std::mutex> lock(beating_->mutex);
+    if (beating_->left) return;
+    beating_->left = beating_->stop = true;
   }
-  stop_cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  beating_->changed.notify_all();
+  bool finished = false;
+  {
+    std::unique_lock<std::mutex> lock(beating_->mutex);
+    finished = beating_->changed.wait_for(lock, interval_ + kStoreAnswerLimit,
+                                          [this] { return beating_->finished; });
+  }
+  if (!finished) {
+    thread_.detach();
+    return;
+  }
+  thread_.join();
+  bool silent = false;
+  {
+    std::lock_guard<std::mutex> lock(diagnose_mutex_);
+    silent = store_silent_;
+  }
+  if (options_.rank != 0 || silent) return;
   try {
-    beat_store_->add(state_key(options_.rank, "done"), 1);
-    if (options_.rank == 0) wait_for_peers_to_leave();
+    wait_for_peers_to_leave();
   } catch (const std::exception&) {
-    // The store is gone: there is nobody left to tell or to wait for.
+    // The store is gone: there is nobody left to wait for.
   }
 }
 
@@ -178,7 +258,7 @@ void Heartbeat::wait_for_peers_to_leave() {
   }
   const auto start = std::chrono::steady_clock::now();
   while (true) {
-    std::vector<PeerState> states = sample(*beat_store_);
+    std::vector<PeerState> states = sample(*beating_->store, options_.world_size);
     bool pending = false;
     for (int r = 1; r < options_.world_size; ++r) {
       const PeerState& s = states[static_cast<size_t>(r)];

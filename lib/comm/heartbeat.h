@@ -21,11 +21,18 @@
 // The store lives in rank 0. If it cannot be reached the message says so (rank 0 exited or its
 // host is unreachable). So that rank 0 does not cause that merely by finishing first, leave() on
 // rank 0 waits, bounded, for the other ranks to leave.
+//
+// A store that does not answer. c10d's store client waits for an answer without a limit, and a
+// stopped process (or a frozen host) keeps its connections open: rank 0 frozen would block every
+// other rank's store call forever. So no store call of this class runs on the caller's thread
+// unbounded: diagnose() watches on a thread of its own and gives up after kSilenceIntervals
+// intervals plus kStoreAnswerLimit ("the rendezvous store ... did not answer"), and leave() waits
+// for the beating thread only kStoreAnswerLimit. A thread still blocked then is detached: it owns
+// what it uses (shared state, its own store connection) and ends with the process.
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -44,6 +51,8 @@ class Heartbeat {
   static constexpr int kSilenceIntervals = 6;
   static constexpr int kLingerIntervals = 12;
   static constexpr int kCleanLingerIntervals = 2;
+  // How long a store call may take before the store is taken for frozen.
+  static constexpr std::chrono::milliseconds kStoreAnswerLimit{3000};
 
   Heartbeat(const RendezvousOptions& options, std::chrono::milliseconds interval);
   ~Heartbeat();  // leave()
@@ -74,31 +83,28 @@ class Heartbeat {
     std::vector<PeerState> first, last;  // by rank, when the watch began and ended
   };
 
-  void run();
-  void beat();
-  std::vector<PeerState> sample(c10d::TCPStore& store) const;
+  // The beating thread's state, shared with it so that it can outlive this object (detached).
+  struct Beating;
+
+  static std::vector<PeerState> sample(c10d::TCPStore& store, int world_size);
   // Samples every rank until each has beaten or spoken for itself, or kSilenceIntervals pass;
-  // records this rank's failed and done. Throws when the store cannot be reached.
-  Samples watch_peers();
+  // records this rank's failed and done. Throws when the store cannot be reached. Blocks as long as
+  // the store does not answer: diagnose() runs it on a thread of its own.
+  static Samples watch_peers(const RendezvousOptions& options, std::chrono::milliseconds interval);
   // The clause naming dead and slow ranks (dead_ is filled here); "" when none is at fault.
   std::string judge(const Samples& samples, uint64_t seq, CollectiveKind kind);
   void wait_for_peers_to_leave();
   std::string store_gone() const;
+  std::string store_silent(std::chrono::milliseconds waited) const;
 
   RendezvousOptions options_;
   std::chrono::milliseconds interval_;
-  c10::intrusive_ptr<c10d::TCPStore> beat_store_;  // the beating thread's, then leave()'s
-  std::atomic<uint64_t> entered_{0};
-  uint64_t published_entered_ = 0;  // beating thread only
-
-  std::mutex mutex_;  // guards stop_ and left_
-  std::condition_variable stop_cv_;
-  bool stop_ = false;
-  bool left_ = false;
+  std::shared_ptr<Beating> beating_;
   std::thread thread_;
 
   std::mutex diagnose_mutex_;  // guards the fields below; held while watching
   bool diagnosed_ = false;
+  bool store_silent_ = false;  // the watch gave up on the store: leave() waits for nobody
   std::string verdict_;
   std::vector<int> dead_;
 };

@@ -15,6 +15,14 @@
 
 namespace dstrain::train {
 
+bool shares_one_gpu() {
+  const char* env = std::getenv("DSTRAIN_SHARE_GPU");
+  const std::string value = env ? env : "";
+  if (value != "" && value != "0" && value != "1")
+    fail(ErrorKind::kUsage, "environment variable DSTRAIN_SHARE_GPU='{}': expected 0 or 1", value);
+  return value == "1";
+}
+
 torch::Device select_device(int local_rank) {
   const char* env = std::getenv("DSTRAIN_DEVICE");
   const std::string want = env ? env : "";
@@ -32,6 +40,7 @@ torch::Device select_device(int local_rank) {
     }
     return torch::Device(torch::kCPU);
   }
+  if (shares_one_gpu()) return torch::Device(torch::kCUDA, 0);
   if (local_rank < 0 || local_rank >= count) {
     fail(ErrorKind::kUsage,
          "LOCAL_RANK {} has no GPU: {} device(s) are visible; launch at most {} ranks per node",

@@ -3,7 +3,9 @@
 //
 // The device is cuda:LOCAL_RANK when LibTorch has CUDA and a device is visible, else the CPU.
 // DSTRAIN_DEVICE overrides: "cpu" forces the CPU; "cuda" makes a missing device an error
-// (Error(kUsage), exit 2) instead of a silent CPU run. A CUDA rank talks NCCL; a CPU rank Gloo.
+// (Error(kUsage), exit 2) instead of a silent CPU run. DSTRAIN_SHARE_GPU=1 (`dstrain launch
+// --share-gpu`, launcher/launch_local.h) puts every rank on cuda:0 whatever its LOCAL_RANK. A CUDA
+// rank talks NCCL; a CPU rank Gloo.
 
 #include <memory>
 #include <string>
@@ -16,8 +18,12 @@
 
 namespace dstrain::train {
 
-// `local_rank`: LOCAL_RANK of this process (selects the GPU). Error(kUsage) for a DSTRAIN_DEVICE
-// other than cpu/cuda, or cuda without a visible device (or with LOCAL_RANK >= device count).
+// DSTRAIN_SHARE_GPU=1 in the environment; Error(kUsage) for a value other than 0, 1 or empty.
+bool shares_one_gpu();
+
+// `local_rank`: LOCAL_RANK of this process (selects the GPU unless shares_one_gpu()). Error(kUsage)
+// for a DSTRAIN_DEVICE other than cpu/cuda, or cuda without a visible device (or with LOCAL_RANK >=
+// device count).
 torch::Device select_device(int local_rank);
 
 // NCCL on `device` for a CUDA device, Gloo otherwise.

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +15,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/liveness.h"
 #include "core/log.h"
 #include "launcher/slurm.h"
 #include "train/trainer.h"
@@ -48,6 +50,8 @@ void adopt_slurm_environment() {
 }  // namespace
 
 int run_train(const TrainOptions& options) {
+  // First, so that the launcher watches this rank from its start (core/liveness.h).
+  const std::unique_ptr<liveness::Beat> beat = liveness::start_beat_from_env();
   adopt_slurm_environment();
   const comm::RendezvousOptions ro = comm::rendezvous_options_from_env();
   log::set_rank(ro.rank);

@@ -1,6 +1,7 @@
 // `dstrain launch --max-restarts`: a failed job comes back by itself from `latest`, with the losses
-// of an uninterrupted run; a crash loop stops with its causes; a hung collective is detected and
-// restarted; a signal to the launcher never restarts. No process is left in any case.
+// of an uninterrupted run; a crash loop stops with its causes; a frozen rank is named, killed and
+// restarted; an input error is not retried; a signal to the launcher never restarts. No process
+// is left in any case.
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -114,17 +115,53 @@ TEST(Restart, ARankThatAlwaysFailsStopsAfterTheRestartsWithItsCauses) {
   EXPECT_TRUE(wait_until([&] { return processes_with_marker(token).empty(); }, 10));
 }
 
-TEST(Restart, AHungCollectiveIsDetectedByTheTimeoutAndRestarted) {
+// A stopped rank (a frozen process, host or container) goes silent; the launcher's heartbeat watch
+// names and kills it after DSTRAIN_COMM_TIMEOUT, rank 0 (which hosts the rendezvous store) as
+// much as any other, and the job comes back from `latest`.
+class FrozenRank : public ::testing::TestWithParam<int> {};
+
+TEST_P(FrozenRank, IsNamedKilledAndRestartedFromLatest) {
+  const int victim = GetParam();
   TempDir dir;
   const JobSpec spec = restartable_job();
   const std::string token = unique_token();
   Child job = start_dstrain(launch_args(write_job_config(dir.path(), spec), spec, 1),
                             {"DSTRAIN_TEST_MARKER=" + token, "DSTRAIN_COMM_TIMEOUT=5"});
-  hit_rank_after_first_commit(dir, token, 1, SIGSTOP);
+  hit_rank_after_first_commit(dir, token, victim, SIGSTOP);
   const RunResult r = finish(job, 240);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(
+      r.err.find("dstrain launch: rank " + std::to_string(victim) + " failed on host localhost"),
+      std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("stopped responding (no heartbeat for"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("dstrain launch: restart 1"), std::string::npos) << r.err;
   EXPECT_EQ(read_metric(dir.file("run/metrics.jsonl"), "train/loss").size(), 30u);
+  EXPECT_TRUE(wait_until([&] { return processes_with_marker(token).empty(); }, 10));
+  const auto summary = nlohmann::json::parse(read_text(dir.file("run/summary.json")));
+  const auto& cause = summary["restart_causes"][0];
+  EXPECT_EQ(cause["rank"].get<int>(), victim);
+  EXPECT_EQ(cause["cause"].get<std::string>().rfind("stopped responding", 0), 0u) << cause.dump();
+}
+
+INSTANTIATE_TEST_SUITE_P(Restart, FrozenRank, ::testing::Values(0, 1),
+                         [](const auto& info) { return "Rank" + std::to_string(info.param); });
+
+TEST(Restart, AnInputErrorBeforeTheFirstStepIsNotRetried) {
+  TempDir dir;
+  JobSpec spec = restartable_job();
+  const std::string token = unique_token();
+  std::ofstream(dir.file("broken.yaml")) << "{not json\n";
+  spec.extra_overrides.push_back("model.tokenizer=" + dir.file("broken.yaml"));
+  Child job = start_dstrain(launch_args(write_job_config(dir.path(), spec), spec, 3),
+                            {"DSTRAIN_TEST_MARKER=" + token});
+  const RunResult r = finish(job, 120);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("dstrain launch: not restarting: rank "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("failed with an input error (exit code 2) before its first step"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("dstrain launch: restart 1"), std::string::npos) << r.err;
   EXPECT_TRUE(wait_until([&] { return processes_with_marker(token).empty(); }, 10));
 }
 

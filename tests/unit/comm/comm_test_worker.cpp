@@ -4,6 +4,7 @@
 // Each rank writes <result-dir>/rank<r>.txt: "OK", or "ERROR [<kind>] <message>" when the scenario
 // expects a failure. A wrong collective result prints the mismatch and exits 1.
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -190,6 +191,16 @@ void peer_slow(Communicator& comm, std::chrono::milliseconds timeout) {
   comm.all_reduce(t, ReduceOp::kSum)->wait();
 }
 
+// Rank 0 — the host of the rendezvous store — stops (SIGSTOP: its whole process, store included,
+// as a frozen host would) after a barrier; the others then wait in an all_reduce. They must fail
+// after the timeout and a bounded diagnosis, not block on the store that never answers.
+void rank0_stops(Communicator& comm) {
+  comm.barrier();
+  if (comm.rank() == 0) ::raise(SIGSTOP);
+  at::Tensor t = torch::ones({1 << 10});
+  comm.all_reduce(t, ReduceOp::kSum)->wait();
+}
+
 void write_result(const std::string& dir, int rank, const std::string& line) {
   std::ofstream(dir + "/rank" + std::to_string(rank) + ".txt") << line << "\n";
 }
@@ -198,7 +209,8 @@ void write_result(const std::string& dir, int rank, const std::string& line) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::cerr << "usage: comm_test_worker <collectives|groups|rendezvous|peer_dies|peer_slow> "
+    std::cerr << "usage: comm_test_worker "
+                 "<collectives|groups|rendezvous|peer_dies|peer_slow|rank0_stops> "
                  "<result-dir>\n";
     return 2;
   }
@@ -210,6 +222,7 @@ int main(int argc, char** argv) {
     if (scenario == "groups") groups(*comm);
     if (scenario == "peer_dies") peer_dies(*comm);
     if (scenario == "peer_slow") peer_slow(*comm, options.timeout);
+    if (scenario == "rank0_stops") rank0_stops(*comm);
   } catch (const dstrain::Error& e) {
     write_result(dir, options.rank, std::string("ERROR [") + to_string(e.kind()) + "] " + e.what());
     return 0;

@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "world.h"
 
 namespace dstrain::comm::testing {
@@ -88,6 +90,28 @@ TEST(GlooCollectiveFailure, SlowPeerIsNamedSlowNotDead) {
         << "rank " << r;
     EXPECT_THAT(results[r].result, Not(HasSubstr("stopped responding"))) << "rank " << r;
   }
+}
+
+// Rank 0 hosts the rendezvous store; stopped, it keeps its connections open and answers nothing.
+// The others fail after the timeout plus a bounded diagnosis that names the silent store, and exit:
+// nothing of theirs may wait on it forever (c10d's store client has no limit of its own). The
+// stopped rank is killed at the deadline.
+TEST(GlooCollectiveFailure, AStoppedRankZeroIsAnErrorNotAHang) {
+  WorldSpec spec{"rank0_stops", 3, {}, /*comm_timeout_s=*/3, /*deadline_s=*/40};
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<RankResult> results = run_world(spec);
+  EXPECT_EQ(results[0].exit_code, -1) << "rank 0 stays stopped until the deadline";
+  for (int r : {1, 2}) {
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " hung or crashed";
+    EXPECT_THAT(results[r].result, HasSubstr("ERROR [timeout] all_reduce failed on rank " +
+                                             std::to_string(r) + " of 3 after the 3 s timeout"))
+        << "rank " << r;
+    EXPECT_THAT(results[r].result, HasSubstr("the rendezvous store at 127.0.0.1:")) << "rank " << r;
+    EXPECT_THAT(results[r].result, HasSubstr("did not answer within 6.0 s: rank 0, which hosts it, "
+                                             "is frozen"))
+        << "rank " << r;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(45));
 }
 
 }  // namespace

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <set>
+#include <string>
+
 #include "core/error.h"
 
 namespace dstrain::launcher {
@@ -78,6 +82,69 @@ TEST(LaunchLocal, TrainModeNeedsAnExistingConfig) {
   expect_error(o, ErrorKind::kUsage, "missing CONFIG");
   o.config_path = "/nonexistent/run.yaml";
   expect_error(o, ErrorKind::kInput, "/nonexistent/run.yaml");
+}
+
+std::string env_of(const RankSpec& rank, const std::string& name) {
+  for (const auto& [key, value] : rank.env) {
+    if (key == name) return value;
+  }
+  return "<unset>";
+}
+
+// Sets (or unsets, for nullptr) a variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    value ? ::setenv(name, value, 1) : ::unsetenv(name);
+  }
+  ~ScopedEnv() {
+    old_.empty() ? ::unsetenv(name_.c_str()) : ::setenv(name_.c_str(), old_.c_str(), 1);
+  }
+
+ private:
+  std::string name_, old_;
+};
+
+TEST(LaunchLocal, SharedGpuGivesEveryRankItsOwnNcclHostOnTheLoopback) {
+  ScopedEnv ifname("NCCL_SOCKET_IFNAME", nullptr);
+  ScopedEnv share("DSTRAIN_SHARE_GPU", nullptr);
+  LocalLaunchOptions o = exec_options(3);
+  o.share_gpu = true;
+  const WorldPlan plan = plan_local_launch(o);
+  std::set<std::string> host_ids;
+  for (const RankSpec& rank : plan.ranks) {
+    EXPECT_EQ(env_of(rank, "DSTRAIN_SHARE_GPU"), "1");
+    EXPECT_EQ(env_of(rank, "NCCL_SOCKET_IFNAME"), "lo");
+    EXPECT_EQ(env_of(rank, "LOCAL_RANK"), std::to_string(rank.rank));
+    host_ids.insert(env_of(rank, "NCCL_HOSTID"));
+  }
+  EXPECT_EQ(host_ids.size(), 3u);
+  EXPECT_EQ(host_ids.count("<unset>"), 0u);
+  const std::string text = format_plan(plan);
+  EXPECT_NE(text.find("DSTRAIN_SHARE_GPU=1 NCCL_HOSTID=dstrain-shared-gpu-rank-2"),
+            std::string::npos)
+      << text;
+}
+
+TEST(LaunchLocal, SharedGpuKeepsTheUsersSocketInterfaceAndComesFromTheEnvironment) {
+  ScopedEnv ifname("NCCL_SOCKET_IFNAME", "eth7");
+  ScopedEnv share("DSTRAIN_SHARE_GPU", "1");
+  const WorldPlan plan = plan_local_launch(exec_options(2));
+  EXPECT_EQ(env_of(plan.ranks[1], "DSTRAIN_SHARE_GPU"), "1");
+  EXPECT_EQ(env_of(plan.ranks[1], "NCCL_SOCKET_IFNAME"), "<unset>");  // inherited as it is
+}
+
+TEST(LaunchLocal, WithoutSharingNoRankGetsTheSharedGpuVariables) {
+  ScopedEnv share("DSTRAIN_SHARE_GPU", "0");
+  const WorldPlan plan = plan_local_launch(exec_options(2));
+  EXPECT_EQ(env_of(plan.ranks[0], "DSTRAIN_SHARE_GPU"), "<unset>");
+  EXPECT_EQ(env_of(plan.ranks[0], "NCCL_HOSTID"), "<unset>");
+}
+
+TEST(LaunchLocal, ABadSharedGpuVariableIsAUsageError) {
+  ScopedEnv share("DSTRAIN_SHARE_GPU", "yes");
+  expect_error(exec_options(2), ErrorKind::kUsage, "DSTRAIN_SHARE_GPU='yes': expected 0 or 1");
 }
 
 }  // namespace
