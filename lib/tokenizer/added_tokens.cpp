@@ -1,7 +1,11 @@
 #include "tokenizer/added_tokens.h"
 
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
+
+#include "core/error.h"
+#include "core/utf8.h"
 
 namespace dstrain::tokenizer {
 
@@ -52,6 +56,26 @@ void AddedTokenMatcher::split(std::string_view text, std::vector<Segment>& out) 
     start = pos;
   }
   if (start < text.size()) out.push_back({text.substr(start), -1});
+}
+
+std::vector<std::string> added_contents(const std::vector<AddedToken>& tokens,
+                                        int64_t& vocab_size) {
+  for (const AddedToken& t : tokens) {
+    if (t.id < 0) fail(ErrorKind::kInput, "added token '{}' has negative id {}", t.content, t.id);
+    vocab_size = std::max<int64_t>(vocab_size, int64_t{t.id} + 1);
+  }
+  std::vector<std::string> contents(static_cast<size_t>(vocab_size));
+  for (const AddedToken& t : tokens) contents[static_cast<size_t>(t.id)] = t.content;
+  return contents;
+}
+
+void check_text_is_utf8(std::string_view text) {
+  if (const std::optional<size_t> bad = find_invalid_utf8(text)) {
+    fail(ErrorKind::kInput,
+         "invalid UTF-8 at byte offset {} of the text to tokenize (byte 0x{:02X}); "
+         "expected UTF-8 text",
+         *bad, static_cast<unsigned char>(text[*bad]));
+  }
 }
 
 }  // namespace dstrain::tokenizer

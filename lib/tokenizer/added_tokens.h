@@ -43,4 +43,12 @@ class AddedTokenMatcher {
   std::array<std::vector<int>, 256> by_first_byte_;
 };
 
+// The content of every added token indexed by id ("" elsewhere), and the vocabulary size grown to
+// cover every added id: what a BPE tokenizer decodes added ids with. Error(kInput) for a negative
+// id.
+std::vector<std::string> added_contents(const std::vector<AddedToken>& tokens, int64_t& vocab_size);
+
+// The text a tokenizer encodes must be UTF-8: Error(kInput) naming the first bad byte otherwise.
+void check_text_is_utf8(std::string_view text);
+
 }  // namespace dstrain::tokenizer

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "core/utf8.h"
 
 namespace dstrain::tokenizer {
 namespace {
@@ -33,21 +32,11 @@ SentencePieceBpeTokenizer::SentencePieceBpeTokenizer(const BpeSpec& spec)
       bos_(spec.bos),
       pad_(spec.pad),
       post_processor_prefix_(spec.post_processor_prefix) {
-  for (const AddedToken& t : spec.added) {
-    if (t.id < 0) fail(ErrorKind::kInput, "added token '{}' has negative id {}", t.content, t.id);
-    vocab_size_ = std::max<int64_t>(vocab_size_, int64_t{t.id} + 1);
-  }
-  added_content_.resize(static_cast<size_t>(vocab_size_));
-  for (const AddedToken& t : spec.added) added_content_[t.id] = t.content;
+  added_content_ = added_contents(spec.added, vocab_size_);
 }
 
 std::vector<int32_t> SentencePieceBpeTokenizer::encode(std::string_view text) const {
-  if (const std::optional<size_t> bad = find_invalid_utf8(text)) {
-    fail(ErrorKind::kInput,
-         "invalid UTF-8 at byte offset {} of the text to tokenize (byte 0x{:02X}); "
-         "expected UTF-8 text",
-         *bad, static_cast<unsigned char>(text[*bad]));
-  }
+  check_text_is_utf8(text);
   std::vector<Segment> segments;
   raw_added_.split(text, segments);
   std::vector<int32_t> ids;
