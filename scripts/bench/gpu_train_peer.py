@@ -2,7 +2,7 @@
 """The PyTorch peer of scripts/bench/gpu-train: one (seq, micro, mode) training case on one GPU.
 
   gpu_train_peer.py MODEL_DIR --seq T --micro B --steps S --warmup W --mode full|lora
-                    [--precision master|autocast]
+                    [--precision master|autocast] [--liger] [--gradient-checkpointing]
 
 A transformers model built from MODEL_DIR/config.json (random init, SDPA attention) trained with
 torch.optim.AdamW(fused=True) on random token ids. Precision "master" (default, as dstrain's
@@ -10,6 +10,11 @@ training.bf16): bf16 parameters for forward/backward, fp32 master weights and mo
 optimizer, the updated master copied back to bf16. "autocast": fp32 parameters under
 torch.autocast(bfloat16). LoRA (peft): r=16, alpha=32 on q/k/v/o_proj, base weights frozen bf16,
 adapters fp32 (peft's default) under autocast.
+--liger: transformers + Liger kernels (liger-kernel's apply_liger_kernel_to_qwen2 before the model
+is built: RMSNorm, RoPE, SwiGLU and the fused linear cross-entropy, which never materialises the
+logits); the loss is then the model's own (`shift_labels`: the same positions and targets as
+without Liger). --gradient-checkpointing: transformers' non-reentrant checkpointing of every
+decoder layer.
 Prints one JSON line: tokens_per_s (median over the steps after warm-up, CUDA events),
 step_ms, max_allocated_gb, max_reserved_gb. Exit 3 on CUDA out of memory (the caller's batch
 search), 1 on other errors.
@@ -34,6 +39,14 @@ def progress(what):
 def build(args):
     import transformers
     progress(f"transformers {transformers.__version__} imported")
+    if args.liger:
+        import liger_kernel
+        from importlib.metadata import version
+        from liger_kernel.transformers import apply_liger_kernel_to_qwen2
+        apply_liger_kernel_to_qwen2(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                                    fused_linear_cross_entropy=True)
+        progress(f"liger-kernel {version('liger-kernel')} applied to Qwen2 (from "
+                 f"{liger_kernel.__path__[0]})")
     config = transformers.AutoConfig.from_pretrained(args.model_dir)
     torch.manual_seed(0)
     dtype = torch.bfloat16 if args.precision == "master" or args.mode == "lora" else torch.float32
@@ -42,7 +55,10 @@ def build(args):
         model = transformers.AutoModelForCausalLM.from_config(
             config, dtype=dtype, attn_implementation="sdpa")
     model.train()
-    progress("model built on cuda")
+    if args.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    progress("model built on cuda" + (", gradient checkpointing" if args.gradient_checkpointing
+                                      else ""))
     if args.mode == "lora":
         import peft
         lora = peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, bias="none",
@@ -85,6 +101,8 @@ def main(argv):
                    help="torch.profiler over this many steps after two, as dstrain's "
                         "logging.profile_steps")
     p.add_argument("--profile-out", help="where the profile's Chrome trace goes")
+    p.add_argument("--liger", action="store_true", help="transformers + Liger kernels")
+    p.add_argument("--gradient-checkpointing", action="store_true")
     args = p.parse_args(argv)
     try:
         model, vocab = build(args)
@@ -106,9 +124,13 @@ def main(argv):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=not master):
-                logits = model(input_ids=ids[:, :-1]).logits
-            loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, vocab),
-                                                     ids[:, 1:].reshape(-1))
+                if args.liger:
+                    loss = model(input_ids=ids[:, :-1], shift_labels=ids[:, 1:]).loss
+                else:
+                    logits = model(input_ids=ids[:, :-1]).logits
+            if not args.liger:
+                loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, vocab),
+                                                         ids[:, 1:].reshape(-1))
             loss.backward()
             opt.step()
             if not master:

@@ -9,20 +9,25 @@ figures for the summary table and exiting non-zero when the check fails:
                                           the first run's bit for bit; the export in HF gives
                                           dstrain's logits, loss and gradients in transformers
   checks.py bench-figures TABLE.md        the benchmark table in one line
+  checks.py wheels WHEELS TARGET          unpacks the bundle's benchmark wheels into TARGET: always
+                                          deepspeed and liger-kernel, their dependencies only where
+                                          this python3 lacks a version that satisfies them
   checks.py trace-top TRACE N TABLE_OUT   the N phases with the most time in a merged trace
   checks.py profile-top PROFILE STEPS N TABLE_OUT
                                           the N kernels (on the CPU: operators) with the most time
                                           in a logging.profile_steps profile of STEPS steps, and how
                                           busy the GPU was
 
-Only the standard library is needed for bench-figures, trace-top and profile-top; versions and tiny-run import
-torch, transformers and safetensors of the device's python3.
+Only the standard library is needed for bench-figures, trace-top and profile-top; wheels needs
+packaging (DeepSpeed needs it too); versions and tiny-run import torch, transformers and
+safetensors of the device's python3.
 """
 
 import json
 import os
 import sys
 import tempfile
+import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUNDLE = os.path.dirname(os.path.dirname(HERE))
@@ -106,26 +111,109 @@ def tiny_run(first, resumed, from_step, hf_dir, dstrain, device):
     return 0 if ok else 1
 
 
-def bench_figures(table):
-    """One line from gpu-train's markdown table: per mode, dstrain against the peer."""
+SHORT_NAMES = {"dstrain, fused kernels off": "dstrain eager", "PyTorch + transformers": "peer",
+               "transformers + Liger": "liger", "transformers + Liger + PEFT": "liger",
+               "transformers + Liger, gradient checkpointing": "liger ckpt",
+               "dstrain (checkpointing, tiled MLP)": "dstrain ckpt",
+               "dstrain (offloaded checkpointing, tiled MLP)": "dstrain offload",
+               "dstrain (the users' train.yaml)": "dstrain",
+               "transformers + PEFT + DeepSpeed (the users' stack)": "users' stack"}
+
+
+def bench_figures(*tables):
+    """One line from gpu-train's markdown tables: each row's system, tokens/s, MFU and the
+    allocator's peak (nvidia-smi's where there is none)."""
     rows = []
-    with open(table) as f:
-        for line in f:
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if len(cells) == 8 and cells[0] in ("full", "lora"):
-                rows.append(cells)
+    for table in tables:
+        with open(table) as f:
+            for line in f:
+                cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                if len(cells) == 8 and cells[0] not in ("mode", "---"):
+                    rows.append(cells)
     if not rows:
         print("no benchmark rows")
         return 1
     parts = []
-    for mode, seq, system, micro, tps, mfu, peak, _ in rows:
-        name = {"dstrain": "dstrain", "dstrain, fused kernels off": "dstrain eager"}.get(system,
-                                                                                      "peer")
+    for mode, seq, system, micro, tps, mfu, peak, alloc in rows:
+        name = SHORT_NAMES.get(system, system)
+        where = mode if seq == "2048" else f"{mode} {seq}"
         if mfu == "-":  # not measured: the tokens/s column holds why (fail, oom, no GPU, ...)
-            parts.append(f"{mode} {name}: {tps}")
+            parts.append(f"{where} {name}: {tps}")
         else:
-            parts.append(f"{mode} {name}: {tps} tok/s, MFU {mfu}, {peak}")
+            parts.append(f"{where} {name}: {tps} tok/s, MFU {mfu}, {alloc if alloc != '-' else peak}")
     print("; ".join(parts))
+    return 0
+
+
+def wheel_meta(path):
+    """(distribution name, version, [Requires-Dist]) from a wheel's METADATA."""
+    with zipfile.ZipFile(path) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        lines = z.read(meta).decode().split("\n\n", 1)[0].splitlines()
+    fields = [line.split(": ", 1) for line in lines if ": " in line]
+    name = next(v for k, v in fields if k == "Name")
+    version = next(v for k, v in fields if k == "Version")
+    return name, version, [v for k, v in fields if k == "Requires-Dist"]
+
+
+def wheel_fits(filename):
+    """Pure Python, or this CPython on x86-64 Linux."""
+    tags = filename[:-len(".whl")].split("-")[-3:]
+    if tags[1:] == ["none", "any"]:
+        return "py3" in tags[0].split(".")
+    cp = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    return tags[0] == cp and tags[1] == cp and "linux" in tags[2] and tags[2].endswith("x86_64")
+
+
+def wheels(wheel_dir, target):
+    """Unpacks deepspeed and liger-kernel into target, and each of their requirements (followed
+    through the bundle's wheels) that this python3 does not already satisfy; a requirement that
+    neither satisfies is a failure naming it. Unpacking is what pip does for these wheels (no
+    compiled parts to build); their *.data/ scripts are left out."""
+    from importlib import metadata
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+    carried = {}
+    for f in sorted(os.listdir(wheel_dir)):
+        if f.endswith(".whl") and wheel_fits(f):
+            name, version, requires = wheel_meta(os.path.join(wheel_dir, f))
+            carried[canonicalize_name(name)] = (f, version, requires)
+    todo = [Requirement(f"{n}=={carried[n][1]}") for n in ("deepspeed", "liger-kernel")
+            if n in carried]
+    if len(todo) != 2:
+        print(f"{wheel_dir}: no deepspeed or liger-kernel wheel for this python3")
+        return 1
+    unpack, device, problems, seen = [], [], [], set()
+    while todo:
+        req = todo.pop(0)
+        key = canonicalize_name(req.name)
+        if key in seen or (req.marker and not req.marker.evaluate({"extra": ""})):
+            continue
+        seen.add(key)
+        primary = key in ("deepspeed", "liger-kernel")
+        try:
+            have = metadata.version(req.name)
+        except metadata.PackageNotFoundError:
+            have = None
+        if not primary and have is not None and req.specifier.contains(have, prereleases=True):
+            device.append(f"{req.name} {have}")
+            continue
+        if key not in carried or not req.specifier.contains(carried[key][1], prereleases=True):
+            problems.append(f"{req} (this python3 has {have or 'none'}, the bundle "
+                            f"{carried[key][1] if key in carried else 'none'})")
+            continue
+        f, version, requires = carried[key]
+        unpack.append(f)
+        todo += [Requirement(r) for r in requires]
+    if problems:
+        print("missing: " + "; ".join(problems))
+        return 1
+    os.makedirs(target, exist_ok=True)
+    for f in unpack:
+        with zipfile.ZipFile(os.path.join(wheel_dir, f)) as z:
+            z.extractall(target, [n for n in z.namelist() if ".data/" not in n.split("/")[0] + "/"])
+    print(f"unpacked into {target}: {', '.join(f.split('-')[0] + ' ' + f.split('-')[1] for f in unpack)}; "
+          f"from this python3: {', '.join(sorted(device))}")
     return 0
 
 
@@ -222,8 +310,10 @@ def main(argv):
         return versions(rest[0])
     if cmd == "tiny-run" and len(rest) == 6:
         return tiny_run(rest[0], rest[1], int(rest[2]), rest[3], rest[4], rest[5])
-    if cmd == "bench-figures" and len(rest) == 1:
-        return bench_figures(rest[0])
+    if cmd == "bench-figures" and rest:
+        return bench_figures(*rest)
+    if cmd == "wheels" and len(rest) == 2:
+        return wheels(rest[0], rest[1])
     if cmd == "trace-top" and len(rest) == 3:
         return trace_top(rest[0], int(rest[1]), rest[2])
     if cmd == "profile-top" and len(rest) == 4:
