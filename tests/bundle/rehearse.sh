@@ -9,7 +9,14 @@
 # 4. the summary must show the CPU steps passing and the CUDA steps "skipped: no GPU";
 # 5. `run --cpu --only ranks` (the step a plain run leaves out) in the same way: ranks over Gloo
 #    against one rank, a restart, a stopped rank named, the collectives table;
-# 6. with one bundled library removed, the environment step must fail naming it.
+# 6. `run --cpu --only bench-seeds,bench-liger,bench-long` (the benchmark steps that need
+#    DeepSpeed and liger-kernel): their wheels unpack and import from the run's own directory, the
+#    users' stack and dstrain train the users' train.yaml for two steps on the CPU (tiny model),
+#    dstrain accepts every configuration of those steps, and they report "skipped: no GPU";
+# 7. the wheels on a python3 that lacks DeepSpeed's dependencies (the environment's packages
+#    without pydantic, hjson, ... and the two themselves, run with -S): they are unpacked from the
+#    bundle and DeepSpeed imports with them;
+# 8. with one bundled library removed, the environment step must fail naming it.
 # Needs root (the mount namespace): exits 77 (skipped) otherwise.
 set -euo pipefail
 build=$(cd "$1" && pwd) repo=$(cd "$2" && pwd)
@@ -40,6 +47,9 @@ rc=0 rc_ranks=0
 unshare -m bash -c "$hide_build && bash '$bundle/run' --cpu '$tmp/out'" || rc=$?
 unshare -m bash -c "$hide_build && bash '$bundle/run' --cpu --only ranks '$tmp/out-ranks'" ||
   rc_ranks=$?
+rc_bench=0
+unshare -m bash -c "$hide_build && bash '$bundle/run' --cpu --only bench-seeds,bench-liger,bench-long '$tmp/out-bench'" ||
+  rc_bench=$?
 
 echo "== 4. check the summary (run exit $rc)"
 summary=$tmp/out/summary.md
@@ -82,7 +92,46 @@ files=$(find "$tmp/out-ranks" -type f | wc -l)
 [ "$files" = 3 ] || { echo "FAILED: $files files from the ranks step, expected 3"; fails=1; }
 [ "$rc_ranks" = 0 ] || { echo "FAILED: run --only ranks exited $rc_ranks"; fails=1; }
 
-echo "== 6. a bundled library removed"
+echo "== 6. the benchmark steps on request (run exit $rc_bench)"
+bench=$tmp/out-bench/summary.md
+expect "^\| 8 bench-seeds \| skipped: no GPU \|.*deepspeed from the bundle's wheels.*dstrain 2 steps, the users' stack 2 steps \(tiny Qwen2, 1 x 64 tokens x accumulation 8, ZeRO-3\): both ran" \
+       "$bench" "bench-seeds: both sides of the users' train.yaml ran on the CPU"
+expect "^\| 9 bench-liger \| skipped: no GPU \|.*liger-kernel from the bundle's wheels patches Qwen2 \(LigerRMSNorm LigerSwiGLUMLP.*dstrain accepts" \
+       "$bench" "bench-liger: Liger's patch from the wheel, dstrain's configurations accepted"
+expect "^\| 10 bench-long \| skipped: no GPU \|.*dstrain accepts" "$bench" \
+       "bench-long: dstrain's checkpointing configurations accepted"
+expect "^== wheels/: unpacked into [^ ]*/pysite: deepspeed 0\.19\.8, liger_kernel 0\.8\.5" \
+       "$tmp/out-bench/8-bench-seeds.log" "deepspeed and liger-kernel unpacked from wheels/"
+files=$(find "$tmp/out-bench" -type f | wc -l)
+[ "$files" = 4 ] || { echo "FAILED: $files files from the benchmark steps, expected 4"; fails=1; }
+[ "$rc_bench" = 0 ] || { echo "FAILED: run --only bench-seeds,bench-liger,bench-long exited $rc_bench"; fails=1; }
+
+echo "== 7. the wheels on a python3 without DeepSpeed's dependencies"
+# The environment's packages less those the bundle carries (the GPU machine has none of pydantic,
+# hjson, deepspeed, liger-kernel), seen by its python3 with -S (no site-packages of its own).
+mkdir bare
+for entry in "$site"/*; do
+  case ${entry##*/} in
+    deepspeed*|liger_kernel*|hjson*|pydantic*|annotated_types*|typing_inspection*|typing_extensions*|*.pth) ;;
+    *) ln -s "$entry" "bare/${entry##*/}" ;;
+  esac
+done
+PYTHONPATH=$tmp/bare $DSTRAIN_PYTHON -S "$bundle/scripts/gpu/checks.py" wheels "$bundle/wheels" \
+  "$tmp/bare-site" >"$tmp/bare.out" 2>&1 || true
+cat "$tmp/bare.out"
+expect "^unpacked into $tmp/bare-site: deepspeed 0\.19\.8, liger_kernel 0\.8\.5, hjson 3\.1\.0, pydantic 2\.14\.3, annotated_types [0-9.]+, pydantic_core [0-9.]+, typing_extensions [0-9.]+, typing_inspection [0-9.]+;" \
+       "$tmp/bare.out" "every missing dependency unpacked (pydantic_core for this CPython)"
+if PYTHONPATH=$tmp/bare-site:$tmp/bare $DSTRAIN_PYTHON -S -c '
+import deepspeed, pydantic_core, sys
+from deepspeed.runtime.config import DeepSpeedConfig
+assert deepspeed.__file__.startswith(sys.argv[1]) and pydantic_core.__file__.startswith(sys.argv[1])
+' "$tmp/bare-site" >"$tmp/bare-import.out" 2>&1; then
+  echo "ok: DeepSpeed imports with the unpacked dependencies"
+else
+  cat "$tmp/bare-import.out"; echo "FAILED: DeepSpeed does not import from $tmp/bare-site"; fails=1
+fi
+
+echo "== 8. a bundled library removed"
 victim=$(cd "$bundle/lib" && ls libyaml-cpp.so.* | head -1)
 rm "$bundle/lib/$victim"
 rc=0
@@ -93,7 +142,10 @@ expect "^\| 1 environment \| FAIL \(1\) \|.*dstrain-worker: $victim from outside
 if [ "$fails" != 0 ]; then
   echo "--- summary.md"; cat "$summary"
   echo "--- ranks summary.md"; cat "$ranks"
-  for f in "$tmp"/out/*.log "$tmp"/out-ranks/*.log; do echo "--- $f (last 40 lines)"; tail -40 "$f"; done
+  echo "--- benchmark steps' summary.md"; cat "$bench"
+  for f in "$tmp"/out/*.log "$tmp"/out-ranks/*.log "$tmp"/out-bench/*.log; do
+    echo "--- $f (last 40 lines)"; tail -40 "$f"
+  done
   exit 1
 fi
 echo "bundle rehearsal passed"
