@@ -140,7 +140,8 @@ def bench_figures(*tables):
         if mfu == "-":  # not measured: the tokens/s column holds why (fail, oom, no GPU, ...)
             parts.append(f"{where} {name}: {tps}")
         else:
-            parts.append(f"{where} {name}: {tps} tok/s, MFU {mfu}, {alloc if alloc != '-' else peak}")
+            memory = f"allocator {alloc}" if alloc != "-" else f"nvidia-smi {peak}"
+            parts.append(f"{where} {name}: {tps} tok/s, MFU {mfu}, {memory}")
     print("; ".join(parts))
     return 0
 
