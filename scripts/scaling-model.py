@@ -871,6 +871,8 @@ class Model:
                       "kept (published)", "kept (model)"], rows)
 
     def measured_table(self):
+        """The NCCL calls timed on a GPU beside the model's time for the same call, then their
+        provenance (the section's source)."""
         entries = self.inputs.get("measured_collectives", list)
         if not entries:
             return "(none yet)"
@@ -879,12 +881,14 @@ class Model:
             try:
                 model = self.net.seconds(e["kind"], e["bytes_sent"], e["ranks"], e["nodes"])
                 rows.append([e["kind"], e["ranks"], e["nodes"], f"{e['bytes_sent']:,}",
-                             fmt(e["seconds"] * 1e6, 0), fmt(model * 1e6, 0), e.get("source", "")])
+                             fmt(e["seconds"] * 1e6, 0), fmt(model * 1e6, 1), e.get("case", "")])
             except (KeyError, TypeError):
                 raise InputError(f"{self.inputs.path}: measured_collectives[{i}] is {e!r}; "
                                  "expected kind, ranks, nodes, bytes_sent, seconds")
-        return table(["collective", "ranks", "nodes", "bytes sent", "measured µs", "model µs",
-                      "source"], rows)
+        text = table(["collective", "ranks", "nodes", "bytes sent a rank", "measured µs",
+                      "model µs", "case"], rows)
+        source = self.inputs.raw["measured_collectives"].get("source")
+        return text + (f"\n\nSource: {source}" if isinstance(source, str) else "")
 
 
 # ----------------------------------------------------------------------------------------------
