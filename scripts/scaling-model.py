@@ -15,7 +15,10 @@ own stream, ordered after the compute enqueued before each call): buckets launch
 to the first as their gradients become final, at most two in flight; stage 3's units gathered
 before their forward and backward segments, prefetched within stage3_prefetch_bucket_size, and
 reduce-scattered as their gradients complete. A collective costs NCCL's latency model plus the
-bytes a rank sends divided by the published bus bandwidth. Python 3, standard library only.
+bytes a rank sends divided by the published bus bandwidth. Compute is the measured 0.5B step's
+FLOP rate applied to each shape's FLOPs, except where the inputs carry measured_layers (from
+scripts/bench/layer-times): that shape's decoder layers and optimizer as measured, extrapolated to
+its depth. Python 3, standard library only.
 """
 import argparse
 import collections
@@ -337,9 +340,11 @@ class Timeline:
 
 
 class Compute:
-    """Seconds of each segment's forward and backward, and of the optimizer per element owned."""
+    """Seconds of each segment's forward and backward, and of the optimizer per element owned:
+    from the FLOPs at `rate`, or, with `measured` (a measured_layers entry), each decoder layer's
+    as measured and the optimizer's per element as measured (embedding and head still at `rate`)."""
 
-    def __init__(self, inputs, shape, rate):
+    def __init__(self, inputs, shape, rate, measured=None):
         self.shape = shape
         tokens = shape.tokens()
         fwd = [f * tokens / rate for f in shape.segment_forward_flops()]
@@ -348,9 +353,44 @@ class Compute:
         self.bwd = [2 * f + r for f, r in zip(fwd, recompute)]
         ref = inputs.shape(inputs.get("compute.shape", str))
         self.opt_per_element = inputs.get("compute.optimizer_ms") * 1e-3 / ref.numel()
+        if measured:
+            layers = range(1, len(fwd) - 1)
+            self.fwd = [measured["forward_ms"] * 1e-3 if k in layers else f for k, f in enumerate(fwd)]
+            self.bwd = [measured["backward_ms"] * 1e-3 if k in layers else b
+                        for k, b in enumerate(self.bwd)]
+            self.opt_per_element = measured["optimizer_ns_per_element"] * 1e-9
 
     def step(self, owned):
         return sum(self.fwd) + sum(self.bwd) + self.opt_per_element * owned
+
+
+def measured_layers(inputs, shapes):
+    """{shape name: entry} of the optional measured_layers section (scripts/bench/layer-times
+    writes it), each checked against its shape: the same layer dimensions, tokens a GPU and
+    checkpointing, or the figures would be another shape's."""
+    if "measured_layers" not in inputs.raw:
+        return {}
+    entries = inputs.get("measured_layers", dict)
+    by_name = {s.name: s for s in shapes}
+    out = {}
+    for name, e in entries.items():
+        where = f"{inputs.path}: measured_layers.{name}"
+        s = by_name.get(name)
+        if s is None:
+            raise InputError(f"{where}: no such shape (shapes: {', '.join(by_name)})")
+        if not isinstance(e, dict):
+            raise InputError(f"{where} is {e!r}; expected an object")
+        for key in ("forward_ms", "backward_ms", "optimizer_ns_per_element"):
+            if not isinstance(e.get(key), (int, float)) or isinstance(e.get(key), bool) or e[key] <= 0:
+                raise InputError(f"{where}.{key} is {e.get(key)!r}; expected a positive number")
+        want = {"micro": s.micro, "seq": s.seq, "checkpointing": s.checkpointing,
+                "shape": {"hidden": s.H, "intermediate": s.I, "heads": s.heads,
+                          "kv_heads": s.kv_heads, "head_dim": s.head_dim}}
+        for key, value in want.items():
+            if e.get(key) != value:
+                raise InputError(f"{where}.{key} is {e.get(key)!r}; the shape has {value!r}")
+        out[name] = e
+    return out
 
 
 def sharded_step(tl, shape, comp, n, opts):
@@ -631,9 +671,18 @@ class Model:
             self.scales.append((s["gpus"], s["nodes"]))
         self.memory = inputs.get("compute.memory_gb") * GB
         self.loss_chunk = inputs.get("activation_bytes.loss_chunk_gib")
+        self.measured = measured_layers(inputs, self.shapes)
 
     def compute(self, shape):
-        return Compute(self.inputs, shape, self.rate)
+        return Compute(self.inputs, shape, self.rate, self.measured.get(shape.name))
+
+    def origin(self, shape):
+        if shape.name == self.ref.name:
+            return "measured"
+        if shape.name in self.measured:
+            return (f"measured per layer at {shape.seq} × {shape.micro}, extrapolated to "
+                    f"{shape.L} layers")
+        return "extrapolated"
 
     # -- tables
 
@@ -668,7 +717,7 @@ class Model:
         for s in self.shapes:
             comp = self.compute(s)
             fb = sum(comp.fwd) + sum(comp.bwd)
-            origin = "measured" if s.name == self.ref.name else "extrapolated"
+            origin = self.origin(s)
             layer = (comp.fwd[1] + comp.bwd[1]) * 1e3
             rows.append([s.name, f"{s.numel() / 1e9:.3f} B", f"{s.flops_per_token() / 1e9:.2f}",
                          f"{s.micro} × {s.seq}", "yes" if s.checkpointing else "no",

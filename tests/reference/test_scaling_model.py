@@ -155,3 +155,40 @@ def test_bad_inputs_are_one_clear_error_exit_2(tmp):
     r = script("--inputs", path)
     assert r.returncode == 2
     assert "key 'network.intra_node_busbw_gbs' is 'fast'; expected a number" in r.stderr
+
+
+def test_measured_layers_replace_the_extrapolated_layers(tmp, model):
+    """A measured_layers entry (scripts/bench/layer-times writes them) sets that shape's decoder
+    layers and optimizer; the embedding, the head and the other shapes keep the FLOP rate; an
+    entry measured at another length is refused, naming the key."""
+    with open(INPUTS, encoding="utf-8") as f:
+        data = json.load(f)
+    plain = model.Model(model.Inputs(INPUTS))
+    entry = {"forward_ms": 10.0, "backward_ms": 25.0, "optimizer_ns_per_element": 0.02,
+             "micro": 4, "seq": 2048, "checkpointing": False,
+             "shape": {"hidden": 4096, "intermediate": 14336, "heads": 32, "kv_heads": 8,
+                       "head_dim": 128}}
+    data["measured_layers"] = {"kind": "measured", "where": "a test", "source": "made up",
+                               "value": {"llama3-8b": entry}}
+    path = os.path.join(tmp, "inputs.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+    m = model.Model(model.Inputs(path))
+    s8, s70 = m.shapes[1], m.shapes[2]
+    comp, before = m.compute(s8), plain.compute(plain.shapes[1])
+    assert comp.fwd[1:-1] == [0.010] * 32 and comp.bwd[1:-1] == [0.025] * 32
+    assert (comp.fwd[0], comp.fwd[-1], comp.bwd[-1]) == (before.fwd[0], before.fwd[-1],
+                                                        before.bwd[-1])
+    assert comp.opt_per_element == pytest.approx(2e-11)
+    assert m.compute(s70).fwd == plain.compute(plain.shapes[2]).fwd
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in m.shapes_table().splitlines()}
+    assert "| 35.00 |" in rows["llama3-8b"]  # one layer: 10 + 25 ms
+    assert rows["llama3-8b"].endswith("| measured per layer at 2048 × 4, extrapolated to 32 layers |")
+    assert rows["llama3-70b"].endswith("| extrapolated |")
+    entry["seq"] = 1024
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+    r = script("--inputs", path)
+    assert r.returncode == 2
+    assert r.stderr.strip() == (f"scaling-model: {path}: measured_layers.llama3-8b.seq is 1024; "
+                                "the shape has 2048")
