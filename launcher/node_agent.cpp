@@ -16,7 +16,6 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/secrets.h"
-#include "core/teardown_signal.h"
 #include "core/timer.h"
 #include "launcher/output.h"
 #include "launcher/stdin_env.h"
@@ -29,25 +28,42 @@ namespace {
 // The root writes the block right after starting the agent; this only bounds a root that died.
 constexpr double kStdinEnvSeconds = 30;
 
+// What the root launcher's stop line said failed, for the supervisor's failure_elsewhere: the
+// stdin thread sets it before it signals this process, the supervisor reads it once the signal
+// arrived.
+class FailureElsewhere {
+ public:
+  void set(teardown::RankFailure failure) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    failure_ = std::move(failure);
+  }
+  std::optional<teardown::RankFailure> get() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return failure_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::optional<teardown::RankFailure> failure_;
+};
+
 // Turns stdin control lines into signals to this process (handled by the supervisor's signal
 // pipe); end of file, an error, or `keepalive_seconds` (> 0) without a byte means SIGTERM. Unknown
 // lines (kAgentPingLine among them) are ignored. After a stop line the thread ends: the launcher
 // closes the channel right after it, and that end of file must not count as a second interrupt
 // (which would skip the ranks' grace period). The thread is detached: a job that ends first simply
 // exits under it.
-void watch_stdin(double keepalive_seconds) {
-  std::thread([keepalive_seconds] {
-    LineSplitter lines(256);
+void watch_stdin(double keepalive_seconds, std::shared_ptr<FailureElsewhere> elsewhere) {
+  std::thread([keepalive_seconds, elsewhere] {
+    LineSplitter lines(1024);  // a stop line that names a failed rank is at most ~550 bytes
     bool stopped = false;
-    auto on_line = [&stopped](std::string_view line) {
+    auto on_line = [&stopped, &elsewhere](std::string_view line) {
       if (stopped) return;
       if (line == kAgentUsr1Line) ::kill(::getpid(), SIGUSR1);
-      if (line == kAgentStopLine) {
+      std::optional<teardown::RankFailure> failure = failure_of_agent_stop_line(line);
+      if (failure) elsewhere->set(std::move(*failure));  // before the signal that makes it count
+      if (failure || line == kAgentStopLine) {
         ::kill(::getpid(), SIGTERM);
-        stopped = true;
-      }
-      if (line == kAgentStopForFailedRankLine) {
-        send_teardown_for_failed_rank(::getpid());
         stopped = true;
       }
     };
@@ -129,6 +145,18 @@ void check_agent(const AgentOptions& o) {
 
 }  // namespace
 
+std::string agent_stop_line_for(const teardown::RankFailure& failure) {
+  return std::string(kAgentStopForFailedRankLine) + ' ' + teardown::encode(failure);
+}
+
+std::optional<teardown::RankFailure> failure_of_agent_stop_line(std::string_view line) {
+  const std::string_view tag = kAgentStopForFailedRankLine;
+  if (line.substr(0, tag.size()) != tag) return std::nullopt;
+  if (line.size() == tag.size()) return teardown::RankFailure{};
+  if (line[tag.size()] != ' ') return std::nullopt;
+  return teardown::decode(line.substr(tag.size() + 1)).value_or(teardown::RankFailure{});
+}
+
 double keepalive_send_interval(double keepalive_seconds) {
   return keepalive_seconds / 4;
 }
@@ -179,8 +207,10 @@ int run_node_agent(const AgentOptions& options) {
   supervise.log_dir = options.launch.log_dir;
   supervise.targets.host = host;
   if (!options.launch.log_dir.empty()) fs::create_dirs(options.launch.log_dir);
+  auto elsewhere = std::make_shared<FailureElsewhere>();
+  supervise.failure_elsewhere = [elsewhere] { return elsewhere->get(); };
   if (options.watch_stdin) {
-    watch_stdin(options.keepalive_seconds);
+    watch_stdin(options.keepalive_seconds, elsewhere);
     if (options.keepalive_seconds > 0) supervise.on_tick = alive_writer(options.keepalive_seconds);
   }
   {

@@ -6,9 +6,9 @@
 //
 // Teardown from outside: SIGTERM/SIGINT/SIGHUP stop the ranks (supervisor.h). With watch_stdin,
 // stdin is a control channel (over SSH it is the connection itself): a line kAgentStopLine or end
-// of file acts as SIGTERM, a line kAgentStopForFailedRankLine as the SIGTERM that says another rank
-// failed (core/teardown_signal.h: the ranks record their run as FAILED, not KILLED), a line
-// kAgentUsr1Line as SIGUSR1 (forwarded to the ranks). So a root
+// of file acts as SIGTERM, a line kAgentStopForFailedRankLine (which names the failed rank) as
+// SIGTERM after the ranks were told which rank failed (core/teardown_reason.h: they record their
+// runs as FAILED, not KILLED), a line kAgentUsr1Line as SIGUSR1 (forwarded to the ranks). So a root
 // launcher that closes the channel, exits or loses its connection stops this node's ranks, and
 // only them (the agent signals only the process groups it created).
 //
@@ -28,9 +28,12 @@
 // "stage: node <host>: ..." line; a staging failure ends the agent with exit code 2 and no rank
 // started on its node.
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "core/teardown_reason.h"
 #include "launcher/launch_local.h"
 #include "launcher/plan.h"
 
@@ -41,6 +44,12 @@ constexpr const char* kAgentStopForFailedRankLine = "dstrain-agent-stop-rank-fai
 constexpr const char* kAgentUsr1Line = "dstrain-agent-usr1";
 constexpr const char* kAgentPingLine = "dstrain-agent-ping";    // launcher → agent keepalive
 constexpr const char* kAgentAliveLine = "dstrain-agent-alive";  // agent → launcher keepalive
+
+// kAgentStopForFailedRankLine naming `failure` (one line, without its newline).
+std::string agent_stop_line_for(const teardown::RankFailure& failure);
+// The failure a kAgentStopForFailedRankLine names (a rank not known when the line names none);
+// nullopt for any other line.
+std::optional<teardown::RankFailure> failure_of_agent_stop_line(std::string_view line);
 
 // How often each end of an agent's connection sends its keepalive line.
 double keepalive_send_interval(double keepalive_seconds);

@@ -7,7 +7,6 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "core/teardown_signal.h"
 
 namespace dstrain::launcher {
 namespace {
@@ -17,9 +16,9 @@ int g_write_fd = -1;
 struct sigaction g_saved[sizeof(kCaught) / sizeof(kCaught[0])];
 struct sigaction g_saved_pipe;
 
-void on_signal(int sig, siginfo_t* info, void*) {
+void on_signal(int sig) {
   int saved_errno = errno;
-  unsigned char byte = signal_byte(sig, info);
+  unsigned char byte = static_cast<unsigned char>(sig);
   ssize_t ignored = ::write(g_write_fd, &byte, 1);  // a full pipe drops the byte; one is enough
   (void)ignored;
   errno = saved_errno;
@@ -35,9 +34,9 @@ SignalPipe::SignalPipe() {
   read_fd_ = fds[0];
   g_write_fd = fds[1];
   struct sigaction action {};
-  action.sa_sigaction = on_signal;
+  action.sa_handler = on_signal;
   sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART | SA_SIGINFO;
+  action.sa_flags = SA_RESTART;
   for (size_t i = 0; i < sizeof(kCaught) / sizeof(kCaught[0]); ++i) {
     ::sigaction(kCaught[i], &action, &g_saved[i]);
   }
@@ -63,7 +62,7 @@ std::vector<ReceivedSignal> SignalPipe::drain() {
   ssize_t n;
   while ((n = ::read(read_fd_, buf, sizeof(buf))) > 0) {
     for (ssize_t i = 0; i < n; ++i) {
-      out.push_back({signal_of_byte(buf[i]), peer_failed_of_byte(buf[i])});
+      out.push_back({buf[i]});
     }
   }
   return out;

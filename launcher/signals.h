@@ -4,8 +4,7 @@
 // While a SignalPipe lives: SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGCHLD are caught (each delivery
 // writes its number as one byte to the pipe) and SIGPIPE is ignored (a closed console must not kill
 // the launcher and orphan the job). The destructor restores the previous dispositions. One instance
-// at a time. A SIGTERM that carries the launcher's "another rank failed" value
-// (core/teardown_signal.h) is reported as such, so a node agent passes it on to its ranks.
+// at a time.
 
 #include <vector>
 
@@ -13,7 +12,6 @@ namespace dstrain::launcher {
 
 struct ReceivedSignal {
   int number = 0;
-  bool peer_failed = false;  // SIGTERM sent because a rank elsewhere failed
 };
 
 class SignalPipe {

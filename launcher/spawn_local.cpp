@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/liveness.h"
+#include "core/teardown_reason.h"
 
 extern char** environ;
 
@@ -39,9 +40,9 @@ std::vector<char*> c_array(std::vector<std::string>& strings) {
   return out;
 }
 
-void make_pipe(int fds[2]) {
+void make_pipe(int fds[2], const char* what) {
   if (::pipe2(fds, O_CLOEXEC) != 0) {
-    fail(ErrorKind::kIo, "cannot create a pipe for a rank's output: {}", std::strerror(errno));
+    fail(ErrorKind::kIo, "cannot create a pipe for a rank's {}: {}", what, std::strerror(errno));
   }
 }
 
@@ -50,8 +51,30 @@ void write_str(int fd, const char* s) {
   (void)ignored;
 }
 
+// The child's ends of its pipes, and the descriptor each must become in the child.
+struct ChildFds {
+  static constexpr int kCount = 4;
+  int from[kCount];  // stdout, stderr, heartbeat socket, teardown pipe (read end)
+  static constexpr int kTo[kCount] = {1, 2, liveness::kLivenessFd, teardown::kTeardownFd};
+};
+
+// Moves the child's descriptors into place. Each is first copied above every target, so that
+// moving one never overwrites another that still has to move (any of them may be 1 to 4).
+bool place_descriptors(const ChildFds& fds) {
+  constexpr int kAboveTargets = 10;
+  int high[ChildFds::kCount];
+  for (int i = 0; i < ChildFds::kCount; ++i) {
+    high[i] = ::fcntl(fds.from[i], F_DUPFD_CLOEXEC, kAboveTargets);
+    if (high[i] < 0) return false;
+  }
+  for (int i = 0; i < ChildFds::kCount; ++i) {
+    if (::dup2(high[i], ChildFds::kTo[i]) < 0) return false;  // the copy is not close-on-exec
+  }
+  return true;
+}
+
 // Runs in the forked child: only async-signal-safe calls from here on.
-[[noreturn]] void exec_child(pid_t launcher, int out_w, int err_w, int live_w, char* const* argv,
+[[noreturn]] void exec_child(pid_t launcher, const ChildFds& fds, char* const* argv,
                              char* const* envp) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -60,16 +83,10 @@ void write_str(int fd, const char* s) {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  int null_fd = ::open("/dev/null", O_RDONLY);
-  if (null_fd >= 0) ::dup2(null_fd, 0);
-  ::dup2(out_w, 1);
-  ::dup2(err_w, 2);
-  // After 0-2: if one of out_w/err_w was descriptor 3, its copy is already in place. dup2 onto
-  // itself would keep close-on-exec, so that case clears the flag instead.
-  if (live_w == liveness::kLivenessFd)
-    ::fcntl(live_w, F_SETFD, 0);
-  else
-    ::dup2(live_w, liveness::kLivenessFd);
+  if (!place_descriptors(fds)) ::_exit(127);
+  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null_fd == 0) ::fcntl(0, F_SETFD, 0);  // dup2 onto itself would keep close-on-exec
+  if (null_fd > 0) ::dup2(null_fd, 0);
   ::execve(argv[0], argv, envp);
   int err = errno;
   write_str(2, "dstrain launch: cannot execute ");
@@ -88,37 +105,35 @@ LocalProcess spawn_local(const RankSpec& rank) {
   std::vector<std::string> argv_strings = rank.argv;
   EnvList env = rank.env;
   env.emplace_back(liveness::kLivenessFdVar, std::to_string(liveness::kLivenessFd));
+  env.emplace_back(teardown::kTeardownFdVar, std::to_string(teardown::kTeardownFd));
   std::vector<std::string> env_strings = merged_environment(env);
   std::vector<char*> argv = c_array(argv_strings);
   std::vector<char*> envp = c_array(env_strings);
   int out[2];
   int err[2];
   int live[2];
-  make_pipe(out);
-  make_pipe(err);
+  int reason[2];
+  make_pipe(out, "output");
+  make_pipe(err, "output");
+  make_pipe(reason, "teardown reason");
   if (::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, live) != 0) {
     fail(ErrorKind::kIo, "cannot create a socket pair for a rank's heartbeat: {}",
          std::strerror(errno));
   }
   pid_t launcher = ::getpid();
   pid_t pid = ::fork();
-  if (pid == 0) exec_child(launcher, out[1], err[1], live[1], argv.data(), envp.data());
+  if (pid == 0)
+    exec_child(launcher, ChildFds{{out[1], err[1], live[1], reason[0]}}, argv.data(), envp.data());
   int fork_errno = errno;
-  ::close(out[1]);
-  ::close(err[1]);
-  ::close(live[1]);
+  for (int child_end : {out[1], err[1], live[1], reason[0]}) ::close(child_end);
   if (pid < 0) {
-    ::close(out[0]);
-    ::close(err[0]);
-    ::close(live[0]);
+    for (int own_end : {out[0], err[0], live[0], reason[1]}) ::close(own_end);
     fail(ErrorKind::kIo, "cannot start rank {}: fork failed: {}", rank.rank,
          std::strerror(fork_errno));
   }
   ::setpgid(pid, pid);  // also from the parent, so the group exists before we ever signal it
-  ::fcntl(out[0], F_SETFL, O_NONBLOCK);
-  ::fcntl(err[0], F_SETFL, O_NONBLOCK);
-  ::fcntl(live[0], F_SETFL, O_NONBLOCK);
-  return LocalProcess{pid, out[0], err[0], live[0]};
+  for (int own_end : {out[0], err[0], live[0], reason[1]}) ::fcntl(own_end, F_SETFL, O_NONBLOCK);
+  return LocalProcess{pid, out[0], err[0], live[0], reason[1]};
 }
 
 }  // namespace dstrain::launcher

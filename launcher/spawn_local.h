@@ -6,9 +6,10 @@
 // launcher dies for any reason (PR_SET_PDEATHSIG, re-checked with getppid() against the race where
 // the launcher died before the prctl); stdin from /dev/null; stdout and stderr into pipes the
 // launcher reads; descriptor 3 (DSTRAIN_LIVENESS_FD) a datagram socket for its heartbeat
-// (core/liveness.h); default signal dispositions and an empty signal mask; the launcher's
-// environment with the rank's variables on top. Everything the child needs is prepared before
-// fork(), so the child only makes async-signal-safe calls.
+// (core/liveness.h); descriptor 4 (DSTRAIN_TEARDOWN_FD) the read end of a pipe on which the
+// launcher says why it stops the rank (core/teardown_reason.h); default signal dispositions and an
+// empty signal mask; the launcher's environment with the rank's variables on top. Everything the
+// child needs is prepared before fork(), so the child only makes async-signal-safe calls.
 
 #include <sys/types.h>
 
@@ -21,6 +22,7 @@ struct LocalProcess {
   int stdout_fd = -1;  // read ends, non-blocking, close-on-exec; owned by the caller
   int stderr_fd = -1;
   int liveness_fd = -1;  // the launcher's end of the heartbeat socket, non-blocking, close-on-exec
+  int teardown_fd = -1;  // the write end of the teardown pipe, non-blocking, close-on-exec
 };
 
 // Forks and execs `rank.argv` (argv[0] must be a path, see program_path.h). If exec fails the child

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -45,7 +46,7 @@ struct AgentRun {
   int first_rank = 0, last_rank = 0;
   // main → thread
   std::atomic<bool> stop{false};
-  std::atomic<bool> stop_for_failed_rank{false};  // set before `stop`: tell the agent why
+  std::string stop_line;  // written once, before `stop`: what to tell the agent (node_agent.h)
   std::atomic<int> usr1{0};
   // thread → main (read after `done`)
   std::atomic<bool> done{false};
@@ -55,6 +56,12 @@ struct AgentRun {
   bool stopped_by_launcher = false;
   TailBuffer report{kReportLines};
 };
+
+// How a failed node ended, for the outcome and for the other nodes' ranks.
+std::string node_failure(const AgentRun& r) {
+  return fmt::format("node {} (ranks {}-{}): {}", r.node, r.first_rank, r.last_rank,
+                     r.error.empty() ? fmt::format("exit code {}", r.exit_code) : r.error);
+}
 
 class SshJob {
  public:
@@ -111,7 +118,7 @@ class SshJob {
         interrupt_signal_ = sig;
         exit_code_ = 128 + sig;
       }
-      stop_all(received.peer_failed);
+      stop_all(std::nullopt);
     }
   }
 
@@ -121,22 +128,28 @@ class SshJob {
       if (!r->error.empty() || r->exit_code != 0) {
         failed_node_ = r->node;
         exit_code_ = r->error.empty() && r->exit_code > 0 ? r->exit_code : kSshFailureExit;
-        stop_all(/*for_failed_rank=*/true);
+        stop_all(failure_of(*r));
       }
     }
   }
 
-  // Stops every agent; `for_failed_rank`: because a rank failed (a node failed, or the signal that
-  // stopped this launcher said so), which the agents pass on to their ranks.
-  void stop_all(bool for_failed_rank) {
+  // What the agents tell their ranks when node `r` failed: the rank is known only when the node
+  // held one; its agent's summary names it.
+  static teardown::RankFailure failure_of(const AgentRun& r) {
+    return {r.first_rank == r.last_rank ? r.first_rank : -1, r.host, node_failure(r)};
+  }
+
+  // Stops every agent; `failure`: the failed rank that is why, which the agents tell their ranks.
+  // What an agent is told is decided by the first call.
+  void stop_all(const std::optional<teardown::RankFailure>& failure) {
     if (!stopping_) {
-      for (auto& r : runs_) r->stopped_by_launcher = !r->done;
+      for (auto& r : runs_) {
+        r->stopped_by_launcher = !r->done;
+        r->stop_line = failure ? agent_stop_line_for(*failure) : std::string(kAgentStopLine);
+      }
     }
     stopping_ = true;
-    for (auto& r : runs_) {
-      if (for_failed_rank) r->stop_for_failed_rank = true;
-      r->stop = true;
-    }
+    for (auto& r : runs_) r->stop = true;
   }
 
   bool all_done() const {
@@ -172,9 +185,7 @@ class SshJob {
     double next_ping = 0;
     while (true) {
       if (run.stop && deadline == 0) {
-        session.write_stdin(
-            std::string(run.stop_for_failed_rank ? kAgentStopForFailedRankLine : kAgentStopLine) +
-            "\n");
+        session.write_stdin(run.stop_line + "\n");
         session.send_eof();
         deadline = clock_.seconds() + grace_ + kAfterGraceSeconds;
       }
@@ -238,8 +249,7 @@ class SshJob {
       const AgentRun& r = *runs_[failed_node_];
       o.kind = AttemptOutcome::Kind::kFailed;
       o.host = r.host;
-      o.cause = fmt::format("node {} (ranks {}-{}): {}", r.node, r.first_rank, r.last_rank,
-                            r.error.empty() ? fmt::format("exit code {}", r.exit_code) : r.error);
+      o.cause = node_failure(r);
     }
     return o;
   }

@@ -1,7 +1,5 @@
 #include "launcher/supervisor.h"
 
-#include "core/teardown_signal.h"
-
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -14,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/teardown_reason.h"
 #include "core/timer.h"
 #include "launcher/group_guard.h"
 #include "launcher/signals.h"
@@ -87,6 +86,7 @@ class LocalJob {
       close_fd(slot->proc.stdout_fd);
       close_fd(slot->proc.stderr_fd);
       close_fd(slot->proc.liveness_fd);
+      close_fd(slot->proc.teardown_fd);
       slot->output->finish();
       slot->report.tail = slot->output->tail();
     }
@@ -172,7 +172,8 @@ class LocalJob {
         kill_all(SIGKILL);  // a second interrupt: stop waiting for the grace period
       } else {
         interrupt_signal_ = sig;
-        peer_failed_ = received.peer_failed;  // a node agent stopped because another node failed
+        // A node agent stopped because a rank on another node failed (node_agent.h).
+        if (options_.failure_elsewhere) failure_elsewhere_ = options_.failure_elsewhere();
         begin_teardown();
       }
     }
@@ -205,16 +206,28 @@ class LocalJob {
       kill_all(SIGKILL);
       return;
     }
-    if (failed_rank_ >= 0 || peer_failed_) tell_ranks_a_rank_failed();
+    if (const std::optional<teardown::RankFailure> failure = why_tearing_down()) {
+      tell_ranks(*failure);
+    }
     signal_all(SIGTERM);
   }
 
-  // A SIGTERM carrying kTeardownForFailedRank to each rank (the group leader) before the plain
-  // one to its group: a pending SIGTERM is not queued twice, so the rank sees this one's value
-  // and records its run as FAILED rather than KILLED (core/teardown_signal.h).
-  void tell_ranks_a_rank_failed() {
+  // The failed rank, when one is why the job stops: here, or on another node.
+  std::optional<teardown::RankFailure> why_tearing_down() const {
+    for (const auto& slot : slots_) {
+      if (slot->spec.rank == failed_rank_)
+        return teardown::RankFailure{failed_rank_, slot->spec.host, describe(slot->report)};
+    }
+    return failure_elsewhere_;
+  }
+
+  // Before any SIGTERM: each running rank reads this when the signal arrives, whichever of the
+  // signals to its process group it takes first, and records its run as FAILED rather than KILLED
+  // (core/teardown_reason.h). A rank that already exited is skipped (SIGPIPE is ignored while
+  // signals_ lives, so writing to its pipe would only fail with EPIPE).
+  void tell_ranks(const teardown::RankFailure& failure) {
     for (auto& slot : slots_) {
-      if (slot->running) send_teardown_for_failed_rank(slot->proc.pid);
+      if (slot->running) teardown::send(slot->proc.teardown_fd, failure);
     }
   }
 
@@ -253,7 +266,7 @@ class LocalJob {
     if (interrupt_signal_ != 0) {
       out.cause = JobOutcome::Cause::kInterrupted;
       out.interrupt_signal = interrupt_signal_;
-      out.peer_failed = peer_failed_;
+      out.peer_failed = failure_elsewhere_.has_value();
       out.exit_code = 128 + interrupt_signal_;
     } else if (failed_rank_ >= 0) {
       out.cause = JobOutcome::Cause::kRankFailed;
@@ -294,7 +307,7 @@ class LocalJob {
   double kill_at_ = 0;
   int failed_rank_ = -1;
   int interrupt_signal_ = 0;
-  bool peer_failed_ = false;
+  std::optional<teardown::RankFailure> failure_elsewhere_;  // an interrupt's failure_elsewhere()
 };
 
 }  // namespace

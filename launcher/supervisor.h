@@ -4,13 +4,15 @@
 //
 // Contract:
 //  - All ranks exit 0: outcome kSuccess, exit code 0.
-//  - The first rank to exit non-zero or by a signal is the root cause: every rank's process group
-//  gets
-//    SIGTERM, then SIGKILL after the grace period; exit code = that rank's code (128 + signal).
+//  - The first rank to exit non-zero or by a signal is the root cause: every rank still running is
+//    told which rank failed and how on its teardown pipe (core/teardown_reason.h), then every
+//    rank's process group gets SIGTERM, then SIGKILL after the grace period; exit code = that
+//    rank's code (128 + signal).
 //  - SIGUSR1 to the launcher is forwarded to every rank's process group and the job goes on (ranks
 //    are expected to save a checkpoint; see docs/launch.md, "Slurm").
 //  - SIGINT/SIGTERM/SIGHUP to the launcher: the same teardown, outcome kInterrupted, exit code
-//    128 + signal. A second signal during teardown escalates to SIGKILL at once.
+//    128 + signal. A second signal during teardown escalates to SIGKILL at once. When
+//    failure_elsewhere (below) names a failed rank, the ranks are told it before their SIGTERM.
 //  - A rank that beat (core/liveness.h) and then stays silent for the silence limit is frozen (its
 //    whole process stopped): it gets SIGKILL at once (SIGKILL also ends a stopped process), it is
 //    the root cause ("stopped responding"), and the others are torn down as above. When a rank
@@ -23,9 +25,11 @@
 
 #include <sys/types.h>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/teardown_reason.h"
 #include "launcher/exit_status.h"
 #include "launcher/output.h"
 #include "launcher/plan.h"
@@ -50,6 +54,10 @@ struct SupervisorOptions {
   // run_local_job returns: what it writes to targets' descriptors never splits a rank's line (the
   // node agent's keepalive, node_agent.h).
   std::function<void()> on_tick;
+  // Asked once, when a signal to this process starts the teardown: the failed rank the signal was
+  // sent for (a node agent told by the root launcher, node_agent.h), or nullopt when the job was
+  // simply stopped. The caller records the failure before it sends the signal.
+  std::function<std::optional<teardown::RankFailure>()> failure_elsewhere;
 };
 
 struct RankReport {
@@ -69,7 +77,7 @@ struct JobOutcome {
   int exit_code = 0;
   int failed_rank = -1;           // kRankFailed: the root-cause rank
   int interrupt_signal = 0;       // kInterrupted: the signal the launcher received
-  bool peer_failed = false;       // kInterrupted: that signal said a rank elsewhere failed
+  bool peer_failed = false;       // kInterrupted: failure_elsewhere named a failed rank
   double seconds = 0;             // wall time of the whole job
   std::vector<RankReport> ranks;  // in rank order
 };

@@ -1,34 +1,42 @@
 #pragma once
 // TerminationWatch: lets a run record how it ended when it is told to stop by a signal. While one
 // lives, SIGTERM and SIGINT do not kill the process at once: the handler only wakes a watcher
-// thread (async-signal-safe: one write to a pipe), which calls `on_signal(signo, peer_failed)`
-// (`peer_failed`: the launcher sent it because another rank failed, core/teardown_signal.h; any
-// delivery in the first 100 ms after the first counts, as the launcher's two SIGTERMs may be
-// handled in either order) — on
+// thread (async-signal-safe: one write to a pipe), which calls `on_signal(signo, failure)` — on
 // that thread, so it works even while the main thread is blocked in a collective — then restores
 // the default action and raises the signal again, so the process still dies by it (exit status 128
 // + signal, what the launcher and schedulers expect). `on_signal` must return in bounded time: the
 // launcher sends SIGKILL after its grace period (5 s by default).
 //
-// One at a time per process. The destructor restores the previous handlers.
+// `failure` is what the launcher wrote on the rank's teardown pipe (`reason_fd`,
+// core/teardown_reason.h) before it sent any signal: set when it stops the ranks because a rank
+// failed, nullopt when the job was stopped (or there is no pipe: reason_fd < 0). It is read when
+// the first signal is handled; which of the launcher's signals that is does not matter.
+//
+// One at a time per process. The destructor restores the previous handlers; it does not close
+// `reason_fd`.
 
 #include <functional>
+#include <optional>
 #include <thread>
+
+#include "core/teardown_reason.h"
 
 namespace dstrain::metrics {
 
 class TerminationWatch {
  public:
-  explicit TerminationWatch(std::function<void(int, bool)> on_signal);
+  using OnSignal = std::function<void(int signo, const std::optional<teardown::RankFailure>&)>;
+  TerminationWatch(OnSignal on_signal, int reason_fd);
   ~TerminationWatch();
   TerminationWatch(const TerminationWatch&) = delete;
   TerminationWatch& operator=(const TerminationWatch&) = delete;
 
  private:
   void watch();
-  bool next_byte(int timeout_ms, unsigned char& byte);
+  bool next_byte(unsigned char& byte);
 
-  std::function<void(int, bool)> on_signal_;
+  OnSignal on_signal_;
+  int reason_fd_ = -1;
   int pipe_[2] = {-1, -1};
   std::thread thread_;
 };

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "core/teardown_reason.h"
 #include "core/timer.h"
 #include "core/trace.h"
 #include "hub/resolve.h"
@@ -172,16 +173,18 @@ void Trainer::create_metrics() {
   t.resumed = !resume_from_.empty();
   metrics::add_tracking_sinks(*metrics_, t);
   // A signal ends the run within the launcher's grace period (5 s by default): FAILED when the
-  // launcher stops the ranks because one failed, else KILLED.
-  termination_ = std::make_unique<metrics::TerminationWatch>([this](int signo, bool peer_failed) {
+  // launcher stops the ranks because one failed (it said so on the teardown pipe), else KILLED.
+  auto on_signal = [this](int signo, const std::optional<teardown::RankFailure>& failure) {
     const metrics::RunStatus status =
-        peer_failed ? metrics::RunStatus::kFailed : metrics::RunStatus::kKilled;
-    log::warn(
-        "{} ({}): the tracked run ends as {}", ::strsignal(signo),
-        peer_failed ? "the launcher stops the job: another rank failed" : "the job was stopped",
-        metrics::to_string(status));
+        failure ? metrics::RunStatus::kFailed : metrics::RunStatus::kKilled;
+    log::warn("{} ({}): the tracked run ends as {}", ::strsignal(signo),
+              failure ? "the launcher stops the job: " + teardown::describe(*failure)
+                      : std::string("the job was stopped"),
+              metrics::to_string(status));
     metrics_->finish(status, kSignalFinishSeconds);
-  });
+  };
+  termination_ = std::make_unique<metrics::TerminationWatch>(std::move(on_signal),
+                                                             teardown::reason_fd_from_env());
 }
 
 void Trainer::build_model() {

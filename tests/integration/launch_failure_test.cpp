@@ -111,6 +111,48 @@ TEST_F(LaunchFailure, SucceedingRanksLeaveNoBackgroundProcesses) {
   expect_no_survivors(2);
 }
 
+// How often `needle` occurs in `text`.
+int count_of(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+// Ranks that exec sigterm_probe (it prints why it was stopped) once it can take SIGTERM.
+const std::string kExecProbe = "PROBE_READY_DIR=\"$D\" exec " SIGTERM_PROBE;
+
+// The ranks still running are told which rank failed, and how, before their SIGTERM
+// (core/teardown_reason.h): their tracked runs end FAILED, not KILLED.
+TEST_F(LaunchFailure, RanksStillRunningAreToldWhichRankFailed) {
+  std::string script =
+      "if [ \"$RANK\" = 2 ]; then " + wait_for_others(3) + "exit 3; fi; " + kExecProbe;
+  RunResult r =
+      run_dstrain({"launch", "--nproc", "3", "--exec", "--", "sh", "-c", script}, env(), 30);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  const std::string all = r.out + r.err;
+  EXPECT_EQ(
+      count_of(all, "probe: SIGTERM for a failed rank (rank 2 on localhost failed: exit code 3)"),
+      2)
+      << all;
+  EXPECT_EQ(count_of(all, "plain SIGTERM"), 0) << all;
+  expect_no_survivors(3);
+}
+
+TEST_F(LaunchFailure, AnInterruptedLauncherTellsTheRanksNoRankFailed) {
+  Child launcher =
+      start_dstrain({"launch", "--nproc", "3", "--exec", "--", "sh", "-c", kExecProbe}, env());
+  bool ready = wait_until([&] { return all_ready(3); }, 15.0);
+  if (ready) ::kill(launcher.pid, SIGINT);
+  RunResult r = finish(launcher, ready ? 20 : 0);
+  ASSERT_TRUE(ready) << "ranks did not start: " << r.err;
+  ASSERT_FALSE(r.timed_out) << r.err;
+  const std::string all = r.out + r.err;
+  EXPECT_EQ(count_of(all, "probe: plain SIGTERM"), 3) << all;
+  EXPECT_EQ(count_of(all, "for a failed rank"), 0) << all;
+  expect_no_survivors(3);
+}
+
 class LaunchSignal : public LaunchFailure, public ::testing::WithParamInterface<int> {};
 
 TEST_P(LaunchSignal, SignalToLauncherStopsAllRanks) {

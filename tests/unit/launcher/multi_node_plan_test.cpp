@@ -162,5 +162,22 @@ TEST_F(MultiNodePlanTest, SecretVariablesGoOnTheChannelAndTheDryRunRedactsThem) 
       << text;
 }
 
+// The root launcher's stop line names the failed rank; the agent reads it back and tells its ranks.
+TEST(AgentStopLine, NamesTheFailedRankAndReadsBack) {
+  const teardown::RankFailure failure{-1, "node1", "node 1 (ranks 2-3): exit code 137"};
+  const std::string line = agent_stop_line_for(failure);
+  EXPECT_EQ(line.rfind(kAgentStopForFailedRankLine, 0), 0u) << line;
+  const std::optional<teardown::RankFailure> back = failure_of_agent_stop_line(line);
+  ASSERT_TRUE(back.has_value()) << line;
+  EXPECT_EQ(back->rank, -1);
+  EXPECT_EQ(back->host, "node1");
+  EXPECT_EQ(back->cause, failure.cause);
+  // A bare stop line (nothing named) still says a rank failed; other lines say nothing.
+  ASSERT_TRUE(failure_of_agent_stop_line(kAgentStopForFailedRankLine).has_value());
+  EXPECT_EQ(failure_of_agent_stop_line(kAgentStopForFailedRankLine)->rank, -1);
+  for (const char* other : {kAgentStopLine, kAgentPingLine, "dstrain-agent-stop-rank-failedX"})
+    EXPECT_FALSE(failure_of_agent_stop_line(other).has_value()) << other;
+}
+
 }  // namespace
 }  // namespace dstrain::launcher
