@@ -163,7 +163,11 @@ def test_measured_layers_replace_the_extrapolated_layers(tmp, model):
     entry measured at another length is refused, naming the key."""
     with open(INPUTS, encoding="utf-8") as f:
         data = json.load(f)
-    plain = model.Model(model.Inputs(INPUTS))
+    data.pop("measured_layers", None)  # the FLOP-rate model to compare with
+    plain_path = os.path.join(tmp, "plain.json")
+    with open(plain_path, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+    plain = model.Model(model.Inputs(plain_path))
     entry = {"forward_ms": 10.0, "backward_ms": 25.0, "optimizer_ns_per_element": 0.02,
              "micro": 4, "seq": 2048, "checkpointing": False,
              "shape": {"hidden": 4096, "intermediate": 14336, "heads": 32, "kv_heads": 8,
