@@ -54,6 +54,8 @@ class LoraModel {
   const LoraOptions& options() const { return options_; }
   // Adapted module paths in forward order.
   std::vector<std::string> modules() const;
+  // The adapted projections in forward order (each with the model block it belongs to).
+  const std::vector<TargetModule>& targets() const { return targets_; }
   // (lora_A name, A), (lora_B name, B) per module, in forward order: the trainable parameters.
   std::vector<std::pair<std::string, torch::Tensor>> named_parameters() const;
   std::vector<LoraWeights> weights() const;

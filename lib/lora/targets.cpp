@@ -11,16 +11,15 @@
 namespace dstrain::lora {
 namespace {
 
-TargetModule make_target(const std::string& prefix, const std::string& projection, int64_t layer,
-                         torch::nn::Linear& linear, model::ProjectionAdapters& adapters) {
+TargetModule make_target(const model::ModelBlock& block, const model::Projection& p) {
   TargetModule t;
-  t.path = prefix + projection;
-  t.projection = projection;
-  t.layer = layer;
-  t.in_features = linear->options.in_features();
-  t.out_features = linear->options.out_features();
-  t.adapters = &adapters;
-  t.weight = linear->weight;
+  t.path = block.name + "." + p.path;
+  t.projection = p.path.substr(p.path.rfind('.') + 1);
+  t.block = block.index;
+  t.in_features = p.linear->in_features;
+  t.out_features = p.linear->out_features;
+  t.adapters = p.adapters;
+  t.weight = p.linear->weight;
   return t;
 }
 
@@ -43,29 +42,22 @@ std::regex compile(const std::string& pattern, const std::string& key) {
 
 std::vector<TargetModule> targetable_modules(model::DecoderModelImpl& model) {
   std::vector<TargetModule> out;
-  for (int64_t i = 0; i < model.num_layers(); ++i) {
-    model::DecoderLayer layer = model.decoder_layer(i);
-    const std::string attn = fmt::format("model.layers.{}.self_attn.", i);
-    const std::string mlp = fmt::format("model.layers.{}.mlp.", i);
-    auto& a = *layer->self_attn;
-    auto& m = *layer->mlp;
-    out.push_back(make_target(attn, "q_proj", i, a.q_proj, a.adapters));
-    out.push_back(make_target(attn, "k_proj", i, a.k_proj, a.adapters));
-    out.push_back(make_target(attn, "v_proj", i, a.v_proj, a.adapters));
-    out.push_back(make_target(attn, "o_proj", i, a.o_proj, a.adapters));
-    out.push_back(make_target(mlp, "gate_proj", i, m.gate_proj, m.adapters));
-    out.push_back(make_target(mlp, "up_proj", i, m.up_proj, m.adapters));
-    out.push_back(make_target(mlp, "down_proj", i, m.down_proj, m.adapters));
+  for (const auto& block : model.blocks()) {
+    for (const model::Projection& p : block->block->projections()) {
+      out.push_back(make_target(*block, p));
+    }
   }
   return out;
 }
 
 namespace {
 
+// Each projection name once, in forward order.
 std::vector<std::string> projection_names(model::DecoderModelImpl& model) {
   std::vector<std::string> names;
+  std::set<std::string> seen;
   for (const auto& t : targetable_modules(model)) {
-    if (t.layer == 0) names.push_back(t.projection);
+    if (seen.insert(t.projection).second) names.push_back(t.projection);
   }
   return names;
 }
@@ -128,9 +120,10 @@ std::vector<TargetModule> resolve_targets(model::DecoderModelImpl& model,
   for (const auto& name : targets) {
     if (!used.count(name)) {
       fail(ErrorKind::kConfig,
-           "{}: '{}' matches no module of the model (module paths look like "
-           "model.layers.0.self_attn.q_proj); targetable modules: {}",
-           key, name, targetable_names(model));
+           "{}: '{}' matches no module of the model (module paths look like {}); targetable "
+           "modules: {}",
+           key, name, all.empty() ? std::string("none") : all.front().path,
+           targetable_names(model));
     }
   }
   std::vector<TargetModule> out;

@@ -12,9 +12,12 @@
 // layer but the output layer: here, every targetable projection. PEFT writes the names it expanded
 // to into adapter_config.json; LoraModel does the same (see expand_all_linear()).
 //
-// Only the decoder layers' projections can carry an adapter: q_proj k_proj v_proj o_proj
-// gate_proj up_proj down_proj. A target that selects nothing, or selects another kind of module
-// (a norm, an embedding, lm_head), is Error(kConfig) listing the names that can be targeted.
+// The projections that can carry an adapter are those the model's blocks offer
+// (model::Block::projections(): a decoder layer's q_proj k_proj v_proj o_proj gate_proj up_proj
+// down_proj), at the path block name + "." + the projection's path in the block. A target that
+// selects nothing, or selects another kind of module (a norm, an embedding, lm_head), is
+// Error(kConfig) listing the names that can be targeted. Matching reads only the block list and
+// module names, so it works on a model built without memory (model::Materialize::kNo).
 
 #include <cstdint>
 #include <string>
@@ -27,15 +30,15 @@ namespace dstrain::lora {
 struct TargetModule {
   std::string path;        // "model.layers.0.self_attn.q_proj"
   std::string projection;  // "q_proj"
-  int64_t layer = 0;
+  size_t block = 0;        // the model block it belongs to (model::ModelBlock::index)
   int64_t in_features = 0;
   int64_t out_features = 0;
   model::ProjectionAdapters* adapters = nullptr;  // the owning module's adapter slots
   torch::Tensor weight;                           // the projection's weight [out, in]
 };
 
-// Every projection that can carry an adapter, in forward order (layer by layer; q k v o, then
-// gate up down).
+// Every projection that can carry an adapter, in forward order (block by block; in a decoder
+// layer q k v o, then gate up down).
 std::vector<TargetModule> targetable_modules(model::DecoderModelImpl& model);
 
 // The projection names of targetable modules, for error messages: "q_proj, k_proj, ...".

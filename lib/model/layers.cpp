@@ -1,16 +1,20 @@
 #include "model/layers.h"
 
+#include <cmath>
 #include <vector>
 
 #include "model/fused_layer_ops.h"
 #include "model/sliding_window_attention.h"
+#include "model/storage.h"
 #include "model/tiled_mlp.h"
 
 namespace dstrain::model {
 namespace {
 
-torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+// A float32 parameter of `shape`: uninitialised memory, or none at all.
+torch::Tensor new_parameter(c10::IntArrayRef shape, Materialize materialize) {
+  return materialize == Materialize::kYes ? torch::empty(shape)
+                                          : unmaterialized(shape, torch::kFloat);
 }
 
 // [B, KV, T, D] -> [B, KV·groups, T, D]: each key/value head serves `groups` consecutive query
@@ -25,7 +29,7 @@ torch::Tensor repeat_kv(const torch::Tensor& x, int64_t groups) {
 // which is one matmul with the bias added in its epilogue (float32, before rounding); with 3-D
 // input PyTorch runs the matmul and then a separate bias add over the output. The CPU keeps the 3-D
 // call, op for op what transformers runs.
-torch::Tensor project(torch::nn::Linear& linear, const torch::Tensor& x) {
+torch::Tensor project(Linear& linear, const torch::Tensor& x) {
   if (!x.is_cuda() || x.dim() == 2 || !linear->bias.defined()) return linear(x);
   std::vector<int64_t> shape = x.sizes().vec();
   const torch::Tensor y = linear(x.reshape({-1, shape.back()}));
@@ -34,6 +38,23 @@ torch::Tensor project(torch::nn::Linear& linear, const torch::Tensor& x) {
 }
 
 }  // namespace
+
+LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias, Materialize materialize)
+    : in_features(in), out_features(out) {
+  weight = register_parameter("weight", new_parameter({out, in}, materialize));
+  if (with_bias) bias = register_parameter("bias", new_parameter({out}, materialize));
+  if (materialize == Materialize::kNo) return;
+  // torch::nn::Linear's default initialisation, drawn in the same order from the same generator.
+  torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (bias.defined()) {
+    const double bound = 1 / std::sqrt(static_cast<double>(in));
+    torch::nn::init::uniform_(bias, -bound, bound);
+  }
+}
+
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  return torch::nn::functional::linear(x, weight, bias);
+}
 
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, std::optional<int64_t> window) {
@@ -59,7 +80,7 @@ void ProjectionAdapters::set(const std::string& projection,
   }
 }
 
-torch::Tensor ProjectionAdapters::apply(const std::string& projection, torch::nn::Linear& linear,
+torch::Tensor ProjectionAdapters::apply(const std::string& projection, Linear& linear,
                                         const torch::Tensor& x, bool training) const {
   torch::Tensor y = project(linear, x);
   if (by_name_.empty()) return y;
@@ -76,26 +97,29 @@ std::vector<torch::Tensor> ProjectionAdapters::parameters() const {
   return out;
 }
 
-RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
-  weight = register_parameter("weight", torch::ones({dim}));
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps, Materialize materialize) : eps_(eps) {
+  weight = register_parameter("weight", materialize == Materialize::kYes
+                                            ? torch::ones({dim})
+                                            : unmaterialized({dim}, torch::kFloat));
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   return rms_norm(x, weight, eps_);
 }
 
-AttentionImpl::AttentionImpl(const ModelConfig& c, std::optional<int64_t> window)
+AttentionImpl::AttentionImpl(const ModelConfig& c, std::optional<int64_t> window, Materialize m)
     : heads_(c.num_attention_heads),
       kv_heads_(c.num_key_value_heads),
       head_dim_(c.head_dim),
       window_(window) {
-  q_proj = register_module("q_proj", linear(c.hidden_size, heads_ * head_dim_, c.qkv_bias));
-  k_proj = register_module("k_proj", linear(c.hidden_size, kv_heads_ * head_dim_, c.qkv_bias));
-  v_proj = register_module("v_proj", linear(c.hidden_size, kv_heads_ * head_dim_, c.qkv_bias));
-  o_proj = register_module("o_proj", linear(heads_ * head_dim_, c.hidden_size, c.o_bias));
+  const int64_t C = c.hidden_size, q = heads_ * head_dim_, kv = kv_heads_ * head_dim_;
+  q_proj = register_module("q_proj", Linear(C, q, c.qkv_bias, m));
+  k_proj = register_module("k_proj", Linear(C, kv, c.qkv_bias, m));
+  v_proj = register_module("v_proj", Linear(C, kv, c.qkv_bias, m));
+  o_proj = register_module("o_proj", Linear(q, C, c.o_bias, m));
   if (c.qk_norm) {
-    q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps));
-    k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps));
+    q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps, m));
+    k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps, m));
   }
 }
 
@@ -118,10 +142,11 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
                         train);
 }
 
-MlpImpl::MlpImpl(const ModelConfig& c) {
-  gate_proj = register_module("gate_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
-  up_proj = register_module("up_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
-  down_proj = register_module("down_proj", linear(c.intermediate_size, c.hidden_size, c.mlp_bias));
+MlpImpl::MlpImpl(const ModelConfig& c, Materialize m) {
+  const int64_t C = c.hidden_size, I = c.intermediate_size;
+  gate_proj = register_module("gate_proj", Linear(C, I, c.mlp_bias, m));
+  up_proj = register_module("up_proj", Linear(C, I, c.mlp_bias, m));
+  down_proj = register_module("down_proj", Linear(I, C, c.mlp_bias, m));
 }
 
 torch::Tensor MlpImpl::untiled(const torch::Tensor& x, bool training) {
@@ -146,20 +171,6 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   std::vector<int64_t> shape = x.sizes().vec();
   shape.back() = out.size(1);
   return out.view(shape);
-}
-
-DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t index) {
-  self_attn = register_module("self_attn", Attention(c, c.attention_window(index)));
-  mlp = register_module("mlp", Mlp(c));
-  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
-  post_attention_layernorm =
-      register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
-}
-
-torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& h, const torch::Tensor& cos,
-                                        const torch::Tensor& sin) {
-  const torch::Tensor x = h + self_attn(input_layernorm(h), cos, sin);
-  return x + mlp(post_attention_layernorm(x));
 }
 
 }  // namespace dstrain::model

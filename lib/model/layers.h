@@ -1,5 +1,5 @@
 #pragma once
-// The building blocks of a decoder layer, as torch::nn modules whose registered names make
+// The parts of a decoder layer (blocks.h), as torch::nn modules whose registered names make
 // named_parameters() produce the Hugging Face state-dict names (q_proj, input_layernorm, ...).
 // Shapes: B batch, T sequence, C hidden_size, H query heads, KV key/value heads, D head_dim, I MLP
 // width.
@@ -16,6 +16,24 @@
 #include "model/model_config.h"
 
 namespace dstrain::model {
+
+// kYes: parameters hold memory, with LibTorch's default initialisation (as torch::nn::Linear and
+// torch::nn::Embedding draw it). kNo: parameters know their shapes, dtype and device but hold no
+// memory and nothing is drawn or computed (see storage.h): an engine fills them (ZeRO-3 only its
+// own shard), or nothing ever does (the memory estimator, LoRA's target matching).
+enum class Materialize { kYes, kNo };
+
+// y = x·Wᵀ + b: torch::nn::Linear's forward and default initialisation, buildable without memory.
+class LinearImpl : public torch::nn::Module {
+ public:
+  LinearImpl(int64_t in_features, int64_t out_features, bool bias, Materialize materialize);
+  torch::Tensor forward(const torch::Tensor& x);  // [..., in] -> [..., out]
+
+  int64_t in_features, out_features;
+  torch::Tensor weight;  // [out, in]
+  torch::Tensor bias;    // [out], or undefined
+};
+TORCH_MODULE(Linear);
 
 // Something added to a projection's output, computed from the same input: LoRA's
 // B·A·dropout(x)·scale (lib/lora). x [..., in] → [..., out] in x's dtype. `training` is the owning
@@ -38,8 +56,8 @@ class ProjectionAdapters {
   void set(const std::string& projection, std::shared_ptr<LinearAdapter> adapter);
   bool empty() const { return by_name_.empty(); }
   // linear(x) plus the projection's adapter delta, if it has one.
-  torch::Tensor apply(const std::string& projection, torch::nn::Linear& linear,
-                      const torch::Tensor& x, bool training) const;
+  torch::Tensor apply(const std::string& projection, Linear& linear, const torch::Tensor& x,
+                      bool training) const;
   // Every adapter's parameters().
   std::vector<torch::Tensor> parameters() const;
 
@@ -64,7 +82,7 @@ using AttentionCore =
 // cast back to the input dtype and then scaled by `weight` [dim].
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(int64_t dim, double eps);
+  RMSNormImpl(int64_t dim, double eps, Materialize materialize = Materialize::kYes);
   torch::Tensor forward(const torch::Tensor& x);  // [..., dim] -> same
 
   torch::Tensor weight;  // [dim]
@@ -78,18 +96,18 @@ TORCH_MODULE(RMSNorm);
 // sliding_window_attention.h).
 class AttentionImpl : public torch::nn::Module {
  public:
-  AttentionImpl(const ModelConfig& config, std::optional<int64_t> window);
+  AttentionImpl(const ModelConfig& config, std::optional<int64_t> window, Materialize materialize);
   // x: [B, T, C]; cos, sin: [T, D] in x's dtype (the positions of x's tokens). Returns [B, T, C].
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
-  torch::nn::Linear q_proj{nullptr};  // weight [H·D, C]
-  torch::nn::Linear k_proj{nullptr};  // weight [KV·D, C]
-  torch::nn::Linear v_proj{nullptr};  // weight [KV·D, C]
-  torch::nn::Linear o_proj{nullptr};  // weight [C, H·D]
-  RMSNorm q_norm{nullptr};            // [D], qwen3 only
-  RMSNorm k_norm{nullptr};            // [D], qwen3 only
-  ProjectionAdapters adapters;        // keyed q_proj, k_proj, v_proj, o_proj
-  AttentionCore core;                 // empty: causal_attention
+  Linear q_proj{nullptr};       // weight [H·D, C]
+  Linear k_proj{nullptr};       // weight [KV·D, C]
+  Linear v_proj{nullptr};       // weight [KV·D, C]
+  Linear o_proj{nullptr};       // weight [C, H·D]
+  RMSNorm q_norm{nullptr};      // [D], qwen3 only
+  RMSNorm k_norm{nullptr};      // [D], qwen3 only
+  ProjectionAdapters adapters;  // keyed q_proj, k_proj, v_proj, o_proj
+  AttentionCore core;           // empty: causal_attention
 
  private:
   int64_t heads_, kv_heads_, head_dim_;
@@ -101,34 +119,20 @@ TORCH_MODULE(Attention);
 // [tokens, I] intermediates then exist one tile at a time, in training and in eval.
 class MlpImpl : public torch::nn::Module {
  public:
-  explicit MlpImpl(const ModelConfig& config);
+  MlpImpl(const ModelConfig& config, Materialize materialize);
   torch::Tensor forward(const torch::Tensor& x);  // [B, T, C] -> [B, T, C]
   // kTiledMlpOff (the default), kTiledMlpAuto or tokens per tile: see mlp_tile_tokens().
   void set_tiling(int64_t setting) { tiling_ = setting; }
 
-  torch::nn::Linear gate_proj{nullptr};  // [I, C]
-  torch::nn::Linear up_proj{nullptr};    // [I, C]
-  torch::nn::Linear down_proj{nullptr};  // [C, I]
-  ProjectionAdapters adapters;           // keyed gate_proj, up_proj, down_proj
+  Linear gate_proj{nullptr};    // [I, C]
+  Linear up_proj{nullptr};      // [I, C]
+  Linear down_proj{nullptr};    // [C, I]
+  ProjectionAdapters adapters;  // keyed gate_proj, up_proj, down_proj
 
  private:
   torch::Tensor untiled(const torch::Tensor& x, bool training);  // [..., C] -> [..., C]
   int64_t tiling_ = 0;
 };
 TORCH_MODULE(Mlp);
-
-// Pre-norm residual block: h + attn(norm(h)), then h + mlp(norm(h)).
-class DecoderLayerImpl : public torch::nn::Module {
- public:
-  // Layer number `index` of the model: its attention window is config.attention_window(index).
-  DecoderLayerImpl(const ModelConfig& config, int64_t index);
-  torch::Tensor forward(const torch::Tensor& h, const torch::Tensor& cos, const torch::Tensor& sin);
-
-  Attention self_attn{nullptr};
-  Mlp mlp{nullptr};
-  RMSNorm input_layernorm{nullptr};
-  RMSNorm post_attention_layernorm{nullptr};
-};
-TORCH_MODULE(DecoderLayer);
 
 }  // namespace dstrain::model

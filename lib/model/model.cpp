@@ -1,38 +1,26 @@
 #include "model/model.h"
 
+#include <map>
+
 #include "core/error.h"
-#include "model/activation_checkpoint.h"
 #include "model/rope.h"
 #include "model/storage.h"
 
 namespace dstrain::model {
 
-namespace {
-
-// Drops the memory of every parameter of `module` (shapes are kept).
-void release_parameters(torch::nn::Module& module) {
-  for (auto& p : module.parameters()) release_storage(p);
-}
-
-}  // namespace
-
 DecoderBackboneImpl::DecoderBackboneImpl(const ModelConfig& c, Materialize materialize) {
-  const bool keep = materialize == Materialize::kYes;
   auto opts = torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size);
   // As in HF, the pad row gets no gradient from the lookup (it still does from a tied lm_head).
   if (c.pad_token_id && *c.pad_token_id >= 0 && *c.pad_token_id < c.vocab_size)
     opts.padding_idx(*c.pad_token_id);
   // Given a weight, Embedding uses it instead of allocating and initialising its own.
-  if (!keep) opts._weight(unmaterialized({c.vocab_size, c.hidden_size}, torch::kFloat));
+  if (materialize == Materialize::kNo)
+    opts._weight(unmaterialized({c.vocab_size, c.hidden_size}, torch::kFloat));
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(opts));
   layers = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    DecoderLayer layer(c, i);
-    if (!keep) release_parameters(*layer);
-    layers->push_back(layer);
-  }
-  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
-  if (!keep) release_parameters(*norm);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    layers->push_back(DecoderLayer(c, i, materialize));
+  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, materialize));
 }
 
 DecoderModelImpl::DecoderModelImpl(ModelConfig config, Materialize materialize)
@@ -40,13 +28,95 @@ DecoderModelImpl::DecoderModelImpl(ModelConfig config, Materialize materialize)
   model = register_module("model", DecoderBackbone(config_, materialize));
   if (!config_.tie_word_embeddings) {
     lm_head = register_module(
-        "lm_head",
-        torch::nn::Linear(
-            torch::nn::LinearOptions(config_.hidden_size, config_.vocab_size).bias(false)));
-    if (materialize == Materialize::kNo) release_parameters(*lm_head);
+        "lm_head", Linear(config_.hidden_size, config_.vocab_size, /*bias=*/false, materialize));
   }
   inv_freq_ = rope_inv_freq(config_, config_.max_position_embeddings);
   rope_scaling_ = rope_attention_scaling(config_);
+  head_ = std::make_shared<LmHead>(model->norm, lm_head,
+                                   lm_head ? torch::nn::Embedding(nullptr) : model->embed_tokens);
+  std::vector<std::shared_ptr<const ModelBlock>> blocks;
+  auto add = [&](std::string name, BlockRole role, std::shared_ptr<Block> block) {
+    ModelBlock b;
+    b.name = std::move(name);
+    b.role = role;
+    b.block = std::move(block);
+    blocks.push_back(std::make_shared<const ModelBlock>(std::move(b)));
+  };
+  add("model.embed_tokens", BlockRole::kEmbedding,
+      std::make_shared<TokenEmbedding>(model->embed_tokens));
+  for (int64_t i = 0; i < num_layers(); ++i)
+    add(fmt::format("model.layers.{}", i), BlockRole::kLayer, decoder_layer(i).ptr());
+  add("head", BlockRole::kHead, head_);
+  blocks_ = std::move(blocks);
+  assign_parameters();
+}
+
+void DecoderModelImpl::insert_block(size_t position, const std::string& name, BlockRole role,
+                                    std::shared_ptr<Block> block) {
+  if (position >= blocks_.size()) {
+    fail(ErrorKind::kInternal, "add_block '{}': position {} is not before the head (block {})",
+         name, position, blocks_.size() - 1);
+  }
+  ModelBlock b;
+  b.name = name;
+  b.role = role;
+  b.block = std::move(block);
+  blocks_.insert(blocks_.begin() + static_cast<std::ptrdiff_t>(position),
+                 std::make_shared<const ModelBlock>(std::move(b)));
+  assign_parameters();
+}
+
+// A parameter belongs to the first block that reads it; a later block reading it shares that
+// block. Every parameter must be read by some block (else no engine would ever see it).
+void DecoderModelImpl::assign_parameters() {
+  std::map<const c10::TensorImpl*, std::string> names;
+  for (const auto& item : named_parameters())
+    names[item.value().unsafeGetTensorImpl()] = item.key();
+  std::map<const c10::TensorImpl*, size_t> owner;
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    ModelBlock b = *blocks_[i];
+    b.index = i;
+    b.parameters.clear();
+    b.shares.clear();
+    for (const torch::Tensor& t : b.block->weights()) {
+      const auto* impl = t.unsafeGetTensorImpl();
+      const auto name = names.find(impl);
+      if (name == names.end()) {
+        fail(ErrorKind::kInternal, "block {} reads a tensor that is no parameter of the model",
+             b.name);
+      }
+      const auto [it, first] = owner.emplace(impl, i);
+      if (first) {
+        b.parameters.emplace_back(name->second, t);
+      } else if (it->second != i) {
+        b.shares.push_back(it->second);
+      }
+    }
+    blocks_[i] = std::make_shared<const ModelBlock>(std::move(b));
+  }
+  for (const auto& [impl, name] : names) {
+    if (!owner.count(impl)) fail(ErrorKind::kInternal, "parameter {} belongs to no block", name);
+  }
+}
+
+void DecoderModelImpl::wrap_blocks(BlockWrapper wrapper) {
+  wrappers_.push_back(std::make_shared<const BlockWrapper>(std::move(wrapper)));
+}
+
+torch::Tensor DecoderModelImpl::run_block(size_t index, const torch::Tensor& x,
+                                          const BlockContext& ctx) {
+  const std::shared_ptr<const ModelBlock>& b = blocks_.at(index);
+  if (wrappers_.empty()) return b->block->forward(x, ctx);
+  // Each closure holds what it calls: a wrapper may keep `run` for a later recompute.
+  BlockFn run = [block = b->block, ctx](const torch::Tensor& in) {
+    return block->forward(in, ctx);
+  };
+  for (const auto& wrapper : wrappers_) {
+    run = [wrapper, b, ctx, inner = std::move(run)](const torch::Tensor& in) {
+      return (*wrapper)(*b, in, ctx, inner);
+    };
+  }
+  return run(x);
 }
 
 DecoderLayer DecoderModelImpl::decoder_layer(int64_t index) const {
@@ -73,75 +143,66 @@ std::pair<torch::Tensor, torch::Tensor> DecoderModelImpl::rope(int64_t seq_len,
   return {cos.to(like.scalar_type()), sin.to(like.scalar_type())};
 }
 
+BlockContext DecoderModelImpl::context(int64_t seq_len, const Positions& positions,
+                                       const torch::Tensor& labels) {
+  BlockContext ctx;
+  // The embedding's output has its weight's dtype and device, and so every hidden state.
+  std::tie(ctx.cos, ctx.sin) = rope(seq_len, model->embed_tokens->weight, positions);
+  ctx.labels = labels;
+  ctx.loss_chunk_bytes = loss_chunk_bytes_;
+  ctx.training = is_training();
+  return ctx;
+}
+
 void DecoderModelImpl::set_attention_core(const AttentionCore& core) {
-  for (int64_t i = 0; i < num_layers(); ++i) decoder_layer(i)->self_attn->core = core;
-}
-
-torch::Tensor DecoderModelImpl::embed(const torch::Tensor& input_ids) {
-  return model->embed_tokens(input_ids);
-}
-
-torch::Tensor DecoderModelImpl::layer(int64_t index, const torch::Tensor& hidden,
-                                      const torch::Tensor& cos, const torch::Tensor& sin) {
-  if (hooks_.before) hooks_.before(index, hidden);
-  DecoderLayer block = decoder_layer(index);
-  torch::Tensor out;
-  if (gradient_checkpointing_ && is_training() && torch::GradMode::is_enabled()) {
-    // Only the layer's own input goes to the offload store: cos/sin are shared by every layer.
-    out = checkpoint(
-        [block](const std::vector<torch::Tensor>& in) mutable {
-          return block->forward(in[0], in[1], in[2]);
-        },
-        {hidden, cos, sin}, CheckpointOffload{offload_, {true, false, false}});
-  } else {
-    out = block->forward(hidden, cos, sin);
-  }
-  if (hooks_.after) hooks_.after(index, out);
-  return out;
-}
-
-void DecoderModelImpl::set_activation_offload(bool on) {
-  if (!on) {
-    offload_.reset();
-  } else if (!offload_) {
-    offload_ = std::make_shared<ActivationOffload>();
-  }
+  for (const auto& b : blocks_) b->block->set_attention_core(core);
 }
 
 void DecoderModelImpl::set_tiled_mlp(int64_t setting) {
-  for (int64_t i = 0; i < num_layers(); ++i) decoder_layer(i)->mlp->set_tiling(setting);
+  for (const auto& b : blocks_) b->block->set_tiled_mlp(setting);
 }
 
 const torch::Tensor& DecoderModelImpl::head_weight() const {
-  return lm_head ? lm_head->weight : model->embed_tokens->weight;
+  return head_->weight();
 }
 
 torch::Tensor DecoderModelImpl::head(const torch::Tensor& hidden) {
-  return torch::nn::functional::linear(model->norm(hidden), head_weight());
+  return head_->logits(hidden);
 }
 
 LossSum DecoderModelImpl::head_loss_sum(const torch::Tensor& hidden, const torch::Tensor& labels,
                                         int64_t chunk_bytes) {
   const torch::Tensor sum =
-      linear_cross_entropy_sum(model->norm(hidden), head_weight(), labels, kIgnoreIndex,
-                               chunk_bytes > 0 ? chunk_bytes : loss_chunk_bytes_);
+      head_->loss_sum(hidden, labels, chunk_bytes > 0 ? chunk_bytes : loss_chunk_bytes_);
   return {sum, labels.ne(kIgnoreIndex).sum()};
 }
 
-torch::Tensor DecoderModelImpl::forward(const torch::Tensor& input_ids) {
-  return head(hidden_states(input_ids));
+torch::Tensor DecoderModelImpl::run_blocks(const torch::Tensor& input_ids,
+                                           const Positions& positions, const torch::Tensor& labels,
+                                           size_t end) {
+  if (input_ids.dim() != 2)
+    fail(ErrorKind::kInternal, "DecoderModel::forward expects input_ids [B, T], got {} dims",
+         input_ids.dim());
+  const BlockContext ctx = context(input_ids.size(1), positions, labels);
+  torch::Tensor x = input_ids;
+  for (size_t i = 0; i < end; ++i) x = run_block(i, x, ctx);
+  return x;
+}
+
+torch::Tensor DecoderModelImpl::forward(const torch::Tensor& input_ids,
+                                        const Positions& positions) {
+  return run_blocks(input_ids, positions, {}, blocks_.size());
+}
+
+LossSum DecoderModelImpl::loss_sum(const torch::Tensor& input_ids, const torch::Tensor& labels,
+                                   bool fused, const Positions& positions) {
+  if (!fused) return causal_lm_loss_sum(forward(input_ids, positions), labels);
+  return {run_blocks(input_ids, positions, labels, blocks_.size()), labels.ne(kIgnoreIndex).sum()};
 }
 
 torch::Tensor DecoderModelImpl::hidden_states(const torch::Tensor& input_ids,
                                               const Positions& positions) {
-  if (input_ids.dim() != 2)
-    fail(ErrorKind::kInternal, "DecoderModel::forward expects input_ids [B, T], got {} dims",
-         input_ids.dim());
-  const int64_t T = input_ids.size(1);
-  torch::Tensor h = embed(input_ids);
-  auto [cos, sin] = rope(T, h, positions);
-  for (int64_t i = 0; i < num_layers(); ++i) h = layer(i, h, cos, sin);
-  return h;
+  return run_blocks(input_ids, positions, {}, blocks_.size() - 1);
 }
 
 }  // namespace dstrain::model

@@ -2,43 +2,37 @@
 // DecoderModel: a decoder-only causal language model (Llama / Mistral / Qwen2 / Qwen3) built from a
 // ModelConfig. Its named_parameters() are exactly the Hugging Face state-dict names
 //   model.embed_tokens.weight                                  [V, C]
-//   model.layers.N.self_attn.{q,k,v,o}_proj.{weight,bias}      (bias per family, see
-//   model_config.h) model.layers.N.self_attn.{q,k}_norm.weight                 [D] (qwen3)
+//   model.layers.N.self_attn.{q,k,v,o}_proj.{weight,bias}      (bias per family: model_config.h)
+//   model.layers.N.self_attn.{q,k}_norm.weight                 [D] (qwen3)
 //   model.layers.N.mlp.{gate,up,down}_proj.weight
 //   model.layers.N.{input,post_attention}_layernorm.weight     [C]
 //   model.norm.weight                                          [C]
 //   lm_head.weight                                             [V, C] (only when untied)
 // so loading and saving Hugging Face weights is a copy by name (see weights.h).
 //
-// The model knows nothing about parallelism. A ZeRO-3 engine that keeps parameters sharded can
-// either set LayerHooks (called around every decoder layer's forward; attach tensor hooks to
-// `hidden` to act around that layer's backward too), or drive the three stages itself: embed →
-// layer(i) for each i → head, gathering each unit's parameters (`layers[i]->named_parameters()`)
-// around it.
+// The model knows nothing about parallelism. It is an ordered list of blocks (blocks.h):
+//   0        "model.embed_tokens"  TokenEmbedding   owns model.embed_tokens.weight
+//   1 + i    "model.layers.i"      DecoderLayer     owns model.layers.i.*
+//   L + 1    "head"                LmHead           owns model.norm.weight and lm_head.weight; with
+//                                                   tied embeddings it reads the embedding block's
+//                                                   weight instead (ModelBlock::shares = {0})
+// and every forward runs them in that order through the wrappers installed from outside
+// (wrap_blocks): lib/train/parallelize.h applies LoRA, sequence parallelism, tiled MLP, activation
+// checkpointing and ZeRO to this list.
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
-#include "model/activation_offload.h"
-#include "model/fused_linear_cross_entropy.h"
+#include "model/blocks.h"
 #include "model/layers.h"
 #include "model/model_config.h"
 
 namespace dstrain::model {
-
-// Called with the layer index and the layer's input (before) or output (after), [B, T, C]. Before a
-// layer's backward runs, the gradient of its output is computed: a hook registered on `hidden` in
-// `after` marks that point; one registered in `before` fires once the layer's backward has
-// finished.
-struct LayerHooks {
-  std::function<void(int64_t layer, const torch::Tensor& hidden)> before;
-  std::function<void(int64_t layer, const torch::Tensor& hidden)> after;
-};
-
-constexpr int64_t kIgnoreIndex = -100;
 
 // Sum of the per-token losses and the number of counted tokens, for averaging over micro-batches.
 struct LossSum {
@@ -57,11 +51,6 @@ struct Positions {
   int64_t length = 0;  // 0: first + T
 };
 
-// kYes: parameters hold memory. kNo: parameters know their shapes but hold no memory (see
-// storage.h), for an engine that fills only its own shard of them (ZeRO-3); at most one decoder
-// layer is ever allocated at once while building.
-enum class Materialize { kYes, kNo };
-
 // Embedding, decoder layers and final norm: registered as "model" so names start with "model.".
 class DecoderBackboneImpl : public torch::nn::Module {
  public:
@@ -76,33 +65,57 @@ TORCH_MODULE(DecoderBackbone);
 class DecoderModelImpl : public torch::nn::Module {
  public:
   // Builds the modules in float32 with LibTorch's default initialisation; call init_weights() or
-  // load_weights() next, then ->to(dtype/device). With Materialize::kNo nothing can be read from
+  // load_weights() next, then ->to(dtype/device). With Materialize::kNo nothing is allocated or
+  // drawn, whatever the size (a 70B config builds in milliseconds), and nothing can be read from
   // the parameters until someone gives them data.
   explicit DecoderModelImpl(ModelConfig config, Materialize materialize = Materialize::kYes);
 
+  // The blocks in forward order (blocks.h); every parameter belongs to exactly one of them.
+  const std::vector<std::shared_ptr<const ModelBlock>>& blocks() const { return blocks_; }
+  // Inserts a block before position `position` (blocks().size(): at the end), its module
+  // registered under `name` (no dots) so that its parameters are named "<name>.<parameter>".
+  // `BlockModule` is a torch::nn::Module that implements Block. The head must stay last.
+  template <class BlockModule>
+  void add_block(size_t position, const std::string& name, std::shared_ptr<BlockModule> module,
+                 BlockRole role = BlockRole::kLayer) {
+    register_module(name, module);
+    insert_block(position, name, role, std::move(module));
+  }
+  // From now on every block runs inside `wrapper`, outside the wrappers installed before it.
+  void wrap_blocks(BlockWrapper wrapper);
+  // Removes every wrapper.
+  void unwrap_blocks() { wrappers_.clear(); }
+  // Block `index` on `x` inside the wrappers.
+  torch::Tensor run_block(size_t index, const torch::Tensor& x, const BlockContext& ctx);
+  // The context of a forward over `seq_len` tokens at `positions` (RoPE tables in the parameters'
+  // dtype, on their device); `labels` make the head return its fused loss.
+  BlockContext context(int64_t seq_len, const Positions& positions = {},
+                       const torch::Tensor& labels = {});
+
   // input_ids [B, T] int64 → logits [B, T, V] in the model's dtype. Ids must lie in [0, vocab_size)
   // (not checked here: that would cost a device sync per step; the data pipeline guarantees it).
-  torch::Tensor forward(const torch::Tensor& input_ids);
-
-  // embed and every layer, without the head: input_ids [B, T] → hidden [B, T, C]. Same contract
-  // as forward(); forward(ids) is head(hidden_states(ids)).
+  // `positions`: where input_ids lie in their sequences, for a sequence-parallel slice.
+  torch::Tensor forward(const torch::Tensor& input_ids, const Positions& positions = {});
+  // The loss of input_ids [B, T] against labels [B, T] (aligned, as causal_lm_loss_sum takes
+  // them). fused (model.fused_loss): the head's fused loss, which never holds the [B, T, V] logits;
+  // otherwise the logits and then causal_lm_loss_sum. Same loss and gradients either way, up to
+  // float rounding.
+  LossSum loss_sum(const torch::Tensor& input_ids, const torch::Tensor& labels, bool fused,
+                   const Positions& positions = {});
+  // Every block but the head: input_ids [B, T] → hidden [B, T, C]. forward(ids) is
+  // head(hidden_states(ids)).
   torch::Tensor hidden_states(const torch::Tensor& input_ids, const Positions& positions = {});
-
-  // The three stages forward() runs, for engines that schedule units themselves.
-  torch::Tensor embed(const torch::Tensor& input_ids);  // [B, T] → [B, T, C]
-  torch::Tensor layer(int64_t index, const torch::Tensor& hidden, const torch::Tensor& cos,
-                      const torch::Tensor& sin);    // [B, T, C] → [B, T, C]
-  torch::Tensor head(const torch::Tensor& hidden);  // final norm + lm_head: [B, T, C] → [B, T, V]
-  // The head and the loss without the [B, T, V] logits: final norm, then the lm_head projection
-  // (or the tied embedding) fused with the cross entropy (fused_linear_cross_entropy.h), chunks of
-  // `chunk_bytes` float32 logits at a time (0: the device's default). hidden [B, T, C], labels [B,
-  // T] aligned as for causal_lm_loss_sum, whose value and gradients this equals up to float
-  // rounding.
+  // The head's logits: hidden [B, T, C] → [B, T, V].
+  torch::Tensor head(const torch::Tensor& hidden);
+  // The head's fused loss (final norm, then the projection fused with the cross entropy), chunks
+  // of `chunk_bytes` float32 logits at a time (0: set_loss_chunk_bytes(), else the device's
+  // default). hidden [B, T, C], labels [B, T] aligned as for causal_lm_loss_sum, whose value and
+  // gradients this equals up to float rounding.
   LossSum head_loss_sum(const torch::Tensor& hidden, const torch::Tensor& labels,
                         int64_t chunk_bytes = 0);
-  // Bytes of float32 logits per chunk of head_loss_sum when it is given none; 0 (the default): the
-  // device's default (loss_chunk_bytes). One chunk's logits and log-probabilities, about twice
-  // this, are the loss's working memory.
+  // Bytes of float32 logits per chunk of the fused loss; 0 (the default): the device's default
+  // (loss_chunk_bytes). One chunk's logits and log-probabilities, about twice this, are the
+  // loss's working memory.
   void set_loss_chunk_bytes(int64_t bytes) { loss_chunk_bytes_ = bytes; }
   // The weight the head projects with: lm_head.weight, or model.embed_tokens.weight when tied.
   const torch::Tensor& head_weight() const;
@@ -110,40 +123,35 @@ class DecoderModelImpl : public torch::nn::Module {
   // (yarn's attention factor applied).
   std::pair<torch::Tensor, torch::Tensor> rope(int64_t seq_len, const torch::Tensor& like,
                                                const Positions& positions = {});
-  // Every layer's attention runs `core` in causal_attention's place (layers.h); empty restores it.
+  // Every block's attention runs `core` in causal_attention's place (layers.h); empty restores it.
   void set_attention_core(const AttentionCore& core);
-
-  void set_layer_hooks(LayerHooks hooks) { hooks_ = std::move(hooks); }
-  // Activation checkpointing of every decoder layer (activation_checkpoint.h): layer(), and so
-  // forward(), keeps only each layer's input and recomputes the layer in backward. Takes effect
-  // only in training mode with grad mode on; eval and no-grad runs are the plain forward. Off by
-  // default. LayerHooks still see the layer's input and output.
-  void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
-  bool gradient_checkpointing() const { return gradient_checkpointing_; }
-  // With gradient checkpointing on: keep each checkpointed layer's input [B, T, C] in host memory
-  // between forward and backward (activation_offload.h) instead of on the device. Off by default.
-  void set_activation_offload(bool on);
-  // The store the layer inputs go to; null while offload is off.
-  const std::shared_ptr<ActivationOffload>& activation_offload() const { return offload_; }
-  // Tiled MLP in every decoder layer (tiled_mlp.h): kTiledMlpOff (default), kTiledMlpAuto, or
-  // tokens per tile.
+  // Tiled MLP in every block (tiled_mlp.h): kTiledMlpOff (default), kTiledMlpAuto, or tokens per
+  // tile.
   void set_tiled_mlp(int64_t setting);
   const ModelConfig& config() const { return config_; }
   int64_t num_layers() const { return config_.num_hidden_layers; }
   DecoderLayer decoder_layer(int64_t index) const;
 
   DecoderBackbone model{nullptr};
-  torch::nn::Linear lm_head{nullptr};  // null when tie_word_embeddings
+  Linear lm_head{nullptr};  // null when tie_word_embeddings
 
  private:
+  void insert_block(size_t position, const std::string& name, BlockRole role,
+                    std::shared_ptr<Block> block);
+  // Each block's own parameters and shares, from the tensors each one reads.
+  void assign_parameters();
+  // input_ids through blocks [0, end) in one context (labels: the head's fused loss).
+  torch::Tensor run_blocks(const torch::Tensor& input_ids, const Positions& positions,
+                           const torch::Tensor& labels, size_t end);
+
   ModelConfig config_;
   // [D/2] float32 for sequences up to max_position_embeddings (all lengths but dynamic's longer
   // ones); not a parameter or buffer (never cast, never saved)
   torch::Tensor inv_freq_;
   double rope_scaling_ = 1.0;  // cos/sin factor (rope_attention_scaling)
-  LayerHooks hooks_;
-  bool gradient_checkpointing_ = false;
-  std::shared_ptr<ActivationOffload> offload_;
+  std::vector<std::shared_ptr<const ModelBlock>> blocks_;
+  std::vector<std::shared_ptr<const BlockWrapper>> wrappers_;  // innermost first
+  std::shared_ptr<LmHead> head_;
   int64_t loss_chunk_bytes_ = 0;
 };
 TORCH_MODULE(DecoderModel);

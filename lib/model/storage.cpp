@@ -23,9 +23,11 @@ void allocate_storage(const torch::Tensor& tensor, int64_t nbytes) {
 }
 
 torch::Tensor unmaterialized(c10::IntArrayRef shape, const torch::TensorOptions& options) {
-  // Never written, so large allocations are never touched (mapped, not resident) before release.
-  torch::Tensor t = torch::empty(shape, options);
+  // An empty tensor given the sizes: nothing is allocated, whatever the shape, and the storage
+  // keeps its device and allocator for allocate_storage().
+  torch::Tensor t = torch::empty({0}, options);
   release_storage(t);
+  t.unsafeGetTensorImpl()->set_sizes_contiguous(shape);
   return t;
 }
 

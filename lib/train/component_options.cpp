@@ -108,4 +108,15 @@ zero::OptimizerFactory optimizer_factory(const config::Config& c, torch::Device 
   };
 }
 
+ParallelPlan parallel_plan(const config::Config& c, torch::Device device) {
+  ParallelPlan plan;
+  plan.tiled_mlp = c.model.tiled_mlp;
+  plan.checkpointing = c.model.gradient_checkpointing;
+  plan.checkpoint_offload = c.model.checkpoint_offload;
+  plan.engine = engine_options(c);
+  const bool host_state = c.zero.offload_optimizer.device == "cpu";
+  plan.optimizer = optimizer_factory(c, host_state ? torch::Device(torch::kCPU) : device);
+  return plan;
+}
+
 }  // namespace dstrain::train

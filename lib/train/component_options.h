@@ -8,6 +8,7 @@
 #include "data/loader.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "train/parallelize.h"
 #include "zero/engine.h"
 
 namespace dstrain::train {
@@ -20,5 +21,9 @@ optim::LrScheduleOptions schedule_options(const config::Config& c, int64_t total
 zero::OptimizerFactory optimizer_factory(const config::Config& c,
                                          torch::Device state_device = torch::kCPU);
 torch::ScalarType compute_dtype(const config::Config& c);
+// Tiled MLP, checkpointing, the engine's options and its optimizer (its state where the master
+// weights live: the host when offloading them, else `device`). LoRA and the initial values are
+// the caller's.
+ParallelPlan parallel_plan(const config::Config& c, torch::Device device);
 
 }  // namespace dstrain::train

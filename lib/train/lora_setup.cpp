@@ -106,39 +106,36 @@ model::DecoderModel rebuild_base_model(const model::ModelConfig& config, const j
   return m;
 }
 
-void Trainer::attach_lora() {
-  lora::LoraOptions options = lora_options(cfg_);
-  std::string key = cfg_.source_path;
-  lora::Adapter adapter;
-  if (!cfg_.lora.init_from.empty()) {
-    adapter = lora::read_adapter(cfg_.lora.init_from);
-    options = options_from_adapter(options, adapter, cfg_.lora.init_from);
-    key = (stdfs::path(cfg_.lora.init_from) / lora::kAdapterConfigFile).string();
+LoraPlan lora_plan(const config::Config& c) {
+  LoraPlan plan;
+  plan.options = lora_options(c);
+  plan.key = c.source_path;
+  if (!c.lora.init_from.empty()) {
+    lora::Adapter adapter = lora::read_adapter(c.lora.init_from);
+    plan.options = options_from_adapter(plan.options, adapter, c.lora.init_from);
+    plan.key = (stdfs::path(c.lora.init_from) / lora::kAdapterConfigFile).string();
+    plan.load = std::move(adapter.weights);
+    plan.load_source = c.lora.init_from;
   }
-  // LibTorch seeds its default CPU generator nondeterministically, and LoRA dropout draws from it
-  // (its state is part of every checkpoint): seed it, per rank, so that a run is reproducible.
-  torch::manual_seed(cfg_.training.seed + static_cast<uint64_t>(rank_));
-  // Stage 3: the base holds no memory here; the engine shards and casts it.
-  const bool sharded = cfg_.zero.stage == 3;
-  base_checksum_ = sharded ? sharded_base_checksum() : lora::base_checksum(*model_);
-  for (auto& p : model_->parameters()) p.set_requires_grad(false);
-  if (!sharded) model_->to(compute_dtype(cfg_));
-  lora_ = std::make_unique<lora::LoraModel>(model_, options, key);
-  if (!cfg_.lora.init_from.empty()) lora_->load(adapter.weights, cfg_.lora.init_from);
+  return plan;
+}
+
+void Trainer::log_lora() const {
+  const lora::LoraOptions& o = lora_->options();
   const double base_n = static_cast<double>(model_config_.num_parameters(true));
   log::info("LoRA r={} alpha={} on {} modules: {} trainable parameters ({:.3f}% of the base){}",
-            options.r, options.alpha, lora_->modules().size(), lora_->num_parameters(),
+            o.r, o.alpha, lora_->modules().size(), lora_->num_parameters(),
             100.0 * static_cast<double>(lora_->num_parameters()) / base_n,
             cfg_.lora.init_from.empty() ? std::string() : ", from " + cfg_.lora.init_from);
 }
 
-std::string Trainer::sharded_base_checksum() {
+std::string Trainer::base_checksum(const model::ValueSource& values) {
   const auto params = model_->named_parameters();
   std::vector<double> parts(2 * params.size(), 0.0);  // crc, bytes: exact in a double
   for (size_t i = static_cast<size_t>(rank_); i < params.size(); i += static_cast<size_t>(world_)) {
     const torch::Tensor& p = params[i].value();
     const torch::Tensor value =
-        initial_values_(params[i].key(), 0, p.numel()).to(torch::kFloat).view(p.sizes());
+        values(params[i].key(), 0, p.numel()).to(torch::kFloat).view(p.sizes());
     const lora::TensorCrc crc = lora::tensor_crc(params[i].key(), value);
     parts[2 * i] = crc.crc;
     parts[2 * i + 1] = static_cast<double>(crc.bytes);
@@ -149,16 +146,6 @@ std::string Trainer::sharded_base_checksum() {
     crcs.push_back({static_cast<uint32_t>(parts[2 * i]), static_cast<uint64_t>(parts[2 * i + 1])});
   }
   return lora::combine_checksum(crcs);
-}
-
-std::vector<zero::NamedParameter> Trainer::trainable_parameters() const {
-  std::vector<zero::NamedParameter> params;
-  if (lora_) {
-    for (auto& [name, t] : lora_->named_parameters()) params.push_back({name, t});
-  } else {
-    for (const auto& p : model_->named_parameters()) params.push_back({p.key(), p.value()});
-  }
-  return params;
 }
 
 json Trainer::lora_reference_json() const {

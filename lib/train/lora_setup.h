@@ -17,6 +17,7 @@
 #include "lora/adapter_io.h"
 #include "lora/options.h"
 #include "model/model.h"
+#include "train/parallelize.h"
 
 namespace dstrain::train {
 
@@ -29,6 +30,10 @@ lora::LoraOptions lora_options(const config::Config& c);
 // logged as a warning.
 lora::LoraOptions options_from_adapter(const lora::LoraOptions& from_config,
                                        const lora::Adapter& adapter, const std::string& source);
+
+// What parallelize() adds for the lora: section: its options and, with lora.init_from, the
+// adapter's (options_from_adapter) and its weights to start from.
+LoraPlan lora_plan(const config::Config& c);
 
 nlohmann::json lora_options_json(const lora::LoraOptions& o);
 lora::LoraOptions lora_options_from_json(const nlohmann::json& j);

@@ -25,12 +25,12 @@
 #include "metrics/system.h"
 #include "metrics/tracking.h"
 #include "model/safetensors.h"
-#include "model/storage.h"
 #include "model/weights.h"
 #include "train/component_options.h"
 #include "train/device.h"
+#include "train/lora_setup.h"
+#include "train/parallelize.h"
 #include "train/run_outputs.h"
-#include "train/stage3_setup.h"
 #include "train/step_profiler.h"
 #include "train/step_sync.h"
 
@@ -98,22 +98,24 @@ void Trainer::init() {
   SequenceParallel::check_length(cfg_.data.max_length, sp_size);
   sp_ = std::make_unique<SequenceParallel>(*comm_, sp_size);
 
-  build_model();
+  resolve_model();
   build_data();
-
-  zero::EngineOptions engine_opts = engine_options(cfg_);
-  std::vector<zero::NamedParameter> params = trainable_parameters();
-  if (cfg_.zero.stage == 3) {
-    params = stage3_parameters();
-    engine_opts.segments = forward_segments(*model_);
-    engine_opts.initial_values = initial_values_;
+  // The model holds no memory: the engine fills it (at stage 3 only its shard) from the initial
+  // values, ranges of the safetensors files or the seeded initialisation alike.
+  model_ = model::DecoderModel(model_config_, model::Materialize::kNo);
+  ParallelPlan plan = parallel_plan(cfg_, device_);
+  plan.initial_values = initial_values();
+  if (cfg_.lora.enabled) {
+    plan.lora = lora_plan(cfg_);
+    base_checksum_ = base_checksum(plan.initial_values);
   }
-  // The optimizer state lives with the master weights: on the host when offloading them.
-  const bool host_state = cfg_.zero.offload_optimizer.device == "cpu";
-  engine_ = zero::make_engine(
-      std::move(params), *comm_,
-      optimizer_factory(cfg_, host_state ? torch::Device(torch::kCPU) : device_), engine_opts);
-  initial_values_ = nullptr;  // the engine has its shard; close the files
+  Parallelized parallel = parallelize(model_, {*comm_, device_, *sp_}, std::move(plan));
+  lora_ = std::move(parallel.lora);
+  engine_ = std::move(parallel.engine);
+  if (lora_) log_lora();
+  model_->train();
+  if (cfg_.model.fused_loss_chunk_mb > 0)
+    model_->set_loss_chunk_bytes(cfg_.model.fused_loss_chunk_mb << 20);
 
   total_steps_ = cfg_.training.max_steps > 0 ? cfg_.training.max_steps
                                              : cfg_.training.epochs * loader_->steps_per_epoch();
@@ -187,7 +189,7 @@ void Trainer::create_metrics() {
                                                              teardown::reason_fd_from_env());
 }
 
-void Trainer::build_model() {
+void Trainer::resolve_model() {
   // Every rank resolves the model; a hub id not yet cached is downloaded once per node (local rank
   // 0 downloads, the others wait on the cache's lock) or once for a cache shared between nodes.
   // A node-local copy staged by `launch --stage-dir` (launcher/stage_inputs.h) is read instead.
@@ -211,76 +213,15 @@ void Trainer::build_model() {
          "{}: model.tokenizer: tokenizer {} has {} ids but the model's vocab_size is {}",
          cfg_.source_path, tok, tokenizer_->vocab_size(), model_config_.vocab_size);
   }
-  if (cfg_.zero.stage == 3) {
-    build_sharded_model();
-  } else {
-    // Every rank builds the same fp32 model from the same seed (or the same files); the engine
-    // casts it to the compute dtype and keeps the fp32 master weights.
-    model_ = model::build_model(model_config_, torch::kFloat32, cfg_.training.seed);
-    if (cfg_.model.init == "pretrained") model::load_weights(*model_, model_dir_);
-  }
-  if (cfg_.lora.enabled) attach_lora();
-  if (!device_.is_cpu()) move_model_to_device();
-  sp_->apply(*model_);
-  model_->train();
-  model_->set_gradient_checkpointing(cfg_.model.gradient_checkpointing);
-  model_->set_activation_offload(cfg_.model.checkpoint_offload);
-  model_->set_tiled_mlp(cfg_.model.tiled_mlp);
-  if (cfg_.model.fused_loss_chunk_mb > 0)
-    model_->set_loss_chunk_bytes(cfg_.model.fused_loss_chunk_mb << 20);
 }
 
-// ZeRO-3: the parameters hold no memory; the engine asks for the values of its own shard only,
-// read as ranges from the safetensors files or computed by the seeded initialisation (which gives
-// the same values as initialising the whole model).
-void Trainer::build_sharded_model() {
-  model_ = model::DecoderModel(model_config_, model::Materialize::kNo);
-  if (cfg_.model.init == "pretrained") {
-    auto files = std::make_shared<model::SafetensorsSet>(model_dir_);
-    model::check_weights(*files, *model_, model_dir_);
-    initial_values_ = [files](const std::string& name, int64_t begin, int64_t end) {
-      return files->read_range(name, begin, end);
-    };
-    return;
-  }
-  initial_values_ = model::init_source(*model_, cfg_.training.seed);
-}
-
-// Stage 3: every model parameter with its unit; with LoRA the base is frozen and the adapters
-// join the units of the layers they adapt.
-std::vector<zero::NamedParameter> Trainer::stage3_parameters() {
-  std::vector<zero::NamedParameter> params = engine_parameters(*model_);
-  if (!lora_) return params;
-  for (auto& p : params) p.frozen = true;
-  // The adapters hold their initial values themselves; the engine asks for them by name.
-  auto adapters = std::make_shared<std::map<std::string, torch::Tensor>>();
-  for (auto& [name, t] : lora_->named_parameters()) {
-    params.push_back({name, t, unit_of(name, model_->num_layers())});
-    (*adapters)[name] = t.detach().clone().reshape({-1});
-  }
-  initial_values_ = [base = initial_values_, adapters](const std::string& name, int64_t begin,
-                                                       int64_t end) {
-    const auto it = adapters->find(name);
-    if (it == adapters->end()) return base(name, begin, end);
-    return it->second.narrow(0, begin, end - begin);
+model::ValueSource Trainer::initial_values() {
+  if (cfg_.model.init != "pretrained") return model::init_source(*model_, cfg_.training.seed);
+  auto files = std::make_shared<model::SafetensorsSet>(model_dir_);
+  model::check_weights(*files, *model_, model_dir_);
+  return [files](const std::string& name, int64_t begin, int64_t end) {
+    return files->read_range(name, begin, end);
   };
-  return params;
-}
-
-// Parameters (and LoRA adapters) onto the compute device. Parameters without memory (stage 3)
-// stay without memory: only their device changes; the engine fills its shard there.
-void Trainer::move_model_to_device() {
-  torch::NoGradGuard no_grad;
-  for (auto& p : model_->parameters()) {
-    if (model::storage_bytes(p) == 0 && p.numel() > 0) {
-      p.set_data(model::unmaterialized(p.sizes(), p.options().device(device_)));
-    } else {
-      p.set_data(p.detach().to(device_));
-    }
-  }
-  if (lora_) {
-    for (auto& [name, t] : lora_->named_parameters()) t.set_data(t.detach().to(device_));
-  }
 }
 
 void Trainer::build_data() {
@@ -302,8 +243,7 @@ data::Batch Trainer::on_device(data::Batch b) const {
 model::LossSum Trainer::local_loss_sum(const data::Batch& whole) {
   const model::Positions positions = sp_->positions(whole.input_ids.size(1));
   const data::Batch b = sp_->slice(whole);
-  return loss_sum_with_engine(*model_, *engine_, b.input_ids, b.labels, cfg_.model.fused_loss,
-                              positions);
+  return model_->loss_sum(b.input_ids, b.labels, cfg_.model.fused_loss, positions);
 }
 
 void Trainer::all_reduce_sum(std::vector<double>& values) {

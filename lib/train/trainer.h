@@ -66,18 +66,19 @@ class Trainer {
   // Rank 0: metrics.jsonl, the progress line, TensorBoard, MLflow, and the termination watch that
   // records KILLED on SIGTERM/SIGINT.
   void create_metrics();
-  void build_model();
-  void build_sharded_model();
-  std::vector<zero::NamedParameter> stage3_parameters();
-  // Stage 3 with LoRA: lora::base_checksum of the base, computed by the ranks together from the
-  // initial values (each rank checksums every world-th parameter) without materialising it.
-  std::string sharded_base_checksum();
+  // The model's directory and config.json, and the tokenizer.
+  void resolve_model();
+  // The model's parameters by name: ranges of its safetensors files (model.init: pretrained), or
+  // the seeded initialisation.
+  model::ValueSource initial_values();
+  // LoRA: lora::base_checksum of the base, computed by the ranks together from its initial values
+  // (each rank checksums every world-th parameter) without materialising it.
+  std::string base_checksum(const model::ValueSource& values);
   void build_data();
-  void move_model_to_device();
   // `b` with its tensors on the compute device (non-blocking copies from pinned memory on CUDA).
   data::Batch on_device(data::Batch b) const;
   // This rank's loss sum over its tokens of `whole` (a batch of whole sequences; with sequence
-  // parallelism this rank's slice of them), every segment bracketed by the engine.
+  // parallelism this rank's slice of them), every block run through the engine (parallelize.h).
   model::LossSum local_loss_sum(const data::Batch& whole);
   torch::Tensor train_step(double* fwd_bwd_s, double* data_s);
   // Collective: the mean over ranks of each rank's `local_loss` (a host read); Error(kRuntime) when
@@ -99,10 +100,8 @@ class Trainer {
   // All-reduces `values` (sum) across ranks in place.
   void all_reduce_sum(std::vector<double>& values);
 
-  // LoRA (lora_setup.cpp). attach_lora freezes the base in the compute dtype and adds adapters.
-  void attach_lora();
-  // What the engine trains: the LoRA matrices with LoRA on, else every model parameter.
-  std::vector<zero::NamedParameter> trainable_parameters() const;
+  // LoRA (lora_setup.cpp). The adapters' settings and size, once attached.
+  void log_lora() const;
   // The LoRA run's checkpoint reference: adapter settings and the base model with its checksum.
   nlohmann::json lora_reference_json() const;
   // Collective: rank 0 writes logging.out_dir/lora_adapter/ from the fp32 master weights.
@@ -123,7 +122,6 @@ class Trainer {
   std::unique_ptr<data::Loader> loader_;
   std::unique_ptr<lora::LoraModel> lora_;  // null without LoRA; outlives engine_ (declared first)
   std::string base_checksum_;              // LoRA: lora::base_checksum of the fp32 base weights
-  zero::InitialValues initial_values_;     // stage 3: the values of this rank's shard
   std::unique_ptr<zero::Engine> engine_;
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::unique_ptr<ckpt::Stateful> progress_state_;

@@ -28,11 +28,25 @@ void validate(const EngineOptions& options, const std::vector<NamedParameter>& p
   }
   LossScaler(dtype == torch::kHalf, options.loss_scaling);  // throws for bad fp16 scaling options
   int64_t numel = 0;
-  for (const NamedParameter& p : params) numel += p.tensor.defined() ? p.tensor.numel() : 0;
+  for (const NamedParameter& p : params) {
+    if (!p.frozen) numel += p.tensor.defined() ? p.tensor.numel() : 0;
+  }
   if (numel == 0) fail(ErrorKind::kConfig, "the model has no trainable parameters");
 }
 
 }  // namespace
+
+torch::Tensor initial_elements(const NamedParameter& p, const InitialValues& source, Range r) {
+  if (source) {
+    torch::Tensor v = source(p.name, r.begin, r.end);
+    if (v.numel() != r.end - r.begin) {
+      fail(ErrorKind::kInternal, "zero engine: initial values of '{}' [{}, {}) have {} elements",
+           p.name, r.begin, r.end, v.numel());
+    }
+    return v.reshape({-1});
+  }
+  return p.tensor.detach().reshape({-1}).narrow(0, r.begin, r.end - r.begin);
+}
 
 void Engine::backward(const torch::Tensor& loss, MicroStep micro) {
   const bool in_order = micro.index == done_.index + 1 && micro.index < micro.count &&

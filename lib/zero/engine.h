@@ -61,10 +61,10 @@ namespace dstrain::zero {
 struct NamedParameter {
   std::string name;
   torch::Tensor tensor;  // a leaf that requires grad (unless frozen); all on one device
-  int unit = 0;          // stage 3: the unit (e.g. decoder block) it is gathered with
-  // Stage 3 only: a parameter that is not trained (a LoRA base weight). It is sharded and gathered
-  // like the others but has no gradient, master copy or optimizer state, and is not in the
-  // checkpoint state.
+  int unit = 0;          // stage 3: the unit it is gathered with (the trainer: the model's block)
+  // A parameter that is not trained (a LoRA base weight): no gradient, master copy or optimizer
+  // state, not in the checkpoint state. It gets its initial values in the compute dtype; stage 3
+  // shards and gathers it like the others.
   bool frozen = false;
 };
 
@@ -74,8 +74,8 @@ using OptimizerFactory = std::function<std::unique_ptr<optim::Optimizer>(
     int64_t shard_numel, std::vector<optim::Range> no_decay)>;
 
 // Initial values of parameter `name`: its flattened elements [begin, end) as a 1-D tensor of any
-// float dtype. Lets a stage-3 engine build its shards from files or a seeded initialisation while
-// the parameters themselves hold no memory (model::Materialize::kNo).
+// float dtype. Lets an engine build its buffers (stage 3: only its shards) from files or a seeded
+// initialisation while the parameters themselves hold no memory (model::Materialize::kNo).
 using InitialValues =
     std::function<torch::Tensor(const std::string& name, int64_t begin, int64_t end)>;
 
@@ -94,11 +94,17 @@ struct EngineOptions {
   int64_t param_persistence_threshold = 100'000;  // smaller parameters stay gathered
   bool offload_optimizer = false;  // stages 1-3: master, optimizer state and the update on the host
   bool offload_param = false;      // stage 3: parameter shards on the host
-  // Stage 3: where the initial values come from; unset: from the parameters themselves (which
-  // must then hold them). Each rank asks only for its own shard's elements and the persistent
-  // (small) parameters.
+  // Where the initial values come from; unset: from the parameters themselves (which must then
+  // hold them). The master is built from them (so compute-dtype rounding never reaches it), then
+  // the compute-dtype parameters. At stage 3 each rank asks only for its own shard's elements and
+  // the persistent (small) parameters; at stages 0-2 for every parameter, and for the master's
+  // elements again.
   InitialValues initial_values;
 };
+
+// Elements `r` of `p`'s initial values, flattened (1-D, any float dtype): from `source` when set,
+// else from the parameter itself. Error(kInternal) when the source gives another count.
+torch::Tensor initial_elements(const NamedParameter& p, const InitialValues& source, Range r);
 
 // Which micro-step of an optimizer step a backward() is: micro-step `index` of `count` (the
 // gradient accumulation steps). The default is a whole step in one micro-step.

@@ -14,8 +14,8 @@
 
 namespace dstrain::zero {
 
-// One trainable tensor: its elements and its stage-3 unit (as lib/train/stage3_setup.h assigns
-// them: embedding 0, decoder block i 1 + i, final norm and untied head L + 1).
+// One trainable tensor: its elements and its stage-3 unit, the model block that owns it
+// (model/blocks.h: embedding 0, decoder layer i 1 + i, final norm and untied head L + 1).
 struct ParamShape {
   std::string name;
   int64_t numel = 0;
@@ -50,8 +50,9 @@ EstimateRow estimate_row(const EstimateInput& in, int stage, bool offload_optimi
 // optimizer offload, with optimizer and parameter offload.
 std::vector<EstimateRow> estimate_all(const EstimateInput& in);
 
-// The trainable tensors of a decoder model described by `config`, in named_parameters() order.
-// Their sum is config.num_parameters(true).
+// The trainable tensors of a decoder model described by `config`, block by block (for these
+// models the named_parameters() order), read from the model built without memory. Their sum is
+// config.num_parameters(true).
 std::vector<ParamShape> parameter_shapes(const model::ModelConfig& config);
 
 // The input for a run config: the model's config.json (model.name_or_path, resolved like the

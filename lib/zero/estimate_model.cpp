@@ -5,44 +5,20 @@
 
 #include "core/error.h"
 #include "hub/resolve.h"
+#include "model/model.h"
 
 namespace dstrain::zero {
 
-// Mirrors lib/model's modules (layers.cpp); the unit test checks the sum against
-// ModelConfig::num_parameters(true) for several architectures.
+// The model's own block list, from a model built without memory (it allocates and draws nothing,
+// so a 70B config takes milliseconds).
 std::vector<ParamShape> parameter_shapes(const model::ModelConfig& c) {
-  const int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
-  const int64_t q = c.num_attention_heads * c.head_dim;
-  const int64_t kv = c.num_key_value_heads * c.head_dim;
-  const int layers = static_cast<int>(c.num_hidden_layers);
-  std::vector<ParamShape> out{{"model.embed_tokens.weight", V * C, 0}};
-  for (int i = 0; i < layers; ++i) {
-    const std::string p = fmt::format("model.layers.{}.", i);
-    const int u = 1 + i;
-    auto add = [&](const std::string& name, int64_t numel) { out.push_back({p + name, numel, u}); };
-    add("self_attn.q_proj.weight", q * C);
-    if (c.qkv_bias) add("self_attn.q_proj.bias", q);
-    add("self_attn.k_proj.weight", kv * C);
-    if (c.qkv_bias) add("self_attn.k_proj.bias", kv);
-    add("self_attn.v_proj.weight", kv * C);
-    if (c.qkv_bias) add("self_attn.v_proj.bias", kv);
-    add("self_attn.o_proj.weight", C * q);
-    if (c.o_bias) add("self_attn.o_proj.bias", C);
-    if (c.qk_norm) {
-      add("self_attn.q_norm.weight", c.head_dim);
-      add("self_attn.k_norm.weight", c.head_dim);
+  const model::DecoderModel m(c, model::Materialize::kNo);
+  std::vector<ParamShape> out;
+  for (const auto& block : m->blocks()) {
+    for (const auto& [name, tensor] : block->parameters) {
+      out.push_back({name, tensor.numel(), static_cast<int>(block->index)});
     }
-    add("mlp.gate_proj.weight", I * C);
-    if (c.mlp_bias) add("mlp.gate_proj.bias", I);
-    add("mlp.up_proj.weight", I * C);
-    if (c.mlp_bias) add("mlp.up_proj.bias", I);
-    add("mlp.down_proj.weight", C * I);
-    if (c.mlp_bias) add("mlp.down_proj.bias", C);
-    add("input_layernorm.weight", C);
-    add("post_attention_layernorm.weight", C);
   }
-  out.push_back({"model.norm.weight", C, layers + 1});
-  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", V * C, layers + 1});
   return out;
 }
 

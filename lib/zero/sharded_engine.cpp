@@ -9,10 +9,26 @@
 namespace dstrain::zero {
 namespace {
 
+// Elements of the trainable parameters, in order: the flat layout.
 std::vector<int64_t> numels_of(const std::vector<NamedParameter>& params) {
   std::vector<int64_t> numels;
-  for (const NamedParameter& p : params) numels.push_back(p.tensor.numel());
+  for (const NamedParameter& p : params) {
+    if (!p.frozen) numels.push_back(p.tensor.numel());
+  }
   return numels;
+}
+
+// A frozen parameter gets its initial values in the compute dtype, in memory of its own: it takes
+// no part in the flat buffers, the reduction or the update.
+void fill_frozen(const NamedParameter& p, const EngineOptions& options) {
+  if (p.tensor.requires_grad()) {
+    fail(ErrorKind::kInternal, "zero engine: frozen parameter '{}' requires grad", p.name);
+  }
+  torch::Tensor values =
+      torch::empty(p.tensor.sizes(), p.tensor.options().dtype(options.compute_dtype));
+  values.copy_(
+      initial_elements(p, options.initial_values, {0, p.tensor.numel()}).view(p.tensor.sizes()));
+  p.tensor.set_data(values);
 }
 
 // Where the master shard lives: host memory with offload (pinned when the parameters are on a CUDA
@@ -32,12 +48,21 @@ ShardedEngine::ShardedEngine(std::vector<NamedParameter> params, comm::Communica
     : comm_(comm),
       options_(std::move(options)),
       partition_(numels_of(params), comm.world_size(), options_.reduce_bucket_size) {
-  check_params(params);
   torch::NoGradGuard no_grad;
-  torch::Tensor master = build_master(params);
-  const auto compute = params.front().tensor.options().dtype(options_.compute_dtype);
+  std::vector<NamedParameter> trainable;
+  for (NamedParameter& p : params) {
+    if (p.frozen) {
+      fill_frozen(p, options_);
+    } else {
+      trainable.push_back(std::move(p));
+    }
+  }
+  check_params(trainable);
+  torch::Tensor master = build_master(trainable);
+  const auto compute = trainable.front().tensor.options().dtype(options_.compute_dtype);
   grad_shard_options_ = options_.offload_optimizer ? master.options() : compute;
-  build_flat_buffers(params);
+  build_flat_buffers(trainable);
+  options_.initial_values = nullptr;  // whatever it holds (open files) is not needed any more
   const bool alias = !master.defined();
   if (alias) master = flat_params_;
   master_ = std::make_unique<MasterState>(std::move(master), alias, master_layout(), make_optimizer,
@@ -58,9 +83,6 @@ ShardedEngine::~ShardedEngine() = default;
 void ShardedEngine::check_params(const std::vector<NamedParameter>& params) {
   std::set<std::string> names;
   for (const NamedParameter& p : params) {
-    if (p.frozen) {
-      fail(ErrorKind::kInternal, "zero engine: frozen parameter '{}' needs stage 3", p.name);
-    }
     if (!p.tensor.defined() || !p.tensor.requires_grad() || !p.tensor.is_leaf()) {
       fail(ErrorKind::kInternal, "zero engine: parameter '{}' is not a leaf that requires grad",
            p.name);
@@ -75,9 +97,9 @@ void ShardedEngine::check_params(const std::vector<NamedParameter>& params) {
   }
 }
 
-// The master is built from the original (fp32) parameter values, before they are cast to the
-// compute dtype, so that bf16/fp16 rounding never reaches it. Undefined when the master is the
-// flat parameter buffer itself (stage 0 in fp32).
+// The master is built from the initial (fp32) values, not from their cast to the compute dtype,
+// so that bf16/fp16 rounding never reaches it. Undefined when the master is the flat parameter
+// buffer itself (stage 0 in fp32).
 torch::Tensor ShardedEngine::build_master(const std::vector<NamedParameter>& params) const {
   const auto options = master_options(params.front().tensor, options_.offload_optimizer);
   const bool alias = options_.stage == 0 && options_.compute_dtype == torch::kFloat32;
@@ -87,8 +109,7 @@ torch::Tensor ShardedEngine::build_master(const std::vector<NamedParameter>& par
   for (const ParamPiece& piece : master_pieces()) {
     const int64_t n = piece.elements.end - piece.elements.begin;
     master.narrow(0, master_offset(piece), n)
-        .copy_(
-            params[piece.param].tensor.detach().reshape({-1}).narrow(0, piece.elements.begin, n));
+        .copy_(initial_elements(params[piece.param], options_.initial_values, piece.elements));
   }
   return master;
 }
@@ -104,7 +125,8 @@ void ShardedEngine::build_flat_buffers(const std::vector<NamedParameter>& params
     torch::Tensor& p = params_[i].tensor;
     const int64_t offset = partition_.param_offset(i);
     const int64_t n = partition_.param_numel(i);
-    flat_params_.narrow(0, offset, n).copy_(p.detach().reshape({-1}));
+    flat_params_.narrow(0, offset, n)
+        .copy_(initial_elements(params[i], options_.initial_values, {0, n}));
     p.mutable_grad() = torch::Tensor();
     p.set_data(flat_params_.narrow(0, offset, n).view(params_[i].shape));
     if (flat_grad_.defined())

@@ -2,6 +2,7 @@
 #include "zero/stage3_engine.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "core/error.h"
@@ -78,49 +79,61 @@ void Stage3Engine::validate(const std::vector<NamedParameter>& params) const {
   }
 }
 
-// Internal units (see num_units()): the caller's units with their trainable parameters, the same
-// units with their frozen parameters, the persistent trainable unit, the persistent frozen unit.
-// Segments are rewritten to read both twins of each caller unit.
+// Where parameter `p` goes: its block's trainable or frozen unit, or a persistent one when small.
+Stage3Engine::Unit::Key Stage3Engine::unit_key(const NamedParameter& p) const {
+  using Role = Unit::Role;
+  if (p.tensor.numel() < options_.param_persistence_threshold)
+    return {p.frozen ? Role::kPersistentFrozen : Role::kPersistent, -1};
+  return {p.frozen ? Role::kFrozenBlock : Role::kBlock, p.unit};
+}
+
+// Internal units (see num_units()): every block's trainable unit, every block's frozen unit, the
+// persistent trainable unit, the persistent frozen unit. Segments are rewritten to read both units
+// of each of their blocks.
 void Stage3Engine::build_units(const std::vector<NamedParameter>& params) {
-  int num = 0;
-  for (const NamedParameter& p : params) num = std::max(num, p.unit + 1);
-  const auto U = static_cast<size_t>(num);
-  std::vector<std::vector<size_t>> members(2 * U + 2);
-  for (size_t i = 0; i < params.size(); ++i) {
-    const bool small = params[i].tensor.numel() < options_.param_persistence_threshold;
-    const size_t frozen = params[i].frozen ? 1 : 0;
-    members[small ? 2 * U + frozen : frozen * U + static_cast<size_t>(params[i].unit)].push_back(i);
+  using Role = Unit::Role;
+  int blocks = 0;
+  for (const NamedParameter& p : params) blocks = std::max(blocks, p.unit + 1);
+  std::vector<Unit::Key> keys;
+  for (const Role role : {Role::kBlock, Role::kFrozenBlock}) {
+    for (int b = 0; b < blocks; ++b) keys.emplace_back(role, b);
   }
+  keys.emplace_back(Role::kPersistent, -1);
+  keys.emplace_back(Role::kPersistentFrozen, -1);
+  std::map<Unit::Key, size_t> index;
+  for (size_t u = 0; u < keys.size(); ++u) index[keys[u]] = u;
+  std::vector<std::vector<size_t>> members(keys.size());
+  for (size_t i = 0; i < params.size(); ++i) members[index.at(unit_key(params[i]))].push_back(i);
   params_ = params;
   unit_of_.resize(params.size());
-  persistent_unit_ = 2 * U;
+  persistent_unit_ = index.at({Role::kPersistent, -1});
+  persistent_frozen_unit_ = index.at({Role::kPersistentFrozen, -1});
   const int world = comm_.world_size();
-  for (size_t u = 0; u < members.size(); ++u) {
+  for (size_t u = 0; u < keys.size(); ++u) {
     std::vector<int64_t> numels;
     for (size_t i : members[u]) {
       numels.push_back(params[i].tensor.numel());
       unit_of_[i] = u;
     }
-    Unit unit(members[u], Partition(numels, world, kWholeUnit));
-    unit.persistent = u >= 2 * U;
-    unit.frozen = (u >= U && u < 2 * U) || u == 2 * U + 1;
-    int64_t& total = unit.frozen ? frozen_numel_ : shard_numel_;
+    Unit unit(keys[u], members[u], Partition(numels, world, kWholeUnit));
+    int64_t& total = unit.frozen() ? frozen_numel_ : shard_numel_;
     unit.shard_offset = total;
     total += unit.partition.shard_numel();
     units_.push_back(std::move(unit));
   }
   if (options_.segments.empty()) {
-    for (int u = 0; u < num; ++u) options_.segments.push_back({u});
+    for (int b = 0; b < blocks; ++b) options_.segments.push_back({b});
   }
   for (auto& segment : options_.segments) {
     std::vector<int> internal;
-    for (int u : segment) {
-      if (u < 0 || u >= num) {
-        fail(ErrorKind::kInternal, "zero engine: a segment reads unit {} of {}", u, num);
+    for (const Role role : {Role::kBlock, Role::kFrozenBlock}) {
+      for (int b : segment) {
+        if (b < 0 || b >= blocks) {
+          fail(ErrorKind::kInternal, "zero engine: a segment reads unit {} of {}", b, blocks);
+        }
+        internal.push_back(static_cast<int>(index.at({role, b})));
       }
-      internal.push_back(u);
     }
-    for (int u : segment) internal.push_back(u + num);
     segment = internal;
   }
 }
@@ -153,7 +166,7 @@ torch::Tensor Stage3Engine::build_shards() {
   for (Unit& unit : units_) {
     // The master from the original values: compute-dtype rounding never reaches it. Frozen
     // chunks go straight to their compute-dtype shard.
-    torch::Tensor& home = unit.frozen ? frozen_shard_ : master;
+    torch::Tensor& home = unit.frozen() ? frozen_shard_ : master;
     for (const ParamPiece& piece : unit.partition.owned_pieces(rank)) {
       const int64_t n = piece.elements.end - piece.elements.begin;
       home.narrow(0, unit.shard_offset + piece.offset, n)
@@ -161,17 +174,17 @@ torch::Tensor Stage3Engine::build_shards() {
     }
     // Never written unless persistent: untouched memory, released below once the views exist.
     unit.full = torch::empty({unit.partition.padded_numel()}, compute);
-    if (unit.persistent) unit.full.zero_();
+    if (unit.persistent()) unit.full.zero_();
     for (size_t k = 0; k < unit.params.size(); ++k) {
       torch::Tensor& p = params_[unit.params[k]].tensor;
       const int64_t offset = unit.partition.param_offset(k);
       const int64_t n = unit.partition.param_numel(k);
-      if (unit.persistent)
+      if (unit.persistent())
         unit.full.narrow(0, offset, n).copy_(initial_values(unit.params[k], {0, n}));
       p.mutable_grad() = torch::Tensor();
       p.set_data(unit.full.narrow(0, offset, n).view(p.sizes()));
     }
-    if (unit.persistent) {
+    if (unit.persistent()) {
       unit.state = UnitState::kGathered;
     } else {
       model::release_storage(unit.full);
@@ -182,26 +195,15 @@ torch::Tensor Stage3Engine::build_shards() {
   return master;
 }
 
-// Elements `r` of parameter `param`'s initial values, flattened: from options_.initial_values, or
-// from the parameter itself (read before build_shards() points it into its unit's buffer).
 torch::Tensor Stage3Engine::initial_values(size_t param, Range r) const {
-  const NamedParameter& p = params_[param];
-  if (options_.initial_values) {
-    torch::Tensor v = options_.initial_values(p.name, r.begin, r.end);
-    if (v.numel() != r.end - r.begin) {
-      fail(ErrorKind::kInternal, "zero engine: initial values of '{}' [{}, {}) have {} elements",
-           p.name, r.begin, r.end, v.numel());
-    }
-    return v.reshape({-1});
-  }
-  return p.tensor.detach().reshape({-1}).narrow(0, r.begin, r.end - r.begin);
+  return initial_elements(params_[param], options_.initial_values, r);
 }
 
 // The master holds this rank's chunks of the trainable units, which are also what it saves.
 MasterLayout Stage3Engine::master_layout() const {
   std::vector<MasterPiece> pieces;
   for (const Unit& unit : units_) {
-    if (unit.frozen) continue;
+    if (unit.frozen()) continue;
     for (const ParamPiece& piece : unit.partition.owned_pieces(comm_.rank())) {
       const NamedParameter& p = params_[unit.params[piece.param]];
       pieces.push_back(

@@ -4,9 +4,9 @@
 // validates the options. The fp32 master, the optimizer and the update are a MasterState
 // (master_state.h) over this rank's shard.
 //
-// Units. Parameters are grouped into units (NamedParameter::unit; the trainer makes one per
-// decoder block, one for the embedding and one for the final norm/head). Each unit has its own flat
-// buffer `full` [padded numel] in the compute dtype; the parameters are views of it. A unit's
+// Units. Parameters are grouped into units by their block (NamedParameter::unit: the trainer passes
+// the model's block index, lib/model/blocks.h, so the units are the blocks). Each unit has its own
+// flat buffer `full` [padded numel] in the compute dtype; the parameters are views of it. A unit's
 // buffer holds memory only while the unit is gathered (storage.h): rank r keeps chunk r of it
 // (`param_shard_`), and before the unit is used the chunks are all-gathered into `full`.
 // Parameters with fewer than `param_persistence_threshold` elements form one extra persistent unit
@@ -24,8 +24,9 @@
 // persistent parameters) only, so no rank ever holds the whole model. Without it, the values are
 // read from the parameters, which then hold the full model on every rank.
 //
-// Segments. The forward pass is a fixed sequence of segments (embed, layer 0..L-1, head), each
-// reading a set of units (EngineOptions::segments). The caller brackets each segment:
+// Segments. The forward pass is a fixed sequence of segments (the model's blocks: embedding, layer
+// 0..L-1, head), each reading a set of units (EngineOptions::segments). The caller brackets each
+// segment:
 //   pre_forward(k)          gathers the units of segment k (waiting for a prefetch), then starts
 //                           gathers of the following segments' units within prefetch_bucket_size
 //   post_forward(k, out)    releases units the next segment does not read; with grad mode on,
@@ -87,7 +88,7 @@ class Stage3Engine final : public Engine {
   LossScalerState loss_scaler_state() const override { return master_->loss_scaler_state(); }
   LossScaler& loss_scaler() override { return master_->scaler(); }
 
-  // Internal units: trainable units 0..U-1 in the caller's numbering, frozen twins U..2U-1, then
+  // Internal units (Unit::Role): each block's trainable unit, then each block's frozen unit, then
   // the persistent trainable and the persistent frozen unit.
   size_t num_units() const { return units_.size(); }
   // Elements of unit `unit` (without padding).
@@ -98,14 +99,25 @@ class Stage3Engine final : public Engine {
  private:
   enum class UnitState { kFree, kGathering, kGathered };
   struct Unit {
-    Unit(std::vector<size_t> members, Partition layout)
-        : params(std::move(members)), partition(std::move(layout)) {}
+    // What the unit holds: a block's trainable or frozen (no gradients; chunks in frozen_shard_)
+    // parameters, gathered around the block's segments, or the small parameters of every block,
+    // trainable or frozen, gathered for good.
+    enum class Role { kBlock, kFrozenBlock, kPersistent, kPersistentFrozen };
+    // The unit of `role` for block `block` (-1 for the persistent roles).
+    using Key = std::pair<Role, int>;
+    Unit(Key key, std::vector<size_t> members, Partition layout)
+        : role(key.first),
+          block(key.second),
+          params(std::move(members)),
+          partition(std::move(layout)) {}
+    bool frozen() const { return role == Role::kFrozenBlock || role == Role::kPersistentFrozen; }
+    bool persistent() const { return role == Role::kPersistent || role == Role::kPersistentFrozen; }
+    Role role;
+    int block;                   // NamedParameter::unit of its parameters; -1 when persistent
     std::vector<size_t> params;  // indices into params_, in flat order
     Partition partition;         // the unit's own flat layout: one bucket, N chunks
     int64_t shard_offset = 0;    // where this rank's chunk starts in the shards
-    bool persistent = false;
-    bool frozen = false;  // chunks in frozen_shard_; no gradients
-    torch::Tensor full;   // [padded numel] compute dtype, on the device; storage only when gathered
+    torch::Tensor full;  // [padded numel] compute dtype, on the device; storage only when gathered
     UnitState state = UnitState::kFree;
     std::unique_ptr<comm::Work> gather;
     torch::Tensor gather_input;  // the chunk sent, kept alive until the gather completes
@@ -127,6 +139,7 @@ class Stage3Engine final : public Engine {
 
   void validate(const std::vector<NamedParameter>& params) const;
   void build_units(const std::vector<NamedParameter>& params);
+  Unit::Key unit_key(const NamedParameter& p) const;
   torch::Tensor build_shards();
   torch::Tensor initial_values(size_t param, Range elements) const;
   MasterLayout master_layout() const;
@@ -159,11 +172,12 @@ class Stage3Engine final : public Engine {
   std::vector<NamedParameter> params_;
   std::vector<size_t> unit_of_;  // parameter → unit
   std::vector<Unit> units_;
-  int64_t shard_numel_ = 0;     // Σ trainable units' chunks
-  int64_t frozen_numel_ = 0;    // Σ frozen units' chunks
-  size_t persistent_unit_ = 0;  // the trainable persistent unit
-  torch::Tensor param_shard_;   // [shard_numel] compute dtype (host when offload_param)
-  torch::Tensor frozen_shard_;  // [frozen_numel] compute dtype (host when offload_param)
+  int64_t shard_numel_ = 0;            // Σ trainable units' chunks
+  int64_t frozen_numel_ = 0;           // Σ frozen units' chunks
+  size_t persistent_unit_ = 0;         // the trainable persistent unit
+  size_t persistent_frozen_unit_ = 0;  // the frozen persistent unit
+  torch::Tensor param_shard_;          // [shard_numel] compute dtype (host when offload_param)
+  torch::Tensor frozen_shard_;         // [frozen_numel] compute dtype (host when offload_param)
   // [shard_numel] compute dtype on the device; fp32 on the host with offload_optimizer
   torch::Tensor grad_shard_;
   // Master over [shard_numel] fp32 (host when offload_optimizer); it is param_shard_ itself in fp32

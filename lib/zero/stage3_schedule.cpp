@@ -16,7 +16,7 @@ void Stage3Engine::launch_gather(size_t u) {
   if (unit.state != UnitState::kFree || unit.partition.padded_numel() == 0) return;
   model::allocate_storage(unit.full, unit.full.numel() * unit.full.element_size());
   // The chunk this rank contributes; with offload_param it is copied from the host first.
-  torch::Tensor input = shard_of(unit, unit.frozen ? frozen_shard_ : param_shard_);
+  torch::Tensor input = shard_of(unit, unit.frozen() ? frozen_shard_ : param_shard_);
   if (input.device() != device_) input = input.to(device_, /*non_blocking=*/true);
   unit.gather_input = input;
   const trace::ScopedLabel label("unit", static_cast<int64_t>(u));
@@ -38,7 +38,7 @@ void Stage3Engine::wait_gathered(size_t u) {
 
 void Stage3Engine::release(size_t u) {
   Unit& unit = units_[u];
-  if (unit.persistent || unit.state == UnitState::kFree) return;
+  if (unit.persistent() || unit.state == UnitState::kFree) return;
   if (unit.state == UnitState::kGathering) wait_gathered(u);
   model::release_storage(unit.full);
   unit.state = UnitState::kFree;
@@ -55,7 +55,7 @@ void Stage3Engine::prefetch_after(size_t segment, int direction) {
   for (int64_t k = static_cast<int64_t>(segment) + direction; k >= 0 && k < count; k += direction) {
     for (int u : options_.segments[static_cast<size_t>(k)]) {
       Unit& unit = units_[static_cast<size_t>(u)];
-      if (unit.reduced || unit.persistent) continue;
+      if (unit.reduced || unit.persistent()) continue;
       budget -= unit.partition.padded_numel();
       if (budget < 0) return;
       if (unit.state == UnitState::kFree) launch_gather(static_cast<size_t>(u));
@@ -99,7 +99,7 @@ void Stage3Engine::release_frozen_after(size_t segment) {
   if (segment + 1 >= options_.segments.size()) return;
   const auto& current = options_.segments[segment];
   for (int u : options_.segments[segment + 1]) {
-    if (!units_[static_cast<size_t>(u)].frozen) continue;
+    if (!units_[static_cast<size_t>(u)].frozen()) continue;
     if (std::find(current.begin(), current.end(), u) == current.end()) {
       release(static_cast<size_t>(u));
     }
@@ -195,7 +195,7 @@ void Stage3Engine::finish_backward() {
   torch::NoGradGuard no_grad;
   in_backward_ = false;
   for (size_t u = units_.size(); u-- > 0;) {
-    if (!units_[u].reduced && !units_[u].frozen) reduce_unit(u);
+    if (!units_[u].reduced && !units_[u].frozen()) reduce_unit(u);
   }
   while (!in_flight_.empty()) retire_oldest();
   for (size_t u = 0; u < units_.size(); ++u) {
@@ -207,7 +207,7 @@ void Stage3Engine::finish_backward() {
 int64_t Stage3Engine::gathered_bytes() const {
   int64_t bytes = 0;
   for (const Unit& unit : units_) {
-    if (!unit.persistent) bytes += model::storage_bytes(unit.full);
+    if (!unit.persistent()) bytes += model::storage_bytes(unit.full);
     if (unit.grad_full.defined()) bytes += unit.grad_full.nbytes();
   }
   for (const Reduction& r : in_flight_) bytes += r.input.nbytes() + r.output.nbytes();

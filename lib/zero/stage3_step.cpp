@@ -9,7 +9,8 @@ StepResult Stage3Engine::do_step(double lr) {
   StepResult result;
   if (master_->backward_update_armed()) {
     size_t reduced_units = 0;
-    for (const Unit& unit : units_) reduced_units += !unit.frozen && unit.partition.padded_numel();
+    for (const Unit& unit : units_)
+      reduced_units += !unit.frozen() && unit.partition.padded_numel();
     result = master_->finish_backward_update(reduced_units);
     gather_persistent();
   } else {
@@ -41,7 +42,7 @@ MemoryReport Stage3Engine::bytes() const {
   MemoryReport report;
   // Frozen (LoRA base) shards are parameters in the compute dtype too.
   const int64_t persistent =
-      units_[persistent_unit_].full.nbytes() + units_[persistent_unit_ + 1].full.nbytes();
+      units_[persistent_unit_].full.nbytes() + units_[persistent_frozen_unit_].full.nbytes();
   report.compute_params = param_shard_.nbytes() + frozen_shard_.nbytes() + persistent;
   report.persistent_params = persistent;
   report.gradients = grad_shard_.nbytes();

@@ -33,8 +33,16 @@ DecoderModel cuda_model(int64_t layers, int64_t intermediate) {
   DecoderModel m = build_model(config(layers, intermediate), torch::kFloat, 3);
   m->to(torch::Device(torch::kCUDA, 0));
   m->train();
-  m->set_gradient_checkpointing(true);
+  m->wrap_blocks(checkpoint_layers());
   return m;
+}
+
+// Replaces plain checkpointing by checkpointing with offload; returns the store.
+std::shared_ptr<ActivationOffload> offload_layer_inputs(DecoderModelImpl& m) {
+  auto store = std::make_shared<ActivationOffload>();
+  m.unwrap_blocks();
+  m.wrap_blocks(checkpoint_layers(store));
+  return store;
 }
 
 torch::Tensor cuda_ids(int64_t B, int64_t T) {
@@ -49,12 +57,15 @@ TEST(ActivationOffloadGpu, SameLossAndGradientsAndPinnedCopiesOfTheLayerInputs) 
   plain_loss.backward();
   const auto plain = take_grads(*m);
 
-  m->set_activation_offload(true);
+  const std::shared_ptr<ActivationOffload> offload = offload_layer_inputs(*m);
   std::vector<torch::Tensor> inputs;
-  m->set_layer_hooks(
-      {[&](int64_t, const torch::Tensor& h) { inputs.push_back(h.detach()); }, nullptr});
+  m->wrap_blocks(
+      [&](const ModelBlock& b, const torch::Tensor& x, const BlockContext&, const BlockFn& run) {
+        if (b.role == BlockRole::kLayer) inputs.push_back(x.detach());
+        return run(x);
+      });
   const torch::Tensor loss = causal_lm_loss(m->forward(ids), ids.roll(-1, 1));
-  const ActivationOffload& store = *m->activation_offload();
+  const ActivationOffload& store = *offload;
   ASSERT_EQ(store.live_entries(), 4);
   torch::cuda::synchronize();
   const auto held = store.host_tensors();
@@ -105,7 +116,7 @@ TEST(ActivationOffloadGpu, PeakDeviceMemoryDropsByTheLayerInputs) {
   const torch::Tensor ids = cuda_ids(B, T);
   (void)step_bytes(*m, ids);  // warm-up
   const StepBytes plain = step_bytes(*m, ids);
-  m->set_activation_offload(true);
+  (void)offload_layer_inputs(*m);
   (void)step_bytes(*m, ids);
   const StepBytes offloaded = step_bytes(*m, ids);
   const int64_t input = B * T * C * 4;

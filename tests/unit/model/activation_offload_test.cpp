@@ -26,12 +26,13 @@ TEST(ActivationOffload, CheckpointingWithOffloadGivesTheSameLossAndGradients) {
     doc["num_hidden_layers"] = 3;
     DecoderModel m = build_model(parse_model_config(doc), dtype, 3);
     m->train();
-    m->set_gradient_checkpointing(true);
+    m->wrap_blocks(checkpoint_layers());
     const torch::Tensor ids = random_ids(2, 24, 97, 9);
     const torch::Tensor plain_loss = causal_lm_loss(m->forward(ids), ids.roll(-1, 1));
     plain_loss.backward();
     const std::vector<torch::Tensor> plain = take_grads(*m);
-    m->set_activation_offload(true);
+    m->unwrap_blocks();
+    m->wrap_blocks(checkpoint_layers(std::make_shared<ActivationOffload>()));
     const torch::Tensor loss = causal_lm_loss(m->forward(ids), ids.roll(-1, 1));
     loss.backward();
     const std::vector<torch::Tensor> offloaded = take_grads(*m);
@@ -48,13 +49,17 @@ TEST(ActivationOffload, LayerInputsLiveInTheStoreFromForwardUntilTheirBackward) 
   doc["num_hidden_layers"] = 4;
   DecoderModel m = build_model(parse_model_config(doc), torch::kFloat, 4);
   m->train();
-  m->set_gradient_checkpointing(true);
-  m->set_activation_offload(true);
+  auto offload = std::make_shared<ActivationOffload>();
+  m->wrap_blocks(checkpoint_layers(offload));
   std::vector<torch::Tensor> inputs;
-  m->set_layer_hooks({[&](int64_t, const torch::Tensor& h) { inputs.push_back(h); }, nullptr});
+  m->wrap_blocks(
+      [&](const ModelBlock& b, const torch::Tensor& x, const BlockContext&, const BlockFn& run) {
+        if (b.role == BlockRole::kLayer) inputs.push_back(x);
+        return run(x);
+      });
   const int64_t B = 2, T = 16, C = 64;
   const torch::Tensor ids = random_ids(B, T, 97, 5);
-  const ActivationOffload& store = *m->activation_offload();
+  const ActivationOffload& store = *offload;
   torch::Tensor loss = causal_lm_loss(m->forward(ids), ids.roll(-1, 1));
   EXPECT_EQ(store.live_entries(), 4);
   EXPECT_EQ(store.live_host_bytes(), 4 * B * T * C * 4);
@@ -73,8 +78,8 @@ TEST(ActivationOffload, LayerInputsLiveInTheStoreFromForwardUntilTheirBackward) 
 
 TEST(ActivationOffload, EvalAndNoGradRunsStoreNothing) {
   DecoderModel m = build_model(testing::small_config(), torch::kFloat, 4);
-  m->set_gradient_checkpointing(true);
-  m->set_activation_offload(true);
+  auto offload = std::make_shared<ActivationOffload>();
+  m->wrap_blocks(checkpoint_layers(offload));
   const torch::Tensor ids = random_ids(1, 8, 97, 6);
   m->eval();
   (void)m->forward(ids);
@@ -83,7 +88,7 @@ TEST(ActivationOffload, EvalAndNoGradRunsStoreNothing) {
     torch::NoGradGuard no_grad;
     (void)m->forward(ids);
   }
-  EXPECT_EQ(m->activation_offload()->total_stored(), 0);
+  EXPECT_EQ(offload->total_stored(), 0);
 }
 
 // Only the marked inputs go to the store; the others are saved in the graph as usual.

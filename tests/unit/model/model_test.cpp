@@ -355,25 +355,26 @@ TEST(DecoderModel, SlidingWindowGradientsEqualTheDenseMaskReference) {
   }
 }
 
-TEST(DecoderModel, LayerHooksRunAroundEveryLayerForwardAndBackward) {
+TEST(DecoderModel, BlockWrappersRunAroundEveryLayerForwardAndBackward) {
   DecoderModel m = build_model(small_config(), torch::kFloat, 1);
   std::vector<std::string> events;
-  LayerHooks hooks;
-  hooks.before = [&](int64_t i, const torch::Tensor& h) {
-    events.push_back("before" + std::to_string(i));
-    const_cast<torch::Tensor&>(h).register_hook([&events, i](torch::Tensor g) {
-      events.push_back("backward_done" + std::to_string(i));
-      return g;
-    });
-  };
-  hooks.after = [&](int64_t i, const torch::Tensor& h) {
-    events.push_back("after" + std::to_string(i));
-    const_cast<torch::Tensor&>(h).register_hook([&events, i](torch::Tensor g) {
-      events.push_back("backward_start" + std::to_string(i));
-      return g;
-    });
-  };
-  m->set_layer_hooks(hooks);
+  m->wrap_blocks(
+      [&](const ModelBlock& b, const torch::Tensor& x, const BlockContext&, const BlockFn& run) {
+        if (b.role != BlockRole::kLayer) return run(x);
+        const int64_t i = static_cast<int64_t>(b.index) - 1;
+        events.push_back("before" + std::to_string(i));
+        const_cast<torch::Tensor&>(x).register_hook([&events, i](torch::Tensor g) {
+          events.push_back("backward_done" + std::to_string(i));
+          return g;
+        });
+        torch::Tensor out = run(x);
+        events.push_back("after" + std::to_string(i));
+        out.register_hook([&events, i](torch::Tensor g) {
+          events.push_back("backward_start" + std::to_string(i));
+          return g;
+        });
+        return out;
+      });
   const torch::Tensor ids = random_ids(1, 5, 97, 1);
   causal_lm_loss(m->forward(ids), ids).backward();
   // Layer 0's output is layer 1's input: the gradient reaching it ends layer 1's backward and

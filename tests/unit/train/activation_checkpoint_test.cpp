@@ -1,6 +1,7 @@
 // Activation checkpointing in training: LoRA dropout replayed in the recompute, and the ZeRO engine
 // (every stage relies on parameters' post-accumulate hooks; stage 3 also regathers each layer's
-// parameters from a hook on its output) training exactly as without checkpointing.
+// parameters from a hook on its output) training exactly as without checkpointing, both applied
+// by parallelize().
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +11,7 @@
 #include "optim/optimizer.h"
 #include "tests/common/thread_communicator.h"
 #include "tests/unit/model/test_util.h"
-#include "train/stage3_setup.h"
+#include "train/parallelize.h"
 #include "zero/engine.h"
 
 namespace dstrain::train {
@@ -65,7 +66,7 @@ TEST(CheckpointedTraining, LoraDropoutDrawsTheSameMasksInTheRecompute) {
   double plain_loss = 0, ckpt_loss = 0, other_loss = 0;
   const auto plain = lora_gradients(lora, m, ids, 21, &plain_loss);
   const auto other_seed = lora_gradients(lora, m, ids, 22, &other_loss);
-  m->set_gradient_checkpointing(true);
+  m->wrap_blocks(model::checkpoint_layers());
   const auto ckpt = lora_gradients(lora, m, ids, 21, &ckpt_loss);
   EXPECT_EQ(ckpt_loss, plain_loss);
   EXPECT_NE(other_loss, plain_loss) << "dropout is not active, so this test proves nothing";
@@ -92,21 +93,18 @@ std::vector<std::vector<double>> engine_losses(int stage, bool checkpointing, in
     torch::set_num_threads(1);
     auto m = small_model(3);
     m->train();
-    m->set_gradient_checkpointing(checkpointing);
-    zero::EngineOptions options;
-    options.stage = stage;
-    options.reduce_bucket_size = 2000;
-    std::vector<zero::NamedParameter> params = engine_parameters(*m);
-    if (stage == 3) {
-      options.segments = forward_segments(*m);
-      options.param_persistence_threshold = 0;  // every layer gathered and released around use
-      options.prefetch_bucket_size = 0;
-    }
-    auto engine = zero::make_engine(std::move(params), comm, adamw(), options);
+    ParallelPlan plan;
+    plan.checkpointing = checkpointing;
+    plan.engine.stage = stage;
+    plan.engine.reduce_bucket_size = 2000;
+    plan.engine.param_persistence_threshold = 0;  // stage 3: every layer gathered around use
+    plan.engine.prefetch_bucket_size = 0;
+    plan.optimizer = adamw();
+    SequenceParallel no_sp(comm, 1);
+    auto engine = parallelize(m, {comm, torch::kCPU, no_sp}, plan).engine;
     const torch::Tensor mine = ids.narrow(0, 2 * comm.rank(), 2);
     for (int step = 0; step < steps; ++step) {
-      const torch::Tensor loss =
-          model::causal_lm_loss(forward_with_engine(*m, *engine, mine), mine.roll(-1, 1));
+      const torch::Tensor loss = model::causal_lm_loss(m->forward(mine), mine.roll(-1, 1));
       engine->backward(loss);
       engine->step(1e-2);
       losses[static_cast<size_t>(comm.rank())].push_back(loss.item<double>());

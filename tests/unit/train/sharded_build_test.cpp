@@ -13,7 +13,7 @@
 #include "tests/common/thread_communicator.h"
 #include "tests/unit/model/counting_allocator.h"
 #include "tests/unit/model/test_util.h"
-#include "train/stage3_setup.h"
+#include "train/parallelize.h"
 #include "zero/engine.h"
 
 namespace dstrain::train {
@@ -37,14 +37,15 @@ zero::OptimizerFactory adamw() {
   };
 }
 
-zero::EngineOptions stage3_options(const model::DecoderModelImpl& m, torch::ScalarType dtype) {
-  zero::EngineOptions o;
-  o.stage = 3;
-  o.compute_dtype = dtype;
-  o.segments = forward_segments(m);
-  o.param_persistence_threshold = 100;  // norms persistent, everything else sharded
-  o.prefetch_bucket_size = 5000;
-  return o;
+// Stage 3 in `dtype`; parallelize() sets the segments (the model's blocks).
+ParallelPlan stage3_plan(torch::ScalarType dtype) {
+  ParallelPlan plan;
+  plan.engine.stage = 3;
+  plan.engine.compute_dtype = dtype;
+  plan.engine.param_persistence_threshold = 100;  // norms persistent, everything else sharded
+  plan.engine.prefetch_bucket_size = 5000;
+  plan.optimizer = adamw();
+  return plan;
 }
 
 // Losses of `steps` steps on fixed data at world size 2, stage 3; `make` builds each rank's model
@@ -55,14 +56,14 @@ std::vector<double> train_stage3(const Maker& make, torch::ScalarType dtype, int
   dstrain::testing::run_ranks(2, [&](ThreadCommunicator& comm) {
     zero::InitialValues values;
     model::DecoderModel m = make(&values);
-    zero::EngineOptions o = stage3_options(*m, dtype);
-    o.initial_values = values;
-    auto engine = zero::make_engine(engine_parameters(*m), comm, adamw(), o);
+    ParallelPlan plan = stage3_plan(dtype);
+    plan.initial_values = values;
+    SequenceParallel no_sp(comm, 1);
+    auto engine = parallelize(m, {comm, torch::kCPU, no_sp}, plan).engine;
     for (int s = 0; s < steps; ++s) {
       auto gen = at::make_generator<at::CPUGeneratorImpl>(100 * s + comm.rank());
       const torch::Tensor ids = torch::randint(0, m->config().vocab_size, {2, 12}, gen);
-      const torch::Tensor loss =
-          model::causal_lm_loss(forward_with_engine(*m, *engine, ids), ids.roll(-1, 1));
+      const torch::Tensor loss = model::causal_lm_loss(m->forward(ids), ids.roll(-1, 1));
       engine->backward(loss);
       engine->step(1e-2);
       losses[static_cast<size_t>(comm.rank())].push_back(loss.item<double>());
@@ -128,34 +129,23 @@ TEST(ShardedBuild, LoraBaseIsShardedFrozenAndReleasedAfterEachStep) {
   const int64_t base_numel = c.num_parameters(true);
   dstrain::testing::run_ranks(2, [&](ThreadCommunicator& comm) {
     model::DecoderModel m(c, model::Materialize::kNo);
-    for (auto& p : m->parameters()) p.set_requires_grad(false);
-    lora::LoraOptions lo;
-    lo.r = 4;
-    lo.alpha = 8;
-    lo.target_modules = {"q_proj", "v_proj"};
-    lora::LoraModel lm(m, lo, "test");
-    std::vector<zero::NamedParameter> params = engine_parameters(*m);
-    for (auto& p : params) p.frozen = true;
+    ParallelPlan plan = stage3_plan(torch::kBFloat16);
+    plan.engine.param_persistence_threshold = 0;
+    plan.initial_values = model::init_source(*m, 5);
+    plan.lora = LoraPlan{};
+    plan.lora->options.r = 4;
+    plan.lora->options.alpha = 8;
+    plan.lora->options.target_modules = {"q_proj", "v_proj"};
+    plan.lora->key = "test";
+    SequenceParallel no_sp(comm, 1);
+    Parallelized parallel = parallelize(m, {comm, torch::kCPU, no_sp}, plan);
+    zero::Engine* engine = parallel.engine.get();
     int64_t adapter_numel = 0;
-    for (auto& [name, t] : lm.named_parameters()) {
-      params.push_back({name, t, unit_of(name, c.num_hidden_layers)});
-      adapter_numel += t.numel();
-    }
-    const zero::InitialValues base = model::init_source(*m, 5);
-    std::map<std::string, torch::Tensor> adapters;
-    for (auto& [name, t] : lm.named_parameters()) adapters[name] = t.detach().clone().reshape({-1});
-    zero::EngineOptions o = stage3_options(*m, torch::kBFloat16);
-    o.param_persistence_threshold = 0;
-    o.initial_values = [&](const std::string& name, int64_t b, int64_t e) {
-      const auto it = adapters.find(name);
-      return it == adapters.end() ? base(name, b, e) : it->second.narrow(0, b, e - b);
-    };
-    auto engine = zero::make_engine(params, comm, adamw(), o);
+    for (auto& [name, t] : parallel.lora->named_parameters()) adapter_numel += t.numel();
     double first = 0, last = 0;
     const torch::Tensor ids = torch::arange(24).reshape({2, 12}) % c.vocab_size;
     for (int s = 0; s < 8; ++s) {
-      const torch::Tensor loss =
-          model::causal_lm_loss(forward_with_engine(*m, *engine, ids), ids.roll(-1, 1));
+      const torch::Tensor loss = model::causal_lm_loss(m->forward(ids), ids.roll(-1, 1));
       engine->backward(loss);
       engine->step(3e-2);
       (s == 0 ? first : last) = loss.item<double>();
@@ -214,9 +204,10 @@ int64_t construction_peak(bool sharded) {
   counter.reset_peak();
   model::DecoderModel m = sharded ? model::DecoderModel(c, model::Materialize::kNo)
                                   : model::build_model(c, torch::kFloat, 5);
-  zero::EngineOptions o = stage3_options(*m, torch::kFloat);
-  if (sharded) o.initial_values = model::init_source(*m, 5);
-  auto engine = zero::make_engine(engine_parameters(*m), comm, adamw(), o);
+  ParallelPlan plan = stage3_plan(torch::kFloat);
+  if (sharded) plan.initial_values = model::init_source(*m, 5);
+  SequenceParallel no_sp(comm, 1);
+  auto engine = parallelize(m, {comm, torch::kCPU, no_sp}, plan).engine;
   return counter.peak() - before;
 }
 

@@ -1,0 +1,60 @@
+#include "model/blocks.h"
+
+#include "model/activation_checkpoint.h"
+#include "model/fused_linear_cross_entropy.h"
+
+namespace dstrain::model {
+
+BlockWrapper checkpoint_layers(std::shared_ptr<ActivationOffload> offload) {
+  return [offload](const ModelBlock& block, const torch::Tensor& x, const BlockContext& ctx,
+                   const BlockFn& run) {
+    if (block.role != BlockRole::kLayer || !ctx.training || !torch::GradMode::is_enabled()) {
+      return run(x);
+    }
+    // Only the block's own input is an input of the checkpoint (and goes to the offload store):
+    // the context (RoPE tables shared by every layer) travels in `run`.
+    return checkpoint([run](const std::vector<torch::Tensor>& in) { return run(in[0]); }, {x},
+                      CheckpointOffload{offload, {true}});
+  };
+}
+
+torch::Tensor TokenEmbedding::forward(const torch::Tensor& ids, const BlockContext&) {
+  return embed_(ids);
+}
+
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t index, Materialize m) {
+  self_attn = register_module("self_attn", Attention(c, c.attention_window(index), m));
+  mlp = register_module("mlp", Mlp(c, m));
+  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, m));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, m));
+}
+
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& h, const BlockContext& ctx) {
+  const torch::Tensor x = h + self_attn(input_layernorm(h), ctx.cos, ctx.sin);
+  return x + mlp(post_attention_layernorm(x));
+}
+
+std::vector<Projection> DecoderLayerImpl::projections() {
+  auto& a = *self_attn;
+  auto& m = *mlp;
+  return {{"self_attn.q_proj", a.q_proj, &a.adapters}, {"self_attn.k_proj", a.k_proj, &a.adapters},
+          {"self_attn.v_proj", a.v_proj, &a.adapters}, {"self_attn.o_proj", a.o_proj, &a.adapters},
+          {"mlp.gate_proj", m.gate_proj, &m.adapters}, {"mlp.up_proj", m.up_proj, &m.adapters},
+          {"mlp.down_proj", m.down_proj, &m.adapters}};
+}
+
+torch::Tensor LmHead::forward(const torch::Tensor& h, const BlockContext& ctx) {
+  return ctx.labels.defined() ? loss_sum(h, ctx.labels, ctx.loss_chunk_bytes) : logits(h);
+}
+
+torch::Tensor LmHead::logits(const torch::Tensor& h) {
+  return torch::nn::functional::linear(norm_(h), weight());
+}
+
+torch::Tensor LmHead::loss_sum(const torch::Tensor& h, const torch::Tensor& labels,
+                               int64_t chunk_bytes) {
+  return linear_cross_entropy_sum(norm_(h), weight(), labels, kIgnoreIndex, chunk_bytes);
+}
+
+}  // namespace dstrain::model

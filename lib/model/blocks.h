@@ -1,0 +1,161 @@
+#pragma once
+// The model as an ordered list of blocks: the unit that everything applied from outside the model
+// works with. A decoder model is [embedding, layer 0, ..., layer L-1, head]; its forward is
+//
+//   x = input_ids;  for (block : blocks) x = run(block, x);
+//
+// where run() is the block's own forward inside whatever wrappers were installed around every
+// block (BlockWrapper): activation checkpointing (checkpoint_layers() below), ZeRO-3's gathering of
+// a block's parameters before it runs and its release after (lib/train/parallelize.h), a test's
+// probe. Settings that act inside a block go through the Block interface itself (the attention core
+// of sequence parallelism, tiled MLP), and LoRA finds the projections it may adapt there too. So a
+// new kind of block (another model family's layer, a MoE layer) needs no change outside lib/model:
+// it implements Block, and every wrapper and setting applies to it as to the others.
+//
+// Each block owns parameters of the model, by their Hugging Face names (ModelBlock::parameters);
+// every parameter of the model belongs to exactly one block. A block may also read an earlier
+// block's parameters (ModelBlock::shares): the head of a model with tied embeddings (Qwen2.5-0.5B)
+// projects with model.embed_tokens.weight, which belongs to the embedding block; ZeRO-3 then
+// gathers the embedding's parameters for the head too.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "model/layers.h"
+#include "model/model_config.h"
+
+namespace dstrain::model {
+
+class ActivationOffload;
+
+constexpr int64_t kIgnoreIndex = -100;  // a label that counts in no loss
+
+// A block's place: the embedding comes first (token ids in), the head last (the projection onto
+// the vocabulary, or its fused loss); layers are the repeated middle, what activation
+// checkpointing recomputes.
+enum class BlockRole { kEmbedding, kLayer, kHead };
+
+// What a block's forward reads besides its input: the same for every block of one forward, and
+// copied into whatever runs a block again later (activation checkpointing's recompute).
+struct BlockContext {
+  torch::Tensor cos, sin;  // RoPE tables [T, D] in the model's dtype, at this forward's positions
+  torch::Tensor labels;    // [B, T] aligned labels: the head returns its fused loss; else logits
+  int64_t loss_chunk_bytes =
+      0;                  // the fused loss's chunk (fused_linear_cross_entropy.h); 0: default
+  bool training = false;  // the model's mode
+};
+
+// A linear projection inside a block that an adapter can be added to (LoRA).
+struct Projection {
+  std::string path;  // relative to the block, e.g. "self_attn.q_proj"; its last part is the key
+  Linear linear;
+  ProjectionAdapters* adapters = nullptr;  // the slots of the module that owns the projection
+};
+
+class Block {
+ public:
+  virtual ~Block() = default;
+  // x → the next block's input: token ids [B, T] (embedding) or hidden states [B, T, C] in, hidden
+  // states out; the head returns logits [B, T, V], or with ctx.labels the sum of the token losses
+  // (a float32 scalar).
+  virtual torch::Tensor forward(const torch::Tensor& x, const BlockContext& ctx) = 0;
+  // Every parameter tensor the forward reads, in a fixed order: its own, and any it shares with
+  // an earlier block.
+  virtual std::vector<torch::Tensor> weights() = 0;
+  // The projections an adapter may be added to; none by default.
+  virtual std::vector<Projection> projections() { return {}; }
+  // Attention between RoPE and o_proj runs `core` (sequence parallelism); empty restores causal
+  // attention. Blocks without attention ignore it.
+  virtual void set_attention_core(const AttentionCore& core) {}
+  // kTiledMlpOff, kTiledMlpAuto or tokens per tile (tiled_mlp.h); blocks without an MLP ignore it.
+  virtual void set_tiled_mlp(int64_t setting) {}
+};
+
+// A block in the model's list.
+struct ModelBlock {
+  size_t index = 0;  // its position in the list
+  // "model.embed_tokens", "model.layers.3", "head", or what a caller named an added block; a
+  // projection's module path is name + "." + Projection::path.
+  std::string name;
+  BlockRole role = BlockRole::kLayer;
+  std::shared_ptr<Block> block;
+  // The parameters it owns, by their names in the model, in the order of Block::weights().
+  std::vector<std::pair<std::string, torch::Tensor>> parameters;
+  std::vector<size_t> shares;  // earlier blocks whose parameters it reads too
+};
+
+// The block's own forward, or the wrappers installed inside the one being called.
+using BlockFn = std::function<torch::Tensor(const torch::Tensor& x)>;
+// Runs `block` on `x` by calling `run` once (or not at all), doing its part around that call; may
+// hold on to `run` to call it again later (it stays valid for as long as the model). `ctx` is the
+// forward's context.
+using BlockWrapper = std::function<torch::Tensor(const ModelBlock& block, const torch::Tensor& x,
+                                                 const BlockContext& ctx, const BlockFn& run)>;
+
+// Activation checkpointing of every layer block (activation_checkpoint.h): in training mode with
+// grad on, only the block's input is kept and the block is recomputed in backward; otherwise the
+// plain run. With `offload`, the inputs are kept in that store (activation_offload.h) instead of
+// the autograd graph. Install it before (inside) wrappers that must not run again in the
+// recompute, such as ZeRO-3's.
+BlockWrapper checkpoint_layers(std::shared_ptr<ActivationOffload> offload = nullptr);
+
+// The token embedding (model.embed_tokens): ids [B, T] → [B, T, C].
+class TokenEmbedding final : public Block {
+ public:
+  explicit TokenEmbedding(torch::nn::Embedding embed) : embed_(std::move(embed)) {}
+  torch::Tensor forward(const torch::Tensor& ids, const BlockContext& ctx) override;
+  std::vector<torch::Tensor> weights() override { return {embed_->weight}; }
+
+ private:
+  torch::nn::Embedding embed_;
+};
+
+// Pre-norm residual decoder layer (model.layers.N): h + attn(norm(h)), then h + mlp(norm(h)).
+class DecoderLayerImpl : public torch::nn::Module, public Block {
+ public:
+  // Layer number `index` of the model: its attention window is config.attention_window(index).
+  DecoderLayerImpl(const ModelConfig& config, int64_t index,
+                   Materialize materialize = Materialize::kYes);
+  torch::Tensor forward(const torch::Tensor& h, const BlockContext& ctx) override;
+  std::vector<torch::Tensor> weights() override { return parameters(); }
+  std::vector<Projection> projections() override;
+  void set_attention_core(const AttentionCore& core) override { self_attn->core = core; }
+  void set_tiled_mlp(int64_t setting) override { mlp->set_tiling(setting); }
+
+  Attention self_attn{nullptr};
+  Mlp mlp{nullptr};
+  RMSNorm input_layernorm{nullptr};
+  RMSNorm post_attention_layernorm{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+// The head: the final norm (model.norm), then the projection onto the vocabulary with lm_head, or
+// with the embedding's weight when the embeddings are tied (`lm_head` null). hidden [B, T, C] →
+// logits [B, T, V], or the fused loss.
+class LmHead final : public Block {
+ public:
+  LmHead(RMSNorm norm, Linear lm_head, torch::nn::Embedding tied)
+      : norm_(std::move(norm)), lm_head_(std::move(lm_head)), tied_(std::move(tied)) {}
+  torch::Tensor forward(const torch::Tensor& h, const BlockContext& ctx) override;
+  std::vector<torch::Tensor> weights() override { return {norm_->weight, weight()}; }
+
+  // lm_head.weight, or model.embed_tokens.weight when tied.
+  const torch::Tensor& weight() const { return lm_head_ ? lm_head_->weight : tied_->weight; }
+  torch::Tensor logits(const torch::Tensor& h);
+  // The summed cross entropy of the projection against `labels` [B, T] (aligned; kIgnoreIndex
+  // counts nothing), without ever holding the [B, T, V] logits (fused_linear_cross_entropy.h).
+  torch::Tensor loss_sum(const torch::Tensor& h, const torch::Tensor& labels, int64_t chunk_bytes);
+
+ private:
+  RMSNorm norm_;
+  Linear lm_head_;
+  torch::nn::Embedding tied_;
+};
+
+}  // namespace dstrain::model

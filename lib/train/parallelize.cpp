@@ -1,0 +1,107 @@
+#include "train/parallelize.h"
+
+#include <map>
+
+#include "model/activation_offload.h"
+#include "model/storage.h"
+
+namespace dstrain::train {
+namespace {
+
+std::unique_ptr<lora::LoraModel> apply_lora(model::DecoderModel& model, const LoraPlan& plan) {
+  for (auto& p : model->parameters()) p.set_requires_grad(false);
+  auto lora = std::make_unique<lora::LoraModel>(model, plan.options, plan.key);
+  if (!plan.load.empty()) lora->load(plan.load, plan.load_source);
+  return lora;
+}
+
+// Parameters without memory stay without memory: only their device changes.
+void place_on_device(model::DecoderModelImpl& model, lora::LoraModel* lora, torch::Device device) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.parameters()) {
+    if (model::storage_bytes(p) == 0 && p.numel() > 0) {
+      p.set_data(model::unmaterialized(p.sizes(), p.options().device(device)));
+    } else {
+      p.set_data(p.detach().to(device));
+    }
+  }
+  if (!lora) return;
+  for (auto& [name, t] : lora->named_parameters()) t.set_data(t.detach().to(device));
+}
+
+// The base's values, and the adapters' own for theirs. Without a base source the engine reads
+// every value from the parameters themselves, the adapters' included.
+zero::InitialValues with_adapters(model::ValueSource base, const lora::LoraModel* lora) {
+  if (!lora || !base) return base;
+  auto adapters = std::make_shared<std::map<std::string, torch::Tensor>>();
+  for (auto& [name, t] : lora->named_parameters()) {
+    (*adapters)[name] = t.detach().clone().reshape({-1});
+  }
+  return [base = std::move(base), adapters](const std::string& name, int64_t begin, int64_t end) {
+    const auto it = adapters->find(name);
+    if (it == adapters->end()) return base(name, begin, end);
+    return it->second.narrow(0, begin, end - begin);
+  };
+}
+
+// Every block's run bracketed by the engine (no-ops but at stage 3).
+model::BlockWrapper engine_wrapper(zero::Engine& engine) {
+  return [&engine](const model::ModelBlock& block, const torch::Tensor& x,
+                   const model::BlockContext&, const model::BlockFn& run) {
+    engine.pre_forward(block.index);
+    torch::Tensor out = run(x);
+    // The head's fused loss sum is its output too: its gradient arriving starts its backward.
+    engine.post_forward(block.index, out);
+    return out;
+  };
+}
+
+}  // namespace
+
+std::vector<zero::NamedParameter> engine_parameters(const model::DecoderModelImpl& model,
+                                                    const lora::LoraModel* lora) {
+  std::vector<zero::NamedParameter> out;
+  for (const auto& block : model.blocks()) {
+    const int unit = static_cast<int>(block->index);
+    for (const auto& [name, t] : block->parameters) {
+      out.push_back({name, t, unit, /*frozen=*/!t.requires_grad()});
+    }
+  }
+  if (!lora) return out;
+  const auto adapters = lora->named_parameters();  // lora_A, lora_B of each target in turn
+  for (size_t i = 0; i < adapters.size(); ++i) {
+    const int unit = static_cast<int>(lora->targets().at(i / 2).block);
+    out.push_back({adapters[i].first, adapters[i].second, unit});
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> block_segments(const model::DecoderModelImpl& model) {
+  std::vector<std::vector<int>> segments;
+  for (const auto& block : model.blocks()) {
+    std::vector<int> units{static_cast<int>(block->index)};
+    for (size_t shared : block->shares) units.push_back(static_cast<int>(shared));
+    segments.push_back(std::move(units));
+  }
+  return segments;
+}
+
+Parallelized parallelize(model::DecoderModel model, const ParallelWorld& world, ParallelPlan plan) {
+  Parallelized out;
+  if (plan.lora) out.lora = apply_lora(model, *plan.lora);
+  world.sequence_parallel.apply(*model);
+  model->set_tiled_mlp(plan.tiled_mlp);
+  if (plan.checkpointing) {
+    model->wrap_blocks(model::checkpoint_layers(
+        plan.checkpoint_offload ? std::make_shared<model::ActivationOffload>() : nullptr));
+  }
+  place_on_device(*model, out.lora.get(), world.device);
+  plan.engine.segments = block_segments(*model);
+  plan.engine.initial_values = with_adapters(std::move(plan.initial_values), out.lora.get());
+  out.engine = zero::make_engine(engine_parameters(*model, out.lora.get()), world.comm,
+                                 plan.optimizer, std::move(plan.engine));
+  model->wrap_blocks(engine_wrapper(*out.engine));
+  return out;
+}
+
+}  // namespace dstrain::train

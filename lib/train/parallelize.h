@@ -1,0 +1,89 @@
+#pragma once
+// Parallelism applied to a model from outside (torchtitan's parallelize, in LibTorch): the model
+// is a list of blocks (model/blocks.h) and everything here acts on that list, so a new kind of
+// block is parallelized with no change to this file.
+//
+// parallelize() applies, in this order (each step sees the model as the steps before left it):
+//   1. LoRA (plan.lora): every base parameter frozen, adapters added to the projections the
+//      targets select (lora/targets.h); the adapters belong to the block of their projection.
+//   2. Sequence parallelism: every block's attention runs the group's Ulysses core
+//      (sequence_parallel.h; nothing for a group of one).
+//   3. Tiled MLP in every block (plan.tiled_mlp).
+//   4. Activation checkpointing of every layer block, its input optionally offloaded to the host
+//      (plan.checkpointing, plan.checkpoint_offload): the innermost wrapper, so that ZeRO-3's
+//      gathers are not repeated in its recompute.
+//   5. The parameters and adapters are placed on the device (parameters without memory stay
+//      without memory there).
+//   6. ZeRO: the engine is built over every parameter, each with its block as its stage-3 unit
+//      (stage 3's units are the blocks, and each forward segment a block with the blocks it
+//      shares parameters with: the tied head reads the embedding's), frozen when LoRA froze it,
+//      then the adapters. Every parameter gets its initial values from plan.initial_values (the
+//      adapters from their own), at every stage: stages 0-2 fill their flat buffers and stage 3
+//      only its shards. Its wrapper, the outermost, brackets every block's run with
+//      Engine::pre_forward/post_forward (no-ops at stages 0-2; at stage 3 the block's units are
+//      gathered before it runs and released after, and gathered again for its backward).
+//
+// The model must be built without memory (model::Materialize::kNo) or hold its values; after
+// parallelize() its forwards (forward, loss_sum) train through the engine.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "comm/communicator.h"
+#include "lora/lora_model.h"
+#include "model/model.h"
+#include "train/sequence_parallel.h"
+#include "zero/engine.h"
+
+namespace dstrain::train {
+
+struct LoraPlan {
+  lora::LoraOptions options;
+  std::string key;                      // the config key errors name
+  std::vector<lora::LoraWeights> load;  // initial adapter weights (lora.init_from), else empty
+  std::string load_source;              // where `load` came from, for errors
+};
+
+struct ParallelPlan {
+  std::optional<LoraPlan> lora;
+  int64_t tiled_mlp = 0;  // model::kTiledMlpOff, kTiledMlpAuto or tokens per tile
+  bool checkpointing = false;
+  bool checkpoint_offload = false;  // with checkpointing: layer inputs kept in host memory
+  zero::EngineOptions engine;       // its stage picks the engine; initial_values is set here
+  zero::OptimizerFactory optimizer;
+  model::ValueSource initial_values;  // the model's parameters by name (files or a seeded init)
+};
+
+// Where the model runs: the whole world's communicator (ZeRO shards over all of it), the device,
+// and the sequence-parallel groups cut from the world.
+struct ParallelWorld {
+  comm::Communicator& comm;
+  torch::Device device;
+  SequenceParallel& sequence_parallel;
+};
+
+struct Parallelized {
+  std::unique_ptr<lora::LoraModel> lora;  // null without LoRA
+  std::unique_ptr<zero::Engine> engine;
+};
+
+// Collective (the engine's construction). The model's wrappers refer to the engine and the model
+// to the adapters: keep the result (and `world`) alive for as long as the model runs, and destroy
+// the engine before the LoRA model.
+Parallelized parallelize(model::DecoderModel model, const ParallelWorld& world, ParallelPlan plan);
+
+// The engine's parameters: every model parameter block by block with its block as its unit,
+// frozen when it does not require grad, then the adapters of `lora` (if any) with the block of
+// the projection they adapt.
+std::vector<zero::NamedParameter> engine_parameters(const model::DecoderModelImpl& model,
+                                                    const lora::LoraModel* lora);
+
+// What each forward segment (block) reads: the block and the blocks it shares parameters with.
+std::vector<std::vector<int>> block_segments(const model::DecoderModelImpl& model);
+
+}  // namespace dstrain::train
