@@ -11,6 +11,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/run_files.h"
 #include "core/secrets.h"
 #include "launcher/free_port.h"
 #include "launcher/output.h"
@@ -164,9 +165,7 @@ RunDirs run_dirs(const LocalLaunchOptions& o, int world_size) {
   if (o.exec) return dirs;
   const config::Config config = load_run_config(o, world_size);
   dirs.out_dir = config.logging.out_dir;
-  dirs.metrics_file = config.logging.metrics_path.empty()
-                          ? (std::filesystem::path(dirs.out_dir) / "metrics.jsonl").string()
-                          : config.logging.metrics_path;
+  dirs.metrics_file = run_files::metrics_file(dirs.out_dir, config.logging.metrics_path);
   dirs.checkpoint_dir = config.checkpoint.dir;
   for (const std::string& arg : o.args)
     dirs.resumes = dirs.resumes || arg.rfind("--resume-from", 0) == 0;

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/run_files.h"
 #include "core/timer.h"
 #include "hub/cache_layout.h"
 #include "hub/model_files.h"
@@ -180,7 +181,7 @@ std::string model_source_label(const config::ModelSection& model) {
 }
 
 std::string shared_token_cache_dir(const config::Config& config) {
-  return (stdfs::path(config.logging.out_dir) / "data_cache").string();
+  return run_files::data_cache_dir(config.logging.out_dir);
 }
 
 std::string staged_model_dir(const config::ModelSection& model) {

@@ -16,10 +16,6 @@ using nlohmann::json;
 
 }  // namespace
 
-std::string restarts_file(const std::string& out_dir) {
-  return (stdfs::path(out_dir) / kRestartsFile).string();
-}
-
 std::vector<RestartRecord> read_restarts(const std::string& file) {
   const stdfs::path path = file;
   std::error_code ec;

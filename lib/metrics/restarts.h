@@ -16,9 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
-namespace dstrain::metrics {
+#include "core/run_files.h"
 
-inline constexpr const char* kRestartsFile = "restarts.json";
+namespace dstrain::metrics {
 
 struct RestartRecord {
   int attempt = 0;
@@ -33,7 +33,7 @@ struct RestartRecord {
 };
 
 // <out_dir>/restarts.json.
-std::string restarts_file(const std::string& out_dir);
+using run_files::restarts_file;
 
 // The records of a restarts file; none when it does not exist. Error(kInput) naming the file when
 // it is not what this module writes.

@@ -250,30 +250,23 @@ std::string missing_note(const std::string& what) {
 
 }  // namespace
 
-ReportSources report_sources(const std::string& run_dir) {
+ReportSources report_sources(const std::string& run_dir, const std::string& metrics_path) {
   std::error_code ec;
   if (!stdfs::is_directory(run_dir, ec)) {
     fail(ErrorKind::kInput, "{}: not a run directory (expected the logging.out_dir of a run)",
          run_dir);
   }
-  const stdfs::path dir(run_dir);
   ReportSources s;
-  s.metrics = (dir / "metrics.jsonl").string();
+  s.metrics = run_files::metrics_file(run_dir, metrics_path);
   if (!exists_file(s.metrics)) {
     fail(ErrorKind::kInput, "{}: no such file; a run writes it to its logging.out_dir", s.metrics);
   }
-  if (exists_file(dir / "summary.json")) s.summary = (dir / "summary.json").string();
-  if (exists_file(run_config_file(run_dir))) s.config = run_config_file(run_dir);
-  if (exists_file(restarts_file(run_dir))) s.restarts = restarts_file(run_dir);
+  for (auto [path, file] : {std::pair{&s.summary, run_files::summary_file(run_dir)},
+                            {&s.config, run_files::config_file(run_dir)},
+                            {&s.restarts, run_files::restarts_file(run_dir)}}) {
+    if (exists_file(file)) *path = file;
+  }
   return s;
-}
-
-std::string report_file(const std::string& out_dir) {
-  return (stdfs::path(out_dir) / "report.html").string();
-}
-
-std::string run_config_file(const std::string& out_dir) {
-  return (stdfs::path(out_dir) / "config.yaml").string();
 }
 
 std::string render_report(const ReportSources& sources) {

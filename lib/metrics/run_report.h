@@ -10,6 +10,8 @@
 
 #include <string>
 
+#include "core/run_files.h"
+
 namespace dstrain::metrics {
 
 // What a report is made from. Only `metrics` is required: a run that was stopped before its end
@@ -21,15 +23,14 @@ struct ReportSources {
   std::string restarts;  // restarts.json (restarts.h), or "" when the run was never restarted
 };
 
-// <run_dir>/metrics.jsonl, summary.json, config.yaml and restarts.json. Error(kInput) naming what
-// is missing when run_dir is not a directory or holds no metrics.jsonl; the others are "" when
+// The metrics (`metrics_path` when the run set logging.metrics_path, else <run_dir>/metrics.jsonl),
+// summary.json, config.yaml and restarts.json of a run (core/run_files.h). Error(kInput) naming
+// what is missing when run_dir is not a directory or there are no metrics; the others are "" when
 // absent.
-ReportSources report_sources(const std::string& run_dir);
+ReportSources report_sources(const std::string& run_dir, const std::string& metrics_path = "");
 
-// <out_dir>/report.html and <out_dir>/config.yaml: where a run leaves its report and its resolved
-// config.
-std::string report_file(const std::string& out_dir);
-std::string run_config_file(const std::string& out_dir);
+// <out_dir>/report.html: where a run leaves its report.
+using run_files::report_file;
 
 // The page. A metrics.jsonl line that is not a JSON object with a numeric "step" is
 // Error(kInput) naming the file and line; so is a summary.json or config.yaml that does not parse.

@@ -17,24 +17,6 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr const char* kRankPrefix = "rank-";
-constexpr const char* kSuffix = ".json";
-
-// The rank of "rank-<K>.json", or -1 for any other name.
-int rank_of(const std::string& name) {
-  const std::string prefix = kRankPrefix, suffix = kSuffix;
-  if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
-      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
-    return -1;
-  }
-  const std::string digits =
-      name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-  if (digits.size() > 6 ||
-      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    return -1;
-  return std::stoi(digits);
-}
-
 json read_rank_trace(const std::string& path) {
   std::error_code ec;
   if (!stdfs::is_regular_file(path, ec)) {
@@ -66,25 +48,12 @@ int64_t earliest_ts(const std::vector<json>& traces) {
 
 }  // namespace
 
-std::string trace_dir(const std::string& out_dir) {
-  return (stdfs::path(out_dir) / "trace").string();
-}
-
-std::string rank_trace_file(const std::string& out_dir, int rank) {
-  return (stdfs::path(trace_dir(out_dir)) / (kRankPrefix + std::to_string(rank) + kSuffix))
-      .string();
-}
-
-std::string merged_trace_file(const std::string& out_dir) {
-  return (stdfs::path(trace_dir(out_dir)) / "trace.json").string();
-}
-
 std::vector<std::string> find_rank_traces(const std::string& run_dir) {
   const std::string dir = trace_dir(run_dir);
   std::map<int, std::string> by_rank;
   std::error_code ec;
   for (stdfs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const int rank = rank_of(it->path().filename().string());
+    const int rank = run_files::rank_of_file(it->path().filename().string());
     if (rank >= 0) by_rank[rank] = it->path().string();
   }
   if (by_rank.empty()) {

@@ -1,5 +1,5 @@
 #pragma once
-// The trace files of a run (logging.trace) and their merge. Every name is built here:
+// The trace files of a run (logging.trace) and their merge. Their names (core/run_files.h):
 //
 //   <out_dir>/trace/rank-<K>.json   written by rank K at the end of its process lifetime
 //                                    (core/trace.h: Trace Event Format, pid = K, absolute clock)
@@ -16,11 +16,13 @@
 #include <string>
 #include <vector>
 
+#include "core/run_files.h"
+
 namespace dstrain::metrics {
 
-std::string trace_dir(const std::string& out_dir);
-std::string rank_trace_file(const std::string& out_dir, int rank);
-std::string merged_trace_file(const std::string& out_dir);
+using run_files::merged_trace_file;
+using run_files::rank_trace_file;
+using run_files::trace_dir;
 
 // The rank trace files under <run_dir>/trace, ordered by rank. Error(kInput) naming the directory
 // when it holds none.

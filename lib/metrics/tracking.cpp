@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "core/run_files.h"
 #include "core/secrets.h"
 #include "metrics/mlflow_sink.h"
 #include "metrics/restarts.h"
@@ -19,8 +20,6 @@ namespace dstrain::metrics {
 namespace stdfs = std::filesystem;
 
 namespace {
-
-constexpr const char* kRunIdFile = "mlflow_run_id";
 
 std::string env(const char* name) {
   const char* v = std::getenv(name);
@@ -49,7 +48,7 @@ std::string host_name() {
 
 void add_tensorboard(MetricsLogger& logger, const TrackingSetup& s) {
   TensorBoardOptions o;
-  o.dir = s.tensorboard_dir.empty() ? (stdfs::path(s.out_dir) / "tb").string() : s.tensorboard_dir;
+  o.dir = run_files::tensorboard_dir(s.out_dir, s.tensorboard_dir);
   o.start_step = s.start_step;
   // The Text tab renders Markdown: a fenced block keeps the YAML's indentation.
   o.config_markdown = "```yaml\n" + secrets::redact(s.config_yaml) + "```\n";
@@ -89,7 +88,7 @@ void add_mlflow(MetricsLogger& logger, const TrackingSetup& s, const std::string
   o.connection.password = env("MLFLOW_TRACKING_PASSWORD");
   o.experiment_name = first_set(s.mlflow_experiment, env("MLFLOW_EXPERIMENT_NAME"));
   if (o.experiment_name.empty()) o.experiment_id = env("MLFLOW_EXPERIMENT_ID");
-  o.run_id_file = (stdfs::path(s.out_dir) / kRunIdFile).string();
+  o.run_id_file = run_files::mlflow_run_id_file(s.out_dir);
   o.run_id = env("MLFLOW_RUN_ID");
   if (o.run_id.empty() && s.resumed && stdfs::exists(o.run_id_file)) {
     const std::string text = fs::read_file(o.run_id_file);
@@ -106,8 +105,8 @@ void add_mlflow(MetricsLogger& logger, const TrackingSetup& s, const std::string
   if (!restarts.empty()) o.tags.emplace_back("dstrain.restarts", std::to_string(restarts.size()));
   for (auto& tag : o.tags) tag.second = secrets::redact(tag.second);
   o.start_artifacts.push_back({"config.yaml", secrets::redact(s.config_yaml), ""});
-  o.end_artifacts.push_back(
-      {"summary.json", "", (stdfs::path(s.out_dir) / "summary.json").string()});
+  const std::string summary = run_files::summary_file(s.out_dir);
+  o.end_artifacts.push_back({stdfs::path(summary).filename().string(), "", summary});
   logger.add_sink(std::make_unique<MlflowSink>(std::move(o)));
 }
 

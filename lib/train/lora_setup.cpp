@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/run_files.h"
 #include "hub/resolve.h"
 #include "lora/base_checksum.h"
 #include "model/weights.h"
@@ -189,7 +190,7 @@ void Trainer::save_lora_adapter() {
       adapter.weights.push_back({w.module, full(lora::lora_a_name(w.module), w.A),
                                  full(lora::lora_b_name(w.module), w.B)});
     }
-    const stdfs::path dir = stdfs::path(cfg_.logging.out_dir) / "lora_adapter";
+    const stdfs::path dir = run_files::lora_adapter_dir(cfg_.logging.out_dir);
     lora::write_adapter(dir, adapter, torch::kFloat);
     log::info("LoRA adapter written to {}", dir.string());
   }

@@ -11,6 +11,7 @@
 
 #include "core/fs.h"
 #include "core/log.h"
+#include "core/run_files.h"
 
 namespace dstrain::train {
 
@@ -37,7 +38,7 @@ StepProfiler::StepProfiler(int64_t steps, int64_t first_step, int64_t total_step
   constexpr int64_t kWarmup = 2;
   begin_ = std::max(first_step, std::min(first_step + kWarmup, total_steps - steps));
   end_ = std::min(begin_ + steps, total_steps);
-  path_ = (std::filesystem::path(out_dir) / "profile" / fmt::format("rank-{}.json", rank)).string();
+  path_ = run_files::profile_file(out_dir, rank);
 }
 
 StepProfiler::~StepProfiler() {

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "core/run_files.h"
 #include "core/teardown_reason.h"
 #include "core/timer.h"
 #include "core/trace.h"
@@ -148,9 +149,7 @@ void Trainer::init() {
 
 void Trainer::create_metrics() {
   metrics_ = std::make_unique<metrics::MetricsLogger>();
-  const std::string path = cfg_.logging.metrics_path.empty()
-                               ? (stdfs::path(cfg_.logging.out_dir) / "metrics.jsonl").string()
-                               : cfg_.logging.metrics_path;
+  const std::string path = run_files::metrics_file(cfg_.logging.out_dir, cfg_.logging.metrics_path);
   metrics_->add_sink(std::make_unique<metrics::JsonlSink>(path, resume_from_.empty() ? -1 : step_));
   if (cfg_.logging.progress) {
     metrics_->add_sink(

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "core/run_files.h"
 #include "core/secrets.h"
 #include "core/timer.h"
 #include "core/trace.h"
@@ -144,10 +145,10 @@ void Trainer::write_summary(const RunSummary& s) {
     j["eval_ppl"] = std::exp(s.eval_loss);
   }
   // The launcher's restarts of this run (--max-restarts), so that the summary tells the whole run.
-  const auto restarts = metrics::read_restarts(metrics::restarts_file(cfg_.logging.out_dir));
+  const auto restarts = metrics::read_restarts(run_files::restarts_file(cfg_.logging.out_dir));
   j["restarts"] = restarts.size();
   if (!restarts.empty()) j["restart_causes"] = metrics::to_json(restarts);
-  fs::write_file_atomic(stdfs::path(cfg_.logging.out_dir) / "summary.json", j.dump(2) + "\n");
+  fs::write_file_atomic(run_files::summary_file(cfg_.logging.out_dir), j.dump(2) + "\n");
 }
 
 }  // namespace dstrain::train
