@@ -80,7 +80,7 @@ Batch read_batch(const std::string& ids_path, int64_t vocab) {
   return b;
 }
 
-// The LoRA wiring of a LoRA run (Trainer::attach_lora) on an already cast model: base frozen,
+// The LoRA wiring of a LoRA run (parallelize.h, step 1) on an already cast model: base frozen,
 // adapters built from the adapter's own settings and loaded, then moved to the model's device and
 // dtype as the ZeRO engine's working copies are.
 std::unique_ptr<lora::LoraModel> attach_adapter(model::DecoderModel& m, const std::string& dir,
