@@ -53,8 +53,10 @@ DecoderModelImpl::DecoderModelImpl(ModelConfig config, Materialize materialize)
 
 void DecoderModelImpl::insert_block(size_t position, const std::string& name, BlockRole role,
                                     std::shared_ptr<Block> block) {
-  if (position >= blocks_.size()) {
-    fail(ErrorKind::kInternal, "add_block '{}': position {} is not before the head (block {})",
+  if (position == 0 || position >= blocks_.size()) {
+    fail(ErrorKind::kInternal,
+         "add_block '{}': position {} is not between the embedding (block 0) and the head (block "
+         "{})",
          name, position, blocks_.size() - 1);
   }
   ModelBlock b;

@@ -72,9 +72,9 @@ class DecoderModelImpl : public torch::nn::Module {
 
   // The blocks in forward order (blocks.h); every parameter belongs to exactly one of them.
   const std::vector<std::shared_ptr<const ModelBlock>>& blocks() const { return blocks_; }
-  // Inserts a block before position `position` (blocks().size(): at the end), its module
-  // registered under `name` (no dots) so that its parameters are named "<name>.<parameter>".
-  // `BlockModule` is a torch::nn::Module that implements Block. The head must stay last.
+  // Inserts a block at `position`, after the embedding and before the head (1 <= position <
+  // blocks().size()), its module registered under `name` (no dots) so that its parameters are
+  // named "<name>.<parameter>". `BlockModule` is a torch::nn::Module that implements Block.
   template <class BlockModule>
   void add_block(size_t position, const std::string& name, std::shared_ptr<BlockModule> module,
                  BlockRole role = BlockRole::kLayer) {
