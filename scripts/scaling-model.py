@@ -106,8 +106,8 @@ class Shape:
         self.element_bytes = s.get("element_bytes", 2)
 
     def parameters(self):
-        """[(name, numel, unit)] in dstrain's named_parameters() order; units as
-        lib/train/stage3_setup.cpp numbers them (embedding 0, layer i 1 + i, norm and lm_head L+1)."""
+        """[(name, numel, unit)] in dstrain's named_parameters() order; units are the model's blocks
+        (lib/model/blocks.h: embedding 0, layer i 1 + i, norm and lm_head L+1)."""
         H, q, kv = self.H, self.heads * self.head_dim, self.kv_heads * self.head_dim
         out = [("model.embed_tokens.weight", self.V * H, 0)]
         for i in range(self.L):
