@@ -14,7 +14,7 @@ namespace {
 TargetModule make_target(const model::ModelBlock& block, const model::Projection& p) {
   TargetModule t;
   t.path = block.name + "." + p.path;
-  t.projection = p.path.substr(p.path.rfind('.') + 1);
+  t.projection = p.key();
   t.block = block.index;
   t.in_features = p.linear->in_features;
   t.out_features = p.linear->out_features;

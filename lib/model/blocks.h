@@ -53,9 +53,12 @@ struct BlockContext {
 
 // A linear projection inside a block that an adapter can be added to (LoRA).
 struct Projection {
-  std::string path;  // relative to the block, e.g. "self_attn.q_proj"; its last part is the key
+  std::string path;  // relative to the block, e.g. "self_attn.q_proj"
   Linear linear;
   ProjectionAdapters* adapters = nullptr;  // the slots of the module that owns the projection
+
+  // Its slot in `adapters` and its name in LoRA's target_modules: the last part of the path.
+  std::string key() const { return path.substr(path.rfind('.') + 1); }
 };
 
 class Block {
