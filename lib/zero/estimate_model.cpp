@@ -1,11 +1,14 @@
 // Parameter shapes of a decoder model from its config.json, and the estimate input of a run.
 #include "zero/estimate.h"
 
+#include <nlohmann/json.hpp>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
 #include "hub/resolve.h"
 #include "model/model.h"
+#include "zero/estimate_activations.h"
 
 namespace dstrain::zero {
 
@@ -47,7 +50,12 @@ std::string estimate_report(const std::string& config_path,
       hub::resolve_model_dir({config.model.name_or_path, config.model.revision, /*weights=*/false});
   const model::ModelConfig model = model::load_model_config(dir);
   const EstimateInput in = estimate_input(config, model, world_size);
-  return json ? format_estimate_json(in, dir.string()) : format_estimate(in, dir.string());
+  // The ranks are GPUs: activations as the fused kernels keep them (estimate_activations.h).
+  const ActivationInput activations = activation_input(config, model, /*cuda=*/true);
+  if (!json) return format_estimate(in, dir.string()) + "\n" + format_activations(activations);
+  nlohmann::json out = nlohmann::json::parse(format_estimate_json(in, dir.string()));
+  out["activations"] = activations_json(activations);
+  return out.dump(2) + "\n";
 }
 
 }  // namespace dstrain::zero

@@ -1,0 +1,136 @@
+#pragma once
+// Activation memory of one micro-batch's forward + backward on one rank, for each activation-
+// checkpointing setting (model.gradient_checkpointing: false | true | offload), with or without
+// tiled MLP: the other half of a run's memory beside the model states of estimate.h.
+//
+// Derived tensor by tensor from what dstrain's blocks save for backward (lib/model: layers.cpp,
+// fused_layer_ops.cpp, tiled_mlp.cpp, fused_linear_cross_entropy.cpp), on each of the two paths a
+// decoder layer runs. Per token of one layer, in bytes, with c the activations' element size, C
+// hidden, HD = heads·head_dim, KVD = kv_heads·head_dim, I the MLP width:
+//
+//   fused kernels (a CUDA device, float32/bfloat16):
+//     2·(2cC + 4)           each RMSNorm: its input and rstd (PyTorch's fused norm), its output
+//                           (the next projections' input)
+//     c·(2·HD + 2·KVD)      attention: q and k after RoPE (the RoPE kernel keeps only the tables),
+//                           v, and SDPA's output (o_proj's input, the same memory)
+//     4·heads               SDPA's float32 log-sum-exp
+//     3cI                   SwiGLU: gate and up (the fused kernel), its product (down_proj's input)
+//   eager ops (the CPU, float16 on a GPU, DSTRAIN_CUDA_KERNELS=0):
+//     2·(4C + 2cC + 4)      each RMSNorm: its float32 input (the input itself in float32), the
+//                           normalised value in c, its output, the float32 rstd
+//     the same attention terms
+//     4cI                   SwiGLU: gate, silu(gate), up, the product
+//
+// For the Qwen2.5-0.5B shape in bf16 on a GPU that is c·(6C + 2·KVD + 3I) + 4·heads + 8 bytes per
+// token per layer (40.5 KB). Tiled MLP keeps only the MLP's input (the second norm's output,
+// counted above) in place of the 3cI / 4cI. The head keeps its norm's tensors and, with the fused
+// loss, the float32 gradients it computes in forward: dL/dh [tokens, C] and dL/dW [V, C] (the
+// latter only when the head trains). Transient on top of what is kept: one chunk of the loss (on a
+// GPU its logits in c; elsewhere two float32 [chunk, V] tensors), and the backward of one layer
+// (the gradients of its MLP intermediates; with checkpointing also that layer's recomputed saved
+// tensors).
+//
+// What a setting keeps through the step, per rank (N = micro_batch · seq_len / sp tokens):
+//   none     every layer's saved tensors: L · layer_saved
+//   plain    one input per layer, L · c·N·C, plus one layer's saved tensors while it is recomputed
+//   offload  on a GPU the inputs wait in pinned host memory (host = L · c·N·C) and the device holds
+//            those of the layer being recomputed and of the next one; on the CPU the host is the
+//            device, so offload is plain.
+//
+// Not modelled: LoRA's adapters (a LoRA run is estimated as full fine-tuning of its layers, an
+// upper bound, without the head's dL/dW), sliding-window attention's masks, allocator fragmentation
+// and caching, cuBLAS/cuDNN workspaces, communication buffers. The CPU path is checked against the
+// CPU allocator's measured peak (tests/unit/zero/estimate_activations_test.cpp).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "config/config.h"
+#include "model/model_config.h"
+
+namespace dstrain::zero {
+
+// model.gradient_checkpointing's three settings.
+enum class Checkpointing { kNone, kPlain, kOffload };
+
+// The config's word for it: "false", "true", "offload".
+std::string checkpointing_word(Checkpointing setting);
+
+// What one micro-batch's activations depend on.
+struct ActivationInput {
+  model::ModelConfig model;
+  int64_t micro_batch = 1;
+  int64_t seq_len = 0;    // tokens per sequence (data.max_length)
+  int64_t sp_size = 1;    // sequence-parallel degree: a rank holds seq_len / sp_size of each
+  int element_bytes = 4;  // the activations' dtype: 2 (bf16/fp16) or 4 (fp32)
+  bool cuda = false;      // a GPU: offload moves the layer inputs off the device
+  bool fused_kernels =
+      false;  // the fused RMSNorm/RoPE/SwiGLU/loss kernels run (model/fused_layer_ops.h)
+  int64_t tiled_mlp = 0;         // model::kTiledMlpOff, kTiledMlpAuto or tokens per tile
+  bool fused_loss = true;        // model.fused_loss
+  int64_t loss_chunk_bytes = 0;  // the fused loss's chunk budget; 0: the device's default
+  bool head_trains = true;       // the head's weight gets a gradient (not under LoRA)
+};
+
+// The parts, bytes on one rank.
+struct ActivationParts {
+  int64_t tokens = 0;          // N = micro_batch · seq_len / sp_size
+  int64_t layer_saved = 0;     // one layer's tensors kept for backward without checkpointing
+  int64_t layer_input = 0;     // one layer's input, c·N·C: what checkpointing keeps per layer
+  int64_t layer_backward = 0;  // working memory of one layer's backward beyond its saved tensors
+  int64_t head_saved = 0;      // the head's tensors kept from forward to backward
+  int64_t loss_transient = 0;  // the loss's working memory in forward (one chunk, when fused)
+  int64_t head_backward = 0;   // the head's working memory at the start of backward
+  int64_t context = 0;         // the RoPE tables every layer reads
+};
+
+// One setting's prediction.
+struct ActivationRow {
+  Checkpointing setting = Checkpointing::kNone;
+  int64_t device = 0;  // peak bytes of activations on the device
+  int64_t host = 0;    // offloaded layer inputs in (pinned) host memory
+};
+
+ActivationParts activation_parts(const ActivationInput& in);
+ActivationRow activation_row(const ActivationInput& in, Checkpointing setting);
+// none, plain, offload.
+std::vector<ActivationRow> activation_rows(const ActivationInput& in);
+
+// The input for a run config on a device: micro-batch (training.per_device_train_batch_size),
+// data.max_length, parallel.sequence_parallel_size, the compute dtype (training.bf16 / fp16, else
+// model.dtype resolved against the model's torch_dtype), model.tiled_mlp, model.fused_loss and its
+// chunk, LoRA. `cuda`: the run's device is a GPU (the fused kernels then run for float32 and
+// bfloat16; the build and DSTRAIN_CUDA_KERNELS are not consulted here).
+ActivationInput activation_input(const config::Config& config, const model::ModelConfig& model,
+                                 bool cuda);
+
+// model.gradient_checkpointing: auto, the fastest setting that fits: none when its predicted peak
+// (model states + activations) fits `limit`, else plain, else offload. Nothing fitting, the
+// setting with the smallest peak (offload on a GPU, plain on the CPU) with fits = false: the
+// prediction is an estimate, so the run is tried rather than refused.
+struct CheckpointingChoice {
+  Checkpointing setting = Checkpointing::kNone;
+  bool fits = true;
+  std::vector<int64_t> peaks;  // device bytes per setting (none, plain, offload), states included
+  int64_t limit = 0;
+};
+
+// `rows`: activation_rows(); `model_states`: the engine's device bytes (EstimateRow::device()).
+CheckpointingChoice choose_checkpointing(const std::vector<ActivationRow>& rows,
+                                         int64_t model_states, int64_t limit);
+
+// One line for the log: the choice, each setting's predicted peak and the limit.
+std::string describe_choice(const CheckpointingChoice& choice);
+
+// The activation part of `dstrain estimate`: a header naming the micro-batch, the sequence, the
+// dtype and the path (GPU with fused kernels / CPU), then one line per setting.
+std::string format_activations(const ActivationInput& in);
+
+// The same for `dstrain estimate --json`: {tokens, layer_saved, layer_input, head_saved, rows:
+// [{gradient_checkpointing, device, host}]}, bytes per rank.
+nlohmann::json activations_json(const ActivationInput& in);
+
+}  // namespace dstrain::zero

@@ -1,0 +1,235 @@
+// The activation memory model against the CPU allocator: a small decoder trains one micro-batch
+// (fused loss, as the trainer runs it) with each checkpointing setting and with tiled MLP, and the
+// bytes it holds after forward and at its peak are compared with the prediction. Then the `auto`
+// choice against given limits.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "model/activation_offload.h"
+#include "model/model.h"
+#include "model/tiled_mlp.h"
+#include "tests/unit/model/counting_allocator.h"
+#include "zero/estimate_activations.h"
+
+namespace dstrain::zero {
+namespace {
+
+using model::testing::CountingScope;
+
+// A small llama with grouped-query attention and a vocabulary large enough that the loss runs in
+// several chunks.
+model::ModelConfig small_model() {
+  return model::parse_model_config(nlohmann::json{{"model_type", "llama"},
+                                                  {"vocab_size", 2048},
+                                                  {"hidden_size", 64},
+                                                  {"intermediate_size", 176},
+                                                  {"num_hidden_layers", 4},
+                                                  {"num_attention_heads", 4},
+                                                  {"num_key_value_heads", 2},
+                                                  {"max_position_embeddings", 1024},
+                                                  {"rms_norm_eps", 1e-6},
+                                                  {"tie_word_embeddings", false}});
+}
+
+constexpr int64_t kBatch = 2, kSeq = 256;
+constexpr int64_t kChunkBytes = int64_t{1} << 20;  // 128 tokens of 2048 float32 logits
+
+struct Setting {
+  Checkpointing checkpointing;
+  int64_t tiled_mlp;
+  bool fused_loss = true;
+};
+
+std::string name_of(const Setting& s, torch::ScalarType dtype) {
+  return fmt::format("gradient_checkpointing {}, tiled_mlp {}, fused_loss {}, {}",
+                     checkpointing_word(s.checkpointing), s.tiled_mlp, s.fused_loss,
+                     c10::toString(dtype));
+}
+
+ActivationInput input_for(const Setting& s, torch::ScalarType dtype) {
+  ActivationInput in;
+  in.model = small_model();
+  in.micro_batch = kBatch;
+  in.seq_len = kSeq;
+  in.element_bytes = dtype == torch::kFloat32 ? 4 : 2;
+  in.tiled_mlp = s.tiled_mlp;
+  in.fused_loss = s.fused_loss;
+  in.loss_chunk_bytes = kChunkBytes;
+  return in;
+}
+
+struct Measured {
+  int64_t after_forward = 0;  // held between forward and backward
+  int64_t peak = 0;           // during forward + backward
+};
+
+// One micro-batch as the trainer runs it (fused_loss: the head's fused loss, else logits);
+// parameter gradients exist beforehand (a first pass made them), so what is counted is the
+// activations and their gradients.
+Measured measure(const Setting& s, torch::ScalarType dtype) {
+  torch::manual_seed(0);
+  model::DecoderModel m = model::build_model(small_model(), dtype, 1);
+  m->set_tiled_mlp(s.tiled_mlp);
+  m->set_loss_chunk_bytes(kChunkBytes);
+  if (s.checkpointing != Checkpointing::kNone) {
+    m->wrap_blocks(model::checkpoint_layers(s.checkpointing == Checkpointing::kOffload
+                                                ? std::make_shared<model::ActivationOffload>()
+                                                : nullptr));
+  }
+  m->train();
+  const torch::Tensor ids = torch::randint(0, 2048, {kBatch, kSeq}, torch::kLong);
+  const torch::Tensor labels = ids.roll(-1, 1);
+  auto pass = [&](Measured* out, CountingScope* scope) {
+    const int64_t start = scope ? scope->counter().current() : 0;
+    if (scope) scope->counter().reset_peak();
+    const torch::Tensor loss = m->loss_sum(ids, labels, s.fused_loss).mean();
+    if (out) out->after_forward = scope->counter().current() - start;
+    loss.backward();
+    if (out) out->peak = scope->counter().peak() - start;
+  };
+  pass(nullptr, nullptr);
+  CountingScope scope;
+  Measured out;
+  pass(&out, &scope);
+  return out;
+}
+
+const Setting kSettings[] = {{Checkpointing::kNone, 0},
+                             {Checkpointing::kPlain, 0},
+                             {Checkpointing::kOffload, 0},
+                             {Checkpointing::kNone, model::kTiledMlpAuto},
+                             {Checkpointing::kPlain, model::kTiledMlpAuto},
+                             {Checkpointing::kNone, 0, /*fused_loss=*/false},
+                             {Checkpointing::kPlain, 0, /*fused_loss=*/false}};
+
+// What a forward leaves for backward, without checkpointing, is every layer's saved tensors and the
+// head's: the derivation tensor by tensor should hold almost exactly.
+TEST(EstimateActivations, SavedTensorsAfterForwardMatchTheCpuAllocator) {
+  torch::set_num_threads(1);
+  for (const torch::ScalarType dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (const int64_t tiled : {int64_t{0}, model::kTiledMlpAuto}) {
+      const Setting s{Checkpointing::kNone, tiled};
+      const ActivationInput in = input_for(s, dtype);
+      const ActivationParts p = activation_parts(in);
+      const int64_t want = p.context + in.model.num_hidden_layers * p.layer_saved + p.head_saved;
+      const Measured got = measure(s, dtype);
+      std::cout << name_of(s, dtype) << ": kept after forward " << got.after_forward
+                << " bytes, predicted " << want << "\n";
+      EXPECT_NEAR(static_cast<double>(got.after_forward), static_cast<double>(want), 0.01 * want)
+          << name_of(s, dtype);
+    }
+  }
+}
+
+// The peak of forward + backward per setting (the fused loss and the logits), within 6% of the
+// prediction.
+TEST(EstimateActivations, PeakOfEachSettingMatchesTheCpuAllocator) {
+  torch::set_num_threads(1);
+  for (const torch::ScalarType dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (const Setting& s : kSettings) {
+      const ActivationInput in = input_for(s, dtype);
+      const ActivationRow want = activation_row(in, s.checkpointing);
+      const Measured got = measure(s, dtype);
+      std::cout << name_of(s, dtype) << ": peak " << got.peak << " bytes, predicted " << want.device
+                << " (" << fmt::format("{:+.1f}%", 100.0 * (want.device - got.peak) / got.peak)
+                << ")\n";
+      EXPECT_NEAR(static_cast<double>(got.peak), static_cast<double>(want.device),
+                  0.06 * want.device)
+          << name_of(s, dtype);
+      EXPECT_EQ(want.host, 0) << "the CPU keeps nothing elsewhere";
+    }
+  }
+}
+
+// auto: the fastest setting that fits. Rows as a GPU gives them: each setting smaller than the one
+// before; model states add to every row.
+std::vector<ActivationRow> gpu_rows() {
+  return {{Checkpointing::kNone, 900, 0},
+          {Checkpointing::kPlain, 300, 0},
+          {Checkpointing::kOffload, 120, 240}};
+}
+
+TEST(CheckpointingChoice, TakesTheFastestSettingThatFits) {
+  const int64_t states = 100;
+  struct Case {
+    int64_t limit;
+    Checkpointing want;
+    bool fits;
+  };
+  for (const Case& c :
+       {Case{1000, Checkpointing::kNone, true}, Case{999, Checkpointing::kPlain, true},
+        Case{400, Checkpointing::kPlain, true}, Case{399, Checkpointing::kOffload, true},
+        Case{220, Checkpointing::kOffload, true}, Case{219, Checkpointing::kOffload, false},
+        Case{0, Checkpointing::kOffload, false}}) {
+    const CheckpointingChoice choice = choose_checkpointing(gpu_rows(), states, c.limit);
+    EXPECT_EQ(choice.setting, c.want) << "limit " << c.limit;
+    EXPECT_EQ(choice.fits, c.fits) << "limit " << c.limit;
+    EXPECT_EQ(choice.peaks, (std::vector<int64_t>{1000, 400, 220}));
+    EXPECT_EQ(choice.limit, c.limit);
+  }
+}
+
+// On the CPU offload is plain checkpointing (same peak): needing checkpointing, or with nothing
+// fitting, auto takes plain, the faster of the two.
+TEST(CheckpointingChoice, OnTheCpuNeverTakesOffload) {
+  ActivationInput in = input_for({Checkpointing::kNone, 0}, torch::kFloat32);
+  const std::vector<ActivationRow> rows = activation_rows(in);
+  ASSERT_EQ(rows[1].device, rows[2].device);
+  ASSERT_LT(rows[1].device, rows[0].device);
+  EXPECT_EQ(choose_checkpointing(rows, 0, rows[0].device).setting, Checkpointing::kNone);
+  EXPECT_EQ(choose_checkpointing(rows, 0, rows[0].device - 1).setting, Checkpointing::kPlain);
+  const CheckpointingChoice none_fits = choose_checkpointing(rows, 0, 1);
+  EXPECT_EQ(none_fits.setting, Checkpointing::kPlain);
+  EXPECT_FALSE(none_fits.fits);
+}
+
+// The line the trainer logs names the choice, every setting's peak and the limit.
+TEST(CheckpointingChoice, DescribesTheChoiceThePeaksAndTheLimit) {
+  const CheckpointingChoice c =
+      choose_checkpointing(gpu_rows(), int64_t{3} << 30, (int64_t{3} << 30) + 500);
+  EXPECT_EQ(describe_choice(c),
+            "gradient_checkpointing: auto chose true: predicted peak (model states + activations) "
+            "none 3.00 GiB, plain 3.00 GiB, offload 3.00 GiB; limit 3.00 GiB");
+  const CheckpointingChoice tight = choose_checkpointing(gpu_rows(), 0, 1);
+  EXPECT_NE(describe_choice(tight).find("chose offload (the smallest; no setting is predicted to "
+                                        "fit)"),
+            std::string::npos);
+}
+
+// The GPU path for the Qwen2.5-0.5B shape in bf16: per token per layer c·(6C + 2·KVD + 3I) +
+// 4·heads + 8 bytes; offload keeps two layer inputs on the device and every one on the host.
+TEST(EstimateActivations, Qwen25HalfBillionOnAGpu) {
+  ActivationInput in;
+  in.model = model::parse_model_config(nlohmann::json{{"model_type", "qwen2"},
+                                                      {"vocab_size", 151936},
+                                                      {"hidden_size", 896},
+                                                      {"intermediate_size", 4864},
+                                                      {"num_hidden_layers", 24},
+                                                      {"num_attention_heads", 14},
+                                                      {"num_key_value_heads", 2},
+                                                      {"tie_word_embeddings", true},
+                                                      {"rms_norm_eps", 1e-6},
+                                                      {"max_position_embeddings", 32768}});
+  in.micro_batch = 4;
+  in.seq_len = 2048;
+  in.element_bytes = 2;
+  in.cuda = in.fused_kernels = true;
+  const ActivationParts p = activation_parts(in);
+  EXPECT_EQ(p.tokens, 8192);
+  EXPECT_EQ(p.layer_saved, 8192 * (2 * (6 * 896 + 2 * 128 + 3 * 4864) + 4 * 14 + 8));
+  EXPECT_EQ(p.layer_input, 8192 * 2 * 896);
+  const ActivationRow plain = activation_row(in, Checkpointing::kPlain);
+  const ActivationRow offload = activation_row(in, Checkpointing::kOffload);
+  EXPECT_EQ(offload.host, 24 * p.layer_input);
+  EXPECT_EQ(plain.device - offload.device, 22 * p.layer_input);
+  // Sequence parallelism over 4 ranks: a quarter of the tokens per rank.
+  in.sp_size = 4;
+  EXPECT_EQ(activation_parts(in).layer_saved * 4, p.layer_saved);
+}
+
+}  // namespace
+}  // namespace dstrain::zero
