@@ -32,6 +32,9 @@ struct ModelSection {
   // With gradient_checkpointing: the checkpointed layers' inputs wait for backward in host memory
   // (written `gradient_checkpointing: offload`; model/activation_offload.h).
   bool checkpoint_offload = false;
+  // `gradient_checkpointing: auto`: the two above are chosen when training starts, the fastest
+  // setting whose predicted peak memory fits (train/checkpointing_choice.h); both stay false here.
+  bool checkpoint_auto = false;
   // Tiled MLP (model/tiled_mlp.h): kTiledMlpOff 0, kTiledMlpAuto -1, or tokens per tile.
   int64_t tiled_mlp = 0;
   // LM head and loss fused in token chunks, never holding the [tokens, vocab] logits

@@ -84,26 +84,31 @@ Field betas() {
   return f;
 }
 
-// model.gradient_checkpointing: true | false | offload. The Value is a bool, or the string
-// "offload" (which turns checkpointing on too), so configs written before offload existed read
-// and write as they did.
+// model.gradient_checkpointing: true | false | offload | auto. The Value is a bool, or the string
+// "offload" (which turns checkpointing on too) or "auto" (chosen at the start of training), so
+// configs written before those existed read and write as they did. A config records "auto" as
+// written, not the choice: a resumed run chooses again for the memory it finds.
 Field gradient_checkpointing() {
   Field f = make("model.gradient_checkpointing", Kind::kBool);
-  f.expected = "true, false or offload";
+  f.expected = "true, false, offload or auto";
   f.parse = [](const YAML::Node& node) -> std::optional<Value> {
     if (auto b = scalar_bool(node)) return Value(*b);
-    if (node.IsScalar() && lower(node.Scalar()) == "offload") return Value(std::string("offload"));
+    if (!node.IsScalar()) return std::nullopt;
+    const std::string word = lower(node.Scalar());
+    if (word == "offload" || word == "auto") return Value(word);
     return std::nullopt;
   };
   f.get = [](const Config& c) {
+    if (c.model.checkpoint_auto) return Value(std::string("auto"));
     if (c.model.gradient_checkpointing && c.model.checkpoint_offload)
       return Value(std::string("offload"));
     return Value(c.model.gradient_checkpointing);
   };
   f.set = [](Config& c, const Value& v) {
-    const bool offload = std::holds_alternative<std::string>(v);
-    c.model.gradient_checkpointing = offload || std::get<bool>(v);
-    c.model.checkpoint_offload = offload;
+    const auto* word = std::get_if<std::string>(&v);
+    c.model.checkpoint_auto = word && *word == "auto";
+    c.model.checkpoint_offload = word && *word == "offload";
+    c.model.gradient_checkpointing = word ? c.model.checkpoint_offload : std::get<bool>(v);
   };
   return f;
 }

@@ -27,6 +27,7 @@
 #include "metrics/tracking.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
+#include "train/checkpointing_choice.h"
 #include "train/component_options.h"
 #include "train/device.h"
 #include "train/lora_setup.h"
@@ -105,6 +106,11 @@ void Trainer::init() {
   // values, ranges of the safetensors files or the seeded initialisation alike.
   model_ = model::DecoderModel(model_config_, model::Materialize::kNo);
   ParallelPlan plan = parallel_plan(cfg_, device_);
+  if (cfg_.model.checkpoint_auto) {
+    const auto choice = resolve_auto_checkpointing(cfg_, model_config_, *comm_, device_);
+    plan.checkpointing = choice.setting != zero::Checkpointing::kNone;
+    plan.checkpoint_offload = choice.setting == zero::Checkpointing::kOffload;
+  }
   plan.initial_values = initial_values();
   if (cfg_.lora.enabled) {
     plan.lora = lora_plan(cfg_);

@@ -101,8 +101,8 @@ std::string format_estimate(const EstimateInput& in, const std::string& model_na
                        human_bytes(r.optimizer), human_bytes(r.device()), human_bytes(r.host));
   }
   out +=
-      "\nNot included: activations, transient communication buffers, the CUDA context and "
-      "allocator caching.\n";
+      "\nNot included: activations (dstrain estimate prints them below), transient communication "
+      "buffers, the CUDA context and allocator caching.\n";
   return out;
 }
 

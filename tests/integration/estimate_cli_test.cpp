@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+
+#include <nlohmann/json.hpp>
+
 #include "tests/integration/train_util.h"
 
 namespace dstrain::testing {
@@ -17,6 +21,27 @@ TEST(EstimateCli, PrintsEveryStageForNodesTimesGpusRanks) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("1017216 trainable parameters, 8 ranks"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("3     optimizer+param"), std::string::npos) << r.out;
+  // Below, the activations of one micro-batch per checkpointing setting (tiny.yaml: 8 x 128).
+  EXPECT_NE(r.out.find("Activations per rank: micro-batch 8 x 128 tokens (1024 tokens)"),
+            std::string::npos)
+      << r.out;
+  for (const char* setting : {"\nfalse ", "\ntrue ", "\noffload "})
+    EXPECT_NE(r.out.find(setting), std::string::npos) << setting << r.out;
+}
+
+TEST(EstimateCli, JsonHasTheActivationsPerSetting) {
+  const RunResult r = run_dstrain({"estimate", kTiny, "--json", "--set",
+                                   "model.name_or_path=" DSTRAIN_SOURCE_DIR "/configs/models/tiny"},
+                                  {}, 30);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["activations"]["rows"].size(), 3u) << r.out;
+  EXPECT_EQ(j["activations"]["tokens"], 1024);
+  int64_t previous = INT64_MAX;
+  for (const auto& row : j["activations"]["rows"]) {
+    EXPECT_LE(row["device"].get<int64_t>(), previous) << "each setting keeps less: " << r.out;
+    previous = row["device"].get<int64_t>();
+  }
 }
 
 TEST(EstimateCli, BadInputIsExitTwo) {

@@ -179,8 +179,35 @@ TEST(ConfigLoad, GradientCheckpointingTakesOffload) {
   EXPECT_FALSE(on.model.checkpoint_offload);
   EXPECT_THAT(to_yaml(on), HasSubstr("gradient_checkpointing: true"));
   EXPECT_THAT(load_error(minimal_yaml("training:\n  activation_checkpointing: cpu\n")),
-              HasSubstr("train.yaml:6:29: training.activation_checkpointing: expected true, false "
-                        "or offload, got \"cpu\""));
+              HasSubstr("train.yaml:6:29: training.activation_checkpointing: expected true, false, "
+                        "offload or auto, got \"cpu\""));
+}
+
+// auto: neither setting is fixed in the config (the trainer chooses, train/checkpointing_choice.h)
+// and the config keeps the word, so a resumed run chooses again; a word that is not one of the
+// four is an error naming the key and the allowed values.
+TEST(ConfigLoad, GradientCheckpointingTakesAutoAndKeepsIt) {
+  const Config c =
+      load_config_from_string(minimal_yaml("training:\n  gradient_checkpointing: AUTO\n"), "m");
+  EXPECT_TRUE(c.model.checkpoint_auto);
+  EXPECT_FALSE(c.model.gradient_checkpointing);
+  EXPECT_FALSE(c.model.checkpoint_offload);
+  const std::string yaml = to_yaml(c);
+  EXPECT_THAT(yaml, HasSubstr("gradient_checkpointing: \"auto\""));
+  const Config again = load_config_from_string(yaml, "m");
+  EXPECT_TRUE(again.model.checkpoint_auto);
+  EXPECT_TRUE(again.model == c.model);
+  LoadOptions o;
+  o.overrides = {"model.gradient_checkpointing=offload"};
+  const Config offload =
+      load_config_from_string(minimal_yaml("training:\n  gradient_checkpointing: auto\n"), "m", o);
+  EXPECT_FALSE(offload.model.checkpoint_auto) << "a later source replaces auto";
+  EXPECT_TRUE(offload.model.checkpoint_offload);
+  EXPECT_FALSE(offload.model == c.model);
+  o.overrides = {"model.gradient_checkpointing=autox"};
+  EXPECT_THAT(load_error(minimal_yaml(), o),
+              HasSubstr("model.gradient_checkpointing: expected true, false, offload or auto, got "
+                        "\"autox\""));
 }
 
 TEST(ConfigLoad, TiledMlpIsOffAutoOrTokensPerTile) {
