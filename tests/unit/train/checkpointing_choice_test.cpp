@@ -1,0 +1,80 @@
+// gradient_checkpointing: auto for a run config (train/checkpointing_choice.h): the peaks are the
+// model states of the run's stage plus each setting's activations, the limit decides, and the
+// ranks agree on the smallest limit.
+
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <vector>
+
+#include "config/config.h"
+#include "model/model_config.h"
+#include "tests/common/thread_communicator.h"
+#include "train/checkpointing_choice.h"
+#include "zero/estimate.h"
+#include "zero/estimate_activations.h"
+
+namespace dstrain::train {
+namespace {
+
+using zero::Checkpointing;
+
+config::Config tiny_run() {
+  config::Config c;
+  c.model.checkpoint_auto = true;
+  c.training.per_device_train_batch_size = 8;
+  c.training.bf16 = true;
+  c.data.max_length = 128;
+  c.zero.stage = 2;
+  return c;
+}
+
+model::ModelConfig tiny_model() {
+  return model::load_model_config(DSTRAIN_SOURCE_DIR "/configs/models/tiny");
+}
+
+TEST(CheckpointingChoiceForRun, PeaksAreTheStagesModelStatesPlusEachSettingsActivations) {
+  const config::Config c = tiny_run();
+  const model::ModelConfig m = tiny_model();
+  const int world = 2;
+  const int64_t states =
+      zero::estimate_row(zero::estimate_input(c, m, world), 2, false, false).device();
+  for (const bool cuda : {false, true}) {
+    const auto rows = zero::activation_rows(zero::activation_input(c, m, cuda));
+    const auto at = [&](int64_t limit) { return choose_for_run(c, m, world, cuda, limit); };
+    const zero::CheckpointingChoice fits = at(states + rows[0].device);
+    EXPECT_EQ(fits.setting, Checkpointing::kNone);
+    EXPECT_EQ(fits.peaks[0], states + rows[0].device);
+    EXPECT_EQ(at(states + rows[0].device - 1).setting, Checkpointing::kPlain);
+    // On a GPU offload keeps less than plain; on the CPU the same, so plain is taken.
+    const zero::CheckpointingChoice tight = at(states + rows[1].device - 1);
+    EXPECT_EQ(tight.setting, cuda ? Checkpointing::kOffload : Checkpointing::kPlain);
+    EXPECT_EQ(tight.fits, cuda) << "cuda " << cuda;
+  }
+}
+
+TEST(CheckpointingChoiceForRun, TheCpuLimitIsTheHostsAvailableMemory) {
+  EXPECT_GT(available_memory(torch::Device(torch::kCPU)), 0);
+}
+
+// Two ranks resolve the same choice against the smaller of their limits; the tiny run fits any
+// machine without checkpointing.
+TEST(CheckpointingChoiceForRun, RanksAgree) {
+  std::mutex mu;
+  std::vector<zero::CheckpointingChoice> got;
+  dstrain::testing::run_ranks(2, [&](dstrain::testing::ThreadCommunicator& comm) {
+    const auto choice =
+        resolve_auto_checkpointing(tiny_run(), tiny_model(), comm, torch::Device(torch::kCPU));
+    std::lock_guard<std::mutex> lock(mu);
+    got.push_back(choice);
+  });
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].setting, Checkpointing::kNone);
+  EXPECT_EQ(got[1].setting, Checkpointing::kNone);
+  EXPECT_EQ(got[0].limit, got[1].limit) << "the ranks' limits were not reduced to one";
+  EXPECT_TRUE(got[0].fits);
+  EXPECT_GT(got[0].limit, got[0].peaks[0]);
+}
+
+}  // namespace
+}  // namespace dstrain::train
