@@ -81,6 +81,12 @@ void Engine::load_state(const StateSource& source, int64_t step_count,
   do_load_state(source, step_count, scaler);
 }
 
+void Engine::discard_micro_steps() {
+  done_ = MicroStep{-1, 0};
+  step_lr_.reset();
+  do_discard();
+}
+
 ckpt::State Engine::snapshot_state(ckpt::Snapshot how) const {
   ckpt::State s;
   for (const StatePiece& sp : owned_state()) {

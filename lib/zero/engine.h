@@ -203,6 +203,12 @@ class Engine : public ckpt::Stateful {
   // sizes and stages because pieces are named by parameter and element range. Drops the gradients
   // of micro-steps done since the last step().
   void load_state(const StateSource& source, int64_t step_count, const LossScalerState& scaler);
+  // Collective. Drops the gradients of the micro-steps done since the last step(), as if they had
+  // not run: their communication completes, the gradients are zeroed and the next backward() is
+  // micro-step 0 again. Parameters, master weights, optimizer and loss scaler are untouched. For a
+  // trial micro-step (train/micro_batch_auto.h) run as a step's first of several, which updates
+  // nothing during backward.
+  void discard_micro_steps();
 
   // The engine as a checkpoint component (ckpt/stateful.h): the pieces of owned_state() as host
   // copies and {"optimizer_steps"}. restore_state() is collective: it checks that every parameter
@@ -222,6 +228,7 @@ class Engine : public ckpt::Stateful {
   virtual StepResult do_step(double lr) = 0;
   virtual void do_load_state(const StateSource& source, int64_t step_count,
                              const LossScalerState& scaler) = 0;
+  virtual void do_discard() = 0;
 
   // The learning rate of set_step_lr() for the coming step, if any.
   const std::optional<double>& step_lr() const { return step_lr_; }

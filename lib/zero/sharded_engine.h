@@ -77,6 +77,7 @@ class ShardedEngine final : public Engine {
 
   void do_backward(const torch::Tensor& loss, MicroStep micro) override;
   StepResult do_step(double lr) override;
+  void do_discard() override;
   void do_load_state(const StateSource& source, int64_t step_count,
                      const LossScalerState& scaler) override;
 

@@ -138,6 +138,12 @@ void ShardedEngine::zero_grad() {
   }
 }
 
+void ShardedEngine::do_discard() {
+  torch::NoGradGuard no_grad;
+  reducer_->finish();  // stage 2 reduces on every micro-step: wait for what is in flight
+  zero_grad();
+}
+
 void ShardedEngine::do_load_state(const StateSource& source, int64_t step_count,
                                   const LossScalerState& scaler) {
   torch::NoGradGuard no_grad;

@@ -134,6 +134,7 @@ class Stage3Engine final : public Engine {
 
   void do_backward(const torch::Tensor& loss, MicroStep micro) override;
   StepResult do_step(double lr) override;
+  void do_discard() override;
   void do_load_state(const StateSource& source, int64_t step_count,
                      const LossScalerState& scaler) override;
 

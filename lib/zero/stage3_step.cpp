@@ -58,6 +58,12 @@ MemoryReport Stage3Engine::bytes() const {
   return report;
 }
 
+// Backward completed every reduction (finish_backward): only the shard holds the gradients.
+void Stage3Engine::do_discard() {
+  torch::NoGradGuard no_grad;
+  grad_shard_.zero_();
+}
+
 void Stage3Engine::do_load_state(const StateSource& source, int64_t step_count,
                                  const LossScalerState& scaler) {
   torch::NoGradGuard no_grad;
