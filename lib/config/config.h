@@ -97,6 +97,13 @@ struct TrainingSection {
   int64_t epochs = 1;
   int64_t max_steps = -1;  // > 0 overrides epochs
   int64_t per_device_train_batch_size = 1;
+  // `per_device_train_batch_size: auto`: the trainer picks the micro-batch
+  // (train/micro_batch_auto.h) among the divisors of the samples each rank takes per step, which
+  // the loaded config holds as micro-batch 1 × gradient_accumulation_steps; it then sets both terms
+  // to its choice and micro_batch_chosen. A config written out keeps `auto` with the samples per
+  // rank as the accumulation (the global batch), the choice as a comment.
+  bool micro_batch_auto = false;
+  bool micro_batch_chosen = false;
   int64_t per_device_eval_batch_size = -1;  // -1: same as train
   int64_t gradient_accumulation_steps = 1;
   int64_t train_batch_size = -1;  // DeepSpeed's global batch; checked = micro * accum * world
@@ -201,8 +208,9 @@ struct LoadOptions {
   // The ranks of the job: train_batch_size is checked against world / sequence_parallel_size, and
   // the world must be divisible by sequence_parallel_size.
   int world_size = 1;
-  // Non-fatal notices (e.g. a DeepSpeed key dstrain ignores) are logged with log::warn; when this
-  // is set they are also appended here, one line each.
+  // Non-fatal notices (e.g. a DeepSpeed key dstrain ignores) are logged with log::warn, hints
+  // (a DeepSpeed micro-batch of 1 that `auto` could raise) with log::info; when this is set they
+  // are also appended here, one line each.
   std::vector<std::string>* warnings = nullptr;
 };
 

@@ -86,6 +86,8 @@ std::string to_yaml(const Config& config) {
     }
     out << YAML::Key << leaf << YAML::Value;
     emit_value(out, field, field.get(config));
+    const std::string note = field.comment ? field.comment(config) : std::string();
+    if (!note.empty()) out << YAML::Comment(note);
   }
   for (; !open.empty(); open.pop_back()) out << YAML::EndMap;
   out << YAML::EndMap;

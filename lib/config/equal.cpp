@@ -42,12 +42,12 @@ bool operator==(const SchedulerSection& a, const SchedulerSection& b) {
 
 bool operator==(const TrainingSection& a, const TrainingSection& b) {
   auto t = [](const TrainingSection& s) {
-    return std::tie(s.epochs, s.max_steps, s.per_device_train_batch_size,
-                    s.per_device_eval_batch_size, s.gradient_accumulation_steps, s.train_batch_size,
-                    s.optimizer, s.scheduler, s.seed, s.bf16, s.fp16, s.fp16_loss_scale,
-                    s.fp16_initial_scale_power, s.fp16_loss_scale_window, s.fp16_min_loss_scale,
-                    s.fp16_hysteresis, s.gradient_clipping, s.eval_interval, s.eval_max_batches,
-                    s.log_interval);
+    return std::tie(s.epochs, s.max_steps, s.per_device_train_batch_size, s.micro_batch_auto,
+                    s.micro_batch_chosen, s.per_device_eval_batch_size,
+                    s.gradient_accumulation_steps, s.train_batch_size, s.optimizer, s.scheduler,
+                    s.seed, s.bf16, s.fp16, s.fp16_loss_scale, s.fp16_initial_scale_power,
+                    s.fp16_loss_scale_window, s.fp16_min_loss_scale, s.fp16_hysteresis,
+                    s.gradient_clipping, s.eval_interval, s.eval_max_batches, s.log_interval);
   };
   return t(a) == t(b);
 }

@@ -140,6 +140,49 @@ Field tiled_mlp() {
   return f;
 }
 
+// training.per_device_train_batch_size: a positive number, or auto (config.h, micro_batch_auto).
+// With auto the config holds micro-batch 1 and the samples per rank as the accumulation, which is
+// what to_yaml writes (gradient_accumulation_steps' getter), so that a record reloads with the
+// same global batch whatever the trainer chose; the choice is written as a comment.
+Field per_device_train_batch_size() {
+  Field f = make("training.per_device_train_batch_size", Kind::kInt, Range::kPositive);
+  f.expected = "a positive integer or auto";
+  f.parse = [](const YAML::Node& node) -> std::optional<Value> {
+    if (node.IsScalar() && lower(node.Scalar()) == "auto") return Value(std::string("auto"));
+    if (auto n = scalar_integer(node); n && *n > 0) return Value(*n);
+    return std::nullopt;
+  };
+  f.get = [](const Config& c) {
+    if (c.training.micro_batch_auto) return Value(std::string("auto"));
+    return Value(c.training.per_device_train_batch_size);
+  };
+  f.set = [](Config& c, const Value& v) {
+    const auto* n = std::get_if<int64_t>(&v);
+    c.training.micro_batch_auto = n == nullptr;
+    c.training.per_device_train_batch_size = n == nullptr ? 1 : *n;
+  };
+  f.comment = [](const Config& c) {
+    const TrainingSection& t = c.training;
+    if (!t.micro_batch_auto || !t.micro_batch_chosen) return std::string();
+    return "chosen: micro-batch " + std::to_string(t.per_device_train_batch_size) +
+           " x accumulation " + std::to_string(t.gradient_accumulation_steps);
+  };
+  return f;
+}
+
+// training.gradient_accumulation_steps; with per_device_train_batch_size: auto it reads as the
+// samples per rank of a step (micro-batch 1's accumulation), whatever micro-batch was chosen.
+Field gradient_accumulation_steps() {
+  Field f = integer("training.gradient_accumulation_steps", Range::kPositive,
+                    DSTRAIN_MEMBER(training.gradient_accumulation_steps));
+  f.get = [](const Config& c) {
+    const TrainingSection& t = c.training;
+    const int64_t micro = t.micro_batch_auto ? t.per_device_train_batch_size : 1;
+    return Value(micro * t.gradient_accumulation_steps);
+  };
+  return f;
+}
+
 // data.add_bos: auto | true | false, kept as that word (tokenizer/document_prefix.h reads it).
 Field add_bos() {
   Field f = make("data.add_bos", Kind::kString, Range::kAny, {"auto", "true", "false"});
@@ -185,12 +228,10 @@ void add_training_loop(std::vector<Field>& t) {
   t.push_back(integer("training.epochs", Range::kPositive, DSTRAIN_MEMBER(training.epochs)));
   t.push_back(
       integer("training.max_steps", Range::kPositiveOrUnset, DSTRAIN_MEMBER(training.max_steps)));
-  t.push_back(integer("training.per_device_train_batch_size", Range::kPositive,
-                      DSTRAIN_MEMBER(training.per_device_train_batch_size)));
+  t.push_back(per_device_train_batch_size());
   t.push_back(integer("training.per_device_eval_batch_size", Range::kPositiveOrUnset,
                       DSTRAIN_MEMBER(training.per_device_eval_batch_size)));
-  t.push_back(integer("training.gradient_accumulation_steps", Range::kPositive,
-                      DSTRAIN_MEMBER(training.gradient_accumulation_steps)));
+  t.push_back(gradient_accumulation_steps());
   t.push_back(integer("training.train_batch_size", Range::kPositiveOrUnset,
                       DSTRAIN_MEMBER(training.train_batch_size)));
   t.push_back(integer("training.seed", Range::kNonNegative, DSTRAIN_MEMBER(training.seed)));

@@ -145,7 +145,27 @@ void Merger::read_deepspeed_file(const std::filesystem::path& path, const Origin
   walk(deepspeed_rules(), doc, "", file_source);
 }
 
+// training.per_device_train_batch_size: `auto` in one source wins over a number in another, which
+// is kept as the micro-batch of the user's split (with the accumulation it gives the global batch
+// that auto keeps, validate.cpp). A --set number replaces auto as any override does.
+bool Merger::assign_over_auto(const Field& field, const Value& value, const Origin& origin) {
+  if (field.path != "training.per_device_train_batch_size") return false;
+  auto it = assigned_.find(field.path);
+  if (it == assigned_.end()) return false;
+  const bool now_auto = std::holds_alternative<std::string>(value);
+  if (now_auto == std::holds_alternative<std::string>(it->second.value)) return false;
+  if (!now_auto && origin.is_override) return false;
+  if (now_auto) {
+    micro_under_auto_ = it->second;
+    it->second = Assigned{value, origin};
+  } else {
+    micro_under_auto_ = Assigned{value, origin};
+  }
+  return true;
+}
+
 void Merger::assign(const Field& field, const Value& value, const Origin& origin) {
+  if (assign_over_auto(field, value, origin)) return;
   auto it = assigned_.find(field.path);
   if (it == assigned_.end() || origin.is_override) {
     assigned_[field.path] = Assigned{value, origin};

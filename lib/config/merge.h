@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,12 @@ class Merger {
 
   const Assigned* find(const std::string& field_path) const;
   const std::string& deepspeed_file() const { return deepspeed_file_; }
+  // The number that `per_device_train_batch_size: auto` won over in another source (a DeepSpeed
+  // section's train_micro_batch_size_per_gpu, a file's number under --set ...=auto): the
+  // micro-batch of the user's own split. nullptr when there was none.
+  const Assigned* micro_batch_under_auto() const {
+    return micro_under_auto_ ? &*micro_under_auto_ : nullptr;
+  }
 
  private:
   void read_key(const RuleSet& rules, const std::string& path, const YAML::Node& key,
@@ -59,8 +66,10 @@ class Merger {
   [[noreturn]] void fail_unknown(const RuleSet& rules, const std::string& path,
                                  const Origin& origin) const;
   void warn(const std::string& line);
+  bool assign_over_auto(const Field& field, const Value& value, const Origin& origin);
 
   std::map<std::string, Assigned> assigned_;
+  std::optional<Assigned> micro_under_auto_;
   std::string deepspeed_file_;
   std::vector<std::string>* warnings_;
 };

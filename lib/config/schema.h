@@ -55,6 +55,8 @@ struct Field {
   std::string expected;
   std::function<Value(const Config&)> get;
   std::function<void(Config&, const Value&)> set;
+  // Optional: a note to_yaml writes after the value (a choice made at run time); "" for none.
+  std::function<std::string(const Config&)> comment;
 };
 
 // Every field, in the order to_yaml writes them (fields of one mapping are contiguous).

@@ -19,11 +19,53 @@ std::string describe_origin(const Merger& merger, const std::string& field_path)
                       : fmt::format("{} at {}", a->origin.key, a->origin.where);
 }
 
+std::string world_term(int world, int64_t sp) {
+  return sp == 1
+             ? fmt::format("world size ({})", world)
+             : fmt::format("data-parallel size ({} = world size {} / sequence_parallel_size {})",
+                           world, world * sp, sp);
+}
+
+// per_device_train_batch_size: auto. The samples each data-parallel rank takes per step: the
+// global batch over the ranks when train_batch_size is given, else the user's own split, the
+// number auto replaced (a DeepSpeed section's train_micro_batch_size_per_gpu; 1 when none) times
+// the accumulation. The config then holds micro-batch 1 × those samples; the trainer picks a
+// divisor of them, so the global batch stays exact.
+void resolve_auto_batch(TrainingSection& t, const Merger& merger, const std::string& file,
+                        int world, int64_t sp) {
+  const Assigned* split = merger.micro_batch_under_auto();
+  const int64_t split_micro = split ? std::get<int64_t>(split->value) : 1;
+  int64_t samples = split_micro * t.gradient_accumulation_steps;
+  if (t.train_batch_size != -1) {
+    const Origin at = origin_of(merger, "training.train_batch_size", file);
+    if (t.train_batch_size % world != 0) {
+      fail_at(at, fmt::format("{} is not divisible by {}: per_device_train_batch_size: auto ({}) "
+                              "needs a whole number of samples per rank",
+                              t.train_batch_size, world_term(world, sp),
+                              describe_origin(merger, "training.per_device_train_batch_size")));
+    }
+    const bool accum_given = merger.find("training.gradient_accumulation_steps") != nullptr;
+    if (split != nullptr && accum_given && samples * world != t.train_batch_size) {
+      fail_at(at,
+              fmt::format("{} != {} ({}) * gradient_accumulation_steps ({}) * {} = {}",
+                          t.train_batch_size, split->origin.key, split_micro,
+                          t.gradient_accumulation_steps, world_term(world, sp), samples * world));
+    }
+    samples = t.train_batch_size / world;
+  }
+  t.per_device_train_batch_size = 1;
+  t.gradient_accumulation_steps = samples;
+}
+
 // DeepSpeed's rule: train_batch_size = micro * accumulation * world; any two given determine the
 // third. "Given" means written somewhere (our section, DeepSpeed keys or --set), not defaulted.
 // `world` is the data-parallel degree: the world size over sequence_parallel_size (`sp`).
 void resolve_batch(TrainingSection& t, const Merger& merger, const std::string& file, int world,
                    int64_t sp) {
+  if (t.micro_batch_auto) {
+    resolve_auto_batch(t, merger, file, world, sp);
+    return;
+  }
   if (t.train_batch_size == -1) return;
   const Origin at = origin_of(merger, "training.train_batch_size", file);
   const bool micro_given = merger.find("training.per_device_train_batch_size") != nullptr;
@@ -35,28 +77,25 @@ void resolve_batch(TrainingSection& t, const Merger& merger, const std::string& 
     }
     return tbs / divisor;
   };
-  const std::string world_term =
-      sp == 1 ? fmt::format("world size ({})", world)
-              : fmt::format("data-parallel size ({} = world size {} / sequence_parallel_size {})",
-                            world, world * sp, sp);
+  const std::string world_words = world_term(world, sp);
   if (micro_given && !accum_given) {
     t.gradient_accumulation_steps = derive(t.per_device_train_batch_size * world,
                                            fmt::format("per_device_train_batch_size ({}) * {}",
-                                                       t.per_device_train_batch_size, world_term));
+                                                       t.per_device_train_batch_size, world_words));
   } else if (!micro_given && accum_given) {
     t.per_device_train_batch_size = derive(t.gradient_accumulation_steps * world,
                                            fmt::format("gradient_accumulation_steps ({}) * {}",
-                                                       t.gradient_accumulation_steps, world_term));
+                                                       t.gradient_accumulation_steps, world_words));
   } else if (!micro_given && !accum_given) {
     t.gradient_accumulation_steps = 1;
-    t.per_device_train_batch_size = derive(world, world_term);
+    t.per_device_train_batch_size = derive(world, world_words);
   }
   const int64_t product = t.per_device_train_batch_size * t.gradient_accumulation_steps * world;
   if (product != tbs) {
     fail_at(at, fmt::format("{} != per_device_train_batch_size ({}) * gradient_accumulation_steps "
                             "({}) * {} = {}",
                             tbs, t.per_device_train_batch_size, t.gradient_accumulation_steps,
-                            world_term, product));
+                            world_words, product));
   }
 }
 

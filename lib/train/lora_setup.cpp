@@ -141,7 +141,7 @@ std::string Trainer::base_checksum(const model::ValueSource& values) {
     parts[2 * i] = crc.crc;
     parts[2 * i + 1] = static_cast<double>(crc.bytes);
   }
-  all_reduce_sum(parts);
+  all_reduce(parts);
   std::vector<lora::TensorCrc> crcs;
   for (size_t i = 0; i < params.size(); ++i) {
     crcs.push_back({static_cast<uint32_t>(parts[2 * i]), static_cast<uint64_t>(parts[2 * i + 1])});

@@ -40,6 +40,7 @@ T state_value(const ckpt::StateIn& in, const char* key) {
 ckpt::State ProgressState::snapshot_state(ckpt::Snapshot) const {
   ckpt::State s;
   s.json = {{"step", step_}, {"tokens_seen", tokens_seen_}, {"train_loss", train_loss_}};
+  if (!micro_batch_auto_.is_null()) s.json["micro_batch_auto"] = micro_batch_auto_;
   s.rank_tensors.emplace_back(kRngTensor, cpu_rng_state());
   return s;
 }

@@ -102,6 +102,7 @@ void Trainer::init() {
 
   resolve_model();
   build_data();
+  if (cfg_.training.micro_batch_auto) choose_micro_batch();
   // The model holds no memory: the engine fills it (at stage 3 only its shard) from the initial
   // values, ranges of the safetensors files or the seeded initialisation alike.
   model_ = model::DecoderModel(model_config_, model::Materialize::kNo);
@@ -123,6 +124,8 @@ void Trainer::init() {
   model_->train();
   if (cfg_.model.fused_loss_chunk_mb > 0)
     model_->set_loss_chunk_bytes(cfg_.model.fused_loss_chunk_mb << 20);
+  if (cfg_.training.micro_batch_auto) confirm_micro_batch();
+  build_loader();
 
   total_steps_ = cfg_.training.max_steps > 0 ? cfg_.training.max_steps
                                              : cfg_.training.epochs * loader_->steps_per_epoch();
@@ -231,6 +234,9 @@ model::ValueSource Trainer::initial_values() {
 
 void Trainer::build_data() {
   datasets_ = data::build_datasets(data_options(cfg_), *tokenizer_);
+}
+
+void Trainer::build_loader() {
   // The ranks of a sequence-parallel group read the same samples.
   data::LoaderOptions options =
       loader_options(cfg_, sp_->data_parallel_size(), sp_->data_parallel_rank());
@@ -251,11 +257,11 @@ model::LossSum Trainer::local_loss_sum(const data::Batch& whole) {
   return model_->loss_sum(b.input_ids, b.labels, cfg_.model.fused_loss, positions);
 }
 
-void Trainer::all_reduce_sum(std::vector<double>& values) {
+void Trainer::all_reduce(std::vector<double>& values, comm::ReduceOp op) {
   auto t = torch::tensor(values, torch::kFloat64).to(device_);
   // A host wait with the communicator's timeout: once per step, a hung collective anywhere
   // surfaces here as an error naming the rank instead of blocking the device copy forever.
-  comm::synchronize(*comm_->all_reduce(t, comm::ReduceOp::kSum));
+  comm::synchronize(*comm_->all_reduce(t, op));
   t = t.cpu();
   for (size_t i = 0; i < values.size(); ++i) values[i] = t[static_cast<int64_t>(i)].item<double>();
 }
@@ -321,7 +327,7 @@ EvalResult Trainer::evaluate() {
     acc[1] += static_cast<double>(ls.count.item<int64_t>());
   }
   model_->train();
-  all_reduce_sum(acc);
+  all_reduce(acc);
   r.tokens = static_cast<int64_t>(acc[1]);
   r.loss = acc[1] > 0 ? acc[0] / acc[1] : 0.0;
   r.ppl = std::exp(r.loss);

@@ -23,6 +23,7 @@
 #include "optim/lr_schedule.h"
 #include "tokenizer/tokenizer.h"
 #include "train/device.h"
+#include "train/micro_batch_auto.h"
 #include "train/sequence_parallel.h"
 #include "zero/engine.h"
 
@@ -74,7 +75,24 @@ class Trainer {
   // LoRA: lora::base_checksum of the base, computed by the ranks together from its initial values
   // (each rank checksums every world-th parameter) without materialising it.
   std::string base_checksum(const model::ValueSource& values);
+  // The datasets; the loader is built once the micro-batch is known (build_loader).
   void build_data();
+  void build_loader();
+  // training.per_device_train_batch_size: auto (trainer_micro_batch.cpp, micro_batch_auto.h).
+  // choose_micro_batch(), before the engine: kept from a checkpoint of the same data-parallel
+  // ranks, else rank 0's plan from the memory model, broadcast; collective. confirm_micro_batch(),
+  // once the engine is built: one trial micro-step per candidate from the plan down until one fits
+  // every rank; logs the choice (rank 0). Both set cfg_.training's micro-batch and accumulation.
+  void choose_micro_batch();
+  void confirm_micro_batch();
+  // Collective: forward and backward of one micro-batch of `micro`, then discarded; false when some
+  // rank ran out of memory (CUDA). Error(kRuntime) when that cannot be survived (see the .cpp).
+  bool trial_step_fits(int64_t micro);
+  // The micro-batch a checkpoint being resumed recorded for this run's data-parallel ranks and
+  // samples per rank, else 0.
+  int64_t recorded_micro_batch() const;
+  // What the checkpoint records of the choice (progress state); null without auto.
+  nlohmann::json micro_batch_record() const;
   // `b` with its tensors on the compute device (non-blocking copies from pinned memory on CUDA).
   data::Batch on_device(data::Batch b) const;
   // This rank's loss sum over its tokens of `whole` (a batch of whole sequences; with sequence
@@ -97,8 +115,8 @@ class Trainer {
                 int64_t interval_steps, double fwd_bwd_s, double data_s, double step_s);
   void log_eval(const EvalResult& e);
   void write_summary(const RunSummary& s);
-  // All-reduces `values` (sum) across ranks in place.
-  void all_reduce_sum(std::vector<double>& values);
+  // All-reduces `values` across ranks in place (sum, or `op`).
+  void all_reduce(std::vector<double>& values, comm::ReduceOp op = comm::ReduceOp::kSum);
 
   // LoRA (lora_setup.cpp). The adapters' settings and size, once attached.
   void log_lora() const;
@@ -124,6 +142,8 @@ class Trainer {
   std::string base_checksum_;              // LoRA: lora::base_checksum of the fp32 base weights
   std::unique_ptr<zero::Engine> engine_;
   std::unique_ptr<optim::LrSchedule> schedule_;
+  MicroBatchPlan micro_plan_;      // per_device_train_batch_size: auto (rank 0's plan)
+  bool micro_batch_kept_ = false;  // the choice came from the checkpoint resumed
   std::unique_ptr<ckpt::Stateful> progress_state_;
   std::unique_ptr<ckpt::Stateful> lora_reference_;
   std::unique_ptr<ckpt::Checkpointer> checkpointer_;  // after the components it saves

@@ -55,7 +55,8 @@ void Trainer::create_checkpointer() {
     lora_reference_ = std::make_unique<LoraReference>(lora_reference_json());
     checkpointer_->add("lora", lora_reference_.get());
   }
-  progress_state_ = std::make_unique<ProgressState>(step_, tokens_seen_, last_loss_);
+  progress_state_ =
+      std::make_unique<ProgressState>(step_, tokens_seen_, last_loss_, micro_batch_record());
   checkpointer_->add("engine", engine_.get());
   checkpointer_->add("loss_scaler", &engine_->loss_scaler());
   checkpointer_->add("loader", loader_.get());

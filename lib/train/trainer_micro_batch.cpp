@@ -1,0 +1,130 @@
+// Trainer: training.per_device_train_batch_size: auto (micro_batch_auto.h). The choice is made
+// before the loader exists, from the memory model, and confirmed by one trial micro-step once the
+// engine is built; the data order, the parameters, the optimizer and the random generators are
+// those of a run that never tried.
+
+#include <nlohmann/json.hpp>
+
+#include <c10/util/Exception.h>
+#include <torch/torch.h>
+
+#include "ckpt/manifest.h"
+#include "comm/nccl_communicator.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "model/rng_state.h"
+#include "train/checkpointing_choice.h"
+#include "train/trainer.h"
+
+namespace dstrain::train {
+
+void Trainer::choose_micro_batch() {
+  const int64_t samples = samples_per_rank(cfg_.training);
+  const int64_t dp = sp_->data_parallel_size();
+  if (const int64_t kept = recorded_micro_batch(); kept > 0) {
+    apply_micro_batch(cfg_.training, kept, dp);
+    micro_batch_kept_ = true;
+    log::info("micro-batch auto: {} × accumulation {} = global {}, kept from the checkpoint", kept,
+              samples / kept, samples * dp);
+    return;
+  }
+  // The smallest limit of the ranks (as the largest negated one), so that rank 0's plan fits all.
+  std::vector<double> negated = {-static_cast<double>(available_memory(device_))};
+  all_reduce(negated, comm::ReduceOp::kMax);
+  const auto limit = static_cast<int64_t>(-negated[0] * kHeadroom);
+  auto peak_of = [&](int64_t micro) {
+    return predicted_peak(cfg_, model_config_, world_, device_.is_cuda(), micro);
+  };
+  micro_plan_ = plan_micro_batch(samples, peak_of, limit);
+  // Rank 0 decides; the others follow, whatever their own arithmetic would say. (A float64 tensor:
+  // what every communicator broadcasts; a micro-batch is far below 2^53.)
+  torch::Tensor micro =
+      torch::tensor({static_cast<double>(micro_plan_.micro)}, torch::kFloat64).to(device_);
+  comm::synchronize(*comm_->broadcast(micro, 0));
+  micro_plan_.micro = static_cast<int64_t>(micro.cpu().item<double>());
+  micro_plan_.peak = peak_of(micro_plan_.micro);
+  apply_micro_batch(cfg_.training, micro_plan_.micro, dp);
+}
+
+void Trainer::confirm_micro_batch() {
+  if (micro_batch_kept_) return;
+  const int64_t planned = cfg_.training.per_device_train_batch_size;
+  for (int64_t micro : divisors_descending(samples_per_rank(cfg_.training))) {
+    if (micro > planned) continue;
+    if (trial_step_fits(micro)) {
+      apply_micro_batch(cfg_.training, micro, sp_->data_parallel_size());
+      if (micro != micro_plan_.micro) {
+        micro_plan_.micro = micro;
+        micro_plan_.peak = predicted_peak(cfg_, model_config_, world_, device_.is_cuda(), micro);
+      }
+      log::info("{}", describe_plan(micro_plan_, sp_->data_parallel_size()));
+      if (!micro_plan_.fits) {
+        log::warn(
+            "micro-batch auto: not even micro-batch 1 is predicted to fit; its trial step ran");
+      }
+      return;
+    }
+    log::warn(
+        "micro-batch auto: the trial step of micro-batch {} ran out of memory; trying the "
+        "next smaller divisor",
+        micro);
+  }
+  fail(ErrorKind::kRuntime,
+       "training.per_device_train_batch_size: auto: even micro-batch 1 ran out of memory in its "
+       "trial step");
+}
+
+// A step's first micro-step of two on a batch of token 0 (every position counted): backward then
+// updates nothing, and discard_micro_steps() drops its gradients. The generators are put back so
+// that dropout draws what it would have without the trial.
+bool Trainer::trial_step_fits(int64_t micro) {
+  data::Batch b;
+  b.input_ids = torch::zeros({micro, cfg_.data.max_length}, torch::kInt64);
+  b.labels = torch::zeros({micro, cfg_.data.max_length}, torch::kInt64);
+  b = on_device(std::move(b));
+  const model::RngState rng = model::capture_rng({b.input_ids});
+  bool out_of_memory = false;
+  try {
+    const torch::Tensor loss = sp_->reduce_loss(local_loss_sum(b)).mean();
+    engine_->backward(loss, {0, 2});
+  } catch (const c10::OutOfMemoryError& e) {
+    // At stages 0-1 without sequence parallelism the trial communicates nothing, so a rank can
+    // fail it alone and still meet the others at the vote below; elsewhere they would wait in a
+    // collective this rank left.
+    if (cfg_.zero.stage > 1 || sp_->size() > 1) {
+      fail(ErrorKind::kRuntime,
+           "training.per_device_train_batch_size: auto: the trial step of micro-batch {} ran out "
+           "of memory at ZeRO stage {}{}; set per_device_train_batch_size to a number below {}",
+           micro, cfg_.zero.stage, sp_->size() > 1 ? " with sequence parallelism" : "", micro);
+    }
+    out_of_memory = true;
+  }
+  engine_->discard_micro_steps();
+  model::restore_rng(rng);
+  std::vector<double> failed = {out_of_memory ? 1.0 : 0.0};
+  all_reduce(failed);
+  return failed[0] == 0;
+}
+
+int64_t Trainer::recorded_micro_batch() const {
+  if (resume_from_.empty()) return 0;
+  const ckpt::Manifest m = ckpt::read_manifest(resume_from_);
+  const ckpt::ComponentRecord* progress = m.component("progress");
+  if (progress == nullptr || !progress->state.contains("micro_batch_auto")) return 0;
+  const nlohmann::json& r = progress->state.at("micro_batch_auto");
+  const int64_t micro = r.value("micro", int64_t{0});
+  const int64_t samples = samples_per_rank(cfg_.training);
+  const bool same_world = r.value("data_parallel", int64_t{0}) == sp_->data_parallel_size() &&
+                          r.value("samples", int64_t{0}) == samples;
+  return same_world && micro > 0 && samples % micro == 0 ? micro : 0;
+}
+
+nlohmann::json Trainer::micro_batch_record() const {
+  const config::TrainingSection& t = cfg_.training;
+  if (!t.micro_batch_auto) return nullptr;
+  return {{"micro", t.per_device_train_batch_size},
+          {"samples", samples_per_rank(t)},
+          {"data_parallel", sp_->data_parallel_size()}};
+}
+
+}  // namespace dstrain::train
