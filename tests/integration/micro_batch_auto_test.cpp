@@ -26,9 +26,12 @@ using ::testing::Not;
 constexpr const char* kAuto = "training.per_device_train_batch_size=auto";
 
 // The user's split: micro-batch 1 × accumulation 4 per rank, 8 steps, a checkpoint every 4.
-JobSpec users_split(int nproc) {
+JobSpec users_split(int nproc, int stage = 0) {
   JobSpec spec;
   spec.nproc = nproc;
+  spec.stage = stage;
+  // Stage 3: the tiny model's matrices are below the default threshold; shard them for real.
+  if (stage == 3) spec.extra_overrides = {"zero.stage3_param_persistence_threshold=1000"};
   spec.micro = 1;
   spec.accum = 4;
   spec.max_steps = 8;
@@ -51,13 +54,13 @@ void expect_fp32_equal(const std::map<long, double>& got, const std::map<long, d
 
 // Runs the user's split and the same config with auto on `nproc` ranks; checks the losses, the
 // line and the record. Leaves the auto run's directory in *auto_dir.
-void expect_auto_matches_users_split(int nproc, TempDir& auto_dir) {
+void expect_auto_matches_users_split(int nproc, TempDir& auto_dir, int stage = 0) {
   TempDir users;
-  const RunResult mine = run_job(users, users_split(nproc));
+  const RunResult mine = run_job(users, users_split(nproc, stage));
   ASSERT_EQ(mine.exit_code, 0) << mine.out << mine.err;
   EXPECT_THAT(mine.out + mine.err, Not(HasSubstr("micro-batch auto")));
 
-  const RunResult r = run_job(auto_dir, users_split(nproc), {kAuto});
+  const RunResult r = run_job(auto_dir, users_split(nproc, stage), {kAuto});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   // The CPU's limit (host MemAvailable) holds the tiny model's whole per-rank batch.
   EXPECT_THAT(r.out + r.err,
@@ -104,6 +107,16 @@ TEST(MicroBatchAuto, TwoRanksFollowRankZeroAndResumeKeepsOrRemakesTheChoice) {
   ASSERT_EQ(one.size(), 4u);
   for (const auto& [step, loss] : one) {
     EXPECT_NEAR(loss, full.at(step), 1e-5 * std::abs(full.at(step))) << "step " << step;
+  }
+}
+
+// The trial's backward communicates at stages 2 (reduce-scatter) and 3 (gathers too): it must
+// still leave nothing behind.
+TEST(MicroBatchAuto, TheTrialLeavesNoTraceAtStagesTwoAndThree) {
+  for (int stage : {2, 3}) {
+    SCOPED_TRACE(fmt::format("stage {}", stage));
+    TempDir dir;
+    expect_auto_matches_users_split(2, dir, stage);
   }
 }
 
