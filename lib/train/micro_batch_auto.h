@@ -10,9 +10,10 @@
 // checkpointing (zero/estimate_activations.h; with gradient_checkpointing: auto, none — the
 // fastest setting — which that choice, made afterwards for this micro-batch, then keeps when it
 // fits). The limit is gradient_checkpointing: auto's (train/checkpointing_choice.h): kHeadroom of
-// the free GPU memory, on the CPU of the host's MemAvailable, the smallest over the ranks. Rank 0
-// decides and broadcasts; every rank then runs one trial micro-step at that size (the Trainer,
-// trainer_micro_batch.cpp), which confirms it or, out of memory, moves to the next divisor down.
+// the free GPU memory, on the CPU of the host's MemAvailable shared by its LOCAL_WORLD_SIZE ranks,
+// the smallest over the ranks. Rank 0 decides and broadcasts; every rank then runs one trial
+// micro-step at that size (the Trainer, trainer_micro_batch.cpp), which confirms it or, out of
+// memory, moves to the next divisor down.
 //
 // Losses: a micro-step's loss is the mean over its tokens and a step averages its micro-steps.
 // With packing (the default) every sample has max_length tokens, so any split of a step gives the

@@ -3,6 +3,9 @@
 // engine is built; the data order, the parameters, the optimizer and the random generators are
 // those of a run that never tried.
 
+#include <algorithm>
+#include <cstdlib>
+
 #include <nlohmann/json.hpp>
 
 #include <c10/util/Exception.h>
@@ -17,6 +20,17 @@
 #include "train/trainer.h"
 
 namespace dstrain::train {
+namespace {
+
+// The memory this rank may plan with: on the CPU the ranks of one host share its MemAvailable.
+double memory_for_this_rank(const torch::Device& device) {
+  auto bytes = static_cast<double>(available_memory(device));
+  if (device.is_cuda()) return bytes;
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");
+  return bytes / std::max(1, local != nullptr ? std::atoi(local) : 1);
+}
+
+}  // namespace
 
 void Trainer::choose_micro_batch() {
   const int64_t samples = samples_per_rank(cfg_.training);
@@ -29,7 +43,7 @@ void Trainer::choose_micro_batch() {
     return;
   }
   // The smallest limit of the ranks (as the largest negated one), so that rank 0's plan fits all.
-  std::vector<double> negated = {-static_cast<double>(available_memory(device_))};
+  std::vector<double> negated = {-memory_for_this_rank(device_)};
   all_reduce(negated, comm::ReduceOp::kMax);
   const auto limit = static_cast<int64_t>(-negated[0] * kHeadroom);
   auto peak_of = [&](int64_t micro) {
