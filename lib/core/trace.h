@@ -72,6 +72,8 @@ class Span {
   ~Span() { end(); }
   // Records the event now instead of at destruction (for a phase that ends mid-scope).
   void end() noexcept;
+  // Sets the second argument, for a value known only as the span ends (a phase's memory peak).
+  void set_arg(Arg b) noexcept { b_ = b; }
   Span(const Span&) = delete;
   Span& operator=(const Span&) = delete;
 

@@ -72,6 +72,12 @@ int set_intra_op_threads() {
   return threads;
 }
 
+// The phase that just ended: its allocator peak as the span's argument (MB), none on the CPU.
+trace::Arg peak_arg(PhasePeaks& peaks, StepPhase phase) {
+  const int64_t bytes = peaks.end(phase);
+  return peaks.active() ? trace::Arg{"peak_allocated_mb", bytes / 1'000'000} : trace::Arg{};
+}
+
 }  // namespace
 
 std::atomic<bool>& Trainer::stop_requested() {
@@ -92,6 +98,7 @@ Trainer::~Trainer() = default;
 void Trainer::init() {
   log::set_rank(rank_);
   if (cfg_.logging.trace) trace::start();
+  phase_peaks_ = std::make_unique<PhasePeaks>(allocator_peak_source(device_));
   const int threads = set_intra_op_threads();
   // Anything random during training (dropout) draws from LibTorch's default generator, which is
   // otherwise seeded at random: seed it so runs repeat exactly.
@@ -281,9 +288,11 @@ torch::Tensor Trainer::train_step(double* fwd_bwd_s, double* data_s) {
     trace::Span forward_span("forward", "forward", {"micro_step", b.micro_step});
     // With sequence parallelism, the mean over the group's whole sequences.
     const torch::Tensor loss = sp_->reduce_loss(local_loss_sum(b)).mean();
+    forward_span.set_arg(peak_arg(*phase_peaks_, StepPhase::kForward));
     forward_span.end();
     trace::Span backward_span("backward", "backward", {"micro_step", b.micro_step});
     engine_->backward(loss, {b.micro_step, b.micro_steps});
+    backward_span.set_arg(peak_arg(*phase_peaks_, StepPhase::kBackward));
     backward_span.end();
     const torch::Tensor value = loss.detach().to(torch::kFloat64);
     loss_sum = loss_sum.defined() ? loss_sum + value : value;
@@ -357,7 +366,12 @@ void Trainer::log_step(double loss, const zero::StepResult& r, double lr, double
   rec.add("memory/rss_mb", static_cast<double>(metrics::current_rss_bytes()) / 1e6);
   rec.add("memory/peak_rss_mb", static_cast<double>(metrics::peak_rss_bytes()) / 1e6);
   rec.add("memory/model_states_mb", static_cast<double>(engine_->bytes().model_states()) / 1e6);
-  for (const auto& [key, value] : device_memory_metrics(device_)) rec.add(key, value);
+  for (const auto& [key, value] : device_memory_metrics(device_)) {
+    // The allocator's own peak is reset at every phase's end: the run's comes from phase_peaks_.
+    if (phase_peaks_->active() && key == "memory/peak_allocated_mb") continue;
+    rec.add(key, value);
+  }
+  for (const auto& [key, value] : phase_peaks_->take_metrics()) rec.add(key, value);
   rec.add("eta_s", per_step * static_cast<double>(total_steps_ - step_));
   metrics_->write(rec);
   if (cfg_.logging.wall_clock_breakdown) {
@@ -414,6 +428,7 @@ RunSummary Trainer::run_steps() {
     Stopwatch o;
     trace::Span optimizer_span("optimizer", "optimizer");
     const zero::StepResult r = engine_->step(lr);
+    optimizer_span.set_arg(peak_arg(*phase_peaks_, StepPhase::kOptimizer));
     optimizer_span.end();
     opt_t += o.seconds();
     ++step_;

@@ -24,6 +24,7 @@
 #include "tokenizer/tokenizer.h"
 #include "train/device.h"
 #include "train/micro_batch_auto.h"
+#include "train/phase_peaks.h"
 #include "train/sequence_parallel.h"
 #include "zero/engine.h"
 
@@ -156,6 +157,7 @@ class Trainer {
   } ckpt_stats_;
   std::unique_ptr<metrics::MetricsLogger> metrics_;
   std::unique_ptr<metrics::TerminationWatch> termination_;  // after metrics_: it uses it
+  std::unique_ptr<PhasePeaks> phase_peaks_;  // memory/peak_allocated_mb by phase (CUDA only)
   int64_t total_steps_ = 0;
   int64_t step_ = 0;  // optimizer steps completed
   int64_t tokens_seen_ = 0;
