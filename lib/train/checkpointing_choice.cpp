@@ -1,5 +1,7 @@
 #include "train/checkpointing_choice.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -11,6 +13,7 @@
 #include "comm/nccl_communicator.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "train/device.h"
 #include "zero/estimate.h"
 
 namespace dstrain::train {
@@ -47,6 +50,13 @@ int64_t available_memory(const torch::Device& device) {
   return host_available_memory();
 }
 
+int64_t memory_per_rank(const torch::Device& device) {
+  const int64_t bytes = available_memory(device);
+  if (device.is_cuda() && !shares_one_gpu()) return bytes;
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");
+  return bytes / std::max(1, local != nullptr ? std::atoi(local) : 1);
+}
+
 zero::CheckpointingChoice choose_for_run(const config::Config& config,
                                          const model::ModelConfig& model, int world_size, bool cuda,
                                          int64_t limit) {
@@ -63,7 +73,7 @@ zero::CheckpointingChoice resolve_auto_checkpointing(const config::Config& confi
                                                      const torch::Device& device) {
   // The smallest limit of the ranks, as the largest negated one.
   torch::Tensor negated =
-      torch::tensor({-static_cast<double>(available_memory(device))},
+      torch::tensor({-static_cast<double>(memory_per_rank(device))},
                     torch::TensorOptions().dtype(torch::kDouble).device(device));
   // A host wait with the communicator's timeout: a rank that never arrives is an error here.
   if (comm.world_size() > 1) comm::synchronize(*comm.all_reduce(negated, comm::ReduceOp::kMax));

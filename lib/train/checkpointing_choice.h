@@ -7,9 +7,11 @@
 // (zero/estimate.h) plus the activations of one micro-batch (zero/estimate_activations.h).
 //
 // The limit: on a GPU the device memory free when the choice is made (before the model is placed
-// on it), on the CPU the host's available memory (/proc/meminfo MemAvailable), times kHeadroom
-// (what the estimate leaves out: allocator fragmentation and caching, library workspaces,
-// communication buffers); the smallest over the ranks, so that every rank makes the same choice.
+// on it), on the CPU the host's available memory (/proc/meminfo MemAvailable), divided among the
+// ranks that share it (the CPU ranks of a host, the ranks of `--share-gpu`: LOCAL_WORLD_SIZE),
+// times kHeadroom (what the estimate leaves out: allocator fragmentation and caching, library
+// workspaces, communication buffers); the smallest over the ranks, so that every rank makes the
+// same choice.
 // When no setting is predicted to fit, the one with the smallest peak is taken and a warning says
 // so: the prediction is an estimate, and the run either fits or stops at the allocator's
 // out-of-memory error.
@@ -35,13 +37,17 @@ constexpr double kHeadroom = 0.9;
 // MemAvailable (CPU; 0 when /proc/meminfo cannot be read).
 int64_t available_memory(const torch::Device& device);
 
+// This rank's part of available_memory(): all of it on a GPU of its own, else its
+// LOCAL_WORLD_SIZE-th part (the ranks of a host share its RAM; --share-gpu ranks one GPU).
+int64_t memory_per_rank(const torch::Device& device);
+
 // The choice for `config` (whose model.checkpoint_auto is set) on `world_size` ranks, with
 // `limit` bytes per rank.
 zero::CheckpointingChoice choose_for_run(const config::Config& config,
                                          const model::ModelConfig& model, int world_size, bool cuda,
                                          int64_t limit);
 
-// Collective: the smallest available_memory() of the ranks times kHeadroom, then
+// Collective: the smallest memory_per_rank() of the ranks times kHeadroom, then
 // choose_for_run(); rank 0 logs describe_choice() (a warning when nothing fits).
 zero::CheckpointingChoice resolve_auto_checkpointing(const config::Config& config,
                                                      const model::ModelConfig& model,

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <mutex>
 #include <vector>
 
@@ -53,8 +55,16 @@ TEST(CheckpointingChoiceForRun, PeaksAreTheStagesModelStatesPlusEachSettingsActi
   }
 }
 
-TEST(CheckpointingChoiceForRun, TheCpuLimitIsTheHostsAvailableMemory) {
-  EXPECT_GT(available_memory(torch::Device(torch::kCPU)), 0);
+// The CPU ranks of a host share its memory: each plans with its LOCAL_WORLD_SIZE-th part.
+TEST(CheckpointingChoiceForRun, TheCpuLimitIsTheHostsAvailableMemoryShared) {
+  const torch::Device cpu(torch::kCPU);
+  ASSERT_GT(available_memory(cpu), 0);
+  ::setenv("LOCAL_WORLD_SIZE", "4", 1);
+  const double quarter = static_cast<double>(memory_per_rank(cpu));
+  const double whole = static_cast<double>(available_memory(cpu));
+  ::unsetenv("LOCAL_WORLD_SIZE");
+  EXPECT_NEAR(quarter, whole / 4, 0.05 * whole / 4);  // MemAvailable moves a little between reads
+  EXPECT_NEAR(static_cast<double>(memory_per_rank(cpu)), whole, 0.05 * whole);
 }
 
 // Two ranks resolve the same choice against the smaller of their limits; the tiny run fits any
