@@ -69,7 +69,7 @@ struct NamedParameter {
 };
 
 // Builds the optimizer for a master shard of `shard_numel` fp32 elements; `no_decay` are the shard
-// ranges of norms and biases (see no_decay.h).
+// ranges of norms and biases (see model/weight_decay.h).
 using OptimizerFactory = std::function<std::unique_ptr<optim::Optimizer>(
     int64_t shard_numel, std::vector<optim::Range> no_decay)>;
 
@@ -97,8 +97,8 @@ struct EngineOptions {
   // Where the initial values come from; unset: from the parameters themselves (which must then
   // hold them). The master is built from them (so compute-dtype rounding never reaches it), then
   // the compute-dtype parameters. At stage 3 each rank asks only for its own shard's elements and
-  // the persistent (small) parameters; at stages 0-2 for every parameter, and for the master's
-  // elements again.
+  // the persistent (small) parameters; at stages 0-2 for every parameter, once: the master and the
+  // compute copy are both filled from that read.
   InitialValues initial_values;
 };
 

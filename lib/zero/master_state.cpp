@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/weight_decay.h"
 #include "zero/no_decay.h"
 
 namespace dstrain::zero {
@@ -46,7 +47,7 @@ MasterState::MasterState(torch::Tensor master, bool aliases_params, MasterLayout
 std::vector<Range> MasterState::no_decay_ranges() const {
   std::vector<Range> ranges;
   for (const MasterPiece& piece : layout_.held) {
-    if (!takes_no_decay(piece.param, static_cast<int64_t>(piece.shape.size()))) continue;
+    if (!model::takes_no_decay(piece.param, static_cast<int64_t>(piece.shape.size()))) continue;
     ranges.push_back({piece.offset, piece.offset + piece.elements.end - piece.elements.begin});
   }
   return merge_ranges(std::move(ranges));

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "model/weight_decay.h"
 #include "zero/no_decay.h"
 
 namespace dstrain::zero {
@@ -112,11 +113,11 @@ TEST(Partition, RejectsNonPositiveBucketSize) {
 }
 
 TEST(NoDecay, NormsBiasesAndVectorsTakeNoDecay) {
-  EXPECT_TRUE(takes_no_decay("model.layers.0.input_layernorm.weight", 1));
-  EXPECT_TRUE(takes_no_decay("model.norm.weight", 2));
-  EXPECT_TRUE(takes_no_decay("fc.bias", 2));
-  EXPECT_TRUE(takes_no_decay("scale", 1));
-  EXPECT_FALSE(takes_no_decay("model.layers.0.mlp.up_proj.weight", 2));
+  EXPECT_TRUE(model::takes_no_decay("model.layers.0.input_layernorm.weight", 1));
+  EXPECT_TRUE(model::takes_no_decay("model.norm.weight", 2));
+  EXPECT_TRUE(model::takes_no_decay("fc.bias", 2));
+  EXPECT_TRUE(model::takes_no_decay("scale", 1));
+  EXPECT_FALSE(model::takes_no_decay("model.layers.0.mlp.up_proj.weight", 2));
 }
 
 TEST(NoDecay, MergeRangesJoinsTouchingAndDropsEmpty) {

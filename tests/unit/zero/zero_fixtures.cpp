@@ -3,6 +3,7 @@
 #include <cmath>
 #include <mutex>
 
+#include "model/weight_decay.h"
 #include "zero/no_decay.h"
 
 namespace dstrain::zero::testing {
@@ -175,7 +176,9 @@ RunResult run_reference(const Problem& problem, int steps, double clip, double l
   for (const auto& item : model->named_parameters()) {
     params.push_back(item.value());
     const int64_t n = item.value().numel();
-    if (takes_no_decay(item.key(), item.value().dim())) no_decay.push_back({numel, numel + n});
+    if (dstrain::model::takes_no_decay(item.key(), item.value().dim())) {
+      no_decay.push_back({numel, numel + n});
+    }
     numel += n;
   }
   TestAdamW adam(numel, 0.1, no_decay);
