@@ -34,12 +34,19 @@ namespace dstrain::train {
 constexpr double kHeadroom = 0.9;
 
 // Bytes this rank may fill on `device`, before kHeadroom: free device memory (CUDA) or the host's
-// MemAvailable (CPU; 0 when /proc/meminfo cannot be read).
+// MemAvailable (CPU; Error(kRuntime) when /proc/meminfo cannot be read).
 int64_t available_memory(const torch::Device& device);
 
-// This rank's part of available_memory(): all of it on a GPU of its own, else its
-// LOCAL_WORLD_SIZE-th part (the ranks of a host share its RAM; --share-gpu ranks one GPU).
+// The ranks that share `device`'s memory: 1 on a GPU of its own, else LOCAL_WORLD_SIZE (the ranks
+// of a host share its RAM; --share-gpu ranks one GPU).
+int ranks_sharing_memory(const torch::Device& device);
+
+// This rank's part of available_memory(): its ranks_sharing_memory()-th part.
 int64_t memory_per_rank(const torch::Device& device);
+
+// Collective: the limit both auto choices (this one, micro_batch_auto.h) plan with, the smallest
+// memory_per_rank() of the ranks times kHeadroom, so that every rank makes the same choice.
+int64_t planning_limit(comm::Communicator& comm, const torch::Device& device);
 
 // The choice for `config` (whose model.checkpoint_auto is set) on `world_size` ranks, with
 // `limit` bytes per rank.
@@ -47,11 +54,11 @@ zero::CheckpointingChoice choose_for_run(const config::Config& config,
                                          const model::ModelConfig& model, int world_size, bool cuda,
                                          int64_t limit);
 
-// Collective: the smallest memory_per_rank() of the ranks times kHeadroom, then
-// choose_for_run(); rank 0 logs describe_choice() (a warning when nothing fits).
+// choose_for_run() on `comm`'s ranks with `limit` (planning_limit()); rank 0 logs
+// describe_choice() (a warning when nothing fits).
 zero::CheckpointingChoice resolve_auto_checkpointing(const config::Config& config,
                                                      const model::ModelConfig& model,
                                                      comm::Communicator& comm,
-                                                     const torch::Device& device);
+                                                     const torch::Device& device, int64_t limit);
 
 }  // namespace dstrain::train

@@ -1,6 +1,8 @@
 #include "train/device.h"
 
+#include <cerrno>
 #include <cstdlib>
+#include <limits>
 
 #include <torch/cuda.h>
 
@@ -21,6 +23,19 @@ bool shares_one_gpu() {
   if (value != "" && value != "0" && value != "1")
     fail(ErrorKind::kUsage, "environment variable DSTRAIN_SHARE_GPU='{}': expected 0 or 1", value);
   return value == "1";
+}
+
+int local_world_size() {
+  const char* env = std::getenv("LOCAL_WORLD_SIZE");
+  if (env == nullptr || *env == '\0') return 1;
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(env, &end, 10);
+  if (*end != '\0' || errno == ERANGE || value < 1 || value > std::numeric_limits<int>::max()) {
+    fail(ErrorKind::kUsage,
+         "environment variable LOCAL_WORLD_SIZE='{}': expected a positive integer", env);
+  }
+  return static_cast<int>(value);
 }
 
 torch::Device select_device(int local_rank) {

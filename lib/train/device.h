@@ -21,6 +21,10 @@ namespace dstrain::train {
 // DSTRAIN_SHARE_GPU=1 in the environment; Error(kUsage) for a value other than 0, 1 or empty.
 bool shares_one_gpu();
 
+// LOCAL_WORLD_SIZE, the ranks of this host (1 when unset); Error(kUsage) naming the variable for a
+// value that is not a positive integer.
+int local_world_size();
+
 // `local_rank`: LOCAL_RANK of this process (selects the GPU unless shares_one_gpu()). Error(kUsage)
 // for a DSTRAIN_DEVICE other than cpu/cuda, or cuda without a visible device (or with LOCAL_RANK >=
 // device count).

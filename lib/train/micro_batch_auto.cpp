@@ -44,12 +44,9 @@ int64_t predicted_peak(const config::Config& config, const model::ModelConfig& m
                        int world_size, bool cuda, int64_t micro) {
   config::Config at = config;
   at.training.per_device_train_batch_size = micro;
-  const zero::EstimateRow states = zero::estimate_row(
-      zero::estimate_input(at, model, world_size), at.zero.stage,
-      at.zero.offload_optimizer.device == "cpu", at.zero.offload_param.device == "cpu");
   const zero::ActivationRow activations =
       zero::activation_row(zero::activation_input(at, model, cuda), checkpointing_of(at.model));
-  return states.device() + activations.device;
+  return zero::model_states_bytes(at, model, world_size) + activations.device;
 }
 
 int64_t samples_per_rank(const config::TrainingSection& t) {

@@ -9,11 +9,12 @@
 // run's ZeRO stage (zero/estimate.h) plus one micro-batch's activations with the run's
 // checkpointing (zero/estimate_activations.h; with gradient_checkpointing: auto, none — the
 // fastest setting — which that choice, made afterwards for this micro-batch, then keeps when it
-// fits). The limit is gradient_checkpointing: auto's (train/checkpointing_choice.h): kHeadroom of
-// the free GPU memory, on the CPU of the host's MemAvailable shared by its LOCAL_WORLD_SIZE ranks,
-// the smallest over the ranks. Rank 0 decides and broadcasts; every rank then runs one trial
-// micro-step at that size (the Trainer, trainer_micro_batch.cpp), which confirms it or, out of
-// memory, moves to the next divisor down.
+// fits). The limit is gradient_checkpointing: auto's, train::planning_limit()
+// (train/checkpointing_choice.h), read once: kHeadroom of the memory_per_rank() — the free GPU
+// memory, or the host's MemAvailable, shared by the LOCAL_WORLD_SIZE ranks that use one memory
+// (the CPU ranks of a host, the --share-gpu ranks of one GPU) — the smallest over the ranks. Rank 0
+// decides and broadcasts; every rank then runs one trial micro-step at that size (the Trainer,
+// trainer_micro_batch.cpp), which confirms it or, out of memory, moves to the next divisor down.
 //
 // Losses: a micro-step's loss is the mean over its tokens and a step averages its micro-steps.
 // With packing (the default) every sample has max_length tokens, so any split of a step gives the

@@ -63,11 +63,7 @@ int usable_cores() {
 int set_intra_op_threads() {
   int threads = 0;
   if (const char* v = std::getenv("OMP_NUM_THREADS")) threads = std::atoi(v);
-  if (threads <= 0) {
-    int local_world = 1;
-    if (const char* v = std::getenv("LOCAL_WORLD_SIZE")) local_world = std::max(1, std::atoi(v));
-    threads = std::max(1, usable_cores() / local_world);
-  }
+  if (threads <= 0) threads = std::max(1, usable_cores() / local_world_size());
   torch::set_num_threads(threads);
   return threads;
 }
@@ -109,13 +105,16 @@ void Trainer::init() {
 
   resolve_model();
   build_data();
-  if (cfg_.training.micro_batch_auto) choose_micro_batch();
+  // Both auto choices plan against one limit, read before the engine places anything.
+  const bool plans = cfg_.training.micro_batch_auto || cfg_.model.checkpoint_auto;
+  const int64_t limit = plans ? planning_limit(*comm_, device_) : 0;
+  if (cfg_.training.micro_batch_auto) choose_micro_batch(limit);
   // The model holds no memory: the engine fills it (at stage 3 only its shard) from the initial
   // values, ranges of the safetensors files or the seeded initialisation alike.
   model_ = model::DecoderModel(model_config_, model::Materialize::kNo);
   ParallelPlan plan = parallel_plan(cfg_, device_);
   if (cfg_.model.checkpoint_auto) {
-    const auto choice = resolve_auto_checkpointing(cfg_, model_config_, *comm_, device_);
+    const auto choice = resolve_auto_checkpointing(cfg_, model_config_, *comm_, device_, limit);
     plan.checkpointing = choice.setting != zero::Checkpointing::kNone;
     plan.checkpoint_offload = choice.setting == zero::Checkpointing::kOffload;
   }

@@ -81,10 +81,11 @@ class Trainer {
   void build_loader();
   // training.per_device_train_batch_size: auto (trainer_micro_batch.cpp, micro_batch_auto.h).
   // choose_micro_batch(), before the engine: kept from a checkpoint of the same data-parallel
-  // ranks, else rank 0's plan from the memory model, broadcast; collective. confirm_micro_batch(),
-  // once the engine is built: one trial micro-step per candidate from the plan down until one fits
-  // every rank; logs the choice (rank 0). Both set cfg_.training's micro-batch and accumulation.
-  void choose_micro_batch();
+  // ranks, else rank 0's plan from the memory model against `limit` (planning_limit()), broadcast;
+  // collective. confirm_micro_batch(), once the engine is built: one trial micro-step per candidate
+  // from the plan down until one fits every rank; logs the choice (rank 0). Both set
+  // cfg_.training's micro-batch and accumulation.
+  void choose_micro_batch(int64_t limit);
   void confirm_micro_batch();
   // Collective: forward and backward of one micro-batch of `micro`, then discarded; false when some
   // rank ran out of memory (CUDA). Error(kRuntime) when that cannot be survived (see the .cpp).

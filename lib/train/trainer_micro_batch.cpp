@@ -3,9 +3,6 @@
 // engine is built; the data order, the parameters, the optimizer and the random generators are
 // those of a run that never tried.
 
-#include <algorithm>
-#include <cstdlib>
-
 #include <nlohmann/json.hpp>
 
 #include <c10/util/Exception.h>
@@ -16,23 +13,11 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "model/rng_state.h"
-#include "train/checkpointing_choice.h"
 #include "train/trainer.h"
 
 namespace dstrain::train {
-namespace {
 
-// The memory this rank may plan with: on the CPU the ranks of one host share its MemAvailable.
-double memory_for_this_rank(const torch::Device& device) {
-  auto bytes = static_cast<double>(available_memory(device));
-  if (device.is_cuda()) return bytes;
-  const char* local = std::getenv("LOCAL_WORLD_SIZE");
-  return bytes / std::max(1, local != nullptr ? std::atoi(local) : 1);
-}
-
-}  // namespace
-
-void Trainer::choose_micro_batch() {
+void Trainer::choose_micro_batch(int64_t limit) {
   const int64_t samples = samples_per_rank(cfg_.training);
   const int64_t dp = sp_->data_parallel_size();
   if (const int64_t kept = recorded_micro_batch(); kept > 0) {
@@ -42,10 +27,6 @@ void Trainer::choose_micro_batch() {
               samples / kept, samples * dp);
     return;
   }
-  // The smallest limit of the ranks (as the largest negated one), so that rank 0's plan fits all.
-  std::vector<double> negated = {-memory_for_this_rank(device_)};
-  all_reduce(negated, comm::ReduceOp::kMax);
-  const auto limit = static_cast<int64_t>(-negated[0] * kHeadroom);
   auto peak_of = [&](int64_t micro) {
     return predicted_peak(cfg_, model_config_, world_, device_.is_cuda(), micro);
   };

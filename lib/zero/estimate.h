@@ -60,6 +60,12 @@ std::vector<ParamShape> parameter_shapes(const model::ModelConfig& config);
 EstimateInput estimate_input(const config::Config& config, const model::ModelConfig& model,
                              int world_size);
 
+// The device bytes per rank of the model states of `config`'s run on `world_size` ranks: the
+// estimate_row() of its ZeRO stage and offload settings, what the auto micro-batch and
+// checkpointing choices (train/) add activations to.
+int64_t model_states_bytes(const config::Config& config, const model::ModelConfig& model,
+                           int world_size);
+
 // A table: one row per estimate_all() entry, sizes in binary units, after a header line that names
 // the model, Ψ, the ranks and the dtype.
 std::string format_estimate(const EstimateInput& in, const std::string& model_name);

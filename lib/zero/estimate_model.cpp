@@ -11,6 +11,20 @@
 #include "zero/estimate_activations.h"
 
 namespace dstrain::zero {
+namespace {
+
+// The loaded config of per_device_train_batch_size: auto holds micro-batch 1 (config.h): say so
+// rather than let the table pass for the run's.
+std::string auto_micro_batch_note(const config::TrainingSection& t) {
+  if (!t.micro_batch_auto) return "";
+  return fmt::format(
+      "\nNote: training.per_device_train_batch_size is auto: the activations above are per "
+      "micro-batch of {}; the run picks the largest micro-batch of its {} samples per rank that "
+      "fits when it starts (docs/training.md, Micro-batch auto).\n",
+      t.per_device_train_batch_size, t.per_device_train_batch_size * t.gradient_accumulation_steps);
+}
+
+}  // namespace
 
 // The model's own block list, from a model built without memory (it allocates and draws nothing,
 // so a 70B config takes milliseconds).
@@ -37,6 +51,15 @@ EstimateInput estimate_input(const config::Config& config, const model::ModelCon
   return in;
 }
 
+int64_t model_states_bytes(const config::Config& config, const model::ModelConfig& model,
+                           int world_size) {
+  return estimate_row(estimate_input(config, model, world_size),
+                      static_cast<int>(config.zero.stage),
+                      config.zero.offload_optimizer.device == "cpu",
+                      config.zero.offload_param.device == "cpu")
+      .device();
+}
+
 std::string estimate_report(const std::string& config_path,
                             const std::vector<std::string>& overrides, int world_size, bool json) {
   if (world_size < 1)
@@ -52,7 +75,10 @@ std::string estimate_report(const std::string& config_path,
   const EstimateInput in = estimate_input(config, model, world_size);
   // The ranks are GPUs: activations as the fused kernels keep them (estimate_activations.h).
   const ActivationInput activations = activation_input(config, model, /*cuda=*/true);
-  if (!json) return format_estimate(in, dir.string()) + "\n" + format_activations(activations);
+  if (!json) {
+    return format_estimate(in, dir.string()) + "\n" + format_activations(activations) +
+           auto_micro_batch_note(config.training);
+  }
   nlohmann::json out = nlohmann::json::parse(format_estimate_json(in, dir.string()));
   out["activations"] = activations_json(activations);
   return out.dump(2) + "\n";

@@ -29,6 +29,27 @@ TEST(EstimateCli, PrintsEveryStageForNodesTimesGpusRanks) {
     EXPECT_NE(r.out.find(setting), std::string::npos) << setting << r.out;
 }
 
+// With per_device_train_batch_size: auto the table is for micro-batch 1, and a note says so.
+TEST(EstimateCli, AutoMicroBatchNotesThatTheActivationsAreForMicroBatchOne) {
+  const RunResult r = run_dstrain(
+      {"estimate", kTiny, "--set", "model.name_or_path=" DSTRAIN_SOURCE_DIR "/configs/models/tiny",
+       "--set", "training.per_device_train_batch_size=auto"},
+      {}, 30);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("Activations per rank: micro-batch 1 x 128 tokens"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("Note: training.per_device_train_batch_size is auto: the activations above "
+                       "are per micro-batch of 1; the run picks the largest micro-batch of its 8 "
+                       "samples per rank"),
+            std::string::npos)
+      << r.out;
+  const RunResult fixed = run_dstrain(
+      {"estimate", kTiny, "--set", "model.name_or_path=" DSTRAIN_SOURCE_DIR "/configs/models/tiny"},
+      {}, 30);
+  EXPECT_EQ(fixed.out.find("Note: training.per_device_train_batch_size is auto"), std::string::npos)
+      << fixed.out;
+}
+
 TEST(EstimateCli, JsonHasTheActivationsPerSetting) {
   const RunResult r = run_dstrain({"estimate", kTiny, "--json", "--set",
                                    "model.name_or_path=" DSTRAIN_SOURCE_DIR "/configs/models/tiny"},

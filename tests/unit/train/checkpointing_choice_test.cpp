@@ -67,14 +67,48 @@ TEST(CheckpointingChoiceForRun, TheCpuLimitIsTheHostsAvailableMemoryShared) {
   EXPECT_NEAR(static_cast<double>(memory_per_rank(cpu)), whole, 0.05 * whole);
 }
 
+// The --share-gpu ranks share one GPU as the CPU ranks share a host; a rank with a GPU of its own
+// has all of it. (The device is only named: no GPU is needed.)
+TEST(CheckpointingChoiceForRun, SharedGpuRanksEachPlanWithTheirPart) {
+  const torch::Device gpu(torch::kCUDA, 0);
+  ::setenv("LOCAL_WORLD_SIZE", "4", 1);
+  EXPECT_EQ(ranks_sharing_memory(gpu), 1);
+  EXPECT_EQ(ranks_sharing_memory(torch::Device(torch::kCPU)), 4);
+  ::setenv("DSTRAIN_SHARE_GPU", "1", 1);
+  EXPECT_EQ(ranks_sharing_memory(gpu), 4);
+  ::unsetenv("DSTRAIN_SHARE_GPU");
+  ::unsetenv("LOCAL_WORLD_SIZE");
+}
+
+// The limit both auto choices plan with: the smallest rank's part times kHeadroom, one value on
+// every rank (2 ranks of one host, each with half of MemAvailable).
+TEST(CheckpointingChoiceForRun, PlanningLimitIsTheRanksPartTimesTheHeadroom) {
+  const torch::Device cpu(torch::kCPU);
+  const double whole = static_cast<double>(available_memory(cpu));
+  ::setenv("LOCAL_WORLD_SIZE", "2", 1);
+  std::mutex mu;
+  std::vector<int64_t> got;
+  dstrain::testing::run_ranks(2, [&](dstrain::testing::ThreadCommunicator& comm) {
+    const int64_t limit = planning_limit(comm, cpu);
+    std::lock_guard<std::mutex> lock(mu);
+    got.push_back(limit);
+  });
+  ::unsetenv("LOCAL_WORLD_SIZE");
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0], got[1]);
+  const double expected = whole / 2 * kHeadroom;
+  EXPECT_NEAR(static_cast<double>(got[0]), expected, 0.05 * expected);
+}
+
 // Two ranks resolve the same choice against the smaller of their limits; the tiny run fits any
 // machine without checkpointing.
 TEST(CheckpointingChoiceForRun, RanksAgree) {
   std::mutex mu;
   std::vector<zero::CheckpointingChoice> got;
   dstrain::testing::run_ranks(2, [&](dstrain::testing::ThreadCommunicator& comm) {
+    const torch::Device cpu(torch::kCPU);
     const auto choice =
-        resolve_auto_checkpointing(tiny_run(), tiny_model(), comm, torch::Device(torch::kCPU));
+        resolve_auto_checkpointing(tiny_run(), tiny_model(), comm, cpu, planning_limit(comm, cpu));
     std::lock_guard<std::mutex> lock(mu);
     got.push_back(choice);
   });

@@ -1,4 +1,5 @@
-// Device selection on a machine (or build) without CUDA, and its DSTRAIN_DEVICE override.
+// Device selection on a machine (or build) without CUDA, and its DSTRAIN_DEVICE override; the
+// LOCAL_WORLD_SIZE the launcher gives every rank.
 #include <stdlib.h>
 
 #include <gtest/gtest.h>
@@ -12,7 +13,10 @@ namespace {
 
 class DeviceEnv : public ::testing::Test {
  protected:
-  void TearDown() override { ::unsetenv("DSTRAIN_DEVICE"); }
+  void TearDown() override {
+    ::unsetenv("DSTRAIN_DEVICE");
+    ::unsetenv("LOCAL_WORLD_SIZE");
+  }
 };
 
 TEST_F(DeviceEnv, WithoutAVisibleGpuTheRankComputesOnTheCpu) {
@@ -45,6 +49,25 @@ TEST_F(DeviceEnv, CpuIsAlwaysHonouredAndOtherValuesAreRefused) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kUsage);
     EXPECT_NE(std::string(e.what()).find("expected cpu or cuda"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(DeviceEnv, LocalWorldSizeIsOneWhenUnsetAndAPositiveIntegerOtherwise) {
+  ::unsetenv("LOCAL_WORLD_SIZE");
+  EXPECT_EQ(local_world_size(), 1);
+  ::setenv("LOCAL_WORLD_SIZE", "8", 1);
+  EXPECT_EQ(local_world_size(), 8);
+  for (const char* bad : {"0", "-2", "four", "4x", "99999999999"}) {
+    ::setenv("LOCAL_WORLD_SIZE", bad, 1);
+    try {
+      local_world_size();
+      FAIL() << "expected an error for " << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUsage) << bad;
+      const std::string what = e.what();
+      EXPECT_NE(what.find("LOCAL_WORLD_SIZE='" + std::string(bad) + "'"), std::string::npos)
+          << what;
+    }
   }
 }
 

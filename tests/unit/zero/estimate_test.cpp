@@ -154,5 +154,21 @@ TEST(Estimate, TableListsEveryStageWithAndWithoutOffload) {
   EXPECT_NE(table.find("8 ranks"), std::string::npos) << table;
 }
 
+// The model states the auto choices plan with: the row of the run's stage and offload settings.
+TEST(Estimate, ModelStatesBytesIsTheRowOfTheRunsStageAndOffload) {
+  config::Config c;
+  c.training.bf16 = true;
+  const EstimateInput in = estimate_input(c, tiny_config(), 4);
+  c.zero.stage = 2;
+  EXPECT_EQ(model_states_bytes(c, tiny_config(), 4), estimate_row(in, 2, false, false).device());
+  c.zero.stage = 3;
+  c.zero.offload_optimizer.device = "cpu";
+  const int64_t offloaded = model_states_bytes(c, tiny_config(), 4);
+  EXPECT_EQ(offloaded, estimate_row(in, 3, true, false).device());
+  c.zero.offload_param.device = "cpu";
+  EXPECT_EQ(model_states_bytes(c, tiny_config(), 4), estimate_row(in, 3, true, true).device());
+  EXPECT_LT(model_states_bytes(c, tiny_config(), 4), offloaded);
+}
+
 }  // namespace
 }  // namespace dstrain::zero
