@@ -58,10 +58,11 @@ ShardedEngine::ShardedEngine(std::vector<NamedParameter> params, comm::Communica
     }
   }
   check_params(trainable);
-  torch::Tensor master = build_master(trainable);
+  torch::Tensor master = allocate_master(trainable);
   const auto compute = trainable.front().tensor.options().dtype(options_.compute_dtype);
   grad_shard_options_ = options_.offload_optimizer ? master.options() : compute;
-  build_flat_buffers(trainable);
+  allocate_flat_buffers(compute);
+  fill_initial_values(trainable, master);
   options_.initial_values = nullptr;  // whatever it holds (open files) is not needed any more
   const bool alias = !master.defined();
   if (alias) master = flat_params_;
@@ -97,36 +98,44 @@ void ShardedEngine::check_params(const std::vector<NamedParameter>& params) {
   }
 }
 
-// The master is built from the initial (fp32) values, not from their cast to the compute dtype,
-// so that bf16/fp16 rounding never reaches it. Undefined when the master is the flat parameter
-// buffer itself (stage 0 in fp32).
-torch::Tensor ShardedEngine::build_master(const std::vector<NamedParameter>& params) const {
+// The fp32 master, zeroed (undefined when it is the flat parameter buffer itself: stage 0 in fp32).
+torch::Tensor ShardedEngine::allocate_master(const std::vector<NamedParameter>& params) const {
   const auto options = master_options(params.front().tensor, options_.offload_optimizer);
   const bool alias = options_.stage == 0 && options_.compute_dtype == torch::kFloat32;
   if (alias) return torch::Tensor();
-  torch::Tensor master = torch::zeros(
-      {options_.stage == 0 ? partition_.padded_numel() : partition_.shard_numel()}, options);
-  for (const ParamPiece& piece : master_pieces()) {
-    const int64_t n = piece.elements.end - piece.elements.begin;
-    master.narrow(0, master_offset(piece), n)
-        .copy_(initial_elements(params[piece.param], options_.initial_values, piece.elements));
-  }
-  return master;
+  return torch::zeros({options_.stage == 0 ? partition_.padded_numel() : partition_.shard_numel()},
+                      options);
 }
 
-void ShardedEngine::build_flat_buffers(const std::vector<NamedParameter>& params) {
-  const auto options = params.front().tensor.options().dtype(options_.compute_dtype);
-  flat_params_ = torch::zeros({partition_.padded_numel()}, options);
-  if (options_.stage < 2) flat_grad_ = torch::zeros({partition_.padded_numel()}, options);
+void ShardedEngine::allocate_flat_buffers(const torch::TensorOptions& compute) {
+  flat_params_ = torch::zeros({partition_.padded_numel()}, compute);
+  if (options_.stage < 2) flat_grad_ = torch::zeros({partition_.padded_numel()}, compute);
   if (options_.stage == 2) {
     grad_shard_ = torch::zeros({partition_.shard_numel()}, grad_shard_options_);
   }
+}
+
+// Reads each parameter's initial values once (one parameter at a time, so that no more than one is
+// held beyond the buffers) and copies them into the master and into the flat compute buffer, each
+// copy converting from the source's dtype: the master never sees compute-dtype rounding. Then the
+// parameter becomes a view of the flat buffer, its .grad one of the flat gradient.
+void ShardedEngine::fill_initial_values(const std::vector<NamedParameter>& params,
+                                        const torch::Tensor& master) {
+  std::vector<std::vector<ParamPiece>> pieces_of(params_.size());
+  if (master.defined()) {
+    for (const ParamPiece& piece : master_pieces()) pieces_of[piece.param].push_back(piece);
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
-    torch::Tensor& p = params_[i].tensor;
     const int64_t offset = partition_.param_offset(i);
     const int64_t n = partition_.param_numel(i);
-    flat_params_.narrow(0, offset, n)
-        .copy_(initial_elements(params[i], options_.initial_values, {0, n}));
+    const torch::Tensor values = initial_elements(params[i], options_.initial_values, {0, n});
+    for (const ParamPiece& piece : pieces_of[i]) {
+      const int64_t len = piece.elements.end - piece.elements.begin;
+      master.narrow(0, master_offset(piece), len)
+          .copy_(values.narrow(0, piece.elements.begin, len));
+    }
+    flat_params_.narrow(0, offset, n).copy_(values);
+    torch::Tensor& p = params_[i].tensor;
     p.mutable_grad() = torch::Tensor();
     p.set_data(flat_params_.narrow(0, offset, n).view(params_[i].shape));
     if (flat_grad_.defined())

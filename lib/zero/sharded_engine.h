@@ -82,8 +82,9 @@ class ShardedEngine final : public Engine {
                      const LossScalerState& scaler) override;
 
   void check_params(const std::vector<NamedParameter>& params);
-  torch::Tensor build_master(const std::vector<NamedParameter>& params) const;
-  void build_flat_buffers(const std::vector<NamedParameter>& params);
+  torch::Tensor allocate_master(const std::vector<NamedParameter>& params) const;
+  void allocate_flat_buffers(const torch::TensorOptions& compute);
+  void fill_initial_values(const std::vector<NamedParameter>& params, const torch::Tensor& master);
   MasterLayout master_layout() const;
   std::vector<ParamPiece> master_pieces() const;
   int64_t master_offset(const ParamPiece& piece) const;
