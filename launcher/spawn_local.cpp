@@ -59,18 +59,32 @@ struct ChildFds {
 };
 
 // Moves the child's descriptors into place. Each is first copied above every target, so that
-// moving one never overwrites another that still has to move (any of them may be 1 to 4).
-bool place_descriptors(const ChildFds& fds) {
+// moving one never overwrites another that still has to move (any of them may be 1 to 4). Returns
+// the call that failed (errno set), or nullptr.
+const char* place_descriptors(const ChildFds& fds) {
   constexpr int kAboveTargets = 10;
   int high[ChildFds::kCount];
   for (int i = 0; i < ChildFds::kCount; ++i) {
     high[i] = ::fcntl(fds.from[i], F_DUPFD_CLOEXEC, kAboveTargets);
-    if (high[i] < 0) return false;
+    if (high[i] < 0) return "fcntl(F_DUPFD_CLOEXEC)";
   }
   for (int i = 0; i < ChildFds::kCount; ++i) {
-    if (::dup2(high[i], ChildFds::kTo[i]) < 0) return false;  // the copy is not close-on-exec
+    if (::dup2(high[i], ChildFds::kTo[i]) < 0) return "dup2";  // the copy is not close-on-exec
   }
-  return true;
+  return nullptr;
+}
+
+// Writes "dstrain launch: <what><detail>: <strerror(err)>" to descriptor 2 (which is still the
+// launcher's stderr, or already the rank's stderr pipe, depending on how far the child got).
+void report_child_failure(const char* what, const char* detail, int err) {
+  write_str(2, "dstrain launch: ");
+  write_str(2, what);
+  write_str(2, detail);
+  write_str(2, ": ");
+  // strerror is not async-signal-safe in general; the launcher is single-threaded, so no lock can
+  // be held by another thread at fork time.
+  write_str(2, std::strerror(err));
+  write_str(2, "\n");
 }
 
 // Runs in the forked child: only async-signal-safe calls from here on.
@@ -83,19 +97,15 @@ bool place_descriptors(const ChildFds& fds) {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  if (!place_descriptors(fds)) ::_exit(127);
+  if (const char* failed = place_descriptors(fds)) {
+    report_child_failure("cannot set up the rank's descriptors 1-4: ", failed, errno);
+    ::_exit(127);
+  }
   const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (null_fd == 0) ::fcntl(0, F_SETFD, 0);  // dup2 onto itself would keep close-on-exec
   if (null_fd > 0) ::dup2(null_fd, 0);
   ::execve(argv[0], argv, envp);
-  int err = errno;
-  write_str(2, "dstrain launch: cannot execute ");
-  write_str(2, argv[0]);
-  write_str(2, ": ");
-  // strerror is not async-signal-safe in general; the launcher is single-threaded, so no lock can
-  // be held by another thread at fork time.
-  write_str(2, std::strerror(err));
-  write_str(2, "\n");
+  report_child_failure("cannot execute ", argv[0], errno);
   ::_exit(127);
 }
 
