@@ -155,7 +155,7 @@ def test_sigterm_marks_the_run_killed(server, tmp):
             proc.kill()
     assert proc.returncode == -signal.SIGTERM, output[-3000:]
     r = mlflow.MlflowClient(server["uri"]).get_run(run_id_of(out))
-    assert r.info.status == "KILLED"
+    assert r.info.status == "KILLED", output[-3000:]
     assert r.info.end_time is not None
 
 
