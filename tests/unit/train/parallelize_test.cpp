@@ -70,6 +70,9 @@ ToyRun train_toy(int stage, bool checkpointing, int steps) {
   const model::ModelConfig config = model::testing::small_config();
   ToyRun run;
   std::mutex mutex;
+  // Drawn once, before the rank threads: they would share (and race on) torch's global generator.
+  torch::manual_seed(7);
+  const torch::Tensor ids = torch::randint(0, config.vocab_size, {4, 12});
   run_ranks(2, [&](ThreadCommunicator& comm) {
     torch::set_num_threads(1);
     model::DecoderModel m(config, model::Materialize::kNo);
@@ -91,8 +94,6 @@ ToyRun train_toy(int stage, bool checkpointing, int steps) {
     Parallelized parallel = parallelize(m, {comm, torch::kCPU, no_sp}, std::move(plan));
     m->train();
     const auto r = static_cast<size_t>(comm.rank());
-    torch::manual_seed(7);
-    const torch::Tensor ids = torch::randint(0, config.vocab_size, {4, 12});
     const torch::Tensor mine = ids.narrow(0, 2 * comm.rank(), 2);
     for (int s = 0; s < steps; ++s) {
       const model::LossSum loss = m->loss_sum(mine, mine.roll(-1, 1), /*fused=*/true);
