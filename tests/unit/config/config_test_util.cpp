@@ -50,4 +50,10 @@ std::string seed_dir() {
          "/seed-configs";
 }
 
+LoadOptions world(int n) {
+  LoadOptions options;
+  options.world_size = n;
+  return options;
+}
+
 }  // namespace dstrain::config::testing

@@ -30,6 +30,9 @@ std::string minimal_yaml(const std::string& extra = "");
 std::string load_error(const std::string& yaml, const LoadOptions& options = {},
                        const std::string& name = "train.yaml");
 
+// Load options for a job of `n` ranks.
+LoadOptions world(int n);
+
 std::string seed_dir();  // DSTRAIN_SOURCE_DIR/../shared/seed-configs
 
 }  // namespace dstrain::config::testing

@@ -12,12 +12,7 @@ namespace {
 using ::testing::HasSubstr;
 using testing::load_error;
 using testing::minimal_yaml;
-
-LoadOptions world(int n) {
-  LoadOptions options;
-  options.world_size = n;
-  return options;
-}
+using testing::world;
 
 TEST(ConfigValidate, TrainBatchSizeMustEqualMicroTimesAccumulationTimesWorld) {
   const std::string yaml = minimal_yaml(
