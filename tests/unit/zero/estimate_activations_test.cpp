@@ -12,6 +12,7 @@
 #include "model/activation_offload.h"
 #include "model/model.h"
 #include "model/tiled_mlp.h"
+#include "qwen25_config.h"
 #include "tests/unit/model/counting_allocator.h"
 #include "zero/estimate_activations.h"
 
@@ -204,16 +205,7 @@ TEST(CheckpointingChoice, DescribesTheChoiceThePeaksAndTheLimit) {
 // 4·heads + 8 bytes; offload keeps two layer inputs on the device and every one on the host.
 TEST(EstimateActivations, Qwen25HalfBillionOnAGpu) {
   ActivationInput in;
-  in.model = model::parse_model_config(nlohmann::json{{"model_type", "qwen2"},
-                                                      {"vocab_size", 151936},
-                                                      {"hidden_size", 896},
-                                                      {"intermediate_size", 4864},
-                                                      {"num_hidden_layers", 24},
-                                                      {"num_attention_heads", 14},
-                                                      {"num_key_value_heads", 2},
-                                                      {"tie_word_embeddings", true},
-                                                      {"rms_norm_eps", 1e-6},
-                                                      {"max_position_embeddings", 32768}});
+  in.model = testing::qwen25_half_billion();
   in.micro_batch = 4;
   in.seq_len = 2048;
   in.element_bytes = 2;

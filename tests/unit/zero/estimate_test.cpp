@@ -8,6 +8,7 @@
 
 #include "model/model.h"
 #include "optim/optimizer.h"
+#include "qwen25_config.h"
 #include "tests/common/thread_communicator.h"
 #include "zero/engine.h"
 #include "zero/estimate.h"
@@ -45,17 +46,7 @@ TEST(Estimate, ParameterShapesAreTheModelsParametersInOrder) {
 // In bf16 with AdamW on 8 ranks: stage 0 holds 16 bytes per parameter, stage 2 + optimizer offload
 // keeps 2Ψ on the device and 16Ψ/8 on the host (DeepSpeed's ZeRO-Offload estimate).
 TEST(Estimate, Qwen25HalfBillionMatchesThePublishedCountAndFormulas) {
-  const model::ModelConfig c =
-      model::parse_model_config(nlohmann::json{{"model_type", "qwen2"},
-                                               {"vocab_size", 151936},
-                                               {"hidden_size", 896},
-                                               {"intermediate_size", 4864},
-                                               {"num_hidden_layers", 24},
-                                               {"num_attention_heads", 14},
-                                               {"num_key_value_heads", 2},
-                                               {"tie_word_embeddings", true},
-                                               {"rms_norm_eps", 1e-6},
-                                               {"max_position_embeddings", 32768}});
+  const model::ModelConfig c = testing::qwen25_half_billion();
   EstimateInput in;
   in.params = parameter_shapes(c);
   in.world_size = 8;
