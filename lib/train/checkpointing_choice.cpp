@@ -1,5 +1,6 @@
 #include "train/checkpointing_choice.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -57,7 +58,8 @@ int ranks_sharing_memory(const torch::Device& device) {
 }
 
 int64_t memory_per_rank(const torch::Device& device) {
-  return available_memory(device) / ranks_sharing_memory(device);
+  return std::min(available_memory(device) / ranks_sharing_memory(device),
+                  memory_fraction_room(device));
 }
 
 int64_t planning_limit(comm::Communicator& comm, const torch::Device& device) {

@@ -41,7 +41,8 @@ int64_t available_memory(const torch::Device& device);
 // of a host share its RAM; --share-gpu ranks one GPU).
 int ranks_sharing_memory(const torch::Device& device);
 
-// This rank's part of available_memory(): its ranks_sharing_memory()-th part.
+// This rank's part of available_memory(): its ranks_sharing_memory()-th part, at most what
+// DSTRAIN_CUDA_MEMORY_FRACTION leaves its allocator (memory_fraction_room(), device.h).
 int64_t memory_per_rank(const torch::Device& device);
 
 // Collective: the limit both auto choices (this one, micro_batch_auto.h) plan with, the smallest

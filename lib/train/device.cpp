@@ -7,7 +7,10 @@
 #include <torch/cuda.h>
 
 #if DSTRAIN_CUDA
+#include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
 #endif
 
 #include "comm/gloo_communicator.h"
@@ -36,6 +39,60 @@ int local_world_size() {
          "environment variable LOCAL_WORLD_SIZE='{}': expected a positive integer", env);
   }
   return static_cast<int>(value);
+}
+
+double cuda_memory_fraction() {
+  const char* env = std::getenv("DSTRAIN_CUDA_MEMORY_FRACTION");
+  if (env == nullptr || *env == '\0') return 0;
+  char* end = nullptr;
+  errno = 0;
+  const double value = std::strtod(env, &end);
+  // !(value > 0) also refuses NaN.
+  if (*end != '\0' || errno == ERANGE || !(value > 0) || value > 1) {
+    fail(ErrorKind::kUsage,
+         "environment variable DSTRAIN_CUDA_MEMORY_FRACTION='{}': expected a number greater than "
+         "0 and at most 1 (the share of the GPU's memory this process may allocate)",
+         env);
+  }
+  return value;
+}
+
+void limit_device_memory(const torch::Device& device) {
+  const double fraction = cuda_memory_fraction();
+  if (fraction == 0) return;
+#if DSTRAIN_CUDA
+  if (device.is_cuda()) {
+    // The allocator exists per device only once CUDA is initialised; before that it refuses.
+    at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+    c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, device.index());
+    log::info("DSTRAIN_CUDA_MEMORY_FRACTION={}: the caching allocator may hold {:.0f}% of {}",
+              fraction, fraction * 100, device.str());
+    return;
+  }
+#endif
+  log::warn("DSTRAIN_CUDA_MEMORY_FRACTION={} has no effect: this rank computes on {}", fraction,
+            device.str());
+}
+
+int64_t memory_fraction_room(const torch::Device& device) {
+  const double fraction = cuda_memory_fraction();
+#if DSTRAIN_CUDA
+  if (fraction > 0 && device.is_cuda()) {
+    const c10::cuda::CUDAGuard on_device(device);
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+      fail(ErrorKind::kRuntime, "cannot read the memory size of {}", device.str());
+    }
+    constexpr size_t kAggregate = 0;  // StatType::AGGREGATE
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    // The allocator refuses once what it reserves would pass fraction × total.
+    return static_cast<int64_t>(fraction * static_cast<double>(total)) -
+           stats.reserved_bytes[kAggregate].current;
+  }
+#endif
+  (void)device;
+  (void)fraction;
+  return std::numeric_limits<int64_t>::max();
 }
 
 torch::Device select_device(int local_rank) {
@@ -101,6 +158,7 @@ World join_world_from_env() {
   int local_rank = 0;
   if (const char* v = std::getenv("LOCAL_RANK")) local_rank = std::atoi(v);
   w.device = select_device(local_rank);
+  limit_device_memory(w.device);
   w.comm = make_communicator(ro, w.device);
   log::info("dstrain: {} rank(s), rendezvous at {}:{} done, device {}", w.size, ro.master_addr,
             ro.master_port, w.device.str());

@@ -25,6 +25,21 @@ bool shares_one_gpu();
 // value that is not a positive integer.
 int local_world_size();
 
+// DSTRAIN_CUDA_MEMORY_FRACTION: the share of a GPU's memory the CUDA caching allocator of this
+// process may hold (torch.cuda.set_per_process_memory_fraction), 0 when unset or empty (no limit).
+// Error(kUsage) naming the variable for a value that is not a number in (0, 1].
+double cuda_memory_fraction();
+
+// Applies cuda_memory_fraction() to `device`'s caching allocator: beyond it an allocation fails
+// with CUDA's out-of-memory error, as if the GPU were that small. A warning, and nothing else, on
+// the CPU and in CPU-only builds.
+void limit_device_memory(const torch::Device& device);
+
+// What `device`'s caching allocator may still reserve under cuda_memory_fraction(): the fraction
+// of the device's memory less what it holds already; the largest int64_t without a fraction or off
+// a CUDA device (the planners of the auto settings take the smaller of this and the free memory).
+int64_t memory_fraction_room(const torch::Device& device);
+
 // `local_rank`: LOCAL_RANK of this process (selects the GPU unless shares_one_gpu()). Error(kUsage)
 // for a DSTRAIN_DEVICE other than cpu/cuda, or cuda without a visible device (or with LOCAL_RANK >=
 // device count).
@@ -44,7 +59,7 @@ struct World {
 };
 
 // The world of the environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT): the
-// rendezvous, select_device(), make_communicator().
+// rendezvous, select_device(), limit_device_memory(), make_communicator().
 World join_world_from_env();
 
 // Device memory for metrics.jsonl, in MB: memory/allocated_mb, memory/peak_allocated_mb,

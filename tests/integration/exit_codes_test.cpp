@@ -84,6 +84,17 @@ TEST(ExitCodes, BadCommandLinesExitAsDocumented) {
   expect_exit({"launch", "--no-such-flag", "x.yaml"}, documented("kUsage"), "--no-such-flag");
 }
 
+TEST(ExitCodes, ABadMemoryFractionIsAUsageErrorNamingTheVariable) {
+  TempDir dir;
+  const std::string cfg = write_job_config(dir.path(), JobSpec{});
+  const RunResult r = run_dstrain(train_args(cfg, {}),
+                                  {"DSTRAIN_DEVICE=cpu", "DSTRAIN_CUDA_MEMORY_FRACTION=1.5"}, 120);
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, documented("kUsage")) << r.out << r.err;
+  EXPECT_NE((r.out + r.err).find("DSTRAIN_CUDA_MEMORY_FRACTION='1.5'"), std::string::npos)
+      << r.out << r.err;
+}
+
 TEST(ExitCodes, RefusedConfigsExitAsDocumentedIncludingLoraBias) {
   TempDir dir;
   const std::string cfg = write_job_config(dir.path(), JobSpec{});

@@ -1,5 +1,6 @@
 // Device selection on a machine (or build) without CUDA, and its DSTRAIN_DEVICE override; the
-// LOCAL_WORLD_SIZE the launcher gives every rank.
+// LOCAL_WORLD_SIZE the launcher gives every rank; DSTRAIN_CUDA_MEMORY_FRACTION's parsing (its
+// effect on the CUDA allocator needs a GPU: scripts/bench/long-seq --device cuda).
 #include <stdlib.h>
 
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@ class DeviceEnv : public ::testing::Test {
   void TearDown() override {
     ::unsetenv("DSTRAIN_DEVICE");
     ::unsetenv("LOCAL_WORLD_SIZE");
+    ::unsetenv("DSTRAIN_CUDA_MEMORY_FRACTION");
   }
 };
 
@@ -67,6 +69,33 @@ TEST_F(DeviceEnv, LocalWorldSizeIsOneWhenUnsetAndAPositiveIntegerOtherwise) {
       const std::string what = e.what();
       EXPECT_NE(what.find("LOCAL_WORLD_SIZE='" + std::string(bad) + "'"), std::string::npos)
           << what;
+    }
+  }
+}
+
+TEST_F(DeviceEnv, MemoryFractionIsUnsetOrANumberAboveZeroAndAtMostOne) {
+  ::unsetenv("DSTRAIN_CUDA_MEMORY_FRACTION");
+  EXPECT_EQ(cuda_memory_fraction(), 0);
+  ::setenv("DSTRAIN_CUDA_MEMORY_FRACTION", "", 1);
+  EXPECT_EQ(cuda_memory_fraction(), 0);
+  ::setenv("DSTRAIN_CUDA_MEMORY_FRACTION", "0.2", 1);
+  EXPECT_DOUBLE_EQ(cuda_memory_fraction(), 0.2);
+  ::setenv("DSTRAIN_CUDA_MEMORY_FRACTION", "1", 1);
+  EXPECT_DOUBLE_EQ(cuda_memory_fraction(), 1.0);
+  // On the CPU the fraction is accepted and only warned about.
+  EXPECT_NO_THROW(limit_device_memory(torch::Device(torch::kCPU)));
+  for (const char* bad : {"0", "-0.5", "1.5", "half", "0.5x", "nan", "1e999"}) {
+    ::setenv("DSTRAIN_CUDA_MEMORY_FRACTION", bad, 1);
+    try {
+      limit_device_memory(torch::Device(torch::kCPU));
+      FAIL() << "expected an error for " << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUsage) << bad;
+      const std::string what = e.what();
+      EXPECT_NE(what.find("DSTRAIN_CUDA_MEMORY_FRACTION='" + std::string(bad) + "'"),
+                std::string::npos)
+          << what;
+      EXPECT_NE(what.find("greater than 0 and at most 1"), std::string::npos) << what;
     }
   }
 }
