@@ -10,6 +10,10 @@ namespace dstrain::metrics {
 namespace {
 
 constexpr size_t kMaxBody = 1 << 20;
+// How often a running request checks whether it is cancelled. libcurl's progress callback comes
+// about once a second only while nothing is transferred, which is when a request waits on a slow
+// server, too late for a caller whose deadline is a couple of seconds away.
+constexpr int kCancelPollMs = 50;
 
 void global_init() {
   // curl_global_init is not thread-safe against itself; once per process.
@@ -24,9 +28,23 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
   return n;
 }
 
-int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
-  const auto* cancelled = static_cast<const std::function<bool()>*>(user);
-  return (*cancelled)() ? 1 : 0;  // non-zero: curl aborts with CURLE_ABORTED_BY_CALLBACK
+// Runs the request added to `multi` until it ends, or until `cancelled` says so
+// (CURLE_ABORTED_BY_CALLBACK, as an aborting progress callback would give).
+CURLcode perform(CURLM* multi, const std::function<bool()>& cancelled) {
+  int running = 1;
+  while (true) {
+    if (curl_multi_perform(multi, &running) != CURLM_OK) return CURLE_FAILED_INIT;
+    if (running == 0) break;
+    if (cancelled && cancelled()) return CURLE_ABORTED_BY_CALLBACK;
+    if (curl_multi_poll(multi, nullptr, 0, kCancelPollMs, nullptr) != CURLM_OK) {
+      return CURLE_FAILED_INIT;
+    }
+  }
+  int left = 0;
+  while (CURLMsg* msg = curl_multi_info_read(multi, &left)) {
+    if (msg->msg == CURLMSG_DONE) return msg->data.result;
+  }
+  return CURLE_FAILED_INIT;
 }
 
 }  // namespace
@@ -34,16 +52,22 @@ int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
 HttpClient::HttpClient() {
   global_init();
   curl_ = curl_easy_init();
-  if (curl_ == nullptr) fail(ErrorKind::kIo, "libcurl: cannot create a handle");
+  multi_ = curl_multi_init();
+  if (curl_ == nullptr || multi_ == nullptr) {
+    curl_easy_cleanup(static_cast<CURL*>(curl_));
+    curl_multi_cleanup(static_cast<CURLM*>(multi_));
+    fail(ErrorKind::kIo, "libcurl: cannot create a handle");
+  }
 }
 
 HttpClient::~HttpClient() {
+  curl_multi_cleanup(static_cast<CURLM*>(multi_));
   curl_easy_cleanup(static_cast<CURL*>(curl_));
 }
 
 HttpResponse HttpClient::send(const HttpRequest& request) {
   CURL* c = static_cast<CURL*>(curl_);
-  curl_easy_reset(c);  // keeps the connection cache, drops the previous request's options
+  curl_easy_reset(c);  // drops the previous request's options (connections stay with multi_)
   HttpResponse response;
   curl_slist* headers = nullptr;
   for (const auto& h : request.headers) headers = curl_slist_append(headers, h.c_str());
@@ -66,12 +90,12 @@ HttpResponse HttpClient::send(const HttpRequest& request) {
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &response.body);
   curl_easy_setopt(c, CURLOPT_USERAGENT, "dstrain");
-  if (request.cancelled) {
-    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
-    curl_easy_setopt(c, CURLOPT_XFERINFODATA, &request.cancelled);
+  CURLM* multi = static_cast<CURLM*>(multi_);
+  CURLcode rc = CURLE_FAILED_INIT;
+  if (curl_multi_add_handle(multi, c) == CURLM_OK) {
+    rc = perform(multi, request.cancelled);
+    curl_multi_remove_handle(multi, c);
   }
-  const CURLcode rc = curl_easy_perform(c);
   curl_slist_free_all(headers);
   if (rc != CURLE_OK) {
     response.error = curl_easy_strerror(rc);

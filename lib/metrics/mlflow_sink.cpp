@@ -30,8 +30,8 @@ std::string truncated(const std::string& value, size_t limit) {
 MlflowSink::MlflowSink(MlflowOptions options)
     : options_(std::move(options)), client_(options_.connection) {
   client_.set_cancel([this] {
-    const int64_t d = deadline_ns_.load();
-    return d != 0 && Clock::now().time_since_epoch().count() > d;
+    const int64_t cutoff = cutoff_ns_.load();
+    return cutoff != 0 && Clock::now().time_since_epoch().count() > cutoff;
   });
   worker_ = std::thread([this] { run(); });
 }
@@ -78,7 +78,11 @@ void MlflowSink::finish(RunStatus status, double timeout_s) {
   status_ = status;
   deadline_ = Clock::now() +
               std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
-  deadline_ns_.store(deadline_.time_since_epoch().count());
+  status_reserve_s_ = std::min(timeout_s, std::max(timeout_s / 3, kMinRequestSeconds));
+  cutoff_ns_.store((deadline_ - std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(status_reserve_s_)))
+                       .time_since_epoch()
+                       .count());
   wake_.notify_all();
   // The worker watches the deadline itself; the extra second covers its last request's return.
   const bool done =
@@ -263,23 +267,25 @@ bool MlflowSink::send_queued(bool finishing, double keep_s) {
   }
 }
 
-// The end of the run, within the deadline: queued metrics (keeping a third of the time for the
-// rest), the end artifacts, then the status. Every request gets at most the time that is left.
+// The end of the run, within the deadline: queued metrics, the end artifacts (the last third of
+// the time before the status's reserve), then the status. Every request gets at most its part of
+// the time that is left.
 void MlflowSink::finish_up() {
   const std::string status = to_string(status_);
-  const double total = seconds_left();
+  const double reserve = status_reserve_s_;
+  const double artifacts_from = reserve + std::max(seconds_left() - reserve, 0.0) / 3;
   auto limit_request = [&](double keep) {
     const double left = seconds_left() - keep;
     client_.set_timeout(std::min(options_.connection.timeout_s, std::max(left, 0.1)));
     return left >= kMinRequestSeconds;
   };
-  if (setup_stage_ < 3 && limit_request(0)) set_up();
+  if (setup_stage_ < 3 && limit_request(reserve)) set_up();
   if (setup_stage_ == 0) {
     log::warn("MLflow: the run could not be recorded at {} ({}); its status {} is not set",
               client_.tracking_uri(), last_error_, status);
     return;
   }
-  if (limit_request(total / 3)) send_queued(true, total / 3);
+  if (limit_request(artifacts_from)) send_queued(true, artifacts_from);
   std::vector<std::string> missing;
   size_t unsent = 0;
   {
@@ -291,11 +297,12 @@ void MlflowSink::finish_up() {
                       (last_error_.empty() ? "out of time" : last_error_) + ")");
   }
   try {
-    if (!limit_request(total / 6)) fail(ErrorKind::kTimeout, "no time left");
+    if (!limit_request(reserve)) fail(ErrorKind::kTimeout, "no time left");
     upload(options_.end_artifacts);
   } catch (const Error& e) {
     missing.push_back(std::string("the end artifacts (") + e.what() + ")");
   }
+  cutoff_ns_.store(deadline_.time_since_epoch().count());
   try {
     if (!limit_request(0)) fail(ErrorKind::kTimeout, "no time left");
     client_.update_run(run_.run_id, status, now_ms());

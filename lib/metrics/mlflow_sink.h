@@ -18,7 +18,10 @@
 //  says when the server answers again.
 // finish(status, timeout_s) gives the worker until the deadline to send what is queued, store the
 // end artifacts (files read then; missing ones skipped) and set the status and end time; what did
-// not make it is named in a warning. It never throws.
+// not make it is named in a warning. It never throws. The status matters most (a run left RUNNING
+// looks alive forever), so the last third of the time is the status request's alone: a request
+// still running when that part begins (a slow server's answer to a batch sent before finish())
+// is aborted, and the queued metrics and the end artifacts get only the time before it.
 
 #include <atomic>
 #include <chrono>
@@ -101,9 +104,10 @@ class MlflowSink : public Sink {
   bool done_ = false;
   RunStatus status_ = RunStatus::kFinished;
   Clock::time_point deadline_;
-  // deadline_ for the worker's requests, readable without the mutex (0 = not finishing): a request
-  // still running at the deadline (a slow server) is aborted.
-  std::atomic<int64_t> deadline_ns_{0};
+  double status_reserve_s_ = 0;  // the end of the time before deadline_ kept for the status
+  // When a running request is aborted, readable without the mutex (0 = not finishing): the start
+  // of the status's reserve, then, for the status request itself, deadline_.
+  std::atomic<int64_t> cutoff_ns_{0};
   std::thread worker_;
 };
 

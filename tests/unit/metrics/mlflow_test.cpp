@@ -129,6 +129,25 @@ TEST(MlflowSink, FinishAbortsARequestAHungServerHoldsAtTheDeadline) {
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 5.0);
 }
 
+// The last third of finish()'s time is the status request's: a request still waiting for a slow
+// server when that part begins is aborted then, not at the deadline (with a hung server nothing
+// else is sent, so finish() returns once it was aborted). libcurl checks for an abort about once a
+// second, hence the margins.
+TEST(MlflowSink, ARequestInFlightIsAbortedWhereTheStatusTimeBegins) {
+  using Clock = std::chrono::steady_clock;
+  SilentServer server;
+  MlflowOptions o;
+  o.connection.tracking_uri = "http://127.0.0.1:" + std::to_string(server.port());
+  o.connection.timeout_s = 30;
+  MlflowSink sink(o);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto t0 = Clock::now();
+  sink.finish(RunStatus::kKilled, 9);  // the status's part: the last 3 s
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_GE(seconds, 5.9);
+  EXPECT_LT(seconds, 8.5);  // at the deadline (9 s) when the request may run into the reserve
+}
+
 TEST(MlflowClient, AnUnreachableServerIsAnErrorNamingTheEndpoint) {
   MlflowConnection c;
   c.tracking_uri = "http://127.0.0.1:" + std::to_string(closed_port()) + "/";
