@@ -55,13 +55,14 @@ class LocalJob {
     for (const RankSpec& spec : ranks) {
       auto slot = std::make_unique<Slot>();
       slot->spec = spec;
+      slot->spec.env.emplace_back(teardown::kGraceVar, fmt::format("{}", options_.grace_seconds));
       std::string log_path;
       if (!options_.log_dir.empty()) {
         log_path = options_.log_dir + "/rank_" + std::to_string(spec.rank) + ".log";
       }
       slot->output =
           std::make_unique<RankOutput>(spec.rank, log_path, options_.targets, options_.tail_lines);
-      slot->proc = spawn_local(spec);
+      slot->proc = spawn_local(slot->spec);
       guard_.watch(slot->proc.pid);
       slots_.push_back(std::move(slot));
     }

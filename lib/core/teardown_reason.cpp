@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -87,6 +88,21 @@ int reason_fd_from_env() {
   if (::fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode)) return -1;
   ::fcntl(fd, F_SETFD, FD_CLOEXEC);
   return fd;
+}
+
+std::optional<double> grace_from_env() {
+  const char* text = std::getenv(kGraceVar);
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const double value = std::strtod(text, &end);
+  // !(value >= 0) also refuses NaN.
+  if (*end != '\0' || errno == ERANGE || !(value >= 0) || !std::isfinite(value)) {
+    fail(ErrorKind::kUsage,
+         "environment variable {}='{}': expected a number of seconds >= 0 (the launcher's --grace)",
+         kGraceVar, text);
+  }
+  return value;
 }
 
 std::optional<RankFailure> receive(int fd) {

@@ -23,6 +23,9 @@ namespace dstrain::teardown {
 
 inline constexpr int kTeardownFd = 4;
 inline constexpr const char* kTeardownFdVar = "DSTRAIN_TEARDOWN_FD";
+// The seconds between the SIGTERM the spawning process sends a rank and its SIGKILL (`launch
+// --grace`), so that the rank knows how long its own shutdown may take.
+inline constexpr const char* kGraceVar = "DSTRAIN_GRACE_SECONDS";
 
 // The rank that failed first, as far as the launcher that saw it knows.
 struct RankFailure {
@@ -49,6 +52,11 @@ bool send(int fd, const RankFailure& failure);
 // variable was inherited by a process that does not hold the pipe). Error(kUsage) for a value that
 // is not a descriptor number.
 int reason_fd_from_env();
+
+// Rank side: DSTRAIN_GRACE_SECONDS, or nullopt when unset (a rank not started by a launcher: the
+// time until a SIGKILL, if any comes, is not known). Error(kUsage) for a value that is not a
+// number of seconds >= 0.
+std::optional<double> grace_from_env();
 
 // Rank side: what the launcher wrote on `fd`, read without waiting; nullopt when nothing was (the
 // job was stopped, not torn down for a failed rank) or `fd` is negative.

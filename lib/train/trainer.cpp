@@ -42,9 +42,18 @@ namespace stdfs = std::filesystem;
 namespace {
 
 // How long the end of a run may take to reach the trackers (a slow or dead MLflow server): at the
-// end of training or after an error, and after SIGTERM, when the launcher's SIGKILL follows.
+// end of training or after an error, and after a signal. A rank started by the launcher knows
+// when its SIGKILL follows a SIGTERM (--grace): it keeps 2.5 s of that for the rest of its exit
+// (the trackers' last second included), at least half of it, at most kFinishSeconds; 2.5 s fit
+// the default grace of 5 s, and are what a rank started otherwise takes.
 constexpr double kFinishSeconds = 30;
 constexpr double kSignalFinishSeconds = 2.5;
+
+double signal_finish_seconds() {
+  const std::optional<double> grace = teardown::grace_from_env();
+  if (!grace) return kSignalFinishSeconds;
+  return std::min(kFinishSeconds, std::max(*grace / 2, *grace - kSignalFinishSeconds));
+}
 
 // The cores this process may run on: its CPU affinity (Slurm's --cpus-per-task, taskset, a
 // cgroup's cpuset), else every core of the machine.
@@ -190,14 +199,15 @@ void Trainer::create_metrics() {
   metrics::add_tracking_sinks(*metrics_, t);
   // A signal ends the run within the launcher's grace period (5 s by default): FAILED when the
   // launcher stops the ranks because one failed (it said so on the teardown pipe), else KILLED.
-  auto on_signal = [this](int signo, const std::optional<teardown::RankFailure>& failure) {
+  auto on_signal = [this, seconds = signal_finish_seconds()](
+                       int signo, const std::optional<teardown::RankFailure>& failure) {
     const metrics::RunStatus status =
         failure ? metrics::RunStatus::kFailed : metrics::RunStatus::kKilled;
     log::warn("{} ({}): the tracked run ends as {}", ::strsignal(signo),
               failure ? "the launcher stops the job: " + teardown::describe(*failure)
                       : std::string("the job was stopped"),
               metrics::to_string(status));
-    metrics_->finish(status, kSignalFinishSeconds);
+    metrics_->finish(status, seconds);
   };
   termination_ = std::make_unique<metrics::TerminationWatch>(std::move(on_signal),
                                                              teardown::reason_fd_from_env());

@@ -159,6 +159,37 @@ def test_sigterm_marks_the_run_killed(server, tmp):
     assert r.info.end_time is not None
 
 
+def test_a_longer_grace_gives_a_stalled_server_time_to_record_the_status(server, tmp):
+    # The server is stopped (SIGSTOP) around the SIGTERM for 6 s: longer than the 2.5 s a rank
+    # takes with the default --grace of 5 s (the status would stay RUNNING), well within the
+    # 17.5 s that --grace 20 gives.
+    out = os.path.join(tmp, "run")
+    env = dict(os.environ, DSTRAIN_DEVICE="cpu", **mlflow_env(server))
+    proc = subprocess.Popen([dstrain_binary(), "launch", "--nproc", "1", "--grace", "20", TINY] +
+                            overrides(out, **{"training.max_steps": 100000, "training.log_interval": 1}),
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    stopped = False
+    try:
+        metrics = os.path.join(out, "metrics.jsonl")
+        wait_until(lambda: os.path.exists(os.path.join(out, "mlflow_run_id")) and
+                   os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= 3, 120, "training")
+        os.killpg(server["proc"].pid, signal.SIGSTOP)
+        stopped = True
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(6)
+        os.killpg(server["proc"].pid, signal.SIGCONT)
+        stopped = False
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if stopped:
+            os.killpg(server["proc"].pid, signal.SIGCONT)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    r = mlflow.MlflowClient(server["uri"]).get_run(run_id_of(out))
+    assert r.info.status == "KILLED", output[-3000:]
+
+
 def test_a_failing_rank_marks_the_run_failed(server, tmp):
     out = os.path.join(tmp, "run")
     # A learning rate this large makes the loss NaN within a few steps: every rank fails with

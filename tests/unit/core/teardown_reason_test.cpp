@@ -93,5 +93,27 @@ TEST(TeardownReason, TheVariableNamesAPipeOrNothing) {
   ::close(fds[1]);
 }
 
+TEST(TeardownReason, TheGraceIsANumberOfSecondsOrUnknown) {
+  ::unsetenv(kGraceVar);
+  EXPECT_EQ(grace_from_env(), std::nullopt);
+  ::setenv(kGraceVar, "12.5", 1);
+  EXPECT_EQ(grace_from_env(), 12.5);
+  ::setenv(kGraceVar, "0", 1);
+  EXPECT_EQ(grace_from_env(), 0.0);
+  for (const char* bad : {"-1", "5s", "nan", "inf"}) {
+    ::setenv(kGraceVar, bad, 1);
+    try {
+      grace_from_env();
+      ADD_FAILURE() << "no error for " << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+      EXPECT_NE(std::string(e.what()).find(std::string("DSTRAIN_GRACE_SECONDS='") + bad + "'"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  ::unsetenv(kGraceVar);
+}
+
 }  // namespace
 }  // namespace dstrain::teardown
