@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "model/fused_layer_ops.h"
+#include "model/fused_qkv.h"
 #include "model/sliding_window_attention.h"
 #include "model/storage.h"
 #include "model/tiled_mlp.h"
@@ -82,7 +83,11 @@ void ProjectionAdapters::set(const std::string& projection,
 
 torch::Tensor ProjectionAdapters::apply(const std::string& projection, Linear& linear,
                                         const torch::Tensor& x, bool training) const {
-  torch::Tensor y = project(linear, x);
+  return add_delta(projection, project(linear, x), x, training);
+}
+
+torch::Tensor ProjectionAdapters::add_delta(const std::string& projection, const torch::Tensor& y,
+                                            const torch::Tensor& x, bool training) const {
   if (by_name_.empty()) return y;
   const auto it = by_name_.find(projection);
   if (it == by_name_.end()) return y;
@@ -127,10 +132,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
                                      const torch::Tensor& sin) {
   const int64_t B = x.size(0), T = x.size(1);
   const bool train = is_training();
-  torch::Tensor q = adapters.apply("q_proj", q_proj, x, train).view({B, T, heads_, head_dim_});
-  torch::Tensor k = adapters.apply("k_proj", k_proj, x, train).view({B, T, kv_heads_, head_dim_});
-  const torch::Tensor v =
-      adapters.apply("v_proj", v_proj, x, train).view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
+  auto [q, k, v] = project_qkv(x, train);
+  q = q.view({B, T, heads_, head_dim_});
+  k = k.view({B, T, kv_heads_, head_dim_});
+  v = v.view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
   if (q_norm) {
     q = q_norm(q);
     k = k_norm(k);
@@ -140,6 +145,18 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   const torch::Tensor out = core ? core(q, k, v, window_) : causal_attention(q, k, v, window_);
   return adapters.apply("o_proj", o_proj, out.transpose(1, 2).reshape({B, T, heads_ * head_dim_}),
                         train);
+}
+
+std::array<torch::Tensor, 3> AttentionImpl::project_qkv(const torch::Tensor& x, bool training) {
+  if (!use_fused_qkv(x)) {
+    return {adapters.apply("q_proj", q_proj, x, training),
+            adapters.apply("k_proj", k_proj, x, training),
+            adapters.apply("v_proj", v_proj, x, training)};
+  }
+  const QkvOutputs y = fused_qkv(x, *q_proj, *k_proj, *v_proj);
+  return {adapters.add_delta("q_proj", y.q, x, training),
+          adapters.add_delta("k_proj", y.k, x, training),
+          adapters.add_delta("v_proj", y.v, x, training)};
 }
 
 MlpImpl::MlpImpl(const ModelConfig& c, Materialize m) {

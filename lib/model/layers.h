@@ -4,6 +4,7 @@
 // Shapes: B batch, T sequence, C hidden_size, H query heads, KV key/value heads, D head_dim, I MLP
 // width.
 
+#include <array>
 #include <functional>
 #include <map>
 #include <memory>
@@ -58,6 +59,9 @@ class ProjectionAdapters {
   // linear(x) plus the projection's adapter delta, if it has one.
   torch::Tensor apply(const std::string& projection, Linear& linear, const torch::Tensor& x,
                       bool training) const;
+  // y (the projection's output for x, computed elsewhere) plus its adapter delta, if it has one.
+  torch::Tensor add_delta(const std::string& projection, const torch::Tensor& y,
+                          const torch::Tensor& x, bool training) const;
   // Every adapter's parameters().
   std::vector<torch::Tensor> parameters() const;
 
@@ -93,7 +97,8 @@ TORCH_MODULE(RMSNorm);
 
 // Causal grouped-query self-attention with RoPE (Qwen3: per-head q_norm/k_norm before RoPE),
 // over every earlier position or, with a window, the `window` latest ones (itself included; see
-// sliding_window_attention.h).
+// sliding_window_attention.h). Where use_fused_qkv(x) holds, q/k/v are one matrix product
+// (fused_qkv.h), the adapters' deltas added per projection after it.
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const ModelConfig& config, std::optional<int64_t> window, Materialize materialize);
@@ -110,6 +115,9 @@ class AttentionImpl : public torch::nn::Module {
   AttentionCore core;           // empty: causal_attention
 
  private:
+  // q [B, T, H·D], k and v [B, T, KV·D] for x [B, T, C], adapters included.
+  std::array<torch::Tensor, 3> project_qkv(const torch::Tensor& x, bool training);
+
   int64_t heads_, kv_heads_, head_dim_;
   std::optional<int64_t> window_;
 };
