@@ -3,7 +3,8 @@
 // stages 0-3 at 2 ranks, with LoRA and checkpointing, give the three projections' losses and
 // gradient norms up to float rounding (a gradient counted twice or lost would move the norm by
 // far more). Also where the engines' layouts put the three weights back to back, so that the fused
-// weight is a view of the engine's buffer rather than a copy.
+// weight is a view of the engine's buffer rather than a copy. And sequence parallelism's attention
+// core, which takes the fused product's views of q/k/v through its all-to-alls.
 #include <map>
 #include <mutex>
 #include <optional>
@@ -20,6 +21,7 @@
 #include "tests/unit/model/test_util.h"
 #include "tests/unit/model/train_pass.h"
 #include "train/parallelize.h"
+#include "train/sequence_parallel.h"
 #include "zero/engine.h"
 #include "zero/grad_hooks.h"
 
@@ -227,6 +229,44 @@ TEST(FusedQkvEngine, WeightsAreBackToBackWhereTheLayoutPutsThemSo) {
   EXPECT_TRUE(weights_adjacent({"llama", torch::kBFloat16, 3}));
   EXPECT_TRUE(weights_adjacent({"qwen2", torch::kBFloat16, 3}));
   EXPECT_TRUE(weights_adjacent({"qwen2", torch::kFloat, 3, /*lora=*/true}));
+}
+
+// Rank 0's gradients (named_parameters() order) after one forward + backward of 2 sequences of 16
+// tokens over a sequence-parallel group of 2 (llama; mistral with a window of 6).
+std::vector<torch::Tensor> sequence_parallel_grads(bool window, bool fused) {
+  nlohmann::json doc = model::testing::small_config_json(window ? "mistral" : "llama");
+  if (window) doc["sliding_window"] = 6;
+  const model::ModelConfig config = model::parse_model_config(doc);
+  torch::manual_seed(11);
+  const torch::Tensor ids = torch::randint(0, 97, {2, 17});
+  std::optional<model::FusedQkvEverywhere> force;
+  if (fused) force.emplace();
+  std::vector<torch::Tensor> grads;
+  run_ranks(2, [&](ThreadCommunicator& world) {
+    model::DecoderModel m = model::build_model(config, torch::kFloat, 3);
+    SequenceParallel sp(world, 2);
+    sp.apply(*m);
+    data::Batch whole;
+    whole.input_ids = ids.narrow(1, 0, 16).contiguous();
+    whole.labels = ids.narrow(1, 1, 16).contiguous();
+    const data::Batch mine = sp.slice(whole);
+    const torch::Tensor h = m->hidden_states(mine.input_ids, sp.positions(16));
+    sp.reduce_loss(m->head_loss_sum(h, mine.labels)).mean().backward();
+    if (world.rank() != 0) return;
+    for (const auto& p : m->named_parameters()) grads.push_back(p.value().grad().clone());
+  });
+  return grads;
+}
+
+TEST(FusedQkvEngine, SequenceParallelAttentionGivesTheThreeProjectionsGradients) {
+  for (const bool window : {false, true}) {
+    const std::vector<torch::Tensor> three = sequence_parallel_grads(window, false);
+    const std::vector<torch::Tensor> fused = sequence_parallel_grads(window, true);
+    ASSERT_EQ(three.size(), fused.size());
+    for (size_t i = 0; i < three.size(); ++i) {
+      EXPECT_LE(relative_difference(three[i], fused[i]), 1e-5) << "window " << window << " #" << i;
+    }
+  }
 }
 
 }  // namespace
