@@ -88,6 +88,7 @@ struct Run {
   // Master weights after the steps minus before, per owned piece ("rank:param@begin").
   std::map<std::string, torch::Tensor> updates;
   int adjacent = 0, apart = 0;  // q/k/v weight layouts seen at the attention cores
+  int biases_adjacent = 0;      // the same for the biases, where there are biases
   int fused_cores = 0;          // attention cores whose v was a view of the fused product
 };
 
@@ -134,8 +135,12 @@ void train_rank(const Setup& s, const torch::Tensor& ids, int steps, ThreadCommu
       // v [B, KV, T, D]: its positions lie (H + 2·KV)·D apart in the fused product, KV·D apart in
       // v_proj's own output (LoRA on v_proj adds its delta into a new tensor: KV·D too).
       const bool fused = v.stride(2) != v.size(1) * v.size(3);
+      const bool biases_adjacent =
+          layer->q_proj->bias.defined() &&
+          model::adjacent_rows({layer->q_proj->bias, layer->k_proj->bias, layer->v_proj->bias});
       std::lock_guard<std::mutex> lock(mutex);
       ++(adjacent ? run.adjacent : run.apart);
+      run.biases_adjacent += biases_adjacent ? 1 : 0;
       run.fused_cores += fused ? 1 : 0;
       return model::causal_attention(q, k, v, window);
     };
@@ -229,6 +234,9 @@ TEST(FusedQkvEngine, WeightsAreBackToBackWhereTheLayoutPutsThemSo) {
   EXPECT_TRUE(weights_adjacent({"llama", torch::kBFloat16, 3}));
   EXPECT_TRUE(weights_adjacent({"qwen2", torch::kBFloat16, 3}));
   EXPECT_TRUE(weights_adjacent({"qwen2", torch::kFloat, 3, /*lora=*/true}));
+  // The biases: back to back in stage 3's persistent unit, apart (weights between) at stages 0-2.
+  EXPECT_GT(train({"qwen2", torch::kBFloat16, 3}, true, 1).biases_adjacent, 0);
+  EXPECT_EQ(train({"qwen2", torch::kBFloat16, 1}, true, 1).biases_adjacent, 0);
 }
 
 // Rank 0's gradients (named_parameters() order) after one forward + backward of 2 sequences of 16
