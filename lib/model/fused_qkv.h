@@ -13,10 +13,8 @@
 // accumulation: each parameter's .grad and its post-accumulate hooks see one gradient per backward.
 //
 // Not bit for bit the three products: dx is one reduction over H·D + 2·KV·D terms where the
-// separate path adds three products' results, and the bias is added inside the product (before
-// rounding) where the CPU eager path adds it after (LibTorch's C++ linear on [B, T, C] input). The
-// CPU eager path therefore keeps three products; the fused one runs where use_fused_kernels(x)
-// holds (on a GPU the eager path's biased projections already go through addmm: layers.cpp).
+// separate path adds three products' results. The CPU eager path, op for op what transformers
+// runs, therefore keeps three products; the fused one runs where use_fused_kernels(x) holds.
 
 #include <vector>
 

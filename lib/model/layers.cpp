@@ -26,18 +26,6 @@ torch::Tensor repeat_kv(const torch::Tensor& x, int64_t groups) {
   return x.unsqueeze(2).expand({B, KV, groups, T, D}).reshape({B, KV * groups, T, D});
 }
 
-// linear(x) for x [..., in]. On a GPU a biased projection goes through at::linear with 2-D rows,
-// which is one matmul with the bias added in its epilogue (float32, before rounding); with 3-D
-// input PyTorch runs the matmul and then a separate bias add over the output. The CPU keeps the 3-D
-// call, op for op what transformers runs.
-torch::Tensor project(Linear& linear, const torch::Tensor& x) {
-  if (!x.is_cuda() || x.dim() == 2 || !linear->bias.defined()) return linear(x);
-  std::vector<int64_t> shape = x.sizes().vec();
-  const torch::Tensor y = linear(x.reshape({-1, shape.back()}));
-  shape.back() = y.size(1);
-  return y.view(shape);
-}
-
 }  // namespace
 
 LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias, Materialize materialize)
@@ -53,8 +41,11 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias, Materialize mate
   }
 }
 
+// ATen's linear, which torch.nn.Linear runs too: a biased projection of contiguous input is one
+// addmm over its rows, the bias added before rounding (LibTorch's C++ functional::linear runs a
+// matmul and then adds the bias, which in bfloat16 rounds twice).
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
-  return torch::nn::functional::linear(x, weight, bias);
+  return at::linear(x, weight, bias);
 }
 
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
@@ -83,7 +74,7 @@ void ProjectionAdapters::set(const std::string& projection,
 
 torch::Tensor ProjectionAdapters::apply(const std::string& projection, Linear& linear,
                                         const torch::Tensor& x, bool training) const {
-  return add_delta(projection, project(linear, x), x, training);
+  return add_delta(projection, linear(x), x, training);
 }
 
 torch::Tensor ProjectionAdapters::add_delta(const std::string& projection, const torch::Tensor& y,

@@ -4,9 +4,8 @@
 // apart (it is concatenated), and whole models inside activation checkpointing.
 //
 // Tolerances: the products and the weight/bias gradients are the same sums either way; d x is not
-// (one reduction over H·D + 2·KV·D products against three reductions added up), and in bf16 the
-// three projections round before adding the bias where the fused addmm adds it first, so results
-// differ by float rounding: a few float32 ulps, a few bfloat16 ulps.
+// (one reduction over H·D + 2·KV·D products against three reductions added up), so results differ
+// by float rounding: a few float32 ulps, a few bfloat16 ulps.
 #include "model/fused_qkv.h"
 
 #include <array>
@@ -184,9 +183,8 @@ TEST_P(FusedQkvModel, TrainsLikeTheThreeProjectionsPlainAndCheckpointed) {
     m->wrap_blocks(checkpoint_layers());
     fused_checkpointed = train_pass(*m, ids);
   }
-  // bf16: the three projections add a bias after rounding the product (LibTorch's C++ linear on
-  // [B, T, C] input), the fused addmm before, so biased models differ from the first layer on, and
-  // a 3-layer bf16 network carries that to a few percent of the largest gradient element.
+  // bf16: d x differs in its last bits from the first layer's backward on, and a 3-layer bf16
+  // network carries that to a few percent of the largest gradient element.
   const double tol = dtype == torch::kFloat ? 1e-5 : 6e-2;
   expect_same_training(three, fused, tol);
   // The recompute takes the fused path too, on the same inputs.
