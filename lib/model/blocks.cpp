@@ -2,6 +2,7 @@
 
 #include "model/activation_checkpoint.h"
 #include "model/fused_linear_cross_entropy.h"
+#include "model/selective_attention.h"
 
 namespace dstrain::model {
 
@@ -15,6 +16,24 @@ BlockWrapper checkpoint_layers(std::shared_ptr<ActivationOffload> offload) {
     // the context (RoPE tables shared by every layer) travels in `run`.
     return checkpoint([run](const std::vector<torch::Tensor>& in) { return run(in[0]); }, {x},
                       CheckpointOffload{offload, {true}});
+  };
+}
+
+BlockWrapper selective_checkpoint_layers() {
+  return [](const ModelBlock& block, const torch::Tensor& x, const BlockContext& ctx,
+            const BlockFn& run) {
+    if (block.role != BlockRole::kLayer || !ctx.training || !torch::GradMode::is_enabled()) {
+      return run(x);
+    }
+    // One keep per layer call, filled by its forward and emptied by its recompute; it lives in
+    // the checkpoint's closure, so it goes with the graph.
+    auto keep = std::make_shared<AttentionKeep>();
+    return checkpoint(
+        [run, keep](const std::vector<torch::Tensor>& in) {
+          const KeepAttentionScope scope(*keep);
+          return run(in[0]);
+        },
+        {x});
   };
 }
 

@@ -108,6 +108,11 @@ using BlockWrapper = std::function<torch::Tensor(const ModelBlock& block, const 
 // recompute, such as ZeRO-3's.
 BlockWrapper checkpoint_layers(std::shared_ptr<ActivationOffload> offload = nullptr);
 
+// Selective checkpointing (selective_attention.h): checkpoint_layers() whose layers also keep their
+// attention's output and softmax statistics from the forward, so that the recompute runs
+// everything but attention.
+BlockWrapper selective_checkpoint_layers();
+
 // The token embedding (model.embed_tokens): ids [B, T] → [B, T, C].
 class TokenEmbedding final : public Block {
  public:

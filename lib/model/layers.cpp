@@ -5,6 +5,7 @@
 
 #include "model/fused_layer_ops.h"
 #include "model/fused_qkv.h"
+#include "model/selective_attention.h"
 #include "model/sliding_window_attention.h"
 #include "model/storage.h"
 #include "model/tiled_mlp.h"
@@ -51,6 +52,13 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, std::optional<int64_t> window) {
   const int64_t heads = q.size(1), kv_heads = k.size(1);
+  // Inside a selectively checkpointed layer: the output kept by its forward
+  // (selective_attention.h). A window the sequence fits in is causal attention, over k and v
+  // repeated as below.
+  if (AttentionKeep* keep = attention_keep(q, window)) {
+    const int64_t groups = window ? heads / kv_heads : 1;
+    return keep_attention(*keep, q, repeat_kv(k, groups), repeat_kv(v, groups));
+  }
   if (window) {
     return sliding_window_attention(q, repeat_kv(k, heads / kv_heads),
                                     repeat_kv(v, heads / kv_heads), *window);

@@ -73,6 +73,8 @@ class ProjectionAdapters {
 // q [B, H, T, D], k and v [B, KV, T, D] → [B, H, T, D], each key/value head serving H/KV
 // consecutive query heads. Over every earlier position, or with a window over the `window` latest
 // ones (sliding_window_attention.h); through SDPA's fused kernels, never a [T, T] score matrix.
+// Inside a selectively checkpointed layer the forward keeps its output and the recompute reuses it
+// (selective_attention.h).
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, std::optional<int64_t> window);
 
