@@ -32,8 +32,12 @@ struct ModelSection {
   // With gradient_checkpointing: the checkpointed layers' inputs wait for backward in host memory
   // (written `gradient_checkpointing: offload`; model/activation_offload.h).
   bool checkpoint_offload = false;
-  // `gradient_checkpointing: auto`: the two above are chosen when training starts, the fastest
-  // setting whose predicted peak memory fits (train/checkpointing_choice.h); both stay false here.
+  // With gradient_checkpointing: attention's output and softmax statistics are kept from the
+  // forward and not recomputed (written `gradient_checkpointing: selective`;
+  // model/selective_attention.h).
+  bool checkpoint_selective = false;
+  // `gradient_checkpointing: auto`: the three above are chosen when training starts, the fastest
+  // setting whose predicted peak memory fits (train/checkpointing_choice.h); all stay false here.
   bool checkpoint_auto = false;
   // Tiled MLP (model/tiled_mlp.h): kTiledMlpOff 0, kTiledMlpAuto -1, or tokens per tile.
   int64_t tiled_mlp = 0;

@@ -84,31 +84,35 @@ Field betas() {
   return f;
 }
 
-// model.gradient_checkpointing: true | false | offload | auto. The Value is a bool, or the string
-// "offload" (which turns checkpointing on too) or "auto" (chosen at the start of training), so
-// configs written before those existed read and write as they did. A config records "auto" as
-// written, not the choice: a resumed run chooses again for the memory it finds.
+// model.gradient_checkpointing: true | false | offload | selective | auto. The Value is a bool, or
+// the string "offload" or "selective" (which turn checkpointing on too) or "auto" (chosen at the
+// start of training), so configs written before those existed read and write as they did. A config
+// records "auto" as written, not the choice: a resumed run chooses again for the memory it finds.
 Field gradient_checkpointing() {
   Field f = make("model.gradient_checkpointing", Kind::kBool);
-  f.expected = "true, false, offload or auto";
+  f.expected = "true, false, offload, selective or auto";
   f.parse = [](const YAML::Node& node) -> std::optional<Value> {
     if (auto b = scalar_bool(node)) return Value(*b);
     if (!node.IsScalar()) return std::nullopt;
     const std::string word = lower(node.Scalar());
-    if (word == "offload" || word == "auto") return Value(word);
+    if (word == "offload" || word == "selective" || word == "auto") return Value(word);
     return std::nullopt;
   };
   f.get = [](const Config& c) {
     if (c.model.checkpoint_auto) return Value(std::string("auto"));
     if (c.model.gradient_checkpointing && c.model.checkpoint_offload)
       return Value(std::string("offload"));
+    if (c.model.gradient_checkpointing && c.model.checkpoint_selective)
+      return Value(std::string("selective"));
     return Value(c.model.gradient_checkpointing);
   };
   f.set = [](Config& c, const Value& v) {
     const auto* word = std::get_if<std::string>(&v);
     c.model.checkpoint_auto = word && *word == "auto";
     c.model.checkpoint_offload = word && *word == "offload";
-    c.model.gradient_checkpointing = word ? c.model.checkpoint_offload : std::get<bool>(v);
+    c.model.checkpoint_selective = word && *word == "selective";
+    c.model.gradient_checkpointing =
+        word ? c.model.checkpoint_offload || c.model.checkpoint_selective : std::get<bool>(v);
   };
   return f;
 }

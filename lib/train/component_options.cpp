@@ -113,6 +113,7 @@ ParallelPlan parallel_plan(const config::Config& c, torch::Device device) {
   plan.tiled_mlp = c.model.tiled_mlp;
   plan.checkpointing = c.model.gradient_checkpointing;
   plan.checkpoint_offload = c.model.checkpoint_offload;
+  plan.checkpoint_selective = c.model.checkpoint_selective;
   plan.engine = engine_options(c);
   const bool host_state = c.zero.offload_optimizer.device == "cpu";
   plan.optimizer = optimizer_factory(c, host_state ? torch::Device(torch::kCPU) : device);

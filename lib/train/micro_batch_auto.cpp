@@ -12,6 +12,7 @@ namespace {
 
 zero::Checkpointing checkpointing_of(const config::ModelSection& m) {
   if (!m.gradient_checkpointing) return zero::Checkpointing::kNone;
+  if (m.checkpoint_selective) return zero::Checkpointing::kSelective;
   return m.checkpoint_offload ? zero::Checkpointing::kOffload : zero::Checkpointing::kPlain;
 }
 

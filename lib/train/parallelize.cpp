@@ -91,7 +91,9 @@ Parallelized parallelize(model::DecoderModel model, const ParallelWorld& world, 
   if (plan.lora) out.lora = apply_lora(model, *plan.lora);
   world.sequence_parallel.apply(*model);
   model->set_tiled_mlp(plan.tiled_mlp);
-  if (plan.checkpointing) {
+  if (plan.checkpointing && plan.checkpoint_selective) {
+    model->wrap_blocks(model::selective_checkpoint_layers());
+  } else if (plan.checkpointing) {
     model->wrap_blocks(model::checkpoint_layers(
         plan.checkpoint_offload ? std::make_shared<model::ActivationOffload>() : nullptr));
   }

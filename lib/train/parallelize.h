@@ -10,8 +10,9 @@
 //      (sequence_parallel.h; nothing for a group of one).
 //   3. Tiled MLP in every block (plan.tiled_mlp).
 //   4. Activation checkpointing of every layer block, its input optionally offloaded to the host
-//      (plan.checkpointing, plan.checkpoint_offload): the innermost wrapper, so that ZeRO-3's
-//      gathers are not repeated in its recompute.
+//      (plan.checkpointing, plan.checkpoint_offload), or keeping its attention's results too
+//      (plan.checkpoint_selective, model/selective_attention.h): the innermost wrapper, so that
+//      ZeRO-3's gathers are not repeated in its recompute.
 //   5. The parameters and adapters are placed on the device (parameters without memory stay
 //      without memory there).
 //   6. ZeRO: the engine is built over every parameter, each with its block as its stage-3 unit
@@ -54,7 +55,9 @@ struct ParallelPlan {
   int64_t tiled_mlp = 0;  // model::kTiledMlpOff, kTiledMlpAuto or tokens per tile
   bool checkpointing = false;
   bool checkpoint_offload = false;  // with checkpointing: layer inputs kept in host memory
-  zero::EngineOptions engine;       // its stage picks the engine; initial_values is set here
+  // With checkpointing: attention's output and statistics kept, not recomputed (selective).
+  bool checkpoint_selective = false;
+  zero::EngineOptions engine;  // its stage picks the engine; initial_values is set here
   zero::OptimizerFactory optimizer;
   model::ValueSource initial_values;  // the model's parameters by name (files or a seeded init)
 };

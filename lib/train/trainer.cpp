@@ -126,6 +126,7 @@ void Trainer::init() {
     const auto choice = resolve_auto_checkpointing(cfg_, model_config_, *comm_, device_, limit);
     plan.checkpointing = choice.setting != zero::Checkpointing::kNone;
     plan.checkpoint_offload = choice.setting == zero::Checkpointing::kOffload;
+    plan.checkpoint_selective = choice.setting == zero::Checkpointing::kSelective;
   }
   plan.initial_values = initial_values();
   if (cfg_.lora.enabled) {

@@ -94,6 +94,7 @@ ActivationParts compute_parts(const ActivationInput& in) {
   const int64_t mlp = tile_tokens(in, N) > 0 ? 0 : mlp_saved(s, c, fused);
   p.layer_saved = N * (2 * norm_saved(s, c, fused) + attention_saved(s, c) + mlp);
   p.layer_input = N * c * s.C;
+  p.layer_attention = N * (c * s.HD + 4 * s.heads);
   p.layer_backward = layer_backward(in, s, N, c);
   // The final norm's output is not kept: the fused loss keeps neither its input nor the weight.
   p.head_saved = N * (norm_saved(s, c, fused) - (in.fused_loss ? c * s.C : 0));
@@ -113,6 +114,21 @@ ActivationParts compute_parts(const ActivationInput& in) {
   return p;
 }
 
+// A setting as the auto choice's log line names it.
+const char* setting_name(Checkpointing setting) {
+  switch (setting) {
+    case Checkpointing::kNone:
+      return "none";
+    case Checkpointing::kSelective:
+      return "selective";
+    case Checkpointing::kPlain:
+      return "plain";
+    case Checkpointing::kOffload:
+      return "offload";
+  }
+  return "?";
+}
+
 }  // namespace
 
 std::string checkpointing_word(Checkpointing setting) {
@@ -123,6 +139,8 @@ std::string checkpointing_word(Checkpointing setting) {
       return "true";
     case Checkpointing::kOffload:
       return "offload";
+    case Checkpointing::kSelective:
+      return "selective";
   }
   return "?";
 }
@@ -138,7 +156,8 @@ ActivationParts activation_parts(const ActivationInput& in) {
 // The peak is the largest of three moments: the end of forward (the loss's chunk on top of what
 // every layer kept), the start of backward (the head's casts), and the top layer's backward.
 // Checkpointed, the layers keep their inputs only, and the layer in backward is recomputed first:
-// its saved tensors and its output come back for the duration of its backward.
+// its saved tensors and its output come back for the duration of its backward. Selective, every
+// layer keeps its attention's results too, and the recompute brings back the rest.
 ActivationRow activation_row(const ActivationInput& in, Checkpointing setting) {
   const ActivationParts p = activation_parts(in);
   const int64_t L = in.model.num_hidden_layers;
@@ -147,6 +166,15 @@ ActivationRow activation_row(const ActivationInput& in, Checkpointing setting) {
   const int64_t head = p.head_saved + std::max(p.loss_transient, p.head_backward);
   if (setting == Checkpointing::kNone) {
     row.device = p.context + L * p.layer_saved + std::max(head, p.layer_backward);
+    return row;
+  }
+  if (setting == Checkpointing::kSelective) {
+    // On a GPU the recompute's attention keeps k and v repeated to the query heads.
+    const Shape s = shape_of(in.model);
+    const int64_t repeated_kv = in.cuda ? p.tokens * in.element_bytes * 2 * (s.HD - s.KVD) : 0;
+    const int64_t recompute =
+        p.layer_saved - p.layer_attention + repeated_kv + p.layer_input + p.layer_backward;
+    row.device = p.context + L * (p.layer_input + p.layer_attention) + std::max(head, recompute);
     return row;
   }
   const int64_t recompute = p.layer_saved + p.layer_input + p.layer_backward;
@@ -160,8 +188,8 @@ ActivationRow activation_row(const ActivationInput& in, Checkpointing setting) {
 }
 
 std::vector<ActivationRow> activation_rows(const ActivationInput& in) {
-  return {activation_row(in, Checkpointing::kNone), activation_row(in, Checkpointing::kPlain),
-          activation_row(in, Checkpointing::kOffload)};
+  return {activation_row(in, Checkpointing::kNone), activation_row(in, Checkpointing::kSelective),
+          activation_row(in, Checkpointing::kPlain), activation_row(in, Checkpointing::kOffload)};
 }
 
 ActivationInput activation_input(const config::Config& config, const model::ModelConfig& model,
@@ -188,7 +216,10 @@ CheckpointingChoice choose_checkpointing(const std::vector<ActivationRow>& rows,
                                          int64_t model_states, int64_t limit) {
   CheckpointingChoice choice;
   choice.limit = limit;
-  for (const ActivationRow& r : rows) choice.peaks.push_back(model_states + r.device);
+  for (const ActivationRow& r : rows) {
+    choice.settings.push_back(r.setting);
+    choice.peaks.push_back(model_states + r.device);
+  }
   for (size_t i = 0; i < rows.size(); ++i) {
     if (choice.peaks[i] <= limit) {
       choice.setting = rows[i].setting;
@@ -204,9 +235,9 @@ CheckpointingChoice choose_checkpointing(const std::vector<ActivationRow>& rows,
 
 std::string describe_choice(const CheckpointingChoice& choice) {
   std::string peaks;
-  const char* names[] = {"none", "plain", "offload"};
-  for (size_t i = 0; i < choice.peaks.size() && i < 3; ++i) {
-    peaks += fmt::format("{}{} {}", i ? ", " : "", names[i], human_bytes(choice.peaks[i]));
+  for (size_t i = 0; i < choice.peaks.size() && i < choice.settings.size(); ++i) {
+    peaks += fmt::format("{}{} {}", i ? ", " : "", setting_name(choice.settings[i]),
+                         human_bytes(choice.peaks[i]));
   }
   return fmt::format(
       "gradient_checkpointing: auto chose {}{}: predicted peak (model states + activations) {}; "
@@ -220,13 +251,14 @@ std::string format_activations(const ActivationInput& in) {
   const ActivationParts p = activation_parts(in);
   std::string out = fmt::format(
       "Activations per rank: micro-batch {} x {} tokens{} ({} tokens), {}-byte activations, {}{}; "
-      "one layer keeps {} for backward, its input is {}; the head keeps {}.\n\n",
+      "one layer keeps {} for backward, its input is {}, its attention's output and statistics "
+      "{}; the head keeps {}.\n\n",
       in.micro_batch, in.seq_len,
       in.sp_size > 1 ? fmt::format(" / {} sequence-parallel ranks", in.sp_size) : "", p.tokens,
       in.element_bytes,
       in.fused_kernels ? "fused GPU kernels" : (in.cuda ? "GPU, eager ops" : "CPU"),
       in.tiled_mlp != 0 ? ", tiled MLP" : "", human_bytes(p.layer_saved),
-      human_bytes(p.layer_input), human_bytes(p.head_saved));
+      human_bytes(p.layer_input), human_bytes(p.layer_attention), human_bytes(p.head_saved));
   out += fmt::format("{:<24}{:>14}{:>14}\n", "gradient_checkpointing", "device peak", "host");
   for (const ActivationRow& r : activation_rows(in)) {
     out += fmt::format("{:<24}{:>14}{:>14}\n", checkpointing_word(r.setting), human_bytes(r.device),
@@ -243,11 +275,9 @@ nlohmann::json activations_json(const ActivationInput& in) {
                     {"device", r.device},
                     {"host", r.host}});
   }
-  return {{"tokens", p.tokens},
-          {"layer_saved", p.layer_saved},
-          {"layer_input", p.layer_input},
-          {"head_saved", p.head_saved},
-          {"rows", rows}};
+  return {{"tokens", p.tokens},           {"layer_saved", p.layer_saved},
+          {"layer_input", p.layer_input}, {"layer_attention", p.layer_attention},
+          {"head_saved", p.head_saved},   {"rows", rows}};
 }
 
 }  // namespace dstrain::zero

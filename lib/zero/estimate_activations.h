@@ -1,7 +1,7 @@
 #pragma once
 // Activation memory of one micro-batch's forward + backward on one rank, for each activation-
-// checkpointing setting (model.gradient_checkpointing: false | true | offload), with or without
-// tiled MLP: the other half of a run's memory beside the model states of estimate.h.
+// checkpointing setting (model.gradient_checkpointing: false | selective | true | offload), with or
+// without tiled MLP: the other half of a run's memory beside the model states of estimate.h.
 //
 // Derived tensor by tensor from what dstrain's blocks save for backward (lib/model: layers.cpp,
 // fused_layer_ops.cpp, tiled_mlp.cpp, fused_linear_cross_entropy.cpp), on each of the two paths a
@@ -31,11 +31,16 @@
 // tensors).
 //
 // What a setting keeps through the step, per rank (N = micro_batch · seq_len / sp tokens):
-//   none     every layer's saved tensors: L · layer_saved
-//   plain    one input per layer, L · c·N·C, plus one layer's saved tensors while it is recomputed
-//   offload  on a GPU the inputs wait in pinned host memory (host = L · c·N·C) and the device holds
-//            those of the layer being recomputed and of the next one; on the CPU the host is the
-//            device, so offload is plain.
+//   none       every layer's saved tensors: L · layer_saved
+//   selective  one input per layer and its attention's output and log-sum-exp,
+//              L · N·(cC + c·HD + 4·heads), plus one layer's other saved tensors while it is
+//              recomputed (model/selective_attention.h; on a GPU its k and v repeated to the
+//              query heads, c·2·(HD − KVD) more)
+//   plain      one input per layer, L · c·N·C, plus one layer's saved tensors while it is
+//              recomputed
+//   offload    on a GPU the inputs wait in pinned host memory (host = L · c·N·C) and the device
+//              holds those of the layer being recomputed and of the next one; on the CPU the host
+//              is the device, so offload is plain.
 //
 // Not modelled: LoRA's adapters (a LoRA run is estimated as full fine-tuning of its layers, an
 // upper bound, without the head's dL/dW), sliding-window attention's masks, allocator fragmentation
@@ -53,10 +58,10 @@
 
 namespace dstrain::zero {
 
-// model.gradient_checkpointing's three settings.
-enum class Checkpointing { kNone, kPlain, kOffload };
+// model.gradient_checkpointing's settings.
+enum class Checkpointing { kNone, kPlain, kOffload, kSelective };
 
-// The config's word for it: "false", "true", "offload".
+// The config's word for it: "false", "true", "offload", "selective".
 std::string checkpointing_word(Checkpointing setting);
 
 // What one micro-batch's activations depend on.
@@ -77,9 +82,12 @@ struct ActivationInput {
 
 // The parts, bytes on one rank.
 struct ActivationParts {
-  int64_t tokens = 0;          // N = micro_batch · seq_len / sp_size
-  int64_t layer_saved = 0;     // one layer's tensors kept for backward without checkpointing
-  int64_t layer_input = 0;     // one layer's input, c·N·C: what checkpointing keeps per layer
+  int64_t tokens = 0;       // N = micro_batch · seq_len / sp_size
+  int64_t layer_saved = 0;  // one layer's tensors kept for backward without checkpointing
+  int64_t layer_input = 0;  // one layer's input, c·N·C: what checkpointing keeps per layer
+  // Attention's output and float32 log-sum-exp, N·(c·HD + 4·heads): what selective checkpointing
+  // keeps per layer beside the input.
+  int64_t layer_attention = 0;
   int64_t layer_backward = 0;  // working memory of one layer's backward beyond its saved tensors
   int64_t head_saved = 0;      // the head's tensors kept from forward to backward
   int64_t loss_transient = 0;  // the loss's working memory in forward (one chunk, when fused)
@@ -96,7 +104,7 @@ struct ActivationRow {
 
 ActivationParts activation_parts(const ActivationInput& in);
 ActivationRow activation_row(const ActivationInput& in, Checkpointing setting);
-// none, plain, offload.
+// Fastest first: none, selective, plain, offload.
 std::vector<ActivationRow> activation_rows(const ActivationInput& in);
 
 // The input for a run config on a device: micro-batch (training.per_device_train_batch_size),
@@ -107,14 +115,15 @@ std::vector<ActivationRow> activation_rows(const ActivationInput& in);
 ActivationInput activation_input(const config::Config& config, const model::ModelConfig& model,
                                  bool cuda);
 
-// model.gradient_checkpointing: auto, the fastest setting that fits: none when its predicted peak
-// (model states + activations) fits `limit`, else plain, else offload. Nothing fitting, the
-// setting with the smallest peak (offload on a GPU, plain on the CPU) with fits = false: the
-// prediction is an estimate, so the run is tried rather than refused.
+// model.gradient_checkpointing: auto, the fastest setting that fits: the first of `rows` (none,
+// selective, plain, offload) whose predicted peak (model states + activations) fits `limit`.
+// Nothing fitting, the setting with the smallest peak (offload on a GPU, plain on the CPU) with
+// fits = false: the prediction is an estimate, so the run is tried rather than refused.
 struct CheckpointingChoice {
   Checkpointing setting = Checkpointing::kNone;
   bool fits = true;
-  std::vector<int64_t> peaks;  // device bytes per setting (none, plain, offload), states included
+  std::vector<Checkpointing> settings;  // the rows' settings, in their order
+  std::vector<int64_t> peaks;           // device bytes per setting, states included
   int64_t limit = 0;
 };
 
@@ -129,7 +138,8 @@ std::string describe_choice(const CheckpointingChoice& choice);
 // dtype and the path (GPU with fused kernels / CPU), then one line per setting.
 std::string format_activations(const ActivationInput& in);
 
-// The same for `dstrain estimate --json`: {tokens, layer_saved, layer_input, head_saved, rows:
+// The same for `dstrain estimate --json`: {tokens, layer_saved, layer_input, layer_attention,
+// head_saved, rows:
 // [{gradient_checkpointing, device, host}]}, bytes per rank.
 nlohmann::json activations_json(const ActivationInput& in);
 

@@ -59,7 +59,9 @@ Measured measure(Checkpointing setting, int64_t tiled) {
   m->to(torch::Device(torch::kCUDA, 0));
   m->set_tiled_mlp(tiled);
   m->set_loss_chunk_bytes(kChunkBytes);
-  if (setting != Checkpointing::kNone) {
+  if (setting == Checkpointing::kSelective) {
+    m->wrap_blocks(model::selective_checkpoint_layers());
+  } else if (setting != Checkpointing::kNone) {
     m->wrap_blocks(model::checkpoint_layers(setting == Checkpointing::kOffload
                                                 ? std::make_shared<model::ActivationOffload>()
                                                 : nullptr));
@@ -98,10 +100,10 @@ TEST(EstimateActivationsGpu, KeptTensorsAndPeakMatchTheCudaAllocator) {
     Checkpointing setting;
     int64_t tiled;
   };
-  for (const Case c :
-       {Case{Checkpointing::kNone, 0}, Case{Checkpointing::kPlain, 0},
-        Case{Checkpointing::kOffload, 0}, Case{Checkpointing::kNone, model::kTiledMlpAuto},
-        Case{Checkpointing::kPlain, model::kTiledMlpAuto}}) {
+  for (const Case c : {Case{Checkpointing::kNone, 0}, Case{Checkpointing::kPlain, 0},
+                       Case{Checkpointing::kOffload, 0}, Case{Checkpointing::kSelective, 0},
+                       Case{Checkpointing::kNone, model::kTiledMlpAuto},
+                       Case{Checkpointing::kPlain, model::kTiledMlpAuto}}) {
     const ActivationInput in = input_for(c.tiled);
     const ActivationParts p = activation_parts(in);
     const ActivationRow row = activation_row(in, c.setting);

@@ -63,8 +63,8 @@ TEST(CheckpointingAuto, AMisspeltValueIsExitTwoNamingTheKeyAndTheValues) {
   const RunResult r = run_job(dir, spec);
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_NE((r.out + r.err)
-                .find("model.gradient_checkpointing: expected true, false, offload or "
-                      "auto, got \"autox\""),
+                .find("model.gradient_checkpointing: expected true, false, offload, selective "
+                      "or auto, got \"autox\""),
             std::string::npos)
       << r.out << r.err;
 }

@@ -25,7 +25,7 @@ TEST(EstimateCli, PrintsEveryStageForNodesTimesGpusRanks) {
   EXPECT_NE(r.out.find("Activations per rank: micro-batch 8 x 128 tokens (1024 tokens)"),
             std::string::npos)
       << r.out;
-  for (const char* setting : {"\nfalse ", "\ntrue ", "\noffload "})
+  for (const char* setting : {"\nfalse ", "\nselective ", "\ntrue ", "\noffload "})
     EXPECT_NE(r.out.find(setting), std::string::npos) << setting << r.out;
 }
 
@@ -56,7 +56,9 @@ TEST(EstimateCli, JsonHasTheActivationsPerSetting) {
                                   {}, 30);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const auto j = nlohmann::json::parse(r.out);
-  ASSERT_EQ(j["activations"]["rows"].size(), 3u) << r.out;
+  ASSERT_EQ(j["activations"]["rows"].size(), 4u) << r.out;
+  EXPECT_EQ(j["activations"]["rows"][1]["gradient_checkpointing"], "selective") << r.out;
+  EXPECT_GT(j["activations"]["layer_attention"].get<int64_t>(), 0) << r.out;
   EXPECT_EQ(j["activations"]["tokens"], 1024);
   int64_t previous = INT64_MAX;
   for (const auto& row : j["activations"]["rows"]) {

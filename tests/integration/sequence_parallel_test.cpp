@@ -109,6 +109,14 @@ INSTANTIATE_TEST_SUITE_P(
              {},
              1e-5},
         Case{"P2Checkpointing", 2, 2, 1, 1, {"model.gradient_checkpointing=true"}, {}, 1e-5},
+        Case{"P2SelectiveCheckpointing",
+             2,
+             2,
+             3,
+             1,
+             {"model.gradient_checkpointing=selective"},
+             {},
+             1e-5},
         Case{"P2Bf16", 2, 2, 2, 1, {"training.bf16=true"}, {}, 2e-2}),
     [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 

@@ -180,7 +180,7 @@ TEST(ConfigLoad, GradientCheckpointingTakesOffload) {
   EXPECT_THAT(to_yaml(on), HasSubstr("gradient_checkpointing: true"));
   EXPECT_THAT(load_error(minimal_yaml("training:\n  activation_checkpointing: cpu\n")),
               HasSubstr("train.yaml:6:29: training.activation_checkpointing: expected true, false, "
-                        "offload or auto, got \"cpu\""));
+                        "offload, selective or auto, got \"cpu\""));
 }
 
 // auto: neither setting is fixed in the config (the trainer chooses, train/checkpointing_choice.h)
@@ -206,8 +206,33 @@ TEST(ConfigLoad, GradientCheckpointingTakesAutoAndKeepsIt) {
   EXPECT_FALSE(offload.model == c.model);
   o.overrides = {"model.gradient_checkpointing=autox"};
   EXPECT_THAT(load_error(minimal_yaml(), o),
-              HasSubstr("model.gradient_checkpointing: expected true, false, offload or auto, got "
-                        "\"autox\""));
+              HasSubstr("model.gradient_checkpointing: expected true, false, offload, selective or "
+                        "auto, got \"autox\""));
+}
+
+// selective turns checkpointing on (attention kept, model/selective_attention.h), writes back as
+// selective and reads back equal; a later source's bool replaces it.
+TEST(ConfigLoad, GradientCheckpointingTakesSelective) {
+  const Config c = load_config_from_string(
+      minimal_yaml("training:\n  gradient_checkpointing: Selective\n"), "m");
+  EXPECT_TRUE(c.model.gradient_checkpointing);
+  EXPECT_TRUE(c.model.checkpoint_selective);
+  EXPECT_FALSE(c.model.checkpoint_offload);
+  EXPECT_FALSE(c.model.checkpoint_auto);
+  const std::string yaml = to_yaml(c);
+  EXPECT_THAT(yaml, HasSubstr("gradient_checkpointing: \"selective\""));
+  EXPECT_TRUE(load_config_from_string(yaml, "m").model == c.model);
+  LoadOptions o;
+  o.overrides = {"model.gradient_checkpointing=true"};
+  const Config plain = load_config_from_string(
+      minimal_yaml("training:\n  gradient_checkpointing: selective\n"), "m", o);
+  EXPECT_TRUE(plain.model.gradient_checkpointing);
+  EXPECT_FALSE(plain.model.checkpoint_selective);
+  EXPECT_FALSE(plain.model == c.model);
+  o.overrides = {"model.gradient_checkpointing=selectiv"};
+  EXPECT_THAT(load_error(minimal_yaml(), o),
+              HasSubstr("model.gradient_checkpointing: expected true, false, offload, selective or "
+                        "auto, got \"selectiv\""));
 }
 
 TEST(ConfigLoad, TiledMlpIsOffAutoOrTokensPerTile) {

@@ -1,7 +1,7 @@
-// Activation checkpointing in training: LoRA dropout replayed in the recompute, and the ZeRO engine
-// (every stage relies on parameters' post-accumulate hooks; stage 3 also regathers each layer's
-// parameters from a hook on its output) training exactly as without checkpointing, both applied
-// by parallelize().
+// Activation checkpointing in training, plain and selective (attention kept, not recomputed): LoRA
+// dropout replayed in the recompute, and the ZeRO engine (every stage relies on parameters'
+// post-accumulate hooks; stage 3 also regathers each layer's parameters from a hook on its output)
+// training exactly as without checkpointing, both applied by parallelize().
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +10,7 @@
 #include "model/model.h"
 #include "optim/optimizer.h"
 #include "tests/common/thread_communicator.h"
+#include "tests/unit/model/op_calls.h"
 #include "tests/unit/model/test_util.h"
 #include "train/parallelize.h"
 #include "zero/engine.h"
@@ -46,7 +47,10 @@ std::vector<torch::Tensor> lora_gradients(lora::LoraModel& lora, model::DecoderM
   return grads;
 }
 
-TEST(CheckpointedTraining, LoraDropoutDrawsTheSameMasksInTheRecompute) {
+// Parameter: selective checkpointing (else plain).
+class CheckpointedLora : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CheckpointedLora, LoraDropoutDrawsTheSameMasksInTheRecompute) {
   auto m = small_model(2);
   for (auto& p : m->parameters()) p.set_requires_grad(false);  // frozen base, as the trainer does
   lora::LoraOptions o;
@@ -66,7 +70,7 @@ TEST(CheckpointedTraining, LoraDropoutDrawsTheSameMasksInTheRecompute) {
   double plain_loss = 0, ckpt_loss = 0, other_loss = 0;
   const auto plain = lora_gradients(lora, m, ids, 21, &plain_loss);
   const auto other_seed = lora_gradients(lora, m, ids, 22, &other_loss);
-  m->wrap_blocks(model::checkpoint_layers());
+  m->wrap_blocks(GetParam() ? model::selective_checkpoint_layers() : model::checkpoint_layers());
   const auto ckpt = lora_gradients(lora, m, ids, 21, &ckpt_loss);
   EXPECT_EQ(ckpt_loss, plain_loss);
   EXPECT_NE(other_loss, plain_loss) << "dropout is not active, so this test proves nothing";
@@ -75,6 +79,11 @@ TEST(CheckpointedTraining, LoraDropoutDrawsTheSameMasksInTheRecompute) {
     EXPECT_TRUE(torch::allclose(ckpt[i], plain[i], 1e-6, 1e-9)) << "adapter tensor " << i;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Checkpointing, CheckpointedLora, ::testing::Values(false, true),
+                         [](const auto& info) {
+                           return std::string(info.param ? "selective" : "plain");
+                         });
 
 zero::OptimizerFactory adamw() {
   return [](int64_t n, std::vector<optim::Range> no_decay) {
@@ -86,7 +95,12 @@ zero::OptimizerFactory adamw() {
 }
 
 // Losses of `steps` steps on 2 ranks (each rank its half of the batch), per rank.
-std::vector<std::vector<double>> engine_losses(int stage, bool checkpointing, int steps) {
+enum class Ckpt { kNone, kPlain, kSelective };
+
+// `attention_calls`: if given, the CPU attention kernel's forward calls of both ranks.
+std::vector<std::vector<double>> engine_losses(int stage, Ckpt checkpointing, int steps,
+                                               int* attention_calls = nullptr) {
+  const model::testing::OpCalls calls;
   const torch::Tensor ids = input_ids(4, 16);
   std::vector<std::vector<double>> losses(2);
   run_ranks(2, [&](ThreadCommunicator& comm) {
@@ -94,7 +108,8 @@ std::vector<std::vector<double>> engine_losses(int stage, bool checkpointing, in
     auto m = small_model(3);
     m->train();
     ParallelPlan plan;
-    plan.checkpointing = checkpointing;
+    plan.checkpointing = checkpointing != Ckpt::kNone;
+    plan.checkpoint_selective = checkpointing == Ckpt::kSelective;
     plan.engine.stage = stage;
     plan.engine.reduce_bucket_size = 2000;
     plan.engine.param_persistence_threshold = 0;  // stage 3: every layer gathered around use
@@ -110,23 +125,42 @@ std::vector<std::vector<double>> engine_losses(int stage, bool checkpointing, in
       losses[static_cast<size_t>(comm.rank())].push_back(loss.item<double>());
     }
   });
+  if (attention_calls)
+    *attention_calls = calls.count("aten::_scaled_dot_product_flash_attention_for_cpu");
   return losses;
 }
 
 class CheckpointedEngine : public ::testing::TestWithParam<int> {};
 
-TEST_P(CheckpointedEngine, TwoRanksTrainWithTheSameLosses) {
-  const int steps = 4;
-  const auto plain = engine_losses(GetParam(), false, steps);
-  const auto ckpt = engine_losses(GetParam(), true, steps);
+void expect_same_losses(const std::vector<std::vector<double>>& want,
+                        const std::vector<std::vector<double>>& got, int steps) {
   for (size_t r = 0; r < 2; ++r) {
-    ASSERT_EQ(ckpt[r].size(), static_cast<size_t>(steps));
+    ASSERT_EQ(got[r].size(), static_cast<size_t>(steps));
     for (int s = 0; s < steps; ++s) {
-      EXPECT_NEAR(ckpt[r][s], plain[r][s], 1e-6 * std::abs(plain[r][s]))
+      EXPECT_NEAR(got[r][s], want[r][s], 1e-6 * std::abs(want[r][s]))
           << "rank " << r << " step " << s;
     }
-    EXPECT_LT(plain[r].back(), plain[r].front()) << "rank " << r << ": training did not train";
+    EXPECT_LT(want[r].back(), want[r].front()) << "rank " << r << ": training did not train";
   }
+}
+
+TEST_P(CheckpointedEngine, TwoRanksTrainWithTheSameLosses) {
+  const int steps = 4;
+  const auto plain = engine_losses(GetParam(), Ckpt::kNone, steps);
+  expect_same_losses(plain, engine_losses(GetParam(), Ckpt::kPlain, steps), steps);
+}
+
+// parallelize() installs selective checkpointing: attention runs once per layer per step (3 layers,
+// 4 steps, 2 ranks), against twice with plain checkpointing.
+TEST_P(CheckpointedEngine, SelectiveTrainsWithTheSameLosses) {
+  const int steps = 4;
+  int plain_calls = 0, selective_calls = 0;
+  const auto none = engine_losses(GetParam(), Ckpt::kNone, steps);
+  (void)engine_losses(GetParam(), Ckpt::kPlain, steps, &plain_calls);
+  expect_same_losses(none, engine_losses(GetParam(), Ckpt::kSelective, steps, &selective_calls),
+                     steps);
+  EXPECT_EQ(selective_calls, 3 * 4 * 2);
+  EXPECT_EQ(plain_calls, 2 * selective_calls);
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, CheckpointedEngine, ::testing::Values(0, 2, 3),

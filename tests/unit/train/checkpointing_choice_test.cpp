@@ -47,9 +47,14 @@ TEST(CheckpointingChoiceForRun, PeaksAreTheStagesModelStatesPlusEachSettingsActi
     const zero::CheckpointingChoice fits = at(states + rows[0].device);
     EXPECT_EQ(fits.setting, Checkpointing::kNone);
     EXPECT_EQ(fits.peaks[0], states + rows[0].device);
-    EXPECT_EQ(at(states + rows[0].device - 1).setting, Checkpointing::kPlain);
+    // Fastest first: none, selective, plain, offload.
+    ASSERT_EQ(rows[1].setting, Checkpointing::kSelective);
+    ASSERT_EQ(rows[2].setting, Checkpointing::kPlain);
+    EXPECT_EQ(at(states + rows[0].device - 1).setting, Checkpointing::kSelective);
+    EXPECT_EQ(at(states + rows[1].device).setting, Checkpointing::kSelective);
+    EXPECT_EQ(at(states + rows[1].device - 1).setting, Checkpointing::kPlain);
     // On a GPU offload keeps less than plain; on the CPU the same, so plain is taken.
-    const zero::CheckpointingChoice tight = at(states + rows[1].device - 1);
+    const zero::CheckpointingChoice tight = at(states + rows[2].device - 1);
     EXPECT_EQ(tight.setting, cuda ? Checkpointing::kOffload : Checkpointing::kPlain);
     EXPECT_EQ(tight.fits, cuda) << "cuda " << cuda;
   }

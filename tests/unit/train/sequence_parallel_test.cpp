@@ -80,6 +80,7 @@ struct ModelCase {
   int world;
   int kv_heads;
   bool window;
+  bool selective = false;  // selective checkpointing: the head-sharded attention output is kept
 };
 
 model::ModelConfig small_model(int kv_heads, bool window) {
@@ -134,6 +135,7 @@ TEST_P(SequenceParallelModel, LossAndEveryGradientEqualOneProcess) {
     model::DecoderModel m = model::build_model(config, torch::kFloat32, 3);
     SequenceParallel sp(world, c.p);
     sp.apply(*m);
+    if (c.selective) m->wrap_blocks(model::selective_checkpoint_layers());
     const auto rows = torch::indexing::Slice(sp.data_parallel_rank() * rows_per_dp,
                                              (sp.data_parallel_rank() + 1) * rows_per_dp);
     data::Batch b;
@@ -156,18 +158,19 @@ TEST_P(SequenceParallelModel, LossAndEveryGradientEqualOneProcess) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(GroupsAndHeads, SequenceParallelModel,
-                         ::testing::Values(ModelCase{2, 2, 2, false}, ModelCase{2, 2, 1, false},
-                                           ModelCase{2, 2, 4, false}, ModelCase{4, 4, 1, false},
-                                           ModelCase{4, 4, 2, false}, ModelCase{4, 4, 4, false},
-                                           ModelCase{2, 4, 2, false}, ModelCase{2, 2, 2, true},
-                                           ModelCase{4, 4, 1, true}),
-                         [](const ::testing::TestParamInfo<ModelCase>& i) {
-                           return "P" + std::to_string(i.param.p) + "World" +
-                                  std::to_string(i.param.world) + "Kv" +
-                                  std::to_string(i.param.kv_heads) +
-                                  (i.param.window ? "Window" : "");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    GroupsAndHeads, SequenceParallelModel,
+    ::testing::Values(ModelCase{2, 2, 2, false}, ModelCase{2, 2, 1, false},
+                      ModelCase{2, 2, 4, false}, ModelCase{4, 4, 1, false},
+                      ModelCase{4, 4, 2, false}, ModelCase{4, 4, 4, false},
+                      ModelCase{2, 4, 2, false}, ModelCase{2, 2, 2, true}, ModelCase{4, 4, 1, true},
+                      ModelCase{2, 2, 2, false, true}, ModelCase{2, 2, 1, false, true},
+                      ModelCase{2, 2, 2, true, true}),
+    [](const ::testing::TestParamInfo<ModelCase>& i) {
+      return "P" + std::to_string(i.param.p) + "World" + std::to_string(i.param.world) + "Kv" +
+             std::to_string(i.param.kv_heads) + (i.param.window ? "Window" : "") +
+             (i.param.selective ? "Selective" : "");
+    });
 
 TEST(SequenceParallelChecks, HeadsThatCannotBeSplitNameTheKey) {
   dstrain::testing::expect_error(

@@ -76,7 +76,9 @@ Measured measure(const Setting& s, torch::ScalarType dtype) {
   model::DecoderModel m = model::build_model(small_model(), dtype, 1);
   m->set_tiled_mlp(s.tiled_mlp);
   m->set_loss_chunk_bytes(kChunkBytes);
-  if (s.checkpointing != Checkpointing::kNone) {
+  if (s.checkpointing == Checkpointing::kSelective) {
+    m->wrap_blocks(model::selective_checkpoint_layers());
+  } else if (s.checkpointing != Checkpointing::kNone) {
     m->wrap_blocks(model::checkpoint_layers(s.checkpointing == Checkpointing::kOffload
                                                 ? std::make_shared<model::ActivationOffload>()
                                                 : nullptr));
@@ -102,7 +104,9 @@ Measured measure(const Setting& s, torch::ScalarType dtype) {
 const Setting kSettings[] = {{Checkpointing::kNone, 0},
                              {Checkpointing::kPlain, 0},
                              {Checkpointing::kOffload, 0},
+                             {Checkpointing::kSelective, 0},
                              {Checkpointing::kNone, model::kTiledMlpAuto},
+                             {Checkpointing::kSelective, model::kTiledMlpAuto},
                              {Checkpointing::kPlain, model::kTiledMlpAuto},
                              {Checkpointing::kNone, 0, /*fused_loss=*/false},
                              {Checkpointing::kPlain, 0, /*fused_loss=*/false}};
@@ -123,6 +127,31 @@ TEST(EstimateActivations, SavedTensorsAfterForwardMatchTheCpuAllocator) {
       EXPECT_NEAR(static_cast<double>(got.after_forward), static_cast<double>(want), 0.01 * want)
           << name_of(s, dtype);
     }
+  }
+}
+
+// Selective checkpointing keeps, per layer, its input and its attention's output and float32
+// log-sum-exp (the flash kernel's, [B, H, T]): after forward exactly those more than plain
+// checkpointing, and the whole within 2% of the derivation (in bfloat16 what plain checkpointing
+// keeps after forward is itself 20 KB, 1.8%, above its derivation).
+TEST(EstimateActivations, SelectiveKeepsInputAndAttentionPerLayerOnTheCpuAllocator) {
+  torch::set_num_threads(1);
+  for (const torch::ScalarType dtype : {torch::kFloat32, torch::kBFloat16}) {
+    const Setting s{Checkpointing::kSelective, 0};
+    const ActivationInput in = input_for(s, dtype);
+    const ActivationParts p = activation_parts(in);
+    const int64_t c = in.element_bytes, L = in.model.num_hidden_layers;
+    ASSERT_EQ(p.layer_attention, kBatch * kSeq * (c * 4 * 16 + 4 * 4)) << "H·D = 4·16, H = 4";
+    const int64_t layers = L * (p.layer_input + p.layer_attention);
+    const Measured got = measure(s, dtype);
+    const Measured plain = measure({Checkpointing::kPlain, 0}, dtype);
+    std::cout << name_of(s, dtype) << ": kept after forward " << got.after_forward
+              << " bytes, plain " << plain.after_forward << ", predicted difference "
+              << L * p.layer_attention << "\n";
+    EXPECT_EQ(got.after_forward - plain.after_forward, L * p.layer_attention) << name_of(s, dtype);
+    const int64_t want = p.context + layers + p.head_saved;
+    EXPECT_NEAR(static_cast<double>(got.after_forward), static_cast<double>(want), 0.02 * want)
+        << name_of(s, dtype);
   }
 }
 
@@ -150,6 +179,7 @@ TEST(EstimateActivations, PeakOfEachSettingMatchesTheCpuAllocator) {
 // before; model states add to every row.
 std::vector<ActivationRow> gpu_rows() {
   return {{Checkpointing::kNone, 900, 0},
+          {Checkpointing::kSelective, 500, 0},
           {Checkpointing::kPlain, 300, 0},
           {Checkpointing::kOffload, 120, 240}};
 }
@@ -162,27 +192,30 @@ TEST(CheckpointingChoice, TakesTheFastestSettingThatFits) {
     bool fits;
   };
   for (const Case& c :
-       {Case{1000, Checkpointing::kNone, true}, Case{999, Checkpointing::kPlain, true},
+       {Case{1000, Checkpointing::kNone, true}, Case{999, Checkpointing::kSelective, true},
+        Case{600, Checkpointing::kSelective, true}, Case{599, Checkpointing::kPlain, true},
         Case{400, Checkpointing::kPlain, true}, Case{399, Checkpointing::kOffload, true},
         Case{220, Checkpointing::kOffload, true}, Case{219, Checkpointing::kOffload, false},
         Case{0, Checkpointing::kOffload, false}}) {
     const CheckpointingChoice choice = choose_checkpointing(gpu_rows(), states, c.limit);
     EXPECT_EQ(choice.setting, c.want) << "limit " << c.limit;
     EXPECT_EQ(choice.fits, c.fits) << "limit " << c.limit;
-    EXPECT_EQ(choice.peaks, (std::vector<int64_t>{1000, 400, 220}));
+    EXPECT_EQ(choice.peaks, (std::vector<int64_t>{1000, 600, 400, 220}));
     EXPECT_EQ(choice.limit, c.limit);
   }
 }
 
-// On the CPU offload is plain checkpointing (same peak): needing checkpointing, or with nothing
-// fitting, auto takes plain, the faster of the two.
+// On the CPU offload is plain checkpointing (same peak): needing more than selective, or with
+// nothing fitting, auto takes plain, the faster of the two.
 TEST(CheckpointingChoice, OnTheCpuNeverTakesOffload) {
   ActivationInput in = input_for({Checkpointing::kNone, 0}, torch::kFloat32);
   const std::vector<ActivationRow> rows = activation_rows(in);
-  ASSERT_EQ(rows[1].device, rows[2].device);
+  ASSERT_EQ(rows[2].device, rows[3].device);
+  ASSERT_LT(rows[2].device, rows[1].device);
   ASSERT_LT(rows[1].device, rows[0].device);
   EXPECT_EQ(choose_checkpointing(rows, 0, rows[0].device).setting, Checkpointing::kNone);
-  EXPECT_EQ(choose_checkpointing(rows, 0, rows[0].device - 1).setting, Checkpointing::kPlain);
+  EXPECT_EQ(choose_checkpointing(rows, 0, rows[0].device - 1).setting, Checkpointing::kSelective);
+  EXPECT_EQ(choose_checkpointing(rows, 0, rows[1].device - 1).setting, Checkpointing::kPlain);
   const CheckpointingChoice none_fits = choose_checkpointing(rows, 0, 1);
   EXPECT_EQ(none_fits.setting, Checkpointing::kPlain);
   EXPECT_FALSE(none_fits.fits);
@@ -193,8 +226,9 @@ TEST(CheckpointingChoice, DescribesTheChoiceThePeaksAndTheLimit) {
   const CheckpointingChoice c =
       choose_checkpointing(gpu_rows(), int64_t{3} << 30, (int64_t{3} << 30) + 500);
   EXPECT_EQ(describe_choice(c),
-            "gradient_checkpointing: auto chose true: predicted peak (model states + activations) "
-            "none 3.00 GiB, plain 3.00 GiB, offload 3.00 GiB; limit 3.00 GiB");
+            "gradient_checkpointing: auto chose selective: predicted peak (model states + "
+            "activations) none 3.00 GiB, selective 3.00 GiB, plain 3.00 GiB, offload 3.00 GiB; "
+            "limit 3.00 GiB");
   const CheckpointingChoice tight = choose_checkpointing(gpu_rows(), 0, 1);
   EXPECT_NE(describe_choice(tight).find("chose offload (the smallest; no setting is predicted to "
                                         "fit)"),
@@ -218,6 +252,13 @@ TEST(EstimateActivations, Qwen25HalfBillionOnAGpu) {
   const ActivationRow offload = activation_row(in, Checkpointing::kOffload);
   EXPECT_EQ(offload.host, 24 * p.layer_input);
   EXPECT_EQ(plain.device - offload.device, 22 * p.layer_input);
+  // Selective: each layer keeps its attention's output (bf16) and log-sum-exp beside its input.
+  // The peak of both is the head's moment here (its 1 GiB loss chunk outweighs a layer's
+  // recompute), so selective adds every layer's attention to plain's.
+  EXPECT_EQ(p.layer_attention, 8192 * (2 * 896 + 4 * 14));
+  const ActivationRow selective = activation_row(in, Checkpointing::kSelective);
+  EXPECT_EQ(selective.device - plain.device, 24 * p.layer_attention);
+  EXPECT_EQ(selective.host, 0);
   // Sequence parallelism over 4 ranks: a quarter of the tokens per rank.
   in.sp_size = 4;
   EXPECT_EQ(activation_parts(in).layer_saved * 4, p.layer_saved);
