@@ -136,8 +136,8 @@ INSTANTIATE_TEST_SUITE_P(Loss, FusedLoss, ::testing::Values(Case{0, 1, 2, 0.0}, 
 // tiles are recomputed).
 class LongSequenceSettings : public ::testing::TestWithParam<Case> {};
 
-TEST_P(LongSequenceSettings, LossesMatchPlainTrainingWithin1e5) {
-  const Case c = GetParam();
+// The losses of plain training and of training with `lean_settings` added agree within 1e-5.
+void expect_plain_losses(const Case& c, const std::vector<std::string>& lean_settings) {
   std::map<bool, std::map<long, double>> train;
   for (bool lean : {false, true}) {
     TempDir dir;
@@ -147,9 +147,8 @@ TEST_P(LongSequenceSettings, LossesMatchPlainTrainingWithin1e5) {
     spec.max_steps = 6;
     spec.extra_overrides = {"zero.stage3_param_persistence_threshold=1000"};
     if (lean) {
-      spec.extra_overrides.insert(spec.extra_overrides.end(),
-                                  {"model.gradient_checkpointing=offload", "model.tiled_mlp=7",
-                                   "model.fused_loss_chunk_mb=1"});
+      spec.extra_overrides.insert(spec.extra_overrides.end(), lean_settings.begin(),
+                                  lean_settings.end());
     }
     const RunResult r =
         launch_job(write_job_config(dir.path(), spec), spec.nproc, spec.extra_overrides);
@@ -161,6 +160,16 @@ TEST_P(LongSequenceSettings, LossesMatchPlainTrainingWithin1e5) {
   for (const auto& [step, loss] : train[false]) {
     EXPECT_NEAR(train[true].at(step), loss, 1e-5 * std::abs(loss)) << "step " << step;
   }
+}
+
+TEST_P(LongSequenceSettings, LossesMatchPlainTrainingWithin1e5) {
+  expect_plain_losses(GetParam(), {"model.gradient_checkpointing=offload", "model.tiled_mlp=7",
+                                   "model.fused_loss_chunk_mb=1"});
+}
+
+// Selective checkpointing (attention kept, the rest recomputed) with tiled MLP.
+TEST_P(LongSequenceSettings, SelectiveCheckpointingLossesMatchPlainTrainingWithin1e5) {
+  expect_plain_losses(GetParam(), {"model.gradient_checkpointing=selective", "model.tiled_mlp=7"});
 }
 
 INSTANTIATE_TEST_SUITE_P(Memory, LongSequenceSettings,

@@ -52,6 +52,22 @@ TEST(ComponentOptions, LoaderOptionsTakeTheBatchShapeAndThisRank) {
   EXPECT_TRUE(o.drop_last);
 }
 
+// model.gradient_checkpointing's word → the plan's flags: checkpointing on, and how.
+TEST(ComponentOptions, ParallelPlanTakesTheCheckpointingSetting) {
+  struct Want {
+    const char* word;
+    bool checkpointing, offload, selective;
+  };
+  for (const Want w : {Want{"false", false, false, false}, Want{"true", true, false, false},
+                       Want{"offload", true, true, false}, Want{"selective", true, false, true}}) {
+    const ParallelPlan plan = parallel_plan(
+        load(std::string("training:\n  gradient_checkpointing: ") + w.word + "\n"), torch::kCPU);
+    EXPECT_EQ(plan.checkpointing, w.checkpointing) << w.word;
+    EXPECT_EQ(plan.checkpoint_offload, w.offload) << w.word;
+    EXPECT_EQ(plan.checkpoint_selective, w.selective) << w.word;
+  }
+}
+
 TEST(ComponentOptions, ComputeDtypeFollowsBf16AndFp16) {
   EXPECT_EQ(compute_dtype(load("")), torch::kFloat32);
   EXPECT_EQ(compute_dtype(load("training:\n  bf16: true\n")), torch::kBFloat16);
