@@ -3,6 +3,7 @@
 
   gpu_train_peer.py MODEL_DIR --seq T --micro B --steps S --warmup W --mode full|lora
                     [--precision master|autocast] [--liger] [--gradient-checkpointing]
+                    [--memory-fraction F]
 
 A transformers model built from MODEL_DIR/config.json (random init, SDPA attention) trained with
 torch.optim.AdamW(fused=True) on random token ids. Precision "master" (default, as dstrain's
@@ -10,11 +11,14 @@ training.bf16): bf16 parameters for forward/backward, fp32 master weights and mo
 optimizer, the updated master copied back to bf16. "autocast": fp32 parameters under
 torch.autocast(bfloat16). LoRA (peft): r=16, alpha=32 on q/k/v/o_proj, base weights frozen bf16,
 adapters fp32 (peft's default) under autocast.
---liger: transformers + Liger kernels (liger-kernel's apply_liger_kernel_to_qwen2 before the model
-is built: RMSNorm, RoPE, SwiGLU and the fused linear cross-entropy, which never materialises the
-logits); the loss is then the model's own (`shift_labels`: the same positions and targets as
-without Liger). --gradient-checkpointing: transformers' non-reentrant checkpointing of every
-decoder layer.
+--liger: transformers + Liger kernels (liger-kernel's apply_liger_kernel_to_qwen2, or _to_llama
+for a Llama config, before the model is built: RMSNorm, RoPE, SwiGLU and the fused linear
+cross-entropy, which never materialises the logits); the loss is then the model's own
+(`shift_labels`: the same positions and targets as without Liger). --gradient-checkpointing:
+transformers' non-reentrant checkpointing of every decoder layer. --memory-fraction:
+torch.cuda.set_per_process_memory_fraction(F) first, so that the caching allocator may hold at
+most F of the GPU's memory (scripts/bench/long-seq's budget; dstrain's
+DSTRAIN_CUDA_MEMORY_FRACTION).
 Prints one JSON line: tokens_per_s (median over the steps after warm-up, CUDA events),
 step_ms, max_allocated_gb, max_reserved_gb. Exit 3 on CUDA out of memory (the caller's batch
 search), 1 on other errors.
@@ -39,15 +43,17 @@ def progress(what):
 def build(args):
     import transformers
     progress(f"transformers {transformers.__version__} imported")
+    config = transformers.AutoConfig.from_pretrained(args.model_dir)
     if args.liger:
         import liger_kernel
+        import liger_kernel.transformers as liger
         from importlib.metadata import version
-        from liger_kernel.transformers import apply_liger_kernel_to_qwen2
-        apply_liger_kernel_to_qwen2(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
-                                    fused_linear_cross_entropy=True)
-        progress(f"liger-kernel {version('liger-kernel')} applied to Qwen2 (from "
+        apply = {"qwen2": liger.apply_liger_kernel_to_qwen2,
+                 "llama": liger.apply_liger_kernel_to_llama}[config.model_type]
+        apply(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+              fused_linear_cross_entropy=True)
+        progress(f"liger-kernel {version('liger-kernel')} applied to {config.model_type} (from "
                  f"{liger_kernel.__path__[0]})")
-    config = transformers.AutoConfig.from_pretrained(args.model_dir)
     torch.manual_seed(0)
     dtype = torch.bfloat16 if args.precision == "master" or args.mode == "lora" else torch.float32
     # Built on the device: a random init of 0.5B parameters on the host takes tens of seconds.
@@ -103,7 +109,13 @@ def main(argv):
     p.add_argument("--profile-out", help="where the profile's Chrome trace goes")
     p.add_argument("--liger", action="store_true", help="transformers + Liger kernels")
     p.add_argument("--gradient-checkpointing", action="store_true")
+    p.add_argument("--memory-fraction", type=float,
+                   help="torch.cuda.set_per_process_memory_fraction: the allocator's limit")
     args = p.parse_args(argv)
+    if args.memory_fraction is not None:
+        if not 0 < args.memory_fraction <= 1:
+            p.error(f"--memory-fraction {args.memory_fraction}: expected a number in (0, 1]")
+        torch.cuda.set_per_process_memory_fraction(args.memory_fraction)
     try:
         model, vocab = build(args)
         trainable = [q for q in model.parameters() if q.requires_grad]

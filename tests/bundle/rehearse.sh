@@ -9,10 +9,12 @@
 # 4. the summary must show the CPU steps passing and the CUDA steps "skipped: no GPU";
 # 5. `run --cpu --only ranks` (the step a plain run leaves out) in the same way: ranks over Gloo
 #    against one rank, a restart, a stopped rank named, the collectives table;
-# 6. `run --cpu --only bench-seeds,bench-liger,bench-long` (the benchmark steps that need
-#    DeepSpeed and liger-kernel): their wheels unpack and import from the run's own directory, the
-#    users' stack and dstrain train the users' train.yaml for two steps on the CPU (tiny model),
-#    dstrain accepts every configuration of those steps, and they report "skipped: no GPU";
+# 6. `run --cpu --only bench-seeds,bench-liger,bench-long,long-seq,long-seq-8b` (the benchmark
+#    steps that need DeepSpeed and liger-kernel): their wheels unpack and import from the run's own
+#    directory, the users' stack and dstrain train the users' train.yaml for two steps on the CPU
+#    (tiny model), dstrain accepts every configuration of those steps, the memory model predicts
+#    the long-sequence steps' lengths, Liger patches Llama, scripts/bench/long-seq's CPU benchmark
+#    runs on the tiny model, and they report "skipped: no GPU";
 # 7. the wheels on a python3 that lacks DeepSpeed's dependencies (the environment's packages
 #    without pydantic, hjson, ... and the two themselves, run with -S): they are unpacked from the
 #    bundle and DeepSpeed imports with them;
@@ -48,7 +50,7 @@ unshare -m bash -c "$hide_build && bash '$bundle/run' --cpu '$tmp/out'" || rc=$?
 unshare -m bash -c "$hide_build && bash '$bundle/run' --cpu --only ranks '$tmp/out-ranks'" ||
   rc_ranks=$?
 rc_bench=0
-unshare -m bash -c "$hide_build && bash '$bundle/run' --cpu --only bench-seeds,bench-liger,bench-long '$tmp/out-bench'" ||
+unshare -m bash -c "$hide_build && bash '$bundle/run' --cpu --only bench-seeds,bench-liger,bench-long,long-seq,long-seq-8b '$tmp/out-bench'" ||
   rc_bench=$?
 
 echo "== 4. check the summary (run exit $rc)"
@@ -100,11 +102,15 @@ expect "^\| 9 bench-liger \| skipped: no GPU \|.*liger-kernel from the bundle's 
        "$bench" "bench-liger: Liger's patch from the wheel, dstrain's configurations accepted"
 expect "^\| 10 bench-long \| skipped: no GPU \|.*dstrain accepts" "$bench" \
        "bench-long: dstrain's checkpointing configurations accepted"
+expect "^\| 11 long-seq \| skipped: no GPU \|.*dstrain accepts its configurations; memory model predicts tiled [0-9]+, offload [0-9]+; Liger patches Llama \(LigerRMSNorm LigerSwiGLUMLP\); on the CPU \(tiny model\): 3 lengths ran" \
+       "$bench" "long-seq: configurations, memory model, Liger on Llama, the CPU benchmark"
+expect "^\| 12 long-seq-8b \| skipped: no GPU \|.*memory model predicts offload [0-9]+; Liger patches Llama" \
+       "$bench" "long-seq-8b: configurations and memory model of the 8B LoRA shape"
 expect "^== wheels/: unpacked into [^ ]*/pysite: deepspeed 0\.19\.8, liger_kernel 0\.8\.5" \
        "$tmp/out-bench/8-bench-seeds.log" "deepspeed and liger-kernel unpacked from wheels/"
 files=$(find "$tmp/out-bench" -type f | wc -l)
-[ "$files" = 4 ] || { echo "FAILED: $files files from the benchmark steps, expected 4"; fails=1; }
-[ "$rc_bench" = 0 ] || { echo "FAILED: run --only bench-seeds,bench-liger,bench-long exited $rc_bench"; fails=1; }
+[ "$files" = 6 ] || { echo "FAILED: $files files from the benchmark steps, expected 6"; fails=1; }
+[ "$rc_bench" = 0 ] || { echo "FAILED: run --only bench-seeds,bench-liger,bench-long,long-seq,long-seq-8b exited $rc_bench"; fails=1; }
 
 echo "== 7. the wheels on a python3 without DeepSpeed's dependencies"
 # The environment's packages less those the bundle carries (the GPU machine has none of pydantic,
