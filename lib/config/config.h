@@ -125,6 +125,8 @@ struct TrainingSection {
   int64_t eval_interval = 0;       // steps; 0 = only at each epoch end
   int64_t eval_max_batches = -1;   // -1 = whole eval set
   int64_t log_interval = 1;        // steps between metric lines
+  // CUDA graphs per layer (train/graphs_choice.h): auto | on | off.
+  std::string cuda_graphs = "auto";
 };
 
 struct LoraSection {

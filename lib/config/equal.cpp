@@ -47,7 +47,8 @@ bool operator==(const TrainingSection& a, const TrainingSection& b) {
                     s.gradient_accumulation_steps, s.train_batch_size, s.optimizer, s.scheduler,
                     s.seed, s.bf16, s.fp16, s.fp16_loss_scale, s.fp16_initial_scale_power,
                     s.fp16_loss_scale_window, s.fp16_min_loss_scale, s.fp16_hysteresis,
-                    s.gradient_clipping, s.eval_interval, s.eval_max_batches, s.log_interval);
+                    s.gradient_clipping, s.eval_interval, s.eval_max_batches, s.log_interval,
+                    s.cuda_graphs);
   };
   return t(a) == t(b);
 }

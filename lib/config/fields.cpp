@@ -247,6 +247,8 @@ void add_training_loop(std::vector<Field>& t) {
       integer("training.log_interval", Range::kPositive, DSTRAIN_MEMBER(training.log_interval)));
   t.push_back(boolean("training.use_flash_attn", DSTRAIN_MEMBER(model.use_flash_attn)));
   t.push_back(
+      text("training.cuda_graphs", DSTRAIN_MEMBER(training.cuda_graphs), {"auto", "on", "off"}));
+  t.push_back(
       integer("training.num_workers", Range::kNonNegative, DSTRAIN_MEMBER(data.num_workers)));
   t.push_back(integer("training.num_workers_eval", Range::kNonNegative,
                       DSTRAIN_MEMBER(data.num_workers_eval)));

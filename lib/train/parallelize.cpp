@@ -3,6 +3,7 @@
 #include <map>
 
 #include "model/activation_offload.h"
+#include "model/layer_graphs.h"
 #include "model/storage.h"
 
 namespace dstrain::train {
@@ -91,6 +92,13 @@ Parallelized parallelize(model::DecoderModel model, const ParallelWorld& world, 
   if (plan.lora) out.lora = apply_lora(model, *plan.lora);
   world.sequence_parallel.apply(*model);
   model->set_tiled_mlp(plan.tiled_mlp);
+  if (plan.graph_recorder) {
+    // First, so innermost: the graphs call the layer's own forward.
+    out.graphs = std::make_shared<model::LayerGraphs>(std::move(plan.graph_recorder),
+                                                      model::LayerGraphOptions{plan.checkpointing});
+    model->wrap_blocks(out.graphs->wrapper());
+    plan.engine.keep_gathered_memory = true;
+  }
   if (plan.checkpointing && plan.checkpoint_selective) {
     model->wrap_blocks(model::selective_checkpoint_layers());
   } else if (plan.checkpointing) {

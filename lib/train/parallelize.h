@@ -9,13 +9,15 @@
 //   2. Sequence parallelism: every block's attention runs the group's Ulysses core
 //      (sequence_parallel.h; nothing for a group of one).
 //   3. Tiled MLP in every block (plan.tiled_mlp).
-//   4. Activation checkpointing of every layer block, its input optionally offloaded to the host
+//   4. CUDA graphs per layer (plan.graph_recorder, model/layer_graphs.h): the innermost wrapper,
+//      around the layer's own forward.
+//   5. Activation checkpointing of every layer block, its input optionally offloaded to the host
 //      (plan.checkpointing, plan.checkpoint_offload), or keeping its attention's results too
-//      (plan.checkpoint_selective, model/selective_attention.h): the innermost wrapper, so that
-//      ZeRO-3's gathers are not repeated in its recompute.
-//   5. The parameters and adapters are placed on the device (parameters without memory stay
+//      (plan.checkpoint_selective, model/selective_attention.h): inside the engine's wrapper, so
+//      that ZeRO-3's gathers are not repeated in its recompute; its recompute replays the graphs.
+//   6. The parameters and adapters are placed on the device (parameters without memory stay
 //      without memory there).
-//   6. ZeRO: the engine is built over every parameter, each with its block as its stage-3 unit
+//   7. ZeRO: the engine is built over every parameter, each with its block as its stage-3 unit
 //      (stage 3's units are the blocks, and each forward segment a block with the blocks it
 //      shares parameters with: the tied head reads the embedding's), frozen when LoRA froze it,
 //      then the adapters. Every parameter gets its initial values from plan.initial_values (the
@@ -37,6 +39,7 @@
 
 #include "comm/communicator.h"
 #include "lora/lora_model.h"
+#include "model/layer_graphs.h"
 #include "model/model.h"
 #include "train/sequence_parallel.h"
 #include "zero/engine.h"
@@ -57,6 +60,10 @@ struct ParallelPlan {
   bool checkpoint_offload = false;  // with checkpointing: layer inputs kept in host memory
   // With checkpointing: attention's output and statistics kept, not recomputed (selective).
   bool checkpoint_selective = false;
+  // CUDA graphs per layer (model/layer_graphs.h) made by this recorder; null: none. Stage 3 then
+  // keeps each unit's gathered memory (the graphs read the parameters where they were recorded).
+  // Not with sequence parallelism, tiled MLP, selective checkpointing or offload (graphs_choice.h).
+  std::shared_ptr<model::Recorder> graph_recorder;
   zero::EngineOptions engine;  // its stage picks the engine; initial_values is set here
   zero::OptimizerFactory optimizer;
   model::ValueSource initial_values;  // the model's parameters by name (files or a seeded init)
@@ -71,7 +78,8 @@ struct ParallelWorld {
 };
 
 struct Parallelized {
-  std::unique_ptr<lora::LoraModel> lora;  // null without LoRA
+  std::unique_ptr<lora::LoraModel> lora;       // null without LoRA
+  std::shared_ptr<model::LayerGraphs> graphs;  // null without plan.graph_recorder
   std::unique_ptr<zero::Engine> engine;
 };
 

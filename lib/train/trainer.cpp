@@ -30,6 +30,7 @@
 #include "train/checkpointing_choice.h"
 #include "train/component_options.h"
 #include "train/device.h"
+#include "train/graphs_choice.h"
 #include "train/lora_setup.h"
 #include "train/parallelize.h"
 #include "train/run_outputs.h"
@@ -114,8 +115,9 @@ void Trainer::init() {
 
   resolve_model();
   build_data();
-  // Both auto choices plan against one limit, read before the engine places anything.
-  const bool plans = cfg_.training.micro_batch_auto || cfg_.model.checkpoint_auto;
+  // The auto choices plan against one limit, read before the engine places anything.
+  const bool plans = cfg_.training.micro_batch_auto || cfg_.model.checkpoint_auto ||
+                     graphs_need_limit(cfg_, device_.is_cuda());
   const int64_t limit = plans ? planning_limit(*comm_, device_) : 0;
   if (cfg_.training.micro_batch_auto) choose_micro_batch(limit);
   // The model holds no memory: the engine fills it (at stage 3 only its shard) from the initial
@@ -128,6 +130,7 @@ void Trainer::init() {
     plan.checkpoint_offload = choice.setting == zero::Checkpointing::kOffload;
     plan.checkpoint_selective = choice.setting == zero::Checkpointing::kSelective;
   }
+  choose_cuda_graphs(plan, limit);
   plan.initial_values = initial_values();
   if (cfg_.lora.enabled) {
     plan.lora = lora_plan(cfg_);
@@ -136,6 +139,7 @@ void Trainer::init() {
   Parallelized parallel = parallelize(model_, {*comm_, device_, *sp_}, std::move(plan));
   lora_ = std::move(parallel.lora);
   engine_ = std::move(parallel.engine);
+  graphs_ = std::move(parallel.graphs);
   if (lora_) log_lora();
   model_->train();
   if (cfg_.model.fused_loss_chunk_mb > 0)
@@ -170,6 +174,31 @@ void Trainer::init() {
   if (engine_->can_update_during_backward()) {
     log::info("no gradient clipping: each bucket/unit is updated during backward, once reduced");
   }
+}
+
+void Trainer::choose_cuda_graphs(ParallelPlan& plan, int64_t limit) {
+  const int64_t gathered = model_config_.num_parameters(true) *
+                           static_cast<int64_t>(c10::elementSize(plan.engine.compute_dtype));
+  const GraphsChoice g = choose_graphs(cfg_, plan, device_.is_cuda(), gathered, limit);
+  if (g.on) plan.graph_recorder = model::cuda_graph_recorder(device_);
+  if (rank_ != 0) return;
+  if (g.on) {
+    log::info("CUDA graphs: each decoder layer is recorded on its first step and replayed after");
+  } else if (cfg_.training.cuda_graphs == "on") {
+    log::warn("training.cuda_graphs: on has no effect: {}", g.why_not);
+  } else if (cfg_.training.cuda_graphs == "auto" && device_.is_cuda()) {
+    log::info("CUDA graphs off: {}", g.why_not);
+  }
+}
+
+void Trainer::log_graphs_once() {
+  if (!graphs_ || graphs_logged_) return;
+  graphs_logged_ = true;
+  const model::LayerGraphStats st = graphs_->stats();
+  log::info(
+      "CUDA graphs: {} recordings, {} replays, {} layer calls run eagerly in the first step{}",
+      st.recordings, st.replays, st.eager_calls,
+      st.failure.empty() ? "" : " (recording stopped: " + st.failure + ")");
 }
 
 void Trainer::create_metrics() {
@@ -442,6 +471,7 @@ RunSummary Trainer::run_steps() {
     optimizer_span.end();
     opt_t += o.seconds();
     ++step_;
+    if (rank_ == 0) log_graphs_once();
     profiler.after_step(step_);
     ++interval_steps;
     tokens_seen_ += tokens_per_step_;

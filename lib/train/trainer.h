@@ -24,6 +24,7 @@
 #include "tokenizer/tokenizer.h"
 #include "train/device.h"
 #include "train/micro_batch_auto.h"
+#include "train/parallelize.h"
 #include "train/phase_peaks.h"
 #include "train/sequence_parallel.h"
 #include "zero/engine.h"
@@ -76,6 +77,11 @@ class Trainer {
   // LoRA: lora::base_checksum of the base, computed by the ranks together from its initial values
   // (each rank checksums every world-th parameter) without materialising it.
   std::string base_checksum(const model::ValueSource& values);
+  // training.cuda_graphs (graphs_choice.h): sets plan.graph_recorder when graphs are on; rank 0
+  // says what was chosen. `limit`: planning_limit(), read only where graphs_need_limit().
+  void choose_cuda_graphs(ParallelPlan& plan, int64_t limit);
+  // Rank 0, after the first step: what the graphs recorded and replayed.
+  void log_graphs_once();
   // The datasets; the loader is built once the micro-batch is known (build_loader).
   void build_data();
   void build_loader();
@@ -143,6 +149,8 @@ class Trainer {
   std::unique_ptr<lora::LoraModel> lora_;  // null without LoRA; outlives engine_ (declared first)
   std::string base_checksum_;              // LoRA: lora::base_checksum of the fp32 base weights
   std::unique_ptr<zero::Engine> engine_;
+  std::shared_ptr<model::LayerGraphs> graphs_;  // null without CUDA graphs
+  bool graphs_logged_ = false;
   std::unique_ptr<optim::LrSchedule> schedule_;
   MicroBatchPlan micro_plan_;      // per_device_train_batch_size: auto (rank 0's plan)
   bool micro_batch_kept_ = false;  // the choice came from the checkpoint resumed

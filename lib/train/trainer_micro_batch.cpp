@@ -78,6 +78,8 @@ bool Trainer::trial_step_fits(int64_t micro) {
   b.labels = torch::zeros({micro, cfg_.data.max_length}, torch::kInt64);
   b = on_device(std::move(b));
   const model::RngState rng = model::capture_rng({b.input_ids});
+  // A trial's shape is recorded by no graph: its layers run eagerly.
+  if (graphs_) graphs_->set_enabled(false);
   bool out_of_memory = false;
   try {
     const torch::Tensor loss = sp_->reduce_loss(local_loss_sum(b)).mean();
@@ -95,6 +97,7 @@ bool Trainer::trial_step_fits(int64_t micro) {
     out_of_memory = true;
   }
   engine_->discard_micro_steps();
+  if (graphs_) graphs_->set_enabled(true);
   model::restore_rng(rng);
   std::vector<double> failed = {out_of_memory ? 1.0 : 0.0};
   all_reduce(failed);

@@ -92,6 +92,10 @@ struct EngineOptions {
   std::vector<std::vector<int>> segments;
   int64_t prefetch_bucket_size = 50'000'000;      // elements gathered ahead of use
   int64_t param_persistence_threshold = 100'000;  // smaller parameters stay gathered
+  // Stage 3: a unit keeps its gathered memory once it has some (released units are re-gathered
+  // into the same addresses), for CUDA graphs that read parameters where they were recorded. The
+  // model then holds every unit's gathered size in the compute dtype after the first step.
+  bool keep_gathered_memory = false;
   bool offload_optimizer = false;  // stages 1-3: master, optimizer state and the update on the host
   bool offload_param = false;      // stage 3: parameter shards on the host
   // Where the initial values come from; unset: from the parameters themselves (which must then

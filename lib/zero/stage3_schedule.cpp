@@ -40,7 +40,7 @@ void Stage3Engine::release(size_t u) {
   Unit& unit = units_[u];
   if (unit.persistent() || unit.state == UnitState::kFree) return;
   if (unit.state == UnitState::kGathering) wait_gathered(u);
-  model::release_storage(unit.full);
+  if (!options_.keep_gathered_memory) model::release_storage(unit.full);
   unit.state = UnitState::kFree;
 }
 

@@ -17,8 +17,13 @@ figures for the summary table and exiting non-zero when the check fails:
                                           the N kernels (on the CPU: operators) with the most time
                                           in a logging.profile_steps profile of STEPS steps, and how
                                           busy the GPU was
+  checks.py graphs-compare OFF ON ON_LOG MICRO_STEPS NAME
+                                          runs without and with CUDA graphs (their out_dirs): losses
+                                          bit-identical, graphs in use (ON_LOG), launches and
+                                          kernels per micro-step of their profiled step
 
-Only the standard library is needed for bench-figures, trace-top and profile-top; wheels needs
+Only the standard library is needed for bench-figures, trace-top, profile-top and
+graphs-compare; wheels needs
 packaging (DeepSpeed needs it too); versions and tiny-run import torch, transformers and
 safetensors of the device's python3.
 """
@@ -111,12 +116,53 @@ def tiny_run(first, resumed, from_step, hf_dir, dstrain, device):
     return 0 if ok else 1
 
 
+def launches(profile_path, micro_steps):
+    """Kernel launches (the runtime's and driver's launch calls, a graph's launch counting one) and
+    kernels run, per micro-step, in a PyTorch profiler trace of `micro_steps` micro-steps."""
+    with open(profile_path) as f:
+        events = json.load(f)["traceEvents"]
+    calls = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
+             and "Launch" in e.get("name", "")]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    graphs = [e for e in calls if "Graph" in e["name"]]
+    return len(calls) / micro_steps, len(kernels) / micro_steps, len(graphs) / micro_steps
+
+
+def graphs_compare(off_dir, on_dir, on_log, micro_steps, name):
+    """One case of the graphs step: the losses of the run without CUDA graphs and with them,
+    bit-identical at every step; the recordings the run with them logged (no layer eager); the
+    launches per micro-step of each (their profiled step)."""
+    a, b = read_losses(os.path.join(off_dir, "metrics.jsonl")), read_losses(
+        os.path.join(on_dir, "metrics.jsonl"))
+    same = [s for s in a if s in b and a[s] == b[s]]
+    ok = bool(a) and len(same) == len(a) == len(b)
+    with open(on_log) as f:
+        said = [l.strip() for l in f if "CUDA graphs:" in l and "recordings" in l]
+    recorded = bool(said) and " 0 layer calls run eagerly" in said[0] and "stopped" not in said[0]
+    ok &= recorded
+    parts = [f"{name}: {len(same)}/{len(a)} losses bit-identical",
+             "graphs recorded" if recorded else f"graphs NOT in use ({said[0] if said else 'no line'})"]
+    for label, d in (("off", off_dir), ("on", on_dir)):
+        prof = os.path.join(d, "profile", "rank-0.json")
+        if os.path.exists(prof):
+            calls, kernels, graph_calls = launches(prof, micro_steps)
+            parts.append(f"{label} {calls:.0f} launches ({graph_calls:.0f} graphs) and "
+                         f"{kernels:.0f} kernels per micro-step")
+    if len(same) != len(a):
+        diff = [s for s in sorted(a) if s not in same][:3]
+        print("differs at steps " + ", ".join(f"{s}: {a[s]!r} vs {b.get(s)!r}" for s in diff),
+              file=sys.stderr)
+    print("; ".join(parts))
+    return 0 if ok else 1
+
+
 SHORT_NAMES = {"dstrain, fused kernels off": "dstrain eager", "PyTorch + transformers": "peer",
                "transformers + Liger": "liger", "transformers + Liger + PEFT": "liger",
                "transformers + Liger, gradient checkpointing": "liger ckpt",
                "dstrain (checkpointing, tiled MLP)": "dstrain ckpt",
                "dstrain (offloaded checkpointing, tiled MLP)": "dstrain offload",
                "dstrain (the users' train.yaml)": "dstrain",
+               "dstrain (the users' train.yaml, CUDA graphs off)": "dstrain no graphs",
                "transformers + PEFT + DeepSpeed (the users' stack)": "users' stack"}
 
 
@@ -311,6 +357,8 @@ def main(argv):
         return versions(rest[0])
     if cmd == "tiny-run" and len(rest) == 6:
         return tiny_run(rest[0], rest[1], int(rest[2]), rest[3], rest[4], rest[5])
+    if cmd == "graphs-compare" and len(rest) == 5:
+        return graphs_compare(rest[0], rest[1], rest[2], int(rest[3]), rest[4])
     if cmd == "bench-figures" and rest:
         return bench_figures(*rest)
     if cmd == "wheels" and len(rest) == 2:

@@ -7,8 +7,9 @@
 #    links across file systems, of the environment's torch/lib and nvidia/) and the build directory
 #    hidden under an empty tmpfs in a private mount namespace: nothing can come from the build;
 # 4. the summary must show the CPU steps passing and the CUDA steps "skipped: no GPU";
-# 5. `run --cpu --only ranks` (the step a plain run leaves out) in the same way: ranks over Gloo
-#    against one rank, a restart, a stopped rank named, the collectives table;
+# 5. `run --cpu --only ranks,graphs` (steps a plain run leaves out) in the same way: ranks over
+#    Gloo against one rank, a restart, a stopped rank named, the collectives table; the graphs
+#    step's runs (CUDA graphs are off on the CPU: only its plumbing);
 # 6. `run --cpu --only bench-seeds,bench-liger,bench-long,long-seq,long-seq-8b` (the benchmark
 #    steps that need DeepSpeed and liger-kernel): their wheels unpack and import from the run's own
 #    directory, the users' stack and dstrain train the users' train.yaml for two steps on the CPU
@@ -47,7 +48,7 @@ export DSTRAIN_TORCH_LIB=$tmp/site/torch/lib DSTRAIN_PYTHON=$repo/.venv/bin/pyth
 hide_build="mount -t tmpfs -o size=1M none '$build' && test -z \"\$(ls -A '$build')\""
 rc=0 rc_ranks=0
 unshare -m bash -c "$hide_build && bash '$bundle/run' --cpu '$tmp/out'" || rc=$?
-unshare -m bash -c "$hide_build && bash '$bundle/run' --cpu --only ranks '$tmp/out-ranks'" ||
+unshare -m bash -c "$hide_build && bash '$bundle/run' --cpu --only ranks,graphs '$tmp/out-ranks'" ||
   rc_ranks=$?
 rc_bench=0
 unshare -m bash -c "$hide_build && bash '$bundle/run' --cpu --only bench-seeds,bench-liger,bench-long,long-seq,long-seq-8b '$tmp/out-bench'" ||
@@ -90,9 +91,13 @@ expect '^\| zero3 \| 2 \| all_gather \| [0-9.]+ \| [0-9.]+ [kM]?B \|' "$tmp/out-
        "the collectives table (stage 3 all-gathers)"
 expect '^\| zero0 sp2 \| 2 \| all_to_all \| [0-9.]+ \|' "$tmp/out-ranks/7-ranks.md" \
        "the collectives table (sequence parallelism's all-to-all)"
+expect '^\| 13 graphs \| skipped: no GPU \|.*zero2: both ran / lora-zero3-micro1x4: both ran / checkpointing: both ran / 2-ranks-zero3: both ran' \
+       "$ranks" "graphs: every case ran with cuda_graphs off and on (CPU: no graphs)"
+expect 'training.cuda_graphs: on has no effect: the run is on the CPU' "$tmp/out-ranks/13-graphs.log" \
+       "graphs: on says it has no effect on the CPU"
 files=$(find "$tmp/out-ranks" -type f | wc -l)
-[ "$files" = 3 ] || { echo "FAILED: $files files from the ranks step, expected 3"; fails=1; }
-[ "$rc_ranks" = 0 ] || { echo "FAILED: run --only ranks exited $rc_ranks"; fails=1; }
+[ "$files" = 4 ] || { echo "FAILED: $files files from the ranks and graphs steps, expected 4"; fails=1; }
+[ "$rc_ranks" = 0 ] || { echo "FAILED: run --only ranks,graphs exited $rc_ranks"; fails=1; }
 
 echo "== 6. the benchmark steps on request (run exit $rc_bench)"
 bench=$tmp/out-bench/summary.md

@@ -45,6 +45,7 @@ training:
   eval_max_batches: 4
   log_interval: 5
   use_flash_attn: true
+  cuda_graphs: "off"
   num_workers: 2
   num_workers_eval: 0
   optimizer: sgd

@@ -1,0 +1,488 @@
+#include "model/layer_graphs.h"
+
+#include <map>
+#include <tuple>
+#include <unordered_set>
+#include <vector>
+
+#include <ATen/core/ivalue.h>
+#include <torch/autograd.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "model/rng_state.h"
+
+#if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
+#include <ATen/core/CachingHostAllocator.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace dstrain::model {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+namespace {
+
+// The RoPE tables of one input shape at a fixed address: copied from a forward's context when it
+// brings other tensors (held, so that identity means the same values).
+struct StaticContext {
+  BlockContext ctx;
+  torch::Tensor cos_source, sin_source;
+
+  void fill(const BlockContext& from) {
+    torch::NoGradGuard no_grad;
+    if (!ctx.cos.defined()) {
+      ctx.cos = from.cos.clone();
+      ctx.sin = from.sin.clone();
+      ctx.training = true;
+    } else {
+      if (!cos_source.is_same(from.cos)) ctx.cos.copy_(from.cos);
+      if (!sin_source.is_same(from.sin)) ctx.sin.copy_(from.sin);
+    }
+    cos_source = from.cos;
+    sin_source = from.sin;
+  }
+};
+
+// One layer's recordings for one input shape, with the static buffers they read and write.
+struct Slot {
+  bool grad = false;  // recorded under grad: a backward recording too (when the output needs one)
+  bool input_requires_grad = false;
+  torch::Tensor x;          // [B, T, C] the input buffer
+  torch::Tensor out;        // [B, T, C] the output buffer (no autograd history)
+  torch::Tensor graph_out;  // the recorded forward's output, with the autograd graph it recorded
+  torch::Tensor grad_out;   // [B, T, C] the output gradient buffer
+  std::vector<torch::Tensor> leaves;  // parameters the forward reached that require grad
+  std::vector<torch::Tensor> grads;  // gradient buffers: the input's (if it requires grad), leaves'
+  std::unique_ptr<Recording> forward, backward;
+  StaticContext* context = nullptr;  // the RoPE tables its recordings read
+};
+
+// Parameters (autograd leaves that require grad) reached from `out`'s graph, in a fixed order;
+// `input` itself excluded.
+std::vector<torch::Tensor> leaves_of(const torch::Tensor& out, const torch::Tensor& input) {
+  std::vector<torch::Tensor> leaves;
+  std::unordered_set<torch::autograd::Node*> seen;
+  std::vector<torch::autograd::Node*> todo;
+  if (out.grad_fn()) todo.push_back(out.grad_fn().get());
+  while (!todo.empty()) {
+    torch::autograd::Node* node = todo.back();
+    todo.pop_back();
+    if (!seen.insert(node).second) continue;
+    for (const auto& edge : node->next_edges()) {
+      if (!edge.is_valid()) continue;
+      auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(edge.function.get());
+      if (acc == nullptr) {
+        todo.push_back(edge.function.get());
+      } else if (!acc->variable.is_same(input) && seen.insert(acc).second) {
+        leaves.push_back(acc->variable);
+      }
+    }
+  }
+  return leaves;
+}
+
+// Writes `value` into the buffer `dst`, which the first (recording) run creates.
+void keep(torch::Tensor& dst, const torch::Tensor& value) {
+  if (!dst.defined() || !value.defined()) {
+    dst = value;
+  } else {
+    dst.copy_(value);
+  }
+}
+
+void forward_body(Slot& s, Block& block, const BlockContext& ctx) {
+  torch::AutoGradMode mode(s.grad);
+  torch::Tensor o = block.forward(s.x, ctx);
+  torch::NoGradGuard no_grad;
+  keep(s.out, o.detach());
+  s.graph_out = o;
+}
+
+variable_list gradient_inputs(const Slot& s) {
+  variable_list inputs;
+  if (s.input_requires_grad) inputs.push_back(s.x);
+  inputs.insert(inputs.end(), s.leaves.begin(), s.leaves.end());
+  return inputs;
+}
+
+// `retain`: keep the forward's saved activations (they must stay where the recording read them).
+void backward_body(Slot& s, bool retain) {
+  const variable_list grads = torch::autograd::grad({s.graph_out}, gradient_inputs(s), {s.grad_out},
+                                                    retain, /*create_graph=*/false,
+                                                    /*allow_unused=*/true);
+  torch::NoGradGuard no_grad;
+  s.grads.resize(grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) keep(s.grads[i], grads[i]);
+}
+
+// The first line of an exception's message (c10 errors append a backtrace).
+std::string first_line(const char* what) {
+  std::string s(what);
+  const size_t nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+}  // namespace
+
+struct LayerGraphs::State {
+  std::shared_ptr<Recorder> recorder;
+  LayerGraphOptions options;
+  bool enabled = true;
+  LayerGraphStats stats;
+  // (layer, grad, input requires grad, shape, dtype) → its slot; null: eager for good.
+  using Key = std::tuple<size_t, bool, bool, std::vector<int64_t>, int>;
+  std::map<Key, std::unique_ptr<Slot>> slots;
+  std::map<std::pair<std::vector<int64_t>, int>, int> pools;  // input shape and dtype → pool
+  std::map<int, StaticContext> contexts;                      // pool → its RoPE tables
+  bool shapes_exceeded_logged = false;
+
+  Slot* slot_for(const ModelBlock& block, const torch::Tensor& x, const BlockContext& ctx);
+  int pool_for(const torch::Tensor& x);
+  std::unique_ptr<Slot> record(const ModelBlock& block, const torch::Tensor& x, bool grad,
+                               StaticContext& sctx, int pool);
+  void warm_up(Slot& s, Block& block, const BlockContext& ctx);
+};
+
+namespace {
+
+// What the autograd node of a replayed layer holds.
+struct SlotHandle : torch::CustomClassHolder {
+  std::shared_ptr<LayerGraphs::State> state;
+  Slot* slot = nullptr;
+};
+
+// A replayed layer in the autograd graph, its forward already replayed (outside Function::apply,
+// whose forward runs with autograd's dispatch keys excluded: the replaying recorder records a
+// graph). Inputs: the layer input, then the slot's leaves (so that autograd routes their
+// gradients to their accumulators). The gradients returned are the slot's buffers themselves: the
+// slot holds a reference, so autograd copies them into .grad instead of taking them over (a buffer
+// is overwritten by the next replay).
+class ReplayedLayer : public torch::autograd::Function<ReplayedLayer> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, c10::intrusive_ptr<SlotHandle> handle,
+                               at::TensorList /*inputs*/) {
+    torch::Tensor out = handle->slot->out.detach();  // a new alias: this call's node goes on it
+    ctx->saved_data["slot"] = c10::IValue::make_capsule(std::move(handle));
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto handle =
+        c10::static_intrusive_pointer_cast<SlotHandle>(ctx->saved_data["slot"].toCapsule());
+    Slot& s = *handle->slot;
+    if (grads[0].defined()) {
+      s.grad_out.copy_(grads[0]);
+    } else {
+      s.grad_out.zero_();
+    }
+    s.backward->replay();
+    ++handle->state->stats.replays;
+    variable_list result{torch::Tensor()};  // the handle
+    size_t g = 0;
+    result.push_back(s.input_requires_grad ? s.grads[g++] : torch::Tensor());
+    for (size_t i = 0; i < s.leaves.size(); ++i) result.push_back(s.grads[g++]);
+    return result;
+  }
+};
+
+}  // namespace
+
+int LayerGraphs::State::pool_for(const torch::Tensor& x) {
+  const auto shape = std::make_pair(x.sizes().vec(), static_cast<int>(x.scalar_type()));
+  const auto it = pools.find(shape);
+  if (it != pools.end()) return it->second;
+  if (static_cast<int>(pools.size()) >= options.max_shapes) {
+    if (!shapes_exceeded_logged) {
+      log::info("CUDA graphs: more than {} input shapes; layers run eagerly for the others",
+                options.max_shapes);
+      shapes_exceeded_logged = true;
+    }
+    return -1;
+  }
+  const int id = static_cast<int>(pools.size());
+  pools.emplace(shape, id);
+  return id;
+}
+
+Slot* LayerGraphs::State::slot_for(const ModelBlock& block, const torch::Tensor& x,
+                                   const BlockContext& ctx) {
+  const bool grad = torch::GradMode::is_enabled();
+  Key key{block.index, grad, grad && x.requires_grad(), x.sizes().vec(),
+          static_cast<int>(x.scalar_type())};
+  const auto it = slots.find(key);
+  if (it != slots.end()) return it->second.get();
+  if (!stats.failure.empty()) return nullptr;
+  const int pool = pool_for(x);
+  if (pool < 0) return nullptr;
+  StaticContext& sctx = contexts[pool];
+  sctx.fill(ctx);
+  std::unique_ptr<Slot> slot = record(block, x, grad, sctx, pool);
+  if (slot) slot->context = &sctx;
+  Slot* raw = slot.get();
+  slots.emplace(std::move(key), std::move(slot));
+  return raw;
+}
+
+void LayerGraphs::State::warm_up(Slot& s, Block& block, const BlockContext& ctx) {
+  torch::AutoGradMode mode(s.grad);
+  const torch::Tensor o = block.forward(s.x, ctx);
+  if (!s.grad || !o.requires_grad()) return;
+  Slot probe;
+  probe.input_requires_grad = s.input_requires_grad;
+  probe.x = s.x;
+  probe.leaves = leaves_of(o, s.x);
+  if (!gradient_inputs(probe).empty()) {
+    torch::autograd::grad({o}, gradient_inputs(probe), {torch::ones_like(o)}, false, false, true);
+  }
+}
+
+std::unique_ptr<Slot> LayerGraphs::State::record(const ModelBlock& block, const torch::Tensor& x,
+                                                 bool grad, StaticContext& sctx, int pool) {
+  auto slot = std::make_unique<Slot>();
+  Slot* s = slot.get();
+  s->grad = grad;
+  s->input_requires_grad = grad && x.requires_grad();
+  {
+    torch::NoGradGuard no_grad;
+    s->x = x.detach().clone();
+  }
+  s->x.requires_grad_(s->input_requires_grad);
+  const BlockContext* ctx = &sctx.ctx;
+  const std::shared_ptr<Block> layer = block.block;
+  const RngState rng = capture_rng({x});
+  try {
+    recorder->warm_up([&] { warm_up(*s, *layer, *ctx); });
+    restore_rng(rng);
+    s->forward = recorder->record([s, layer, ctx] { forward_body(*s, *layer, *ctx); }, pool);
+    ++stats.recordings;
+    if (grad && s->graph_out.requires_grad()) {
+      s->leaves = leaves_of(s->graph_out, s->x);
+      {
+        torch::NoGradGuard no_grad;
+        s->grad_out = torch::zeros_like(s->out);
+      }
+      const bool retain = !options.recompute_follows;
+      s->backward = recorder->record([s, retain] { backward_body(*s, retain); }, pool);
+      ++stats.recordings;
+    }
+    restore_rng(rng);
+    return slot;
+  } catch (const std::exception& e) {
+    restore_rng(rng);
+    stats.failure = fmt::format("{}: {}", block.name, first_line(e.what()));
+    log::warn(
+        "CUDA graphs: recording {} failed ({}); it and every layer not recorded yet run eagerly "
+        "from now on (training.cuda_graphs: off avoids the attempt)",
+        block.name, first_line(e.what()));
+    return nullptr;
+  }
+}
+
+LayerGraphs::LayerGraphs(std::shared_ptr<Recorder> recorder, LayerGraphOptions options)
+    : state_(std::make_shared<State>()) {
+  state_->recorder = std::move(recorder);
+  state_->options = options;
+}
+
+LayerGraphs::~LayerGraphs() = default;
+
+void LayerGraphs::set_enabled(bool enabled) {
+  state_->enabled = enabled;
+}
+
+LayerGraphStats LayerGraphs::stats() const {
+  return state_->stats;
+}
+
+BlockWrapper LayerGraphs::wrapper() {
+  return [state = state_](const ModelBlock& block, const torch::Tensor& x, const BlockContext& ctx,
+                          const BlockFn& run) -> torch::Tensor {
+    if (block.role != BlockRole::kLayer || !ctx.training || !state->enabled) return run(x);
+    Slot* slot = nullptr;
+    if (state->recorder->supports(x)) slot = state->slot_for(block, x, ctx);
+    if (slot == nullptr) {
+      ++state->stats.eager_calls;
+      return run(x);
+    }
+    slot->context->fill(ctx);
+    {
+      torch::NoGradGuard no_grad;
+      slot->x.copy_(x);
+    }
+    slot->forward->replay();
+    ++state->stats.replays;
+    if (!slot->backward) return slot->out.detach();
+    auto handle = c10::make_intrusive<SlotHandle>();
+    handle->state = state;
+    handle->slot = slot;
+    variable_list inputs{x};
+    inputs.insert(inputs.end(), slot->leaves.begin(), slot->leaves.end());
+    return ReplayedLayer::apply(std::move(handle), at::TensorList(inputs));
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Recorders.
+
+namespace {
+
+class ReplayingRecording final : public Recording {
+ public:
+  explicit ReplayingRecording(std::function<void()> body) : body_(std::move(body)) {}
+  void replay() override { body_(); }
+
+ private:
+  std::function<void()> body_;
+};
+
+class ReplayingRecorder final : public Recorder {
+ public:
+  bool supports(const torch::Tensor&) const override { return true; }
+  void warm_up(const std::function<void()>& body) override { body(); }
+  std::unique_ptr<Recording> record(const std::function<void()>& body, int) override {
+    body();
+    return std::make_unique<ReplayingRecording>(body);
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<Recorder> replaying_recorder() {
+  return std::make_shared<ReplayingRecorder>();
+}
+
+#if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
+
+namespace {
+
+// A CUDA graph that can undo a failed capture: the stream's capture ended, the allocators routed
+// back from the graph's pool, which is released, and the generators out of capture mode.
+class Graph final : public at::cuda::CUDAGraph {
+ public:
+  void abort() noexcept {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(capture_stream_.stream(), &status) == cudaSuccess &&
+        status != cudaStreamCaptureStatusNone) {
+      cudaGraph_t partial = nullptr;
+      if (cudaStreamEndCapture(capture_stream_.stream(), &partial) == cudaSuccess && partial) {
+        cudaGraphDestroy(partial);
+      }
+    }
+    (void)cudaGetLastError();  // capture errors are not sticky: clear the one left
+    if (capture_ended_ || capture_dev_ == UNDEFINED_DEVICE) return;
+    quietly([&] { c10::cuda::CUDACachingAllocator::endAllocateToPool(capture_dev_, mempool_id_); });
+    quietly([&] { at::getHostAllocator(at::kCUDA)->end_allocate_to_pool(mempool_id_); });
+    // What capture_epilogue() does (not exported): the generator leaves capture mode, else its
+    // next eager draw fails.
+    for (auto& [state, increment] : captured_generator_states_) {
+      state->capturing_ = false;
+      increment = state->offset_intragraph_;
+    }
+    quietly([&] { c10::cuda::CUDACachingAllocator::releasePool(capture_dev_, mempool_id_); });
+    quietly([&] { at::getHostAllocator(at::kCUDA)->release_pool(mempool_id_); });
+  }
+
+ private:
+  template <typename Fn>
+  static void quietly(Fn&& fn) noexcept {
+    try {
+      fn();
+    } catch (...) {  // already done by the part of capture_end() that ran
+    }
+  }
+};
+
+class GraphRecording final : public Recording {
+ public:
+  explicit GraphRecording(std::unique_ptr<Graph> graph) : graph_(std::move(graph)) {}
+  void replay() override { graph_->replay(); }
+
+ private:
+  std::unique_ptr<Graph> graph_;
+};
+
+class CudaGraphRecorder final : public Recorder {
+ public:
+  explicit CudaGraphRecorder(const torch::Device& device)
+      : device_(device), side_(c10::cuda::getStreamFromPool(false, device.index())) {}
+
+  bool supports(const torch::Tensor& x) const override {
+    return x.is_cuda() && x.device() == device_;
+  }
+
+  void warm_up(const std::function<void()>& body) override {
+    on_side_stream([&] { body(); });
+  }
+
+  std::unique_ptr<Recording> record(const std::function<void()>& body, int pool) override {
+    auto graph = std::make_unique<Graph>();
+    // The default generator's offsets are read from the device at replay (graph-safe RNG).
+    graph->register_generator_state(at::cuda::detail::getDefaultCUDAGenerator(device_.index()));
+    const auto known = pools_.find(pool);
+    const at::cuda::MempoolId_t id =
+        known == pools_.end() ? at::cuda::MempoolId_t{0, 0} : known->second;
+    on_side_stream([&] {
+      // Thread-local: other threads (the loader's, NCCL's, autograd's) keep their CUDA calls.
+      graph->capture_begin(id, cudaStreamCaptureModeThreadLocal);
+      try {
+        body();
+        graph->capture_end();
+      } catch (...) {
+        graph->abort();
+        throw;
+      }
+    });
+    if (known == pools_.end()) pools_.emplace(pool, graph->pool());
+    return std::make_unique<GraphRecording>(std::move(graph));
+  }
+
+ private:
+  // Runs fn on the side stream, ordered after the current stream's work and before what the
+  // current stream queues next.
+  template <typename Fn>
+  void on_side_stream(Fn&& fn) {
+    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device_.index());
+    at::cuda::CUDAEvent before;
+    before.record(current);
+    before.block(side_);
+    {
+      const c10::cuda::CUDAStreamGuard guard(side_);
+      fn();
+    }
+    at::cuda::CUDAEvent after;
+    after.record(side_);
+    after.block(current);
+  }
+
+  torch::Device device_;
+  c10::cuda::CUDAStream side_;
+  std::map<int, at::cuda::MempoolId_t> pools_;
+};
+
+}  // namespace
+
+std::shared_ptr<Recorder> cuda_graph_recorder(const torch::Device& device) {
+  if (!device.is_cuda()) {
+    fail(ErrorKind::kInternal, "cuda_graph_recorder: {} is not a CUDA device", device.str());
+  }
+  return std::make_shared<CudaGraphRecorder>(device);
+}
+
+#else
+
+std::shared_ptr<Recorder> cuda_graph_recorder(const torch::Device&) {
+  fail(ErrorKind::kNotImplemented,
+       "this dstrain was built without CUDA: CUDA graphs are not available; see docs/gpu.md");
+}
+
+#endif
+
+}  // namespace dstrain::model

@@ -1,0 +1,121 @@
+#pragma once
+// CUDA graphs per decoder layer: each layer's forward and backward recorded once per input shape
+// and replayed, so that a micro-step launches a few graphs instead of thousands of kernels. At
+// micro-batch 1 a layer's kernels are small and the host, not the GPU, sets the pace: replaying a
+// recording costs one launch where the layer costs a hundred.
+//
+// Why per layer and not the whole micro-step: everything between the layers stays as it is — the
+// ZeRO engine's gathers, releases, gradient hooks, bucket reductions and updates during backward,
+// the embedding, the head's fused loss — so every stage, accumulation and LoRA keep their own code
+// paths. A layer is a pure function of its input, its parameters and the RNG: what a graph can
+// replay.
+//
+// How (the same scheme as PyTorch's make_graphed_callables, applied lazily): the first time a
+// layer runs with a new input shape in training mode it is run once to warm up (cuBLAS and
+// autograd initialise outside the recording), then its forward is recorded with a static input
+// buffer, and, with grad enabled, its backward (autograd's gradient of the recorded output with
+// respect to the input and every parameter the forward reached, found in the recorded graph) with
+// a static output-gradient buffer. A call then copies its input into the static buffer and replays
+// the forward; the layer's backward node copies the incoming gradient and replays the backward,
+// and hands the parameter gradients to autograd, which accumulates them into .grad and fires the
+// engine's post-accumulate hooks as without graphs. The parameters are read where they are at
+// recording time: their memory must stay where it is (stages 0-2: the engine's flat buffers;
+// stage 3: zero::EngineOptions::keep_gathered_memory).
+//
+// Randomness (LoRA dropout): a replay draws from the device generator at its current offset, as
+// the eager kernels would, so replayed steps draw the same masks as eager ones; warm-up and
+// recording leave the generators as they found them.
+//
+// Memory: the recordings of one input shape share one pool. Without activation checkpointing a
+// forward's saved activations stay in that pool between replays (they are needed from the forward
+// to the backward anyway, and the recording must find them at the same addresses). With it, the
+// forward recorded under grad is the recompute, replayed right before its backward, so the pair's
+// activations are freed after the backward's recording and the pool holds one layer's at a time.
+//
+// Where a recording fails (an operation that synchronises with the host, an unsupported kernel),
+// the failure is undone, one warning names the layer and the cause, and from then on every layer
+// not yet recorded runs eagerly: never a wrong step. Eval (eval mode) and grad-free calls outside
+// training run eagerly; so do input shapes beyond LayerGraphOptions::max_shapes.
+//
+// Install with DecoderModelImpl::wrap_blocks before (inside) every other wrapper: it calls the
+// layer's own forward. Not for layers whose forward talks to other ranks (sequence parallelism),
+// offloads to the host, or restores the RNG inside the layer (tiled MLP, selective checkpointing):
+// the caller (lib/train/graphs_choice.h) keeps graphs off there. One thread at a time (the
+// forward's, or autograd's in backward).
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <torch/types.h>
+
+#include "model/blocks.h"
+
+namespace dstrain::model {
+
+// A recorded sequence of device work, run again by replay() at the same addresses.
+class Recording {
+ public:
+  virtual ~Recording() = default;
+  virtual void replay() = 0;
+};
+
+// Makes recordings: CUDA graphs (cuda_graph_recorder), or replaying_recorder() in tests.
+class Recorder {
+ public:
+  virtual ~Recorder() = default;
+  // Whether recordings can hold work on `x`'s device.
+  virtual bool supports(const torch::Tensor& x) const = 0;
+  // Runs `body` once, for real, where recordings are made (lazy initialisations happen here).
+  virtual void warm_up(const std::function<void()>& body) = 0;
+  // Records the work `body` queues (on CUDA it is not run: replay() runs it). Recordings with the
+  // same `pool` share memory and must replay in the order recorded. Throws when the work cannot be
+  // recorded, with nothing of the attempt left behind.
+  virtual std::unique_ptr<Recording> record(const std::function<void()>& body, int pool) = 0;
+};
+
+// CUDA graphs on `device` (a side stream records; replays run on the current stream).
+// Error(kNotImplemented) in a build without CUDA.
+std::shared_ptr<Recorder> cuda_graph_recorder(const torch::Device& device);
+
+// A recorder whose recordings run their body again: every replay recomputes into the same static
+// buffers, with the same bookkeeping as a graph. On any device; for tests of everything around the
+// recording.
+std::shared_ptr<Recorder> replaying_recorder();
+
+struct LayerGraphOptions {
+  // Activation checkpointing wraps the layers: a forward under grad is the recompute, followed at
+  // once by its backward.
+  bool recompute_follows = false;
+  // Input shapes recorded (per layer); layers run eagerly for others.
+  int max_shapes = 4;
+};
+
+struct LayerGraphStats {
+  int64_t recordings = 0;  // forward and backward recordings made
+  int64_t replays = 0;
+  int64_t eager_calls = 0;  // training-mode layer calls that ran eagerly while enabled
+  std::string failure;      // why recording stopped ("" while it works)
+};
+
+class LayerGraphs {
+ public:
+  LayerGraphs(std::shared_ptr<Recorder> recorder, LayerGraphOptions options);
+  ~LayerGraphs();
+  LayerGraphs(const LayerGraphs&) = delete;
+  LayerGraphs& operator=(const LayerGraphs&) = delete;
+
+  // The wrapper to install (see above); it refers to this object, which must outlive the model.
+  BlockWrapper wrapper();
+  // While false, layers run eagerly and nothing is recorded (trial steps of other shapes).
+  void set_enabled(bool enabled);
+  LayerGraphStats stats() const;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace dstrain::model

@@ -1,0 +1,39 @@
+#include "train/graphs_choice.h"
+
+#include <fmt/format.h>
+
+#include "core/bytes.h"
+
+namespace dstrain::train {
+
+bool graphs_need_limit(const config::Config& c, bool cuda) {
+  return cuda && c.training.cuda_graphs == "auto" && c.zero.stage == 3;
+}
+
+GraphsChoice choose_graphs(const config::Config& c, const ParallelPlan& plan, bool cuda,
+                           int64_t gathered_bytes, int64_t limit) {
+  GraphsChoice g;
+  if (c.training.cuda_graphs == "off") return g;
+  if (!cuda) {
+    g.why_not = "the run is on the CPU; CUDA graphs need a GPU";
+  } else if (c.parallel.sequence_parallel_size > 1) {
+    g.why_not =
+        "with sequence parallelism each layer's attention exchanges slices with other ranks";
+  } else if (plan.tiled_mlp != 0) {
+    g.why_not = "model.tiled_mlp restores the RNG inside each layer";
+  } else if (plan.checkpointing && plan.checkpoint_selective) {
+    g.why_not = "selective checkpointing keeps each layer's attention from one call for the next";
+  } else if (plan.checkpointing && plan.checkpoint_offload) {
+    g.why_not = "offloaded checkpointing copies each layer's input to the host";
+  } else if (c.training.cuda_graphs == "auto" && c.zero.stage == 3 &&
+             gathered_bytes * kStage3Share > limit) {
+    g.why_not = fmt::format(
+        "at stage 3 graphs keep every layer's gathered parameters ({}), more than 1/{} of the {} "
+        "this rank plans with (training.cuda_graphs: on takes them anyway)",
+        human_bytes(gathered_bytes), kStage3Share, human_bytes(limit));
+  }
+  g.on = g.why_not.empty();
+  return g;
+}
+
+}  // namespace dstrain::train

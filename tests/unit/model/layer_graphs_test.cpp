@@ -1,0 +1,227 @@
+// Layer graphs (model/layer_graphs.h) with the replaying recorder: every replay recomputes into the
+// same static buffers a CUDA graph would write, so what is around the recording — the input and
+// output buffers, the gradients handed to autograd, the leaves found in the recorded graph, the
+// RNG left as found, checkpointing's recompute replaying its own recording, the fallback after a
+// failed recording — gives the eager model's loss and gradients bit for bit.
+#include "model/layer_graphs.h"
+
+#include <stdexcept>
+
+#include <gtest/gtest.h>
+
+#include "model/activation_checkpoint.h"
+#include "model/model.h"
+#include "test_util.h"
+#include "tests/unit/model/train_pass.h"
+
+namespace dstrain::model {
+namespace {
+
+using testing::LossAndGrads;
+using testing::random_ids;
+using testing::small_config_json;
+using testing::train_pass;
+
+void expect_identical(const LossAndGrads& expected, const LossAndGrads& got) {
+  EXPECT_EQ(got.loss, expected.loss);
+  ASSERT_EQ(expected.grads.size(), got.grads.size());
+  for (size_t i = 0; i < expected.grads.size(); ++i) {
+    const auto& [name, e] = expected.grads[i];
+    const torch::Tensor& g = got.grads[i].second;
+    ASSERT_EQ(e.defined(), g.defined()) << name;
+    if (e.defined()) {
+      EXPECT_TRUE(torch::equal(e, g)) << name;
+    }
+  }
+}
+
+DecoderModel model_of(const char* type, torch::ScalarType dtype, int layers = 3) {
+  nlohmann::json doc = small_config_json(type);
+  doc["num_hidden_layers"] = layers;
+  if (std::string(type) == "qwen3") doc["head_dim"] = 16;
+  return build_model(parse_model_config(doc), dtype, 3);
+}
+
+struct Case {
+  const char* model_type;
+  torch::ScalarType dtype;
+  bool checkpointing;
+};
+
+class ReplayedLayers : public ::testing::TestWithParam<Case> {};
+
+// Three passes: the first records, the others replay (the buffers then hold the previous pass's
+// values, which must all be overwritten).
+TEST_P(ReplayedLayers, GiveTheEagerLossAndGradientsBitForBit) {
+  DecoderModel m = model_of(GetParam().model_type, GetParam().dtype);
+  std::vector<torch::Tensor> ids = {random_ids(2, 24, 97, 9), random_ids(2, 24, 97, 10),
+                                    random_ids(2, 24, 97, 11)};
+  std::vector<LossAndGrads> eager;
+  for (const auto& i : ids) eager.push_back(train_pass(*m, i));
+
+  LayerGraphs graphs(replaying_recorder(), {GetParam().checkpointing});
+  m->wrap_blocks(graphs.wrapper());
+  if (GetParam().checkpointing) m->wrap_blocks(checkpoint_layers());
+  for (size_t k = 0; k < ids.size(); ++k) expect_identical(eager[k], train_pass(*m, ids[k]));
+
+  const LayerGraphStats st = graphs.stats();
+  // Per layer: a forward and a backward under grad; with checkpointing also the grad-free forward.
+  EXPECT_EQ(st.recordings, GetParam().checkpointing ? 9 : 6);
+  EXPECT_EQ(st.replays, GetParam().checkpointing ? 27 : 18);
+  EXPECT_EQ(st.eager_calls, 0);
+  EXPECT_EQ(st.failure, "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, ReplayedLayers,
+    ::testing::Values(Case{"llama", torch::kFloat, false}, Case{"llama", torch::kBFloat16, false},
+                      Case{"qwen2", torch::kFloat, false}, Case{"qwen2", torch::kBFloat16, true},
+                      Case{"qwen3", torch::kFloat, true}, Case{"llama", torch::kFloat, true}),
+    [](const auto& info) {
+      return std::string(info.param.model_type) +
+             (info.param.dtype == torch::kFloat ? "_fp32" : "_bf16") +
+             (info.param.checkpointing ? "_ckpt" : "");
+    });
+
+// Two micro-steps accumulate into .grad: a gradient buffer handed over to .grad (instead of copied)
+// would be overwritten by the second replay.
+TEST(ReplayedLayers, AccumulateOverMicroStepsAsEager) {
+  DecoderModel m = model_of("llama", torch::kFloat);
+  const torch::Tensor a = random_ids(1, 16, 97, 4), b = random_ids(1, 16, 97, 5);
+  auto two_micro_steps = [&] {
+    m->train();
+    causal_lm_loss(m->forward(a), a.roll(-1, 1)).backward();
+    causal_lm_loss(m->forward(b), b.roll(-1, 1)).backward();
+    return testing::take_grads(*m);
+  };
+  const auto eager = two_micro_steps();
+  LayerGraphs graphs(replaying_recorder(), {});
+  m->wrap_blocks(graphs.wrapper());
+  for (int pass = 0; pass < 2; ++pass) {
+    const auto replayed = two_micro_steps();
+    ASSERT_EQ(eager.size(), replayed.size());
+    for (size_t i = 0; i < eager.size(); ++i) EXPECT_TRUE(torch::equal(eager[i], replayed[i])) << i;
+  }
+}
+
+// Dropout inside a layer: warm-up and recording leave the generator as they found it, so the
+// replays draw the eager masks.
+class DropoutBlock final : public Block {
+ public:
+  explicit DropoutBlock(int64_t c) : w_(torch::randn({c, c}).requires_grad_()) {}
+  torch::Tensor forward(const torch::Tensor& x, const BlockContext&) override {
+    return torch::dropout(torch::matmul(x, w_), 0.3, /*train=*/true) + x;
+  }
+  std::vector<torch::Tensor> weights() override { return {w_}; }
+  torch::Tensor w_;
+};
+
+TEST(ReplayedLayers, DrawTheEagerDropoutMasks) {
+  torch::manual_seed(1);
+  auto block = std::make_shared<DropoutBlock>(8);
+  ModelBlock mb;
+  mb.name = "model.layers.0";
+  mb.role = BlockRole::kLayer;
+  mb.block = block;
+  BlockContext ctx;
+  ctx.training = true;
+  ctx.cos = torch::ones({4, 2});
+  ctx.sin = torch::zeros({4, 2});
+  const torch::Tensor x0 = torch::randn({2, 4, 8});
+  auto step = [&](const BlockWrapper* wrapper) {
+    torch::Tensor x = x0.clone().requires_grad_();
+    const BlockFn run = [&](const torch::Tensor& in) { return block->forward(in, ctx); };
+    torch::Tensor y = wrapper ? (*wrapper)(mb, x, ctx, run) : run(x);
+    y.pow(2).sum().backward();
+    std::vector<torch::Tensor> out = {y.detach().clone(), x.grad().clone(),
+                                      block->w_.grad().clone()};
+    block->w_.mutable_grad() = torch::Tensor();
+    return out;
+  };
+  torch::manual_seed(7);
+  std::vector<std::vector<torch::Tensor>> eager;
+  for (int i = 0; i < 3; ++i) eager.push_back(step(nullptr));
+  LayerGraphs graphs(replaying_recorder(), {});
+  const BlockWrapper wrapper = graphs.wrapper();
+  torch::manual_seed(7);
+  for (int i = 0; i < 3; ++i) {
+    const auto got = step(&wrapper);
+    for (size_t k = 0; k < got.size(); ++k) EXPECT_TRUE(torch::equal(eager[i][k], got[k])) << i;
+  }
+  EXPECT_FALSE(torch::equal(eager[0][0], eager[1][0]));  // the masks do change between steps
+}
+
+class FailingRecorder final : public Recorder {
+ public:
+  bool supports(const torch::Tensor&) const override { return true; }
+  void warm_up(const std::function<void()>& body) override { body(); }
+  std::unique_ptr<Recording> record(const std::function<void()>& body, int pool) override {
+    if (++calls_ == fail_at_) {
+      throw std::runtime_error(
+          "operation not permitted when stream is capturing\nException raised from ...");
+    }
+    return inner_->record(body, pool);
+  }
+  int fail_at_ = 3;  // the second layer's forward
+
+ private:
+  std::shared_ptr<Recorder> inner_ = replaying_recorder();
+  int calls_ = 0;
+};
+
+TEST(ReplayedLayers, AFailedRecordingWarnsOnceAndTheLayersRunEagerly) {
+  DecoderModel m = model_of("llama", torch::kFloat);
+  const torch::Tensor ids = random_ids(2, 12, 97, 3);
+  const LossAndGrads eager = train_pass(*m, ids);
+  LayerGraphs graphs(std::make_shared<FailingRecorder>(), {});
+  m->wrap_blocks(graphs.wrapper());
+  ::testing::internal::CaptureStderr();
+  for (int pass = 0; pass < 2; ++pass) expect_identical(eager, train_pass(*m, ids));
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  const LayerGraphStats st = graphs.stats();
+  EXPECT_EQ(st.failure, "model.layers.1: operation not permitted when stream is capturing");
+  EXPECT_EQ(st.recordings, 2);       // layer 0's forward and backward
+  EXPECT_EQ(st.eager_calls, 2 * 2);  // layers 1 and 2, both passes
+  EXPECT_EQ(st.replays, 2 * 2);      // layer 0, both passes
+  const size_t first = err.find("recording model.layers.1 failed");
+  EXPECT_NE(first, std::string::npos) << err;
+  EXPECT_EQ(err.find("recording", first + 1), std::string::npos) << "warned more than once";
+}
+
+TEST(ReplayedLayers, EvalAndGradFreeTrainingOutsideCheckpointing) {
+  DecoderModel m = model_of("llama", torch::kFloat);
+  const torch::Tensor ids = random_ids(1, 8, 97, 1);
+  m->eval();
+  const torch::Tensor eager = m->forward(ids);
+  LayerGraphs graphs(replaying_recorder(), {});
+  m->wrap_blocks(graphs.wrapper());
+  EXPECT_TRUE(torch::equal(eager, m->forward(ids)));
+  EXPECT_EQ(graphs.stats().recordings, 0);  // eval mode: eager
+  m->train();
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(torch::equal(eager, m->forward(ids)));  // grad-free: a forward recording
+  EXPECT_EQ(graphs.stats().recordings, 3);
+}
+
+TEST(ReplayedLayers, ShapesBeyondTheLimitRunEagerly) {
+  DecoderModel m = model_of("llama", torch::kFloat, 2);
+  LayerGraphs graphs(replaying_recorder(), {false, 2});
+  m->wrap_blocks(graphs.wrapper());
+  for (int64_t t : {8, 9, 10, 8}) {
+    const torch::Tensor ids = random_ids(1, t, 97, t);
+    (void)train_pass(*m, ids);
+  }
+  EXPECT_EQ(graphs.stats().recordings, 2 * 2 * 2);  // 2 shapes × 2 layers × forward + backward
+  EXPECT_EQ(graphs.stats().eager_calls, 2);         // length 10
+  const int64_t replays = graphs.stats().replays;
+  graphs.set_enabled(false);
+  (void)train_pass(*m, random_ids(1, 8, 97, 8));  // a recorded shape, but disabled: eager
+  EXPECT_EQ(graphs.stats().replays, replays);
+  EXPECT_EQ(graphs.stats().eager_calls, 2);  // disabled calls are not counted
+  graphs.set_enabled(true);
+  (void)train_pass(*m, random_ids(1, 8, 97, 8));
+  EXPECT_EQ(graphs.stats().replays, replays + 2 * 2);
+}
+
+}  // namespace
+}  // namespace dstrain::model
