@@ -42,12 +42,37 @@ MicroBatchPlan plan_micro_batch(int64_t samples, const std::function<int64_t(int
 }
 
 int64_t predicted_peak(const config::Config& config, const model::ModelConfig& model,
-                       int world_size, bool cuda, int64_t micro) {
+                       int world_size, bool cuda, int64_t micro,
+                       std::optional<zero::Checkpointing> checkpointing) {
   config::Config at = config;
   at.training.per_device_train_batch_size = micro;
-  const zero::ActivationRow activations =
-      zero::activation_row(zero::activation_input(at, model, cuda), checkpointing_of(at.model));
+  const zero::ActivationRow activations = zero::activation_row(
+      zero::activation_input(at, model, cuda), checkpointing.value_or(checkpointing_of(at.model)));
   return zero::model_states_bytes(at, model, world_size) + activations.device;
+}
+
+MicroBatchPlan plan_for_run(const config::Config& config, const model::ModelConfig& model,
+                            int world_size, bool cuda, int64_t limit) {
+  std::vector<zero::Checkpointing> settings = {checkpointing_of(config.model)};
+  if (config.model.checkpoint_auto) {
+    settings.clear();
+    for (const zero::ActivationRow& row :
+         zero::activation_rows(zero::activation_input(config, model, cuda))) {
+      settings.push_back(row.setting);
+    }
+  }
+  MicroBatchPlan plan;
+  for (const zero::Checkpointing setting : settings) {
+    plan = plan_micro_batch(
+        samples_per_rank(config.training),
+        [&](int64_t micro) {
+          return predicted_peak(config, model, world_size, cuda, micro, setting);
+        },
+        limit);
+    plan.checkpointing = setting;
+    if (plan.fits) break;
+  }
+  return plan;
 }
 
 int64_t samples_per_rank(const config::TrainingSection& t) {
@@ -68,10 +93,13 @@ void apply_micro_batch(config::TrainingSection& t, int64_t micro, int64_t data_p
 
 std::string describe_plan(const MicroBatchPlan& plan, int64_t data_parallel) {
   std::string line = fmt::format(
-      "micro-batch auto: {} × accumulation {} = global {}, {} {} of {} (predicted peak per rank)",
+      "micro-batch auto: {} × accumulation {} = global {}, {} {} of {} (predicted peak per rank{})",
       plan.micro, plan.accumulation(), plan.samples * data_parallel,
       plan.fits ? "fits in" : "does not fit:", human_bytes(plan.peak, 1),
-      human_bytes(plan.limit, 1));
+      human_bytes(plan.limit, 1),
+      plan.checkpointing == zero::Checkpointing::kNone
+          ? ""
+          : " with gradient_checkpointing " + zero::checkpointing_word(plan.checkpointing));
   if (plan.memory_bound()) {
     line += fmt::format("; bounded by memory: micro-batch {} (no accumulation) would need {}",
                         plan.samples, human_bytes(plan.full_peak, 1));

@@ -88,13 +88,14 @@ class Trainer {
   // training.per_device_train_batch_size: auto (trainer_micro_batch.cpp, micro_batch_auto.h).
   // choose_micro_batch(), before the engine: kept from a checkpoint of the same data-parallel
   // ranks, else rank 0's plan from the memory model against `limit` (planning_limit()), broadcast;
-  // collective. confirm_micro_batch(), once the engine is built: one trial micro-step per candidate
+  // collective. confirm_micro_batch(), once the engine is built: one trial step per candidate
   // from the plan down until one fits every rank; logs the choice (rank 0). Both set
   // cfg_.training's micro-batch and accumulation.
   void choose_micro_batch(int64_t limit);
   void confirm_micro_batch();
-  // Collective: forward and backward of one micro-batch of `micro`, then discarded; false when some
-  // rank ran out of memory (CUDA). Error(kRuntime) when that cannot be survived (see the .cpp).
+  // Collective: the two micro-steps of a step of two at micro-batch `micro` (the last with the
+  // gradient reduction), no update, then discarded; false when some rank ran out of memory in the
+  // first (CUDA). Error(kRuntime) when that cannot be survived (see the .cpp).
   bool trial_step_fits(int64_t micro);
   // The micro-batch a checkpoint being resumed recorded for this run's data-parallel ranks and
   // samples per rank, else 0.

@@ -1,5 +1,5 @@
 // Trainer: training.per_device_train_batch_size: auto (micro_batch_auto.h). The choice is made
-// before the loader exists, from the memory model, and confirmed by one trial micro-step once the
+// before the loader exists, from the memory model, and confirmed by one trial step once the
 // engine is built; the data order, the parameters, the optimizer and the random generators are
 // those of a run that never tried.
 
@@ -27,17 +27,15 @@ void Trainer::choose_micro_batch(int64_t limit) {
               samples / kept, samples * dp);
     return;
   }
-  auto peak_of = [&](int64_t micro) {
-    return predicted_peak(cfg_, model_config_, world_, device_.is_cuda(), micro);
-  };
-  micro_plan_ = plan_micro_batch(samples, peak_of, limit);
+  micro_plan_ = plan_for_run(cfg_, model_config_, world_, device_.is_cuda(), limit);
   // Rank 0 decides; the others follow, whatever their own arithmetic would say. (A float64 tensor:
   // what every communicator broadcasts; a micro-batch is far below 2^53.)
   torch::Tensor micro =
       torch::tensor({static_cast<double>(micro_plan_.micro)}, torch::kFloat64).to(device_);
   comm::synchronize(*comm_->broadcast(micro, 0));
   micro_plan_.micro = static_cast<int64_t>(micro.cpu().item<double>());
-  micro_plan_.peak = peak_of(micro_plan_.micro);
+  micro_plan_.peak = predicted_peak(cfg_, model_config_, world_, device_.is_cuda(),
+                                    micro_plan_.micro, micro_plan_.checkpointing);
   apply_micro_batch(cfg_.training, micro_plan_.micro, dp);
 }
 
@@ -50,7 +48,8 @@ void Trainer::confirm_micro_batch() {
       apply_micro_batch(cfg_.training, micro, sp_->data_parallel_size());
       if (micro != micro_plan_.micro) {
         micro_plan_.micro = micro;
-        micro_plan_.peak = predicted_peak(cfg_, model_config_, world_, device_.is_cuda(), micro);
+        micro_plan_.peak = predicted_peak(cfg_, model_config_, world_, device_.is_cuda(), micro,
+                                          micro_plan_.checkpointing);
       }
       log::info("{}", describe_plan(micro_plan_, sp_->data_parallel_size()));
       if (!micro_plan_.fits) {
@@ -69,8 +68,13 @@ void Trainer::confirm_micro_batch() {
        "trial step");
 }
 
-// A step's first micro-step of two on a batch of token 0 (every position counted): backward then
-// updates nothing, and discard_micro_steps() drops its gradients. The generators are put back so
+// The trial: both micro-steps of a step of two on a batch of token 0 (every position counted),
+// without a learning rate (nothing is updated during backward) and never followed by step():
+// discard_micro_steps() drops their gradients. The first holds the activations; at stages 0-1
+// without sequence parallelism it communicates nothing, so a rank can run out of memory alone and
+// still meet the others at the vote. The last also reduces the gradients, with the buffers a real
+// step's last micro-step holds; out of memory there (or in a micro-step that communicates) the
+// others wait in a collective this rank left, so it is an error. The generators are put back so
 // that dropout draws what it would have without the trial.
 bool Trainer::trial_step_fits(int64_t micro) {
   data::Batch b;
@@ -78,30 +82,36 @@ bool Trainer::trial_step_fits(int64_t micro) {
   b.labels = torch::zeros({micro, cfg_.data.max_length}, torch::kInt64);
   b = on_device(std::move(b));
   const model::RngState rng = model::capture_rng({b.input_ids});
-  // A trial's shape is recorded by no graph: its layers run eagerly.
-  if (graphs_) graphs_->set_enabled(false);
-  bool out_of_memory = false;
-  try {
-    const torch::Tensor loss = sp_->reduce_loss(local_loss_sum(b)).mean();
-    engine_->backward(loss, {0, 2});
-  } catch (const c10::OutOfMemoryError& e) {
-    // At stages 0-1 without sequence parallelism the trial communicates nothing, so a rank can
-    // fail it alone and still meet the others at the vote below; elsewhere they would wait in a
-    // collective this rank left.
-    if (cfg_.zero.stage > 1 || sp_->size() > 1) {
+  const bool alone = cfg_.zero.stage <= 1 && sp_->size() == 1;
+  // Whether micro-step `index` of 2 ran without running out of memory.
+  auto micro_step = [&](int64_t index, bool may_fail) {
+    try {
+      const torch::Tensor loss = sp_->reduce_loss(local_loss_sum(b)).mean();
+      engine_->backward(loss, {index, 2});
+      return true;
+    } catch (const c10::OutOfMemoryError& e) {
+      if (may_fail) return false;
       fail(ErrorKind::kRuntime,
            "training.per_device_train_batch_size: auto: the trial step of micro-batch {} ran out "
-           "of memory at ZeRO stage {}{}; set per_device_train_batch_size to a number below {}",
-           micro, cfg_.zero.stage, sp_->size() > 1 ? " with sequence parallelism" : "", micro);
+           "of memory in its {} micro-step at ZeRO stage {}{}; set per_device_train_batch_size to "
+           "a number below {}",
+           micro, index == 0 ? "first" : "last (gradient reduction)", cfg_.zero.stage,
+           sp_->size() > 1 ? " with sequence parallelism" : "", micro);
     }
-    out_of_memory = true;
+  };
+  // A trial's shape is recorded by no graph: its layers run eagerly.
+  if (graphs_) graphs_->set_enabled(false);
+  bool fits = micro_step(0, alone);
+  if (alone) {
+    std::vector<double> failed = {fits ? 0.0 : 1.0};
+    all_reduce(failed);
+    fits = failed[0] == 0;
   }
+  if (fits) micro_step(1, false);
   engine_->discard_micro_steps();
   if (graphs_) graphs_->set_enabled(true);
   model::restore_rng(rng);
-  std::vector<double> failed = {out_of_memory ? 1.0 : 0.0};
-  all_reduce(failed);
-  return failed[0] == 0;
+  return fits;
 }
 
 int64_t Trainer::recorded_micro_batch() const {
