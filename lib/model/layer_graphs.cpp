@@ -302,6 +302,10 @@ LayerGraphStats LayerGraphs::stats() const {
   return state_->stats;
 }
 
+int64_t LayerGraphs::pool_bytes() const {
+  return state_->recorder->pool_bytes();
+}
+
 BlockWrapper LayerGraphs::wrapper() {
   return [state = state_](const ModelBlock& block, const torch::Tensor& x, const BlockContext& ctx,
                           const BlockFn& run) -> torch::Tensor {
@@ -442,6 +446,20 @@ class CudaGraphRecorder final : public Recorder {
     });
     if (known == pools_.end()) pools_.emplace(pool, graph->pool());
     return std::make_unique<GraphRecording>(std::move(graph));
+  }
+
+  int64_t pool_bytes() const override {
+    if (pools_.empty()) return 0;
+    int64_t bytes = 0;
+    const auto snapshot = c10::cuda::CUDACachingAllocator::snapshot({0, 0}, false);
+    for (const auto& segment : snapshot.segments) {
+      for (const auto& [index, id] : pools_) {
+        if (segment.device == device_.index() && segment.owner_private_pool_id == id) {
+          bytes += static_cast<int64_t>(segment.total_size);
+        }
+      }
+    }
+    return bytes;
   }
 
  private:

@@ -73,6 +73,8 @@ class Recorder {
   // same `pool` share memory and must replay in the order recorded. Throws when the work cannot be
   // recorded, with nothing of the attempt left behind.
   virtual std::unique_ptr<Recording> record(const std::function<void()>& body, int pool) = 0;
+  // Device memory the recordings' pools hold now (reserved, in use or not); 0 where none.
+  virtual int64_t pool_bytes() const { return 0; }
 };
 
 // CUDA graphs on `device` (a side stream records; replays run on the current stream).
@@ -111,6 +113,8 @@ class LayerGraphs {
   // While false, layers run eagerly and nothing is recorded (trial steps of other shapes).
   void set_enabled(bool enabled);
   LayerGraphStats stats() const;
+  // Recorder::pool_bytes() of the recorder: what the recordings' memory pools hold.
+  int64_t pool_bytes() const;
 
   struct State;
 

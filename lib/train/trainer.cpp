@@ -411,6 +411,7 @@ void Trainer::log_step(double loss, const zero::StepResult& r, double lr, double
     rec.add(key, value);
   }
   for (const auto& [key, value] : phase_peaks_->take_metrics()) rec.add(key, value);
+  if (graphs_) rec.add("memory/graph_pools_mb", static_cast<double>(graphs_->pool_bytes()) / 1e6);
   rec.add("eta_s", per_step * static_cast<double>(total_steps_ - step_));
   metrics_->write(rec);
   if (cfg_.logging.wall_clock_breakdown) {

@@ -19,8 +19,9 @@ figures for the summary table and exiting non-zero when the check fails:
                                           busy the GPU was
   checks.py graphs-compare OFF ON ON_LOG MICRO_STEPS NAME
                                           runs without and with CUDA graphs (their out_dirs): losses
-                                          bit-identical, graphs in use (ON_LOG), launches and
-                                          kernels per micro-step of their profiled step
+                                          bit-identical, graphs in use (ON_LOG, and their pools in
+                                          ON's metrics), launches and kernels per micro-step of
+                                          their profiled step
 
 Only the standard library is needed for bench-figures, trace-top, profile-top and
 graphs-compare; wheels needs
@@ -65,6 +66,11 @@ def versions(short_out):
     with open(short_out, "w") as f:
         f.write(", ".join(f"{k} {info[k]}" for k in keys if k in info))
     return 0 if not info["torch"].startswith("not importable") else 1
+
+
+def read_records(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def read_losses(path):
@@ -139,9 +145,13 @@ def graphs_compare(off_dir, on_dir, on_log, micro_steps, name):
     with open(on_log) as f:
         said = [l.strip() for l in f if "CUDA graphs:" in l and "recordings" in l]
     recorded = bool(said) and " 0 layer calls run eagerly" in said[0] and "stopped" not in said[0]
+    pools = [rec["memory/graph_pools_mb"] for rec in read_records(os.path.join(on_dir, "metrics.jsonl"))
+             if "memory/graph_pools_mb" in rec]
+    recorded &= bool(pools) and pools[-1] > 0
     ok &= recorded
     parts = [f"{name}: {len(same)}/{len(a)} losses bit-identical",
-             "graphs recorded" if recorded else f"graphs NOT in use ({said[0] if said else 'no line'})"]
+             f"graphs recorded, pools {pools[-1]:.0f} MB" if recorded else
+             f"graphs NOT in use ({said[0] if said else 'no line'}; pools {pools[-1:] or 'none'} MB)"]
     for label, d in (("off", off_dir), ("on", on_dir)):
         prof = os.path.join(d, "profile", "rank-0.json")
         if os.path.exists(prof):
