@@ -38,16 +38,20 @@ struct StaticContext {
 
   void fill(const BlockContext& from) {
     torch::NoGradGuard no_grad;
-    if (!ctx.cos.defined()) {
-      ctx.cos = from.cos.clone();
-      ctx.sin = from.sin.clone();
-      ctx.training = true;
-    } else {
-      if (!cos_source.is_same(from.cos)) ctx.cos.copy_(from.cos);
-      if (!sin_source.is_same(from.sin)) ctx.sin.copy_(from.sin);
+    ctx.training = true;
+    copy(from.cos, ctx.cos, cos_source);
+    copy(from.sin, ctx.sin, sin_source);
+  }
+
+ private:
+  static void copy(const torch::Tensor& from, torch::Tensor& to, torch::Tensor& source) {
+    if (!from.defined()) return;  // a block without RoPE
+    if (!to.defined()) {
+      to = from.clone();
+    } else if (!source.is_same(from)) {
+      to.copy_(from);
     }
-    cos_source = from.cos;
-    sin_source = from.sin;
+    source = from;
   }
 };
 

@@ -123,10 +123,8 @@ TEST(ReplayedLayers, DrawTheEagerDropoutMasks) {
   mb.name = "model.layers.0";
   mb.role = BlockRole::kLayer;
   mb.block = block;
-  BlockContext ctx;
+  BlockContext ctx;  // no RoPE tables: a block that reads none
   ctx.training = true;
-  ctx.cos = torch::ones({4, 2});
-  ctx.sin = torch::zeros({4, 2});
   const torch::Tensor x0 = torch::randn({2, 4, 8});
   auto step = [&](const BlockWrapper* wrapper) {
     torch::Tensor x = x0.clone().requires_grad_();
