@@ -37,4 +37,8 @@ GraphsChoice choose_graphs(const config::Config& c, const ParallelPlan& plan, bo
 // Whether choose_graphs() will read `limit` for `c` (a collective to compute: every rank asks).
 bool graphs_need_limit(const config::Config& c, bool cuda);
 
+// What in `plan` (with `sequence_parallel_size` ranks per sequence) keeps a layer's work from being
+// replayed as recorded, "" when nothing does. parallelize() refuses graphs where this is not "".
+std::string layer_graphs_blocker(const ParallelPlan& plan, int64_t sequence_parallel_size);
+
 }  // namespace dstrain::train

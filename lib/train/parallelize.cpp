@@ -2,9 +2,11 @@
 
 #include <map>
 
+#include "core/error.h"
 #include "model/activation_offload.h"
 #include "model/layer_graphs.h"
 #include "model/storage.h"
+#include "train/graphs_choice.h"
 
 namespace dstrain::train {
 namespace {
@@ -93,6 +95,8 @@ Parallelized parallelize(model::DecoderModel model, const ParallelWorld& world, 
   world.sequence_parallel.apply(*model);
   model->set_tiled_mlp(plan.tiled_mlp);
   if (plan.graph_recorder) {
+    const std::string blocker = layer_graphs_blocker(plan, world.sequence_parallel.size());
+    if (!blocker.empty()) fail(ErrorKind::kInternal, "parallelize: CUDA graphs, but {}", blocker);
     // First, so innermost: the graphs call the layer's own forward.
     out.graphs = std::make_shared<model::LayerGraphs>(std::move(plan.graph_recorder),
                                                       model::LayerGraphOptions{plan.checkpointing});

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "model/layer_graphs.h"
 #include "model/model.h"
 #include "model/storage.h"
@@ -140,6 +141,28 @@ TEST(LayerGraphsEngine, ReplayedStepsEqualEagerStepsAtEveryStage) {
   expect_identical_runs({"qwen2", torch::kBFloat16, 2, /*lora=*/true});
   expect_identical_runs({"qwen2", torch::kFloat, 3, /*lora=*/true, /*checkpointing=*/true});
   expect_identical_runs({"llama", torch::kBFloat16, 1, /*lora=*/false, /*checkpointing=*/true});
+}
+
+// What graphs_choice.h keeps graphs off for, parallelize() refuses outright.
+TEST(LayerGraphsEngine, ParallelizeRefusesGraphsWhereALayerCannotBeReplayed) {
+  run_ranks(1, [&](ThreadCommunicator& comm) {
+    model::DecoderModel m(model::testing::small_config("llama"), model::Materialize::kNo);
+    ParallelPlan plan;
+    plan.graph_recorder = model::replaying_recorder();
+    plan.checkpointing = true;
+    plan.checkpoint_offload = true;
+    plan.optimizer = sgd();
+    plan.initial_values = model::init_source(*m, 3);
+    SequenceParallel no_sp(comm, 1);
+    try {
+      (void)parallelize(m, {comm, torch::kCPU, no_sp}, std::move(plan));
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInternal);
+      EXPECT_NE(std::string(e.what()).find("offloaded checkpointing"), std::string::npos)
+          << e.what();
+    }
+  });
 }
 
 }  // namespace
