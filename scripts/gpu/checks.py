@@ -17,14 +17,17 @@ figures for the summary table and exiting non-zero when the check fails:
                                           the N kernels (on the CPU: operators) with the most time
                                           in a logging.profile_steps profile of STEPS steps, and how
                                           busy the GPU was
+  checks.py resume-compare FIRST RESUMED FROM
+                                          the resumed run's losses after step FROM equal the first
+                                          run's bit for bit (two metrics.jsonl)
   checks.py graphs-compare OFF ON ON_LOG MICRO_STEPS NAME
                                           runs without and with CUDA graphs (their out_dirs): losses
                                           bit-identical, graphs in use (ON_LOG, and their pools in
                                           ON's metrics), launches and kernels per micro-step of
                                           their profiled step
 
-Only the standard library is needed for bench-figures, trace-top, profile-top and
-graphs-compare; wheels needs
+Only the standard library is needed for bench-figures, trace-top, profile-top, resume-compare
+and graphs-compare; wheels needs
 packaging (DeepSpeed needs it too); versions and tiny-run import torch, transformers and
 safetensors of the device's python3.
 """
@@ -83,8 +86,22 @@ def read_losses(path):
     return losses
 
 
-def tiny_run(first, resumed, from_step, hf_dir, dstrain, device):
+def resumed_same(first, resumed, from_step):
+    """(ok, figure): the losses of the run resumed from `from_step` equal the first run's after it,
+    bit for bit (both metrics.jsonl)."""
     a, b = read_losses(first), read_losses(resumed)
+    after = [s for s in sorted(a) if s > from_step]
+    same = [s for s in after if s in b and b[s] == a[s]]
+    if len(same) != len(after):
+        diff = [s for s in after if s not in same][:3]
+        print("resume differs at steps " + ", ".join(
+            f"{s}: {a[s]!r} vs {b.get(s)!r}" for s in diff), file=sys.stderr)
+    ok = bool(after) and len(same) == len(after)
+    return ok, f"resume from {from_step}: {len(same)}/{len(after)} losses bit-identical"
+
+
+def tiny_run(first, resumed, from_step, hf_dir, dstrain, device):
+    a = read_losses(first)
     steps = sorted(a)
     figures, ok = [], True
     tail = [a[s] for s in steps[-5:]]
@@ -92,14 +109,9 @@ def tiny_run(first, resumed, from_step, hf_dir, dstrain, device):
     ok &= falls
     figures.append(f"loss {a[steps[0]]:.3f} -> {tail[-1]:.3f} in {len(steps)} steps"
                    + ("" if falls else " (NOT FALLING)"))
-    after = [s for s in steps if s > from_step]
-    same = [s for s in after if s in b and b[s] == a[s]]
-    ok &= bool(after) and len(same) == len(after)
-    figures.append(f"resume from {from_step}: {len(same)}/{len(after)} losses bit-identical")
-    if len(same) != len(after):
-        diff = [s for s in after if s not in same][:3]
-        print("resume differs at steps " + ", ".join(
-            f"{s}: {a[s]!r} vs {b.get(s)!r}" for s in diff), file=sys.stderr)
+    resumed_ok, figure = resumed_same(first, resumed, from_step)
+    ok &= resumed_ok
+    figures.append(figure)
 
     os.environ["DSTRAIN_BINARY"], os.environ["DSTRAIN_REF_DEVICE"] = dstrain, device
     sys.path.insert(0, os.path.join(BUNDLE, "tests", "reference"))
@@ -367,6 +379,10 @@ def main(argv):
         return versions(rest[0])
     if cmd == "tiny-run" and len(rest) == 6:
         return tiny_run(rest[0], rest[1], int(rest[2]), rest[3], rest[4], rest[5])
+    if cmd == "resume-compare" and len(rest) == 3:
+        ok, figure = resumed_same(rest[0], rest[1], int(rest[2]))
+        print(figure)
+        return 0 if ok else 1
     if cmd == "graphs-compare" and len(rest) == 5:
         return graphs_compare(rest[0], rest[1], rest[2], int(rest[3]), rest[4])
     if cmd == "bench-figures" and rest:
