@@ -204,6 +204,8 @@ def bench_figures(*tables):
     parts = []
     for mode, seq, system, micro, tps, mfu, peak, alloc in rows:
         name = SHORT_NAMES.get(system, system)
+        if "auto" in system:  # what auto chose
+            name += f" ({micro})"
         where = mode if seq == "2048" else f"{mode} {seq}"
         if mfu == "-":  # not measured: the tokens/s column holds why (fail, oom, no GPU, ...)
             parts.append(f"{where} {name}: {tps}")

@@ -10,8 +10,8 @@
 # 5. `run --cpu --only ranks,graphs` (steps a plain run leaves out) in the same way: ranks over
 #    Gloo against one rank, a restart, a stopped rank named, the collectives table; the graphs
 #    step's runs (CUDA graphs are off on the CPU: only its plumbing);
-# 6. `run --cpu --only bench-seeds,bench-liger,bench-long,long-seq,long-seq-8b` (the benchmark
-#    steps that need DeepSpeed and liger-kernel): their wheels unpack and import from the run's own
+# 6. `run --cpu --only bench-seeds,bench-liger,bench-long,long-seq,long-seq-8b,bench-auto` (the
+#    benchmark steps): the wheels of those that need DeepSpeed and liger-kernel unpack and import from the run's own
 #    directory, the users' stack and dstrain train the users' train.yaml for two steps on the CPU
 #    (tiny model), dstrain accepts every configuration of those steps, the memory model predicts
 #    the long-sequence steps' lengths, Liger patches Llama, scripts/bench/long-seq's CPU benchmark
@@ -51,7 +51,7 @@ unshare -m bash -c "$hide_build && bash '$bundle/run' --cpu '$tmp/out'" || rc=$?
 unshare -m bash -c "$hide_build && bash '$bundle/run' --cpu --only ranks,graphs '$tmp/out-ranks'" ||
   rc_ranks=$?
 rc_bench=0
-unshare -m bash -c "$hide_build && bash '$bundle/run' --cpu --only bench-seeds,bench-liger,bench-long,long-seq,long-seq-8b '$tmp/out-bench'" ||
+unshare -m bash -c "$hide_build && bash '$bundle/run' --cpu --only bench-seeds,bench-liger,bench-long,long-seq,long-seq-8b,bench-auto '$tmp/out-bench'" ||
   rc_bench=$?
 
 echo "== 4. check the summary (run exit $rc)"
@@ -111,11 +111,13 @@ expect "^\| 11 long-seq \| skipped: no GPU \|.*dstrain accepts its configuration
        "$bench" "long-seq: configurations, memory model, Liger on Llama, the CPU benchmark"
 expect "^\| 12 long-seq-8b \| skipped: no GPU \|.*memory model predicts offload [0-9]+; Liger patches Llama" \
        "$bench" "long-seq-8b: configurations and memory model of the 8B LoRA shape"
+expect "^\| 14 bench-auto \| skipped: no GPU \|.*dstrain accepts auto and the 5 fixed micro-batches" \
+       "$bench" "bench-auto: dstrain's configurations accepted"
 expect "^== wheels/: unpacked into [^ ]*/pysite: deepspeed 0\.19\.8, liger_kernel 0\.8\.5" \
        "$tmp/out-bench/8-bench-seeds.log" "deepspeed and liger-kernel unpacked from wheels/"
 files=$(find "$tmp/out-bench" -type f | wc -l)
-[ "$files" = 6 ] || { echo "FAILED: $files files from the benchmark steps, expected 6"; fails=1; }
-[ "$rc_bench" = 0 ] || { echo "FAILED: run --only bench-seeds,bench-liger,bench-long,long-seq,long-seq-8b exited $rc_bench"; fails=1; }
+[ "$files" = 7 ] || { echo "FAILED: $files files from the benchmark steps, expected 7"; fails=1; }
+[ "$rc_bench" = 0 ] || { echo "FAILED: run --only bench-seeds,bench-liger,bench-long,long-seq,long-seq-8b,bench-auto exited $rc_bench"; fails=1; }
 
 echo "== 7. the wheels on a python3 without DeepSpeed's dependencies"
 # The environment's packages less those the bundle carries (the GPU machine has none of pydantic,
