@@ -20,6 +20,7 @@
 #include "tests/common/thread_communicator.h"
 #include "tests/unit/model/test_util.h"
 #include "tests/unit/model/train_pass.h"
+#include "tests/unit/train/engine_test_util.h"
 #include "train/parallelize.h"
 #include "train/sequence_parallel.h"
 #include "zero/engine.h"
@@ -31,6 +32,8 @@ namespace {
 using dstrain::testing::run_ranks;
 using dstrain::testing::ThreadCommunicator;
 using model::testing::relative_difference;
+using testing::masters;
+using testing::sgd;
 
 std::vector<std::shared_ptr<model::AttentionImpl>> attentions(model::DecoderModelImpl& m) {
   std::vector<std::shared_ptr<model::AttentionImpl>> out;
@@ -60,16 +63,6 @@ TEST(FusedQkvEngine, EachProjectionGradientIsAccumulatedOncePerBackward) {
   EXPECT_EQ(calls.count("model.layers.0.self_attn.k_proj.bias"), 1u);
 }
 
-// Plain SGD: an update is -lr × the gradient the engine reduced, so comparing updates compares the
-// gradients themselves (AdamW would hide a gradient counted twice: it is scale-invariant).
-zero::OptimizerFactory sgd() {
-  return [](int64_t n, std::vector<optim::Range> no_decay) {
-    optim::SgdOptions o;
-    o.no_decay = std::move(no_decay);
-    return optim::make_sgd(n, o);
-  };
-}
-
 struct Setup {
   const char* model_type;  // llama: no q/k/v bias; qwen2: biases
   torch::ScalarType dtype;
@@ -92,17 +85,6 @@ struct Run {
   int fused_cores = 0;          // attention cores whose v was a view of the fused product
 };
 
-// The fp32 master of every piece the engine owns on `rank`, by "rank:param@begin".
-std::map<std::string, torch::Tensor> masters(const zero::Engine& engine, int rank) {
-  std::map<std::string, torch::Tensor> out;
-  for (const zero::StatePiece& piece : engine.owned_state()) {
-    const std::string key =
-        std::to_string(rank) + ":" + piece.param + "@" + std::to_string(piece.elements.begin);
-    out[key] = piece.tensors.at("master").to(torch::kFloat, false, /*copy=*/true);
-  }
-  return out;
-}
-
 // Rank `comm`'s part of train(): `steps` steps of a 2-layer model; each attention core records
 // whether its layer's q/k/v weights are back to back at that moment (gathered, at stage 3).
 void train_rank(const Setup& s, const torch::Tensor& ids, int steps, ThreadCommunicator& comm,
@@ -110,13 +92,7 @@ void train_rank(const Setup& s, const torch::Tensor& ids, int steps, ThreadCommu
   torch::set_num_threads(1);
   model::DecoderModel m(model::testing::small_config(s.model_type), model::Materialize::kNo);
   ParallelPlan plan;
-  if (s.lora) {
-    plan.lora = LoraPlan{};
-    plan.lora->options.r = 4;
-    plan.lora->options.alpha = 8;
-    plan.lora->options.target_modules = {"q_proj", "v_proj"};
-    plan.lora->key = "test";
-  }
+  if (s.lora) plan.lora = testing::small_lora({"q_proj", "v_proj"});
   plan.checkpointing = s.checkpointing;
   plan.engine.stage = s.stage;
   plan.engine.compute_dtype = s.dtype;

@@ -18,6 +18,7 @@
 #include "optim/optimizer.h"
 #include "tests/common/thread_communicator.h"
 #include "tests/unit/model/test_util.h"
+#include "tests/unit/train/engine_test_util.h"
 #include "train/parallelize.h"
 #include "train/sequence_parallel.h"
 #include "zero/engine.h"
@@ -27,6 +28,7 @@ namespace {
 
 using dstrain::testing::run_ranks;
 using dstrain::testing::ThreadCommunicator;
+using testing::sgd;
 
 struct Setup {
   const char* model_type;
@@ -48,15 +50,6 @@ struct Run {
   int64_t layer_weight_bytes = 0;                // rank 0: a layer weight's storage after the run
 };
 
-// Plain SGD: an update is -lr × the reduced gradient, so equal masters mean equal gradients.
-zero::OptimizerFactory sgd() {
-  return [](int64_t n, std::vector<optim::Range> no_decay) {
-    optim::SgdOptions o;
-    o.no_decay = std::move(no_decay);
-    return optim::make_sgd(n, o);
-  };
-}
-
 constexpr int kSteps = 3;
 constexpr int kMicroSteps = 2;
 
@@ -65,13 +58,7 @@ void train_rank(const Setup& s, bool graphs, const torch::Tensor& ids, ThreadCom
   torch::set_num_threads(1);
   model::DecoderModel m(model::testing::small_config(s.model_type), model::Materialize::kNo);
   ParallelPlan plan;
-  if (s.lora) {
-    plan.lora = LoraPlan{};
-    plan.lora->options.r = 4;
-    plan.lora->options.alpha = 8;
-    plan.lora->options.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
-    plan.lora->key = "test";
-  }
+  if (s.lora) plan.lora = testing::small_lora({"q_proj", "k_proj", "v_proj", "o_proj"});
   plan.checkpointing = s.checkpointing;
   if (graphs) plan.graph_recorder = model::replaying_recorder();
   plan.engine.stage = s.stage;
@@ -95,10 +82,8 @@ void train_rank(const Setup& s, bool graphs, const torch::Tensor& ids, ThreadCom
     if (comm.rank() == 0) run.norms.push_back(r.grad_norm());
   }
   std::lock_guard<std::mutex> lock(mutex);
-  for (const zero::StatePiece& piece : parallel.engine->owned_state()) {
-    const std::string key = std::to_string(comm.rank()) + ":" + piece.param + "@" +
-                            std::to_string(piece.elements.begin);
-    run.masters[key] = piece.tensors.at("master").clone();
+  for (auto& [key, master] : testing::masters(*parallel.engine, comm.rank())) {
+    run.masters[key] = master;
   }
   if (comm.rank() == 0) {
     if (graphs) run.stats = parallel.graphs->stats();
