@@ -32,6 +32,12 @@ void swiglu_backward_cuda(const SwigluBackwardArgs&, CudaStream) {
 void cross_entropy_cuda(const CrossEntropyArgs&, CudaStream) {
   no_cuda("cross_entropy_cuda");
 }
+void add_rms_norm_cuda(const AddRmsNormArgs&, CudaStream) {
+  no_cuda("add_rms_norm_cuda");
+}
+void add_rms_norm_backward_cuda(const AddRmsNormBackwardArgs&, CudaStream) {
+  no_cuda("add_rms_norm_backward_cuda");
+}
 
 bool cuda_kernels_available() {
   return false;

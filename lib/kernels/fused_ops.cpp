@@ -54,4 +54,27 @@ void cross_entropy_cuda(const CrossEntropyArgs& a, CudaStream stream) {
   check_launch(detail::launch_cross_entropy(a, stream), "cross_entropy_cuda", a.rows * a.vocab);
 }
 
+void add_rms_norm_cuda(const AddRmsNormArgs& a, CudaStream stream) {
+  require(a.rows >= 0 && a.hidden > 0 && a.hidden <= kAddRmsNormMaxHidden, "add_rms_norm_cuda",
+          "rows must be non-negative and hidden in [1, kAddRmsNormMaxHidden]");
+  if (a.rows == 0) return;
+  require(a.rows < (int64_t{1} << 31), "add_rms_norm_cuda", "more than 2^31 - 1 rows");
+  require(a.x && a.delta && a.weight && a.sum && a.out && a.rstd, "add_rms_norm_cuda",
+          "x, delta, weight, sum, out and rstd must be device pointers");
+  check_launch(detail::launch_add_rms_norm(a, stream), "add_rms_norm_cuda", a.rows * a.hidden);
+}
+
+void add_rms_norm_backward_cuda(const AddRmsNormBackwardArgs& a, CudaStream stream) {
+  require(a.rows >= 0 && a.hidden > 0 && a.hidden <= kAddRmsNormMaxHidden,
+          "add_rms_norm_backward_cuda",
+          "rows must be non-negative and hidden in [1, kAddRmsNormMaxHidden]");
+  if (a.rows == 0) return;
+  require(a.grad_out && a.sum && a.weight && a.rstd && a.grad_in, "add_rms_norm_backward_cuda",
+          "grad_out, sum, weight, rstd and grad_in must be device pointers");
+  require(!a.grad_weight || a.workspace, "add_rms_norm_backward_cuda",
+          "the weight's gradient needs a workspace");
+  check_launch(detail::launch_add_rms_norm_backward(a, stream), "add_rms_norm_backward_cuda",
+               a.rows * a.hidden);
+}
+
 }  // namespace dstrain::kernels

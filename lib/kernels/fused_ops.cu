@@ -3,7 +3,10 @@
 // loads otherwise. Elementwise ones stride over the array (RoPE: over packs of pairs); the
 // cross-entropy runs one block per row: a pass for the row's max and sum of exponentials (online
 // softmax, merged across the block), the loss, then a pass that writes the gradient over the
-// logits: two reads and one write of the logits in all.
+// logits: two reads and one write of the logits in all. The add + RMSNorm runs one block per row
+// forward (the sum written, its squares summed, the row normalised from the sum just written);
+// backward a fixed number of blocks strides over the rows, each keeping its share of the weight's
+// gradient in shared memory, and a second kernel sums the blocks' shares.
 
 #include <cuda_bf16.h>
 
@@ -201,6 +204,155 @@ __device__ void block_softmax_stats(float& max, float& sum) {
     math::softmax_merge(max, sum, maxes[w], sums[w]);
 }
 
+// The sum of v over the block (a multiple of 32 threads), returned to every thread; may be called
+// again by the same block.
+__device__ float block_sum(float v) {
+  __shared__ float sums[32];
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // the previous call's readers are done with sums
+  if (lane == 0) sums[warp] = v;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total += sums[w];
+  return total;
+}
+
+template <typename T, int N>
+__global__ void add_rms_norm_kernel(AddRmsNormArgs a) {
+  using P = Pack<T, N>;
+  const int64_t offset = int64_t{blockIdx.x} * a.hidden;
+  const P* x = reinterpret_cast<const P*>(static_cast<const T*>(a.x) + offset);
+  const P* delta = reinterpret_cast<const P*>(static_cast<const T*>(a.delta) + offset);
+  const P* weight = static_cast<const P*>(a.weight);
+  P* sum = reinterpret_cast<P*>(static_cast<T*>(a.sum) + offset);
+  P* out = reinterpret_cast<P*>(static_cast<T*>(a.out) + offset);
+  const int packs = static_cast<int>(a.hidden / N);
+  float squares = 0.0f;
+  for (int p = threadIdx.x; p < packs; p += blockDim.x) {
+    const P xv = x[p], dv = delta[p];
+    P sv;
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      sv.v[j] = from_float<T>(to_float(xv.v[j]) + to_float(dv.v[j]));
+      const float f = to_float(sv.v[j]);
+      squares += f * f;
+    }
+    sum[p] = sv;
+  }
+  const float rstd = math::rms_rstd(block_sum(squares), a.hidden, a.eps);
+  if (threadIdx.x == 0) a.rstd[blockIdx.x] = rstd;
+  for (int p = threadIdx.x; p < packs; p += blockDim.x) {  // this thread's own packs of sum
+    const P sv = sum[p], w = weight[p];
+    P o;
+#pragma unroll
+    for (int j = 0; j < N; ++j)
+      o.v[j] = from_float<T>(to_float(w.v[j]) * (to_float(sv.v[j]) * rstd));
+    out[p] = o;
+  }
+}
+
+// Rows blockIdx.x, blockIdx.x + gridDim.x, ...; with grad_weight, the block's share of the
+// weight's gradient is summed in shared memory (element p·N + j of the row at j·packs + p, so that
+// neighbouring threads touch neighbouring banks) and written to workspace row blockIdx.x.
+template <typename T, int N>
+__global__ void add_rms_norm_backward_kernel(AddRmsNormBackwardArgs a) {
+  using P = Pack<T, N>;
+  extern __shared__ float weight_share[];
+  const bool with_weight = a.grad_weight != nullptr;
+  const P* weight = static_cast<const P*>(a.weight);
+  const int packs = static_cast<int>(a.hidden / N);
+  if (with_weight) {
+    for (int p = threadIdx.x; p < packs; p += blockDim.x) {
+#pragma unroll
+      for (int j = 0; j < N; ++j) weight_share[j * packs + p] = 0.0f;
+    }
+  }
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const int64_t offset = row * a.hidden;
+    const P* grad = reinterpret_cast<const P*>(static_cast<const T*>(a.grad_out) + offset);
+    const P* sum = reinterpret_cast<const P*>(static_cast<const T*>(a.sum) + offset);
+    const P* grad_sum = a.grad_sum
+                            ? reinterpret_cast<const P*>(static_cast<const T*>(a.grad_sum) + offset)
+                            : nullptr;
+    P* grad_in = reinterpret_cast<P*>(static_cast<T*>(a.grad_in) + offset);
+    const float rstd = a.rstd[row];
+    float dot = 0.0f;
+    for (int p = threadIdx.x; p < packs; p += blockDim.x) {
+      const P g = grad[p], sv = sum[p], w = weight[p];
+#pragma unroll
+      for (int j = 0; j < N; ++j) dot += to_float(w.v[j]) * to_float(g.v[j]) * to_float(sv.v[j]);
+    }
+    const float coefficient = math::rms_norm_coefficient(block_sum(dot), a.hidden, rstd);
+    for (int p = threadIdx.x; p < packs; p += blockDim.x) {
+      const P g = grad[p], sv = sum[p], w = weight[p];
+      P residual{}, o;
+      if (grad_sum) residual = grad_sum[p];
+#pragma unroll
+      for (int j = 0; j < N; ++j) {
+        const float gf = to_float(g.v[j]), sf = to_float(sv.v[j]);
+        o.v[j] = from_float<T>(math::rms_norm_grad(grad_sum ? to_float(residual.v[j]) : 0.0f, gf,
+                                                   to_float(w.v[j]), sf, rstd, coefficient));
+        if (with_weight) weight_share[j * packs + p] += gf * sf * rstd;
+      }
+      grad_in[p] = o;
+    }
+  }
+  if (!with_weight) return;
+  for (int p = threadIdx.x; p < packs; p += blockDim.x) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      a.workspace[int64_t{blockIdx.x} * a.hidden + p * N + j] = weight_share[j * packs + p];
+    }
+  }
+}
+
+// One thread per element of the weight: the sum of the blocks' shares.
+template <typename T>
+__global__ void add_rms_norm_weight_kernel(AddRmsNormBackwardArgs a, int blocks) {
+  const int64_t j = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (j >= a.hidden) return;
+  float total = 0.0f;
+  for (int b = 0; b < blocks; ++b) total += a.workspace[b * a.hidden + j];
+  static_cast<T*>(a.grad_weight)[j] = from_float<T>(total);
+}
+
+// Threads for a block that walks a row of `packs` packs: a multiple of 32, at most kRowThreads.
+int row_threads(int64_t packs) {
+  const int64_t warps = (packs + 31) / 32;
+  return static_cast<int>(warps * 32 < kRowThreads ? warps * 32 : kRowThreads);
+}
+
+template <typename T>
+void launch_add_rms_norm(const AddRmsNormArgs& a, cudaStream_t stream) {
+  constexpr int kWide = 16 / sizeof(T);
+  const auto grid = static_cast<unsigned>(a.rows);
+  if (packs_fit<T>(a.hidden, {a.x, a.delta, a.weight, a.sum, a.out})) {
+    add_rms_norm_kernel<T, kWide><<<grid, row_threads(a.hidden / kWide), 0, stream>>>(a);
+  } else {
+    add_rms_norm_kernel<T, 1><<<grid, row_threads(a.hidden), 0, stream>>>(a);
+  }
+}
+
+template <typename T>
+void launch_add_rms_norm_backward(const AddRmsNormBackwardArgs& a, cudaStream_t stream) {
+  constexpr int kWide = 16 / sizeof(T);
+  const int64_t blocks = a.rows < kAddRmsNormBackwardBlocks ? a.rows : kAddRmsNormBackwardBlocks;
+  const auto grid = static_cast<unsigned>(blocks);
+  const size_t shared = a.grad_weight ? sizeof(float) * a.hidden : 0;
+  if (packs_fit<T>(a.hidden, {a.grad_out, a.grad_sum, a.sum, a.weight, a.grad_in})) {
+    add_rms_norm_backward_kernel<T, kWide>
+        <<<grid, row_threads(a.hidden / kWide), shared, stream>>>(a);
+  } else {
+    add_rms_norm_backward_kernel<T, 1><<<grid, row_threads(a.hidden), shared, stream>>>(a);
+  }
+  if (a.grad_weight) {
+    const auto weight_grid = static_cast<unsigned>((a.hidden + kThreads - 1) / kThreads);
+    add_rms_norm_weight_kernel<T>
+        <<<weight_grid, kThreads, 0, stream>>>(a, static_cast<int>(blocks));
+  }
+}
+
 template <typename T, int N>
 __global__ void cross_entropy_kernel(CrossEntropyArgs a) {
   using P = Pack<T, N>;
@@ -276,6 +428,16 @@ cudaError_t for_element_type(ElementType type, Fn&& fn) {
 }
 
 }  // namespace
+
+cudaError_t launch_add_rms_norm(const AddRmsNormArgs& a, cudaStream_t stream) {
+  return for_element_type(
+      a.type, [&](auto e) { launch_add_rms_norm<typename decltype(e)::type>(a, stream); });
+}
+
+cudaError_t launch_add_rms_norm_backward(const AddRmsNormBackwardArgs& a, cudaStream_t stream) {
+  return for_element_type(
+      a.type, [&](auto e) { launch_add_rms_norm_backward<typename decltype(e)::type>(a, stream); });
+}
 
 cudaError_t launch_rope(const RopeArgs& a, cudaStream_t stream) {
   return for_element_type(

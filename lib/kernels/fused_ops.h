@@ -2,9 +2,10 @@
 // Fused kernels of the decoder layer and the loss, where PyTorch's eager ops would make several
 // passes over memory (docs/gpu.md, "Fused kernels"): rotary embeddings, the SwiGLU product, and
 // the cross-entropy of one chunk of logits (loss and gradient in one kernel, the gradient written
-// over the logits). Each has a CUDA kernel (a build with the CUDA toolkit) and a CPU reference in
-// float32 with the same per-element math (kernels/fused_ops_math.h): the reference is what the
-// tests hold the kernels to, and what the CPU tests check against PyTorch's eager formulas.
+// over the logits), and the residual add fused with the RMSNorm after it. Each has a CUDA kernel (a
+// build with the CUDA toolkit) and a CPU reference in float32 with the same per-element math
+// (kernels/fused_ops_math.h): the reference is what the tests hold the kernels to, and what the CPU
+// tests check against PyTorch's eager formulas.
 //
 // Host-side header: no CUDA types. Every pointer is a device pointer for the *_cuda functions and a
 // host pointer for the *_reference ones; arrays are contiguous, row-major, of `type` unless said
@@ -78,14 +79,66 @@ struct CrossEntropyArgs {
   bool write_grad = false;
 };
 
+// The residual add and the RMSNorm after it, over rows of `hidden` elements (x, delta, sum, out
+// [rows, hidden]; weight [hidden]): per row
+//   sum = x + delta (rounded to type, as the eager add rounds),
+//   rstd = 1 / sqrt(mean(sum²) + eps) over the rounded sum (float32, into rstd [rows]),
+//   out = weight · sum · rstd (one rounding).
+// hidden ≤ kAddRmsNormMaxHidden.
+struct AddRmsNormArgs {
+  const void* x = nullptr;
+  const void* delta = nullptr;
+  const void* weight = nullptr;
+  void* sum = nullptr;
+  void* out = nullptr;
+  float* rstd = nullptr;
+  int64_t rows = 0;
+  int64_t hidden = 0;
+  float eps = 0.0f;
+  ElementType type = ElementType::kFloat32;
+};
+
+inline constexpr int64_t kAddRmsNormMaxHidden = 8192;
+
+// Its gradient, with g the gradient of out and g_sum that of sum (the residual path; null: zero):
+//   grad_in = g_sum + rstd·weight·g − sum·rstd³·mean(weight·g·sum)    (per row; the gradient of
+//             both x and delta)
+//   grad_weight = Σ over rows of g·sum·rstd                             (when grad_weight is set)
+// The weight's gradient is summed in float32 in two passes: per block of rows into `workspace`
+// (add_rms_norm_workspace(rows, hidden) floats, needed only with grad_weight), then over blocks.
+struct AddRmsNormBackwardArgs {
+  const void* grad_out = nullptr;
+  const void* grad_sum = nullptr;
+  const void* sum = nullptr;
+  const void* weight = nullptr;
+  const float* rstd = nullptr;
+  void* grad_in = nullptr;
+  void* grad_weight = nullptr;
+  float* workspace = nullptr;
+  int64_t rows = 0;
+  int64_t hidden = 0;
+  ElementType type = ElementType::kFloat32;
+};
+
+// The backward's blocks (each a share of the rows) and the floats of workspace it needs for the
+// weight's gradient.
+inline constexpr int64_t kAddRmsNormBackwardBlocks = 256;
+inline int64_t add_rms_norm_workspace(int64_t rows, int64_t hidden) {
+  return (rows < kAddRmsNormBackwardBlocks ? rows : kAddRmsNormBackwardBlocks) * hidden;
+}
+
 void rope_cuda(const RopeArgs& args, CudaStream stream);
 void swiglu_cuda(const SwigluArgs& args, CudaStream stream);
 void swiglu_backward_cuda(const SwigluBackwardArgs& args, CudaStream stream);
 void cross_entropy_cuda(const CrossEntropyArgs& args, CudaStream stream);
+void add_rms_norm_cuda(const AddRmsNormArgs& args, CudaStream stream);
+void add_rms_norm_backward_cuda(const AddRmsNormBackwardArgs& args, CudaStream stream);
 
 void rope_reference(const RopeArgs& args);
 void swiglu_reference(const SwigluArgs& args);
 void swiglu_backward_reference(const SwigluBackwardArgs& args);
 void cross_entropy_reference(const CrossEntropyArgs& args);
+void add_rms_norm_reference(const AddRmsNormArgs& args);
+void add_rms_norm_backward_reference(const AddRmsNormBackwardArgs& args);
 
 }  // namespace dstrain::kernels

@@ -14,5 +14,7 @@ cudaError_t launch_rope(const RopeArgs& args, cudaStream_t stream);
 cudaError_t launch_swiglu(const SwigluArgs& args, cudaStream_t stream);
 cudaError_t launch_swiglu_backward(const SwigluBackwardArgs& args, cudaStream_t stream);
 cudaError_t launch_cross_entropy(const CrossEntropyArgs& args, cudaStream_t stream);
+cudaError_t launch_add_rms_norm(const AddRmsNormArgs& args, cudaStream_t stream);
+cudaError_t launch_add_rms_norm_backward(const AddRmsNormBackwardArgs& args, cudaStream_t stream);
 
 }  // namespace dstrain::kernels::detail

@@ -3,6 +3,7 @@
 // (kernels/fused_ops_reference.cpp), so that both compute the same expressions.
 
 #include <cmath>
+#include <cstdint>
 
 #if defined(__CUDACC__)
 #define DSTRAIN_HOST_DEVICE __host__ __device__ __forceinline__
@@ -38,6 +39,22 @@ DSTRAIN_HOST_DEVICE void swiglu_backward(float grad, float gate, float up, float
   const float s = sigmoid(gate);
   grad_up = grad * gate * s;
   grad_gate = grad * up * s * (1.0f + gate * (1.0f - s));
+}
+
+// RMSNorm: 1 / sqrt(mean + eps) of a row's sum of squares over n elements.
+DSTRAIN_HOST_DEVICE float rms_rstd(float sum_of_squares, int64_t n, float eps) {
+  return 1.0f / sqrtf(sum_of_squares / static_cast<float>(n) + eps);
+}
+
+// One element of RMSNorm's input gradient: with coefficient = rstd³ · mean(weight·g·sum) of the
+// row, grad_sum (the residual's gradient, 0 without) + rstd·weight·g − sum·coefficient.
+DSTRAIN_HOST_DEVICE float rms_norm_grad(float grad_sum, float grad, float weight, float sum,
+                                        float rstd, float coefficient) {
+  return grad_sum + rstd * weight * grad - sum * coefficient;
+}
+
+DSTRAIN_HOST_DEVICE float rms_norm_coefficient(float dot, int64_t n, float rstd) {
+  return rstd * rstd * rstd * dot / static_cast<float>(n);
 }
 
 // Online softmax normaliser: (max, sum of exp(x - max)) of a set, merged with another set's.

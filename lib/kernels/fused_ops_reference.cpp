@@ -1,6 +1,7 @@
 // CPU references of the fused kernels: plain loops over float32 with the kernels' own per-element
 // math, in the order a CUDA thread computes it.
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -79,6 +80,49 @@ void cross_entropy_reference(const CrossEntropyArgs& a) {
     if (!a.write_grad) continue;
     for (int64_t v = 0; v < a.vocab; ++v) {
       x[v] = ignored ? 0.0f : std::exp(x[v] - max) / sum - (v == label ? 1.0f : 0.0f);
+    }
+  }
+}
+
+void add_rms_norm_reference(const AddRmsNormArgs& a) {
+  require_float32(a.type, "add_rms_norm_reference");
+  const auto* weight = static_cast<const float*>(a.weight);
+  for (int64_t row = 0; row < a.rows; ++row) {
+    const int64_t o = row * a.hidden;
+    const auto* x = static_cast<const float*>(a.x) + o;
+    const auto* delta = static_cast<const float*>(a.delta) + o;
+    auto* sum = static_cast<float*>(a.sum) + o;
+    auto* out = static_cast<float*>(a.out) + o;
+    float squares = 0.0f;
+    for (int64_t j = 0; j < a.hidden; ++j) {
+      sum[j] = x[j] + delta[j];
+      squares += sum[j] * sum[j];
+    }
+    const float rstd = math::rms_rstd(squares, a.hidden, a.eps);
+    a.rstd[row] = rstd;
+    for (int64_t j = 0; j < a.hidden; ++j) out[j] = weight[j] * (sum[j] * rstd);
+  }
+}
+
+void add_rms_norm_backward_reference(const AddRmsNormBackwardArgs& a) {
+  require_float32(a.type, "add_rms_norm_backward_reference");
+  const auto* weight = static_cast<const float*>(a.weight);
+  auto* grad_weight = static_cast<float*>(a.grad_weight);
+  if (grad_weight != nullptr) std::fill(grad_weight, grad_weight + a.hidden, 0.0f);
+  for (int64_t row = 0; row < a.rows; ++row) {
+    const int64_t o = row * a.hidden;
+    const auto* grad = static_cast<const float*>(a.grad_out) + o;
+    const auto* grad_sum = a.grad_sum ? static_cast<const float*>(a.grad_sum) + o : nullptr;
+    const auto* sum = static_cast<const float*>(a.sum) + o;
+    auto* grad_in = static_cast<float*>(a.grad_in) + o;
+    const float rstd = a.rstd[row];
+    float dot = 0.0f;
+    for (int64_t j = 0; j < a.hidden; ++j) dot += weight[j] * grad[j] * sum[j];
+    const float coefficient = math::rms_norm_coefficient(dot, a.hidden, rstd);
+    for (int64_t j = 0; j < a.hidden; ++j) {
+      grad_in[j] = math::rms_norm_grad(grad_sum ? grad_sum[j] : 0.0f, grad[j], weight[j], sum[j],
+                                       rstd, coefficient);
+      if (grad_weight != nullptr) grad_weight[j] += grad[j] * sum[j] * rstd;
     }
   }
 }

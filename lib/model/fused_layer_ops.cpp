@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
 #include <c10/cuda/CUDAGuard.h>
@@ -83,6 +84,70 @@ struct Swiglu : torch::autograd::Function<Swiglu> {
   }
 };
 
+// Inputs x, delta (same shape and dtype, last dimension `hidden`) and weight [hidden]; outputs
+// {sum, normed}. Saves the sum, the weight and the rows' rstd.
+struct AddRmsNorm : torch::autograd::Function<AddRmsNorm> {
+  static variable_list forward(AutogradContext* ctx, const Tensor& x, const Tensor& delta,
+                               const Tensor& weight, double eps) {
+    const Tensor xc = x.contiguous(), dc = delta.contiguous(), w = weight.contiguous();
+    const c10::cuda::CUDAGuard on_device(xc.device());
+    Tensor sum = torch::empty(xc.sizes(), xc.options());
+    Tensor out = torch::empty(xc.sizes(), xc.options());
+    const int64_t hidden = xc.size(-1), rows = xc.numel() / hidden;
+    Tensor rstd = torch::empty({rows}, xc.options().dtype(torch::kFloat));
+    kernels::AddRmsNormArgs a;
+    a.x = xc.data_ptr();
+    a.delta = dc.data_ptr();
+    a.weight = w.data_ptr();
+    a.sum = sum.data_ptr();
+    a.out = out.data_ptr();
+    a.rstd = rstd.data_ptr<float>();
+    a.rows = rows;
+    a.hidden = hidden;
+    a.eps = static_cast<float>(eps);
+    a.type = element_type(xc);
+    kernels::add_rms_norm_cuda(a, stream_of(xc));
+    ctx->save_for_backward({sum, w, rstd});
+    return {sum, out};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const Tensor &sum = saved[0], &w = saved[1], &rstd = saved[2];
+    if (!grads[1].defined()) return {grads[0], grads[0], Tensor(), Tensor()};
+    const Tensor grad_out = grads[1].contiguous();
+    const Tensor grad_sum = grads[0].defined() ? grads[0].contiguous() : Tensor();
+    const c10::cuda::CUDAGuard on_device(sum.device());
+    const int64_t hidden = sum.size(-1), rows = sum.numel() / hidden;
+    Tensor grad_in = torch::empty(sum.sizes(), sum.options());
+    Tensor grad_weight, workspace;
+    if (ctx->needs_input_grad(2)) {
+      grad_weight = torch::empty({hidden}, w.options());
+      workspace = torch::empty({kernels::add_rms_norm_workspace(rows, hidden)},
+                               sum.options().dtype(torch::kFloat));
+    }
+    kernels::AddRmsNormBackwardArgs a;
+    a.grad_out = grad_out.data_ptr();
+    a.grad_sum = grad_sum.defined() ? grad_sum.data_ptr() : nullptr;
+    a.sum = sum.data_ptr();
+    a.weight = w.data_ptr();
+    a.rstd = rstd.data_ptr<float>();
+    a.grad_in = grad_in.data_ptr();
+    a.grad_weight = grad_weight.defined() ? grad_weight.data_ptr() : nullptr;
+    a.workspace = workspace.defined() ? workspace.data_ptr<float>() : nullptr;
+    a.rows = rows;
+    a.hidden = hidden;
+    a.type = element_type(sum);
+    kernels::add_rms_norm_backward_cuda(a, stream_of(sum));
+    return {grad_in, grad_in, grad_weight, Tensor()};
+  }
+};
+
+std::pair<Tensor, Tensor> fused_add_rms_norm(const Tensor& x, const Tensor& delta,
+                                             const Tensor& weight, double eps) {
+  const variable_list outs = AddRmsNorm::apply(x, delta, weight, eps);
+  return {outs[0], outs[1]};
+}
+
 Tensor fused_rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   return Rotary::apply(x, cos.contiguous(), sin.contiguous());
 }
@@ -100,6 +165,9 @@ void launch_cross_entropy(const kernels::CrossEntropyArgs& a, const Tensor& logi
 
 [[noreturn]] void no_cuda() {
   fail(ErrorKind::kInternal, "fused kernels called in a build without CUDA");
+}
+std::pair<Tensor, Tensor> fused_add_rms_norm(const Tensor&, const Tensor&, const Tensor&, double) {
+  no_cuda();
 }
 Tensor fused_rotary(const Tensor&, const Tensor&, const Tensor&) {
   no_cuda();
@@ -162,6 +230,19 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   const Tensor xf = x.to(torch::kFloat);
   const Tensor normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return weight * normed.to(x.scalar_type());
+}
+
+std::pair<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor& delta, const Tensor& weight,
+                                       double eps) {
+  const int64_t hidden = x.size(-1);
+  if (use_fused_kernels(x) && delta.scalar_type() == x.scalar_type() &&
+      delta.sizes() == x.sizes() && weight.scalar_type() == x.scalar_type() && weight.dim() == 1 &&
+      weight.size(0) == hidden && hidden <= kernels::kAddRmsNormMaxHidden) {
+    return fused_add_rms_norm(x, delta, weight, eps);
+  }
+  Tensor sum = x + delta;
+  Tensor normed = rms_norm(sum, weight, eps);
+  return {std::move(sum), std::move(normed)};
 }
 
 Tensor rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {

@@ -1,15 +1,18 @@
 #pragma once
-// The decoder layer's elementwise steps — RMSNorm, rotary embeddings, the SwiGLU product — each a
-// single kernel on a GPU and PyTorch's eager ops elsewhere. The eager ops are transformers' own
-// formulas op for op (the CPU path matches it bit for bit in bfloat16); on a GPU they cost one
-// pass over memory per op, which for the small hidden sizes of 0.5B-8B models is most of their
-// time, so there: RMSNorm is PyTorch's fused kernel (at::_fused_rms_norm and its backward), RoPE
-// and SwiGLU are dstrain's (kernels/fused_ops.h), each a forward and a backward kernel computing
-// in float32 and rounding once (transformers rounds after every op, so in bfloat16 the two differ
-// in the last bits; the reference suite's bf16 rule holds both to the float32 answer).
+// The decoder layer's elementwise steps — RMSNorm (alone, or with the residual add before it),
+// rotary embeddings, the SwiGLU product — each a single kernel on a GPU and PyTorch's eager ops
+// elsewhere. The eager ops are transformers' own formulas op for op (the CPU path matches it bit
+// for bit in bfloat16); on a GPU they cost one pass over memory per op, which for the small hidden
+// sizes of 0.5B-8B models is most of their time, so there: RMSNorm alone is PyTorch's fused
+// kernel (at::_fused_rms_norm and its backward); the add + RMSNorm, RoPE and SwiGLU are dstrain's
+// (kernels/fused_ops.h), each a forward and a backward kernel computing in float32 and rounding
+// once (transformers rounds after every op, so in bfloat16 the two differ in the last bits; the
+// reference suite's bf16 rule holds both to the float32 answer).
 //
 // DSTRAIN_CUDA_KERNELS=0 in the environment turns the fused path off (read once per process), so
 // that a benchmark measures both on the same card (docs/gpu.md).
+
+#include <utility>
 
 #include <torch/torch.h>
 
@@ -23,6 +26,14 @@ bool use_fused_kernels(const torch::Tensor& x);
 
 // weight · x / sqrt(mean(x²) + eps) over the last dimension, statistics in float32; x's dtype.
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+
+// The residual add and the RMSNorm after it: {x + delta, rms_norm(x + delta, weight, eps)}. On a
+// GPU one kernel forward (the sum rounded as the eager add rounds it, then normalised as
+// rms_norm's kernel does) and one backward that adds the residual's gradient to the norm's and
+// skips the weight's gradient when the weight is frozen; elsewhere the eager add and rms_norm.
+std::pair<torch::Tensor, torch::Tensor> add_rms_norm(const torch::Tensor& x,
+                                                     const torch::Tensor& delta,
+                                                     const torch::Tensor& weight, double eps);
 
 // Rotary embedding of x [B, T, H, D] with the tables cos/sin [T, D] (x's dtype, from
 // rope_tables): x·cos + rotate_half(x)·sin. Returns [B, T, H, D].

@@ -111,6 +111,11 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   return rms_norm(x, weight, eps_);
 }
 
+std::pair<torch::Tensor, torch::Tensor> RMSNormImpl::add_and_forward(const torch::Tensor& x,
+                                                                     const torch::Tensor& delta) {
+  return add_rms_norm(x, delta, weight, eps_);
+}
+
 AttentionImpl::AttentionImpl(const ModelConfig& c, std::optional<int64_t> window, Materialize m)
     : heads_(c.num_attention_heads),
       kv_heads_(c.num_key_value_heads),

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -90,6 +91,10 @@ class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(int64_t dim, double eps, Materialize materialize = Materialize::kYes);
   torch::Tensor forward(const torch::Tensor& x);  // [..., dim] -> same
+  // {x + delta, forward(x + delta)}: the residual add before the norm, fused with it on a GPU
+  // (add_rms_norm in fused_layer_ops.h).
+  std::pair<torch::Tensor, torch::Tensor> add_and_forward(const torch::Tensor& x,
+                                                          const torch::Tensor& delta);
 
   torch::Tensor weight;  // [dim]
  private:

@@ -1,5 +1,6 @@
 // The fused kernels on a GPU (kernels/fused_ops.h through model/fused_layer_ops.h, with autograd)
-// against PyTorch's eager formulas on the CPU: RoPE, SwiGLU, RMSNorm and the chunked loss, forward
+// against PyTorch's eager formulas on the CPU: RoPE, SwiGLU, RMSNorm (alone and with the residual
+// add before it) and the chunked loss, forward
 // and backward, float32 (tight) and bfloat16 (within a rounding of the float32 answer), and both
 // variants of the cross-entropy kernel (vocabulary a multiple of 8 or not). Exits 77 (skipped)
 // without a device.
@@ -112,6 +113,52 @@ TEST_P(FusedOpsGpu, RmsNormForwardAndBackward) {
   expect_close(xc.grad(), xf.grad(), tol_for(dtype), "rms_norm grad x");
   // The weight's gradient sums 150 rows: its bf16 error grows with them.
   expect_close(wc.grad(), wf.grad(), dtype == torch::kBFloat16 ? 0.05 : 1e-4, "rms_norm grad w");
+}
+
+// The residual add + RMSNorm: the sum bit for bit the eager add's, the norm and the gradients of
+// both outputs (x and delta share one) against the CPU's eager add and RMSNorm; hidden a multiple
+// of 8 or not (16-byte loads or element by element), more rows than the backward's blocks (each
+// block then sums several rows' weight gradient), and a frozen weight (no weight gradient).
+void check_add_rms_norm(torch::Dtype dtype, int64_t rows, int64_t hidden, bool train_weight) {
+  torch::manual_seed(5);
+  const Tensor x = (torch::randn({rows, hidden}) * 2).to(dtype).view({1, rows, hidden});
+  const Tensor delta = torch::randn({1, rows, hidden}).to(dtype);
+  const Tensor w = (torch::rand({hidden}) + 0.5).to(dtype);
+  const Tensor grad_sum = torch::randn({1, rows, hidden}).to(dtype);
+  const Tensor grad_out = torch::randn({1, rows, hidden}).to(dtype);
+
+  const Tensor xc = x.to(kCuda).requires_grad_(true), dc = delta.to(kCuda).requires_grad_(true);
+  const Tensor wc = w.to(kCuda).requires_grad_(train_weight);
+  ASSERT_TRUE(use_fused_kernels(xc));
+  const auto [sum, out] = add_rms_norm(xc, dc, wc, 1e-6);
+  EXPECT_TRUE(torch::equal(sum, xc.detach() + dc.detach()));
+  torch::autograd::backward({sum, out}, {grad_sum.to(kCuda), grad_out.to(kCuda)});
+
+  const Tensor xf = x.to(torch::kFloat).requires_grad_(true);
+  const Tensor df = delta.to(torch::kFloat).requires_grad_(true);
+  const Tensor wf = w.to(torch::kFloat).requires_grad_(true);
+  const Tensor want_sum = xf + df;
+  const Tensor want = rms_norm(want_sum, wf, 1e-6);  // the CPU: transformers' formula
+  torch::autograd::backward({want_sum, want},
+                            {grad_sum.to(torch::kFloat), grad_out.to(torch::kFloat)});
+  const std::string what = "add_rms_norm " + std::to_string(rows) + "x" + std::to_string(hidden);
+  expect_close(out, want, tol_for(dtype), what.c_str());
+  expect_close(xc.grad(), xf.grad(), tol_for(dtype), (what + " grad x").c_str());
+  EXPECT_TRUE(torch::equal(xc.grad(), dc.grad())) << what;
+  if (train_weight) {
+    // The weight's gradient sums the rows: its bf16 error grows with them.
+    expect_close(wc.grad(), wf.grad(), dtype == torch::kBFloat16 ? 0.05 : 1e-4,
+                 (what + " grad w").c_str());
+  } else {
+    EXPECT_FALSE(wc.grad().defined()) << what;
+  }
+}
+
+TEST_P(FusedOpsGpu, AddRmsNormForwardAndBackward) {
+  check_add_rms_norm(GetParam(), 150, 96, true);
+  check_add_rms_norm(GetParam(), 21, 20, true);
+  check_add_rms_norm(GetParam(), 600, 64, true);
+  check_add_rms_norm(GetParam(), 150, 96, false);
 }
 
 // The chunked loss: sum over tokens and its gradients, one chunk and several.

@@ -1,8 +1,9 @@
 // The CPU references of the fused kernels against PyTorch's eager formulas (transformers' own):
 // RoPE forward, and its inverse against autograd's gradient of forward; SwiGLU and its gradient;
-// the cross-entropy's loss and gradient against log_softmax and autograd. The CUDA kernels are held
-// to these references on a GPU (tests/gpu/fused_ops_gpu_test.cpp), so the per-element math and the
-// indexing are proved here on every machine.
+// the cross-entropy's loss and gradient against log_softmax and autograd; the residual add +
+// RMSNorm and its gradients (input, with and without the residual's; weight) against autograd. The
+// CUDA kernels are held to these references on a GPU (tests/gpu/fused_ops_gpu_test.cpp), so the
+// per-element math and the indexing are proved here on every machine.
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -113,6 +114,63 @@ TEST(FusedOpsReference, CrossEntropyLossAndGradientWithIgnoredAndBadLabels) {
   cross_entropy_reference(a);
   EXPECT_TRUE(std::isnan(loss[0].item<float>()));
   EXPECT_TRUE(torch::equal(row, kept));
+}
+
+TEST(FusedOpsReference, AddRmsNormAndItsGradients) {
+  torch::manual_seed(5);
+  const int64_t rows = 7, hidden = 24;
+  const float eps = 1e-6f;
+  const Tensor x = (torch::randn({rows, hidden}) * 2).requires_grad_(true);
+  const Tensor delta = torch::randn({rows, hidden}).requires_grad_(true);
+  const Tensor weight = (torch::rand({hidden}) + 0.5).requires_grad_(true);
+  const Tensor grad_out = torch::randn({rows, hidden}), grad_sum = torch::randn({rows, hidden});
+  // Eager, as the decoder layer computed it before: the add, then transformers' RMSNorm.
+  const Tensor eager_sum = x + delta;
+  const Tensor eager_out =
+      weight * (eager_sum * torch::rsqrt(eager_sum.pow(2).mean(-1, true) + eps));
+  torch::autograd::backward({eager_sum, eager_out}, {grad_sum, grad_out}, /*retain_graph=*/true);
+
+  Tensor sum = torch::empty({rows, hidden}), out = torch::empty({rows, hidden});
+  Tensor rstd = torch::empty({rows});
+  AddRmsNormArgs f;
+  f.x = x.data_ptr();
+  f.delta = delta.data_ptr();
+  f.weight = weight.data_ptr();
+  f.sum = sum.data_ptr();
+  f.out = out.data_ptr();
+  f.rstd = rstd.data_ptr<float>();
+  f.rows = rows;
+  f.hidden = hidden;
+  f.eps = eps;
+  add_rms_norm_reference(f);
+  EXPECT_TRUE(torch::equal(sum, eager_sum.detach()));  // the add rounds as the eager add does
+  expect_close(out, eager_out.detach());
+  expect_close(rstd, torch::rsqrt(eager_sum.detach().pow(2).mean(-1) + eps));
+
+  Tensor grad_in = torch::empty({rows, hidden}), grad_weight = torch::empty({hidden});
+  AddRmsNormBackwardArgs b;
+  b.grad_out = grad_out.data_ptr();
+  b.grad_sum = grad_sum.data_ptr();
+  b.sum = sum.data_ptr();
+  b.weight = weight.data_ptr();
+  b.rstd = rstd.data_ptr<float>();
+  b.grad_in = grad_in.data_ptr();
+  b.grad_weight = grad_weight.data_ptr();
+  b.rows = rows;
+  b.hidden = hidden;
+  add_rms_norm_backward_reference(b);
+  // x and delta share the sum's gradient: the residual's plus the norm's.
+  expect_close(grad_in, x.grad(), 1e-5);
+  expect_close(grad_in, delta.grad(), 1e-5);
+  expect_close(grad_weight, weight.grad(), 1e-5);
+
+  // Without the residual's gradient (nor the weight's): the norm's alone.
+  x.grad().zero_();
+  eager_out.backward(grad_out);
+  b.grad_sum = nullptr;
+  b.grad_weight = nullptr;
+  add_rms_norm_backward_reference(b);
+  expect_close(grad_in, x.grad(), 1e-5);
 }
 
 TEST(FusedOpsReference, ReferencesRefuseBFloat16) {
