@@ -43,7 +43,9 @@
 // Communication per micro-step (Ψ elements): every unit is gathered once for forward and once for
 // backward and reduce-scattered once: 3Ψ in the ring model; a unit read by two segments adds one
 // gather (tied embedding: +Ψ_embed). The persistent unit: one reduce-scatter per micro-step and one
-// all-gather per step.
+// all-gather per step. With keep_gathered_memory (CUDA graphs) a unit's gathered copy stays
+// valid until its chunks change: each trainable unit is gathered once per step (Ψ), however many
+// micro-steps, and each frozen unit (a LoRA base) once for the whole run.
 //
 // Update during backward. Without clipping and fp16 loss scaling, once the trainer has said the
 // step's learning rate (Engine::set_step_lr), each unit's part of the master is updated, and copied
@@ -119,6 +121,10 @@ class Stage3Engine final : public Engine {
     int64_t shard_offset = 0;    // where this rank's chunk starts in the shards
     torch::Tensor full;  // [padded numel] compute dtype, on the device; storage only when gathered
     UnitState state = UnitState::kFree;
+    // With keep_gathered_memory: `full` still holds what a gather would bring (the unit has been
+    // gathered and its chunks have not changed since), so using it again needs no gather. Frozen
+    // chunks never change; trainable ones change with every update (stale_trainable_units).
+    bool current = false;
     std::unique_ptr<comm::Work> gather;
     torch::Tensor gather_input;  // the chunk sent, kept alive until the gather completes
     int waiting = 0;             // parameters whose gradient has not arrived in this backward
@@ -148,6 +154,9 @@ class Stage3Engine final : public Engine {
   void launch_gather(size_t unit);
   void wait_gathered(size_t unit);
   void release(size_t unit);
+  // The trainable units' chunks are about to change (an update, a loaded state): their kept
+  // gathered memory no longer counts as current.
+  void stale_trainable_units();
   void prefetch_after(size_t segment, int direction);
   void pre_backward(size_t segment);
   void release_frozen_after(size_t segment);

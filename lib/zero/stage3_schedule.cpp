@@ -14,6 +14,10 @@ namespace dstrain::zero {
 void Stage3Engine::launch_gather(size_t u) {
   Unit& unit = units_[u];
   if (unit.state != UnitState::kFree || unit.partition.padded_numel() == 0) return;
+  if (unit.current) {
+    unit.state = UnitState::kGathered;
+    return;
+  }
   model::allocate_storage(unit.full, unit.full.numel() * unit.full.element_size());
   // The chunk this rank contributes; with offload_param it is copied from the host first.
   torch::Tensor input = shard_of(unit, unit.frozen() ? frozen_shard_ : param_shard_);
@@ -34,6 +38,13 @@ void Stage3Engine::wait_gathered(size_t u) {
   unit.gather.reset();
   unit.gather_input = torch::Tensor();
   unit.state = UnitState::kGathered;
+  unit.current = options_.keep_gathered_memory;
+}
+
+void Stage3Engine::stale_trainable_units() {
+  for (Unit& unit : units_) {
+    if (!unit.frozen()) unit.current = false;
+  }
 }
 
 void Stage3Engine::release(size_t u) {
@@ -163,7 +174,8 @@ void Stage3Engine::retire_oldest() {
 void Stage3Engine::update_unit(size_t u) {
   torch::NoGradGuard no_grad;
   const trace::Span span("optimizer", "update unit", {"unit", static_cast<int64_t>(u)});
-  const Unit& unit = units_[u];
+  Unit& unit = units_[u];
+  unit.current = false;
   torch::Tensor grad = gradient_for_master(shard_of(unit, grad_shard_), master_->master().device());
   const int64_t n = grad.numel();
   // A bf16 parameter shard beside the master is written by the optimizer's update itself.

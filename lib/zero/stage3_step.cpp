@@ -6,6 +6,7 @@ namespace dstrain::zero {
 
 StepResult Stage3Engine::do_step(double lr) {
   torch::NoGradGuard no_grad;
+  stale_trainable_units();
   StepResult result;
   if (master_->backward_update_armed()) {
     size_t reduced_units = 0;
@@ -67,6 +68,7 @@ void Stage3Engine::do_discard() {
 void Stage3Engine::do_load_state(const StateSource& source, int64_t step_count,
                                  const LossScalerState& scaler) {
   torch::NoGradGuard no_grad;
+  stale_trainable_units();
   master_->load_state(source, step_count, scaler);
   refresh_params();
   grad_shard_.zero_();

@@ -117,7 +117,17 @@ StackResult run_stack(const StackProblem& problem, const StackRun& run) {
     EngineOptions options = run.options;
     options.segments = model->segments();
     RankSide side;
-    side.engine = make_engine(model->units(), comm, run.optimizer, options);
+    std::vector<NamedParameter> units = model->units();
+    for (NamedParameter& p : units) {
+      const std::string& suffix = run.frozen_suffix;
+      if (suffix.empty() || p.name.size() < suffix.size() ||
+          p.name.compare(p.name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+        continue;
+      }
+      p.frozen = true;
+      p.tensor.requires_grad_(false);
+    }
+    side.engine = make_engine(std::move(units), comm, run.optimizer, options);
     if (run.resume) side.engine->load_state(source_of(*run.resume), run.resume_steps, {});
     Engine* engine = side.engine.get();
     side.loss = [&problem, &run, model, rank, engine](int s, int m) mutable {

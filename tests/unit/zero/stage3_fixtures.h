@@ -47,7 +47,8 @@ TinyStack make_stack(const StackProblem& problem);
 
 struct StackRun : RunConfig {
   const std::map<std::pair<std::string, std::string>, torch::Tensor>* resume = nullptr;
-  int64_t resume_steps = 0;  // optimizer steps of the resumed state; data starts there too
+  int64_t resume_steps = 0;   // optimizer steps of the resumed state; data starts there too
+  std::string frozen_suffix;  // parameters whose name ends with it are frozen (as a LoRA base)
 };
 
 struct StackResult : EngineRecord {

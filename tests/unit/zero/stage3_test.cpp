@@ -209,6 +209,58 @@ TEST(Stage3Communication, BytesPerStepAre3PsiPerMicroStep) {
   }
 }
 
+// keep_gathered_memory (CUDA graphs): a unit's gathered copy is reused until its chunks change, so
+// each trainable unit is gathered once a step whatever the accumulation (the update in step() or
+// during the last backward makes it stale), and a frozen unit once for the whole run; the training
+// is bit for bit that of gathering at every use.
+TEST(Stage3KeptGathered, GathersATrainableUnitOnceAStepAndAFrozenOneOnce) {
+  torch::set_num_threads(1);
+  const StackProblem problem = make_stack_problem(big_shape(/*tied=*/true), 3);
+  const double psi = static_cast<double>(numel_where(problem, false, 0));
+  for (const bool update_in_backward : {false, true}) {
+    for (const std::string frozen : {"", "_w"}) {
+      StackRun run = stage_run(3, 2, 2, 0.0);
+      run.steps = 3;
+      run.options.param_persistence_threshold = 0;
+      run.set_step_lr = update_in_backward;
+      run.frozen_suffix = frozen;
+      const StackResult every_use = run_stack(problem, run);
+      run.options.keep_gathered_memory = true;
+      const StackResult kept = run_stack(problem, run);
+      const auto what =
+          fmt::format("update in backward {}, frozen '{}'", update_in_backward, frozen);
+      EXPECT_EQ(kept.losses, every_use.losses) << what;
+      ASSERT_EQ(kept.state.size(), every_use.state.size()) << what;
+      for (const auto& [key, value] : every_use.state) {
+        EXPECT_TRUE(torch::equal(kept.state.at(key), value)) << what << " " << key.second;
+      }
+      EXPECT_LT(every_use.losses.back(), every_use.losses.front()) << what;
+      // The last step's gathers (sent by each of the 2 ranks, fp32, ring model): the trainable
+      // units once; the frozen ones not at all (gathered in the first step). Gathering at every
+      // use: every unit twice per micro-step, the tied embedding once more.
+      double frozen_numel = 0;
+      for (const auto& [name, value] : problem.init) {
+        if (!frozen.empty() && name.size() > 2 && name.substr(name.size() - 2) == frozen) {
+          frozen_numel += static_cast<double>(value.numel());
+        }
+      }
+      const double ring = 0.5 * 4;
+      const double embed = static_cast<double>(problem.init.at("embed").numel());
+      const double trainable = psi - frozen_numel;
+      for (int rank = 0; rank < 2; ++rank) {
+        const auto gathered = [&](const StackResult& r) {
+          const auto& sent = r.comm[static_cast<size_t>(rank)].bytes_sent;
+          const auto it = sent.find(comm::CollectiveKind::kAllGather);
+          return it == sent.end() ? 0.0 : static_cast<double>(it->second);
+        };
+        EXPECT_NEAR(gathered(kept), trainable * ring, 0.01 * trainable * ring) << what;
+        const double each_use = 2 * (2 * psi + embed) * ring;
+        EXPECT_NEAR(gathered(every_use), each_use, 0.01 * each_use) << what;
+      }
+    }
+  }
+}
+
 // Saved at world 2 stage 3 after 10 steps, resumed at other world sizes and stages: the next 10
 // steps match an uninterrupted run.
 TEST(Stage3Checkpoint, ResumesAtOtherWorldSizesAndStages) {
