@@ -245,6 +245,16 @@ std::pair<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor& delta, con
   return {std::move(sum), std::move(normed)};
 }
 
+Tensor add_projection(const Tensor& residual, const Tensor& x, const Tensor& weight) {
+  const int64_t in = x.size(-1), out = weight.size(0);
+  if (use_fused_kernels(x) && residual.scalar_type() == x.scalar_type() &&
+      weight.scalar_type() == x.scalar_type() && residual.size(-1) == out) {
+    return at::addmm(residual.reshape({-1, out}), x.reshape({-1, in}), weight.t())
+        .view(residual.sizes());
+  }
+  return residual + at::linear(x, weight);
+}
+
 Tensor rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   if (use_fused_kernels(x) && cos.scalar_type() == x.scalar_type()) {
     return fused_rotary(x, cos, sin);

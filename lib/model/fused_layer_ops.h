@@ -1,6 +1,7 @@
 #pragma once
 // The decoder layer's elementwise steps — RMSNorm (alone, or with the residual add before it),
-// rotary embeddings, the SwiGLU product — each a single kernel on a GPU and PyTorch's eager ops
+// rotary embeddings, the SwiGLU product, the residual add after the MLP — each a single kernel (or
+// part of one) on a GPU and PyTorch's eager ops
 // elsewhere. The eager ops are transformers' own formulas op for op (the CPU path matches it bit
 // for bit in bfloat16); on a GPU they cost one pass over memory per op, which for the small hidden
 // sizes of 0.5B-8B models is most of their time, so there: RMSNorm alone is PyTorch's fused
@@ -34,6 +35,13 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
 std::pair<torch::Tensor, torch::Tensor> add_rms_norm(const torch::Tensor& x,
                                                      const torch::Tensor& delta,
                                                      const torch::Tensor& weight, double eps);
+
+// residual + x·weightᵀ (x [..., in], weight [out, in], residual [..., out]): the residual add after
+// a projection. Where use_fused_kernels(x) holds (and the dtypes agree) the add is the matmul's
+// epilogue (addmm with beta 1: one kernel, the sum rounded once); elsewhere the eager projection,
+// then the add.
+torch::Tensor add_projection(const torch::Tensor& residual, const torch::Tensor& x,
+                             const torch::Tensor& weight);
 
 // Rotary embedding of x [B, T, H, D] with the tables cos/sin [T, D] (x's dtype, from
 // rope_tables): x·cos + rotate_half(x)·sin. Returns [B, T, H, D].

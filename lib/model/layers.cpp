@@ -170,10 +170,24 @@ MlpImpl::MlpImpl(const ModelConfig& c, Materialize m) {
   down_proj = register_module("down_proj", Linear(I, C, c.mlp_bias, m));
 }
 
-torch::Tensor MlpImpl::untiled(const torch::Tensor& x, bool training) {
+torch::Tensor MlpImpl::untiled(const torch::Tensor& x, bool training,
+                               const torch::Tensor& residual) {
   const torch::Tensor h = swiglu(adapters.apply("gate_proj", gate_proj, x, training),
                                  adapters.apply("up_proj", up_proj, x, training));
-  return adapters.apply("down_proj", down_proj, h, training);
+  if (residual.defined() && !down_proj->bias.defined() && use_fused_kernels(h)) {
+    return adapters.add_delta("down_proj", add_projection(residual, h, down_proj->weight), h,
+                              training);
+  }
+  const torch::Tensor y = adapters.apply("down_proj", down_proj, h, training);
+  return residual.defined() ? residual + y : y;
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x, const torch::Tensor& residual) {
+  const int64_t C = x.size(-1);
+  if (mlp_tile_tokens(tiling_, x.numel() / std::max<int64_t>(C, 1), C) == 0) {
+    return untiled(x, is_training(), residual);
+  }
+  return residual + forward(x);
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {

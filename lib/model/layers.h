@@ -136,6 +136,9 @@ class MlpImpl : public torch::nn::Module {
  public:
   MlpImpl(const ModelConfig& config, Materialize materialize);
   torch::Tensor forward(const torch::Tensor& x);  // [B, T, C] -> [B, T, C]
+  // residual + forward(x), the add fused into the down projection where add_projection fuses it
+  // (fused_layer_ops.h; not with a down_proj bias or a tiled MLP).
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& residual);
   // kTiledMlpOff (the default), kTiledMlpAuto or tokens per tile: see mlp_tile_tokens().
   void set_tiling(int64_t setting) { tiling_ = setting; }
 
@@ -145,7 +148,8 @@ class MlpImpl : public torch::nn::Module {
   ProjectionAdapters adapters;  // keyed gate_proj, up_proj, down_proj
 
  private:
-  torch::Tensor untiled(const torch::Tensor& x, bool training);  // [..., C] -> [..., C]
+  // [..., C] -> [..., C], plus residual when it is defined.
+  torch::Tensor untiled(const torch::Tensor& x, bool training, const torch::Tensor& residual = {});
   int64_t tiling_ = 0;
 };
 TORCH_MODULE(Mlp);

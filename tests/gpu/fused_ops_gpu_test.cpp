@@ -1,6 +1,6 @@
 // The fused kernels on a GPU (kernels/fused_ops.h through model/fused_layer_ops.h, with autograd)
 // against PyTorch's eager formulas on the CPU: RoPE, SwiGLU, RMSNorm (alone and with the residual
-// add before it) and the chunked loss, forward
+// add before it), the residual add in the down projection's matmul and the chunked loss, forward
 // and backward, float32 (tight) and bfloat16 (within a rounding of the float32 answer), and both
 // variants of the cross-entropy kernel (vocabulary a multiple of 8 or not). Exits 77 (skipped)
 // without a device.
@@ -159,6 +159,34 @@ TEST_P(FusedOpsGpu, AddRmsNormForwardAndBackward) {
   check_add_rms_norm(GetParam(), 21, 20, true);
   check_add_rms_norm(GetParam(), 600, 64, true);
   check_add_rms_norm(GetParam(), 150, 96, false);
+}
+
+// residual + x·Wᵀ as one addmm: the output and the gradients of all three against the CPU's eager
+// projection and add.
+TEST_P(FusedOpsGpu, AddProjectionForwardAndBackward) {
+  const auto dtype = GetParam();
+  torch::manual_seed(6);
+  const Tensor residual = torch::randn({2, 33, 48}).to(dtype);
+  const Tensor x = torch::randn({2, 33, 80}).to(dtype);
+  const Tensor w = (torch::randn({48, 80}) * 0.1).to(dtype);
+  const Tensor grad = torch::randn({2, 33, 48}).to(dtype);
+
+  const Tensor rc = residual.to(kCuda).requires_grad_(true), xc = x.to(kCuda).requires_grad_(true);
+  const Tensor wc = w.to(kCuda).requires_grad_(true);
+  const Tensor got = add_projection(rc, xc, wc);
+  got.backward(grad.to(kCuda));
+
+  const Tensor rf = residual.to(torch::kFloat).requires_grad_(true);
+  const Tensor xf = x.to(torch::kFloat).requires_grad_(true);
+  const Tensor wf = w.to(torch::kFloat).requires_grad_(true);
+  const Tensor want = rf + torch::nn::functional::linear(xf, wf);
+  want.backward(grad.to(torch::kFloat));
+  expect_close(got, want, tol_for(dtype), "add_projection");
+  expect_close(rc.grad(), rf.grad(), 0.0, "add_projection grad residual");
+  expect_close(xc.grad(), xf.grad(), tol_for(dtype), "add_projection grad x");
+  // The weight's gradient sums 66 rows.
+  expect_close(wc.grad(), wf.grad(), dtype == torch::kBFloat16 ? 0.05 : 1e-4,
+               "add_projection grad w");
 }
 
 // The chunked loss: sum over tokens and its gradients, one chunk and several.
