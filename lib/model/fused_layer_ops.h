@@ -1,14 +1,14 @@
 #pragma once
 // The decoder layer's elementwise steps — RMSNorm (alone, or with the residual add before it),
 // rotary embeddings, the SwiGLU product, the residual add after the MLP — each a single kernel (or
-// part of one) on a GPU and PyTorch's eager ops
-// elsewhere. The eager ops are transformers' own formulas op for op (the CPU path matches it bit
-// for bit in bfloat16); on a GPU they cost one pass over memory per op, which for the small hidden
-// sizes of 0.5B-8B models is most of their time, so there: RMSNorm alone is PyTorch's fused
-// kernel (at::_fused_rms_norm and its backward); the add + RMSNorm, RoPE and SwiGLU are dstrain's
-// (kernels/fused_ops.h), each a forward and a backward kernel computing in float32 and rounding
-// once (transformers rounds after every op, so in bfloat16 the two differ in the last bits; the
-// reference suite's bf16 rule holds both to the float32 answer).
+// part of one) on a GPU and PyTorch's eager ops elsewhere. The eager ops are transformers' own
+// formulas op for op (the CPU path matches it bit for bit in bfloat16); on a GPU they cost one
+// pass over memory per op, which for the small hidden sizes of 0.5B-8B models is most of their
+// time, so there: RMSNorm alone is PyTorch's fused kernel (at::_fused_rms_norm and its backward);
+// the add + RMSNorm, RoPE and SwiGLU are dstrain's (kernels/fused_ops.h), each a forward and a
+// backward kernel computing in float32 and rounding once; the add after the MLP is the down
+// projection's matmul epilogue (transformers rounds after every op, so in bfloat16 the two differ
+// in the last bits; the reference suite's bf16 rule holds both to the float32 answer).
 //
 // DSTRAIN_CUDA_KERNELS=0 in the environment turns the fused path off (read once per process), so
 // that a benchmark measures both on the same card (docs/gpu.md).
