@@ -5,8 +5,8 @@
 // softmax, merged across the block), the loss, then a pass that writes the gradient over the
 // logits: two reads and one write of the logits in all. The add + RMSNorm runs one block per row
 // forward (the sum written, its squares summed, the row normalised from the sum just written);
-// backward a fixed number of blocks strides over the rows, each keeping its share of the weight's
-// gradient in shared memory, and a second kernel sums the blocks' shares.
+// backward up to 1024 blocks stride over the rows (8 or more each), keeping their shares of the
+// weight's gradient in shared memory, and a second kernel sums the blocks' shares.
 
 #include <cuda_bf16.h>
 
@@ -337,7 +337,7 @@ void launch_add_rms_norm(const AddRmsNormArgs& a, cudaStream_t stream) {
 template <typename T>
 void launch_add_rms_norm_backward(const AddRmsNormBackwardArgs& a, cudaStream_t stream) {
   constexpr int kWide = 16 / sizeof(T);
-  const int64_t blocks = a.rows < kAddRmsNormBackwardBlocks ? a.rows : kAddRmsNormBackwardBlocks;
+  const int64_t blocks = add_rms_norm_backward_blocks(a.rows);
   const auto grid = static_cast<unsigned>(blocks);
   const size_t shared = a.grad_weight ? sizeof(float) * a.hidden : 0;
   if (packs_fit<T>(a.hidden, {a.grad_out, a.grad_sum, a.sum, a.weight, a.grad_in})) {

@@ -120,11 +120,15 @@ struct AddRmsNormBackwardArgs {
   ElementType type = ElementType::kFloat32;
 };
 
-// The backward's blocks (each a share of the rows) and the floats of workspace it needs for the
-// weight's gradient.
-inline constexpr int64_t kAddRmsNormBackwardBlocks = 256;
+// The backward's blocks: each takes at least 8 rows (so that its share of the weight's gradient
+// is worth the workspace row it writes), at most 1024 blocks (enough to fill a GPU). The
+// workspace holds a share per block: add_rms_norm_workspace floats.
+inline int64_t add_rms_norm_backward_blocks(int64_t rows) {
+  const int64_t blocks = (rows + 7) / 8;
+  return blocks < 1024 ? blocks : 1024;
+}
 inline int64_t add_rms_norm_workspace(int64_t rows, int64_t hidden) {
-  return (rows < kAddRmsNormBackwardBlocks ? rows : kAddRmsNormBackwardBlocks) * hidden;
+  return add_rms_norm_backward_blocks(rows) * hidden;
 }
 
 void rope_cuda(const RopeArgs& args, CudaStream stream);
