@@ -84,13 +84,65 @@ struct Swiglu : torch::autograd::Function<Swiglu> {
   }
 };
 
+Tensor fused_rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  return Rotary::apply(x, cos.contiguous(), sin.contiguous());
+}
+
+Tensor fused_swiglu(const Tensor& gate, const Tensor& up) {
+  return Swiglu::apply(gate, up);
+}
+
+void launch_cross_entropy(const kernels::CrossEntropyArgs& a, const Tensor& logits) {
+  const c10::cuda::CUDAGuard on_device(logits.device());
+  kernels::cross_entropy_cuda(a, stream_of(logits));
+}
+
+#else  // a LibTorch without CUDA: use_fused_kernels() is false, so these are never called
+
+[[noreturn]] void no_cuda() {
+  fail(ErrorKind::kInternal, "fused kernels called in a build without CUDA");
+}
+Tensor fused_rotary(const Tensor&, const Tensor&, const Tensor&) {
+  no_cuda();
+}
+Tensor fused_swiglu(const Tensor&, const Tensor&) {
+  no_cuda();
+}
+void launch_cross_entropy(const kernels::CrossEntropyArgs&, const Tensor&) {
+  no_cuda();
+}
+
+#endif
+
+// The add + RMSNorm kernels on x's device: CUDA for a CUDA tensor, the CPU references otherwise.
+void run_add_rms_norm(const kernels::AddRmsNormArgs& a, const Tensor& x) {
+#if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
+  if (x.is_cuda()) {
+    const c10::cuda::CUDAGuard on_device(x.device());
+    kernels::add_rms_norm_cuda(a, stream_of(x));
+    return;
+  }
+#endif
+  kernels::add_rms_norm_reference(a);
+}
+
+void run_add_rms_norm_backward(const kernels::AddRmsNormBackwardArgs& a, const Tensor& x) {
+#if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
+  if (x.is_cuda()) {
+    const c10::cuda::CUDAGuard on_device(x.device());
+    kernels::add_rms_norm_backward_cuda(a, stream_of(x));
+    return;
+  }
+#endif
+  kernels::add_rms_norm_backward_reference(a);
+}
+
 // Inputs x, delta (same shape and dtype, last dimension `hidden`) and weight [hidden]; outputs
 // {sum, normed}. Saves the sum, the weight and the rows' rstd.
 struct AddRmsNorm : torch::autograd::Function<AddRmsNorm> {
   static variable_list forward(AutogradContext* ctx, const Tensor& x, const Tensor& delta,
                                const Tensor& weight, double eps) {
     const Tensor xc = x.contiguous(), dc = delta.contiguous(), w = weight.contiguous();
-    const c10::cuda::CUDAGuard on_device(xc.device());
     Tensor sum = torch::empty(xc.sizes(), xc.options());
     Tensor out = torch::empty(xc.sizes(), xc.options());
     const int64_t hidden = xc.size(-1), rows = xc.numel() / hidden;
@@ -106,7 +158,7 @@ struct AddRmsNorm : torch::autograd::Function<AddRmsNorm> {
     a.hidden = hidden;
     a.eps = static_cast<float>(eps);
     a.type = element_type(xc);
-    kernels::add_rms_norm_cuda(a, stream_of(xc));
+    run_add_rms_norm(a, xc);
     ctx->save_for_backward({sum, w, rstd});
     return {sum, out};
   }
@@ -116,7 +168,6 @@ struct AddRmsNorm : torch::autograd::Function<AddRmsNorm> {
     if (!grads[1].defined()) return {grads[0], grads[0], Tensor(), Tensor()};
     const Tensor grad_out = grads[1].contiguous();
     const Tensor grad_sum = grads[0].defined() ? grads[0].contiguous() : Tensor();
-    const c10::cuda::CUDAGuard on_device(sum.device());
     const int64_t hidden = sum.size(-1), rows = sum.numel() / hidden;
     Tensor grad_in = torch::empty(sum.sizes(), sum.options());
     Tensor grad_weight, workspace;
@@ -137,49 +188,10 @@ struct AddRmsNorm : torch::autograd::Function<AddRmsNorm> {
     a.rows = rows;
     a.hidden = hidden;
     a.type = element_type(sum);
-    kernels::add_rms_norm_backward_cuda(a, stream_of(sum));
+    run_add_rms_norm_backward(a, sum);
     return {grad_in, grad_in, grad_weight, Tensor()};
   }
 };
-
-std::pair<Tensor, Tensor> fused_add_rms_norm(const Tensor& x, const Tensor& delta,
-                                             const Tensor& weight, double eps) {
-  const variable_list outs = AddRmsNorm::apply(x, delta, weight, eps);
-  return {outs[0], outs[1]};
-}
-
-Tensor fused_rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  return Rotary::apply(x, cos.contiguous(), sin.contiguous());
-}
-
-Tensor fused_swiglu(const Tensor& gate, const Tensor& up) {
-  return Swiglu::apply(gate, up);
-}
-
-void launch_cross_entropy(const kernels::CrossEntropyArgs& a, const Tensor& logits) {
-  const c10::cuda::CUDAGuard on_device(logits.device());
-  kernels::cross_entropy_cuda(a, stream_of(logits));
-}
-
-#else  // a LibTorch without CUDA: use_fused_kernels() is false, so these are never called
-
-[[noreturn]] void no_cuda() {
-  fail(ErrorKind::kInternal, "fused kernels called in a build without CUDA");
-}
-std::pair<Tensor, Tensor> fused_add_rms_norm(const Tensor&, const Tensor&, const Tensor&, double) {
-  no_cuda();
-}
-Tensor fused_rotary(const Tensor&, const Tensor&, const Tensor&) {
-  no_cuda();
-}
-Tensor fused_swiglu(const Tensor&, const Tensor&) {
-  no_cuda();
-}
-void launch_cross_entropy(const kernels::CrossEntropyArgs&, const Tensor&) {
-  no_cuda();
-}
-
-#endif
 
 }  // namespace
 
@@ -232,13 +244,19 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   return weight * normed.to(x.scalar_type());
 }
 
+std::pair<Tensor, Tensor> add_rms_norm_kernels(const Tensor& x, const Tensor& delta,
+                                               const Tensor& weight, double eps) {
+  const variable_list outs = AddRmsNorm::apply(x, delta, weight, eps);
+  return {outs[0], outs[1]};
+}
+
 std::pair<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor& delta, const Tensor& weight,
                                        double eps) {
   const int64_t hidden = x.size(-1);
   if (use_fused_kernels(x) && delta.scalar_type() == x.scalar_type() &&
       delta.sizes() == x.sizes() && weight.scalar_type() == x.scalar_type() && weight.dim() == 1 &&
       weight.size(0) == hidden && hidden <= kernels::kAddRmsNormMaxHidden) {
-    return fused_add_rms_norm(x, delta, weight, eps);
+    return add_rms_norm_kernels(x, delta, weight, eps);
   }
   Tensor sum = x + delta;
   Tensor normed = rms_norm(sum, weight, eps);

@@ -36,6 +36,13 @@ std::pair<torch::Tensor, torch::Tensor> add_rms_norm(const torch::Tensor& x,
                                                      const torch::Tensor& delta,
                                                      const torch::Tensor& weight, double eps);
 
+// add_rms_norm through the kernels whatever the device: the CUDA kernels for CUDA tensors, their
+// CPU references (float32 only) otherwise, so that the CPU tests reach its autograd function.
+std::pair<torch::Tensor, torch::Tensor> add_rms_norm_kernels(const torch::Tensor& x,
+                                                             const torch::Tensor& delta,
+                                                             const torch::Tensor& weight,
+                                                             double eps);
+
 // residual + x·weightᵀ (x [..., in], weight [out, in], residual [..., out]): the residual add after
 // a projection. Where use_fused_kernels(x) holds (and the dtypes agree) the add is the matmul's
 // epilogue (addmm with beta 1: one kernel, the sum rounded once); elsewhere the eager projection,

@@ -1,9 +1,10 @@
 // The CPU references of the fused kernels against PyTorch's eager formulas (transformers' own):
 // RoPE forward, and its inverse against autograd's gradient of forward; SwiGLU and its gradient;
 // the cross-entropy's loss and gradient against log_softmax and autograd; the residual add +
-// RMSNorm and its gradients (input, with and without the residual's; weight) against autograd. The
-// CUDA kernels are held to these references on a GPU (tests/gpu/fused_ops_gpu_test.cpp), so the
-// per-element math and the indexing are proved here on every machine.
+// RMSNorm and its gradients (input, with and without the residual's; weight) against autograd, and
+// the autograd function around those kernels. The CUDA kernels are held to these references on a
+// GPU (tests/gpu/fused_ops_gpu_test.cpp), so the per-element math and the indexing are proved here
+// on every machine.
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -171,6 +172,43 @@ TEST(FusedOpsReference, AddRmsNormAndItsGradients) {
   b.grad_weight = nullptr;
   add_rms_norm_backward_reference(b);
   expect_close(grad_in, x.grad(), 1e-5);
+}
+
+// The autograd function around the add + RMSNorm kernels (model::add_rms_norm_kernels), run here
+// on the references: its outputs and the gradients it hands to x, delta and the weight against
+// the eager add and RMSNorm, with and without the sum used downstream (the residual's gradient
+// undefined) and with a frozen weight (no weight gradient).
+TEST(FusedOpsReference, AddRmsNormAutogradFunction) {
+  torch::manual_seed(6);
+  const Tensor x0 = torch::randn({2, 5, 16}) * 2, d0 = torch::randn({2, 5, 16});
+  const Tensor w0 = torch::rand({16}) + 0.5;
+  const Tensor grad_sum = torch::randn({2, 5, 16}), grad_out = torch::randn({2, 5, 16});
+  const auto leaf = [](const Tensor& t, bool grad) { return t.clone().requires_grad_(grad); };
+  for (const bool train_weight : {true, false}) {
+    for (const bool use_sum : {true, false}) {
+      const Tensor x = leaf(x0, true), d = leaf(d0, true), w = leaf(w0, train_weight);
+      const auto [sum, out] = model::add_rms_norm_kernels(x, d, w, 1e-6);
+      const Tensor xe = leaf(x0, true), de = leaf(d0, true), we = leaf(w0, train_weight);
+      const Tensor sum_e = xe + de;
+      const Tensor out_e = model::rms_norm(sum_e, we, 1e-6);
+      EXPECT_TRUE(torch::equal(sum, sum_e));
+      expect_close(out.detach(), out_e.detach());
+      Tensor loss = (out * grad_out).sum(), loss_e = (out_e * grad_out).sum();
+      if (use_sum) {
+        loss = loss + (sum * grad_sum).sum();
+        loss_e = loss_e + (sum_e * grad_sum).sum();
+      }
+      loss.backward();
+      loss_e.backward();
+      expect_close(x.grad(), xe.grad(), 1e-5);
+      EXPECT_TRUE(torch::equal(x.grad(), d.grad()));
+      if (train_weight) {
+        expect_close(w.grad(), we.grad(), 1e-5);
+      } else {
+        EXPECT_FALSE(w.grad().defined());
+      }
+    }
+  }
 }
 
 TEST(FusedOpsReference, ReferencesRefuseBFloat16) {
