@@ -114,27 +114,22 @@ void launch_cross_entropy(const kernels::CrossEntropyArgs&, const Tensor&) {
 
 #endif
 
-// The add + RMSNorm kernels on x's device: CUDA for a CUDA tensor, the CPU references otherwise.
-void run_add_rms_norm(const kernels::AddRmsNormArgs& a, const Tensor& x) {
+// One of the add + RMSNorm kernels on x's device: `cuda` for a CUDA tensor, its CPU `reference`
+// otherwise.
+template <typename Args>
+void run_on_device_of(const Tensor& x, const Args& a,
+                      void (*cuda)(const Args&, kernels::CudaStream),
+                      void (*reference)(const Args&)) {
 #if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
   if (x.is_cuda()) {
     const c10::cuda::CUDAGuard on_device(x.device());
-    kernels::add_rms_norm_cuda(a, stream_of(x));
+    cuda(a, stream_of(x));
     return;
   }
+#else
+  (void)cuda;
 #endif
-  kernels::add_rms_norm_reference(a);
-}
-
-void run_add_rms_norm_backward(const kernels::AddRmsNormBackwardArgs& a, const Tensor& x) {
-#if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
-  if (x.is_cuda()) {
-    const c10::cuda::CUDAGuard on_device(x.device());
-    kernels::add_rms_norm_backward_cuda(a, stream_of(x));
-    return;
-  }
-#endif
-  kernels::add_rms_norm_backward_reference(a);
+  reference(a);
 }
 
 // Inputs x, delta (same shape and dtype, last dimension `hidden`) and weight [hidden]; outputs
@@ -158,7 +153,7 @@ struct AddRmsNorm : torch::autograd::Function<AddRmsNorm> {
     a.hidden = hidden;
     a.eps = static_cast<float>(eps);
     a.type = element_type(xc);
-    run_add_rms_norm(a, xc);
+    run_on_device_of(xc, a, kernels::add_rms_norm_cuda, kernels::add_rms_norm_reference);
     ctx->save_for_backward({sum, w, rstd});
     return {sum, out};
   }
@@ -188,7 +183,8 @@ struct AddRmsNorm : torch::autograd::Function<AddRmsNorm> {
     a.rows = rows;
     a.hidden = hidden;
     a.type = element_type(sum);
-    run_add_rms_norm_backward(a, sum);
+    run_on_device_of(sum, a, kernels::add_rms_norm_backward_cuda,
+                     kernels::add_rms_norm_backward_reference);
     return {grad_in, grad_in, grad_weight, Tensor()};
   }
 };
