@@ -1,5 +1,6 @@
 #include "model/fused_layer_ops.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -38,12 +39,42 @@ kernels::CudaStream stream_of(const Tensor& x) {
   return c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
 }
 
+void launch_cross_entropy(const kernels::CrossEntropyArgs& a, const Tensor& logits) {
+  const c10::cuda::CUDAGuard on_device(logits.device());
+  kernels::cross_entropy_cuda(a, stream_of(logits));
+}
+
+#else  // a LibTorch without CUDA: use_fused_kernels() is false, so this is never called
+
+void launch_cross_entropy(const kernels::CrossEntropyArgs&, const Tensor&) {
+  fail(ErrorKind::kInternal, "fused kernels called in a build without CUDA");
+}
+
+#endif
+
+// One of the kernels on x's device: `cuda` for a CUDA tensor, its CPU `reference` otherwise.
+template <typename Args>
+void run_on_device_of(const Tensor& x, const Args& a,
+                      void (*cuda)(const Args&, kernels::CudaStream),
+                      void (*reference)(const Args&)) {
+#if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
+  if (x.is_cuda()) {
+    const c10::cuda::CUDAGuard on_device(x.device());
+    cuda(a, stream_of(x));
+    return;
+  }
+#else
+  (void)cuda;
+#endif
+  reference(a);
+}
+
 // x [B, T, H, D] (last dimension contiguous) → a new contiguous [B, T, H, D].
 Tensor rope_kernel(Tensor x, const Tensor& cos, const Tensor& sin, bool inverse) {
   if (x.stride(3) != 1) x = x.contiguous();
-  const c10::cuda::CUDAGuard on_device(x.device());
   Tensor out = torch::empty(x.sizes(), x.options());
-  kernels::rope_cuda(rope_args(x, out, cos, sin, inverse), stream_of(x));
+  run_on_device_of(x, rope_args(x, out, cos, sin, inverse), kernels::rope_cuda,
+                   kernels::rope_reference);
   return out;
 }
 
@@ -63,74 +94,27 @@ struct Swiglu : torch::autograd::Function<Swiglu> {
   static Tensor forward(AutogradContext* ctx, const Tensor& gate, const Tensor& up) {
     const Tensor g = gate.contiguous(), u = up.contiguous();
     ctx->save_for_backward({g, u});
-    const c10::cuda::CUDAGuard on_device(g.device());
     Tensor out = torch::empty(g.sizes(), g.options());
-    kernels::swiglu_cuda({g.data_ptr(), u.data_ptr(), out.data_ptr(), g.numel(), element_type(g)},
-                         stream_of(g));
+    run_on_device_of(
+        g,
+        kernels::SwigluArgs{g.data_ptr(), u.data_ptr(), out.data_ptr(), g.numel(), element_type(g)},
+        kernels::swiglu_cuda, kernels::swiglu_reference);
     return out;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
     const Tensor& g = saved[0];
     const Tensor grad = grads[0].contiguous();
-    const c10::cuda::CUDAGuard on_device(g.device());
     Tensor grad_gate = torch::empty(g.sizes(), g.options());
     Tensor grad_up = torch::empty(g.sizes(), g.options());
-    kernels::swiglu_backward_cuda(
-        {grad.data_ptr(), g.data_ptr(), saved[1].data_ptr(), grad_gate.data_ptr(),
-         grad_up.data_ptr(), g.numel(), element_type(g)},
-        stream_of(g));
+    run_on_device_of(g,
+                     kernels::SwigluBackwardArgs{grad.data_ptr(), g.data_ptr(), saved[1].data_ptr(),
+                                                 grad_gate.data_ptr(), grad_up.data_ptr(),
+                                                 g.numel(), element_type(g)},
+                     kernels::swiglu_backward_cuda, kernels::swiglu_backward_reference);
     return {grad_gate, grad_up};
   }
 };
-
-Tensor fused_rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  return Rotary::apply(x, cos.contiguous(), sin.contiguous());
-}
-
-Tensor fused_swiglu(const Tensor& gate, const Tensor& up) {
-  return Swiglu::apply(gate, up);
-}
-
-void launch_cross_entropy(const kernels::CrossEntropyArgs& a, const Tensor& logits) {
-  const c10::cuda::CUDAGuard on_device(logits.device());
-  kernels::cross_entropy_cuda(a, stream_of(logits));
-}
-
-#else  // a LibTorch without CUDA: use_fused_kernels() is false, so these are never called
-
-[[noreturn]] void no_cuda() {
-  fail(ErrorKind::kInternal, "fused kernels called in a build without CUDA");
-}
-Tensor fused_rotary(const Tensor&, const Tensor&, const Tensor&) {
-  no_cuda();
-}
-Tensor fused_swiglu(const Tensor&, const Tensor&) {
-  no_cuda();
-}
-void launch_cross_entropy(const kernels::CrossEntropyArgs&, const Tensor&) {
-  no_cuda();
-}
-
-#endif
-
-// One of the add + RMSNorm kernels on x's device: `cuda` for a CUDA tensor, its CPU `reference`
-// otherwise.
-template <typename Args>
-void run_on_device_of(const Tensor& x, const Args& a,
-                      void (*cuda)(const Args&, kernels::CudaStream),
-                      void (*reference)(const Args&)) {
-#if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
-  if (x.is_cuda()) {
-    const c10::cuda::CUDAGuard on_device(x.device());
-    cuda(a, stream_of(x));
-    return;
-  }
-#else
-  (void)cuda;
-#endif
-  reference(a);
-}
 
 // Inputs x, delta (same shape and dtype, last dimension `hidden`) and weight [hidden]; outputs
 // {sum, normed}. Saves the sum, the weight and the rows' rstd.
@@ -226,6 +210,34 @@ Tensor fused_cross_entropy(Tensor& logits, const Tensor& labels, int64_t ignore_
   return rows;
 }
 
+namespace {
+std::atomic<bool> path_on[kFusedPathCount] = {true, true, true, true, true};
+}  // namespace
+
+const char* fused_path_name(FusedPath path) {
+  switch (path) {
+    case FusedPath::kAddRmsNorm:
+      return "add + RMSNorm";
+    case FusedPath::kAddProjection:
+      return "add after down_proj";
+    case FusedPath::kQkv:
+      return "q/k/v projection";
+    case FusedPath::kRotary:
+      return "rotary embedding";
+    case FusedPath::kSwiglu:
+      return "SwiGLU";
+  }
+  return "?";
+}
+
+bool fused_path_on(FusedPath path) {
+  return path_on[static_cast<int>(path)].load();
+}
+
+void set_fused_path_on(FusedPath path, bool on) {
+  path_on[static_cast<int>(path)].store(on);
+}
+
 bool use_fused_kernels(const Tensor& x) {
   return x.is_cuda() && (x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kBFloat16) &&
          kernels::cuda_kernels_available() && kernels_switched_on();
@@ -249,9 +261,10 @@ std::pair<Tensor, Tensor> add_rms_norm_kernels(const Tensor& x, const Tensor& de
 std::pair<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor& delta, const Tensor& weight,
                                        double eps) {
   const int64_t hidden = x.size(-1);
-  if (use_fused_kernels(x) && delta.scalar_type() == x.scalar_type() &&
-      delta.sizes() == x.sizes() && weight.scalar_type() == x.scalar_type() && weight.dim() == 1 &&
-      weight.size(0) == hidden && hidden <= kernels::kAddRmsNormMaxHidden) {
+  if (use_fused_kernels(x) && fused_path_on(FusedPath::kAddRmsNorm) &&
+      delta.scalar_type() == x.scalar_type() && delta.sizes() == x.sizes() &&
+      weight.scalar_type() == x.scalar_type() && weight.dim() == 1 && weight.size(0) == hidden &&
+      hidden <= kernels::kAddRmsNormMaxHidden) {
     return add_rms_norm_kernels(x, delta, weight, eps);
   }
   Tensor sum = x + delta;
@@ -260,28 +273,42 @@ std::pair<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor& delta, con
 }
 
 Tensor add_projection(const Tensor& residual, const Tensor& x, const Tensor& weight) {
-  const int64_t in = x.size(-1), out = weight.size(0);
-  if (use_fused_kernels(x) && residual.scalar_type() == x.scalar_type() &&
-      weight.scalar_type() == x.scalar_type() && residual.size(-1) == out) {
-    return at::addmm(residual.reshape({-1, out}), x.reshape({-1, in}), weight.t())
-        .view(residual.sizes());
+  if (use_fused_kernels(x) && fused_path_on(FusedPath::kAddProjection) &&
+      residual.scalar_type() == x.scalar_type() && weight.scalar_type() == x.scalar_type() &&
+      residual.size(-1) == weight.size(0)) {
+    return add_projection_epilogue(residual, x, weight);
   }
   return residual + at::linear(x, weight);
 }
 
+Tensor add_projection_epilogue(const Tensor& residual, const Tensor& x, const Tensor& weight) {
+  const int64_t in = x.size(-1), out = weight.size(0);
+  return at::addmm(residual.reshape({-1, out}), x.reshape({-1, in}), weight.t())
+      .view(residual.sizes());
+}
+
 Tensor rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  if (use_fused_kernels(x) && cos.scalar_type() == x.scalar_type()) {
-    return fused_rotary(x, cos, sin);
+  if (use_fused_kernels(x) && fused_path_on(FusedPath::kRotary) &&
+      cos.scalar_type() == x.scalar_type()) {
+    return rotary_kernels(x, cos, sin);
   }
   return apply_rope(x, cos.unsqueeze(1), sin.unsqueeze(1));
 }
 
 Tensor swiglu(const Tensor& gate, const Tensor& up) {
-  if (use_fused_kernels(gate) && up.scalar_type() == gate.scalar_type() &&
-      up.sizes() == gate.sizes()) {
-    return fused_swiglu(gate, up);
+  if (use_fused_kernels(gate) && fused_path_on(FusedPath::kSwiglu) &&
+      up.scalar_type() == gate.scalar_type() && up.sizes() == gate.sizes()) {
+    return swiglu_kernels(gate, up);
   }
   return torch::silu(gate) * up;
+}
+
+Tensor rotary_kernels(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  return Rotary::apply(x, cos.contiguous(), sin.contiguous());
+}
+
+Tensor swiglu_kernels(const Tensor& gate, const Tensor& up) {
+  return Swiglu::apply(gate, up);
 }
 
 }  // namespace dstrain::model

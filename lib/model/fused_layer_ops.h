@@ -11,7 +11,9 @@
 // in the last bits; the reference suite's bf16 rule holds both to the float32 answer).
 //
 // DSTRAIN_CUDA_KERNELS=0 in the environment turns the fused path off (read once per process), so
-// that a benchmark measures both on the same card (docs/gpu.md).
+// that a benchmark measures both on the same card (docs/gpu.md). Each fused path also has a switch
+// of its own (FusedPath): the trainer checks every path on the run's card before the first step
+// (kernel_check.h) and switches off any that fails, its eager ops then running in its place.
 
 #include <utility>
 
@@ -24,6 +26,14 @@ namespace dstrain::model {
 // True when `x`'s step goes through a fused kernel: x on a CUDA device, float32 or bfloat16, a
 // build with the CUDA kernels, and DSTRAIN_CUDA_KERNELS not "0".
 bool use_fused_kernels(const torch::Tensor& x);
+
+// The fused paths of a decoder layer, each switched on or off on its own (process-wide; all on at
+// start): where one is off, its eager ops run even where use_fused_kernels holds.
+enum class FusedPath { kAddRmsNorm, kAddProjection, kQkv, kRotary, kSwiglu };
+inline constexpr int kFusedPathCount = 5;
+const char* fused_path_name(FusedPath path);  // "add + RMSNorm", "add after projection", ...
+bool fused_path_on(FusedPath path);
+void set_fused_path_on(FusedPath path, bool on);
 
 // weight · x / sqrt(mean(x²) + eps) over the last dimension, statistics in float32; x's dtype.
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
@@ -45,10 +55,15 @@ std::pair<torch::Tensor, torch::Tensor> add_rms_norm_kernels(const torch::Tensor
 
 // residual + x·weightᵀ (x [..., in], weight [out, in], residual [..., out]): the residual add after
 // a projection. Where use_fused_kernels(x) holds (and the dtypes agree) the add is the matmul's
-// epilogue (addmm with beta 1: one kernel, the sum rounded once); elsewhere the eager projection,
-// then the add.
+// epilogue (add_projection_epilogue); elsewhere the eager projection, then the add.
 torch::Tensor add_projection(const torch::Tensor& residual, const torch::Tensor& x,
                              const torch::Tensor& weight);
+
+// add_projection's fused form on any device: addmm with beta 1, the sum rounded once. With a
+// [rows, out] residual ATen copies the residual into the output and the GEMM adds its product to
+// it (beta 1): a copy and one GEMM, where the eager form is the GEMM and an add reading both.
+torch::Tensor add_projection_epilogue(const torch::Tensor& residual, const torch::Tensor& x,
+                                      const torch::Tensor& weight);
 
 // Rotary embedding of x [B, T, H, D] with the tables cos/sin [T, D] (x's dtype, from
 // rope_tables): x·cos + rotate_half(x)·sin. Returns [B, T, H, D].
@@ -56,6 +71,12 @@ torch::Tensor rotary(const torch::Tensor& x, const torch::Tensor& cos, const tor
 
 // silu(gate) · up, elementwise, same shapes.
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
+
+// rotary and swiglu through the kernels whatever the device: the CUDA kernels for CUDA tensors,
+// their CPU references (float32 only) otherwise.
+torch::Tensor rotary_kernels(const torch::Tensor& x, const torch::Tensor& cos,
+                             const torch::Tensor& sin);
+torch::Tensor swiglu_kernels(const torch::Tensor& gate, const torch::Tensor& up);
 
 // The kernels' RoPE arguments for x [B, T, H, D] (last dimension contiguous) into out (contiguous,
 // same shape) with the tables cos/sin [T, D] (contiguous, x's dtype), for kernels::rope_cuda or

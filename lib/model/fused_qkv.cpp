@@ -121,19 +121,25 @@ bool adjacent_rows(const std::vector<Tensor>& parts) {
 
 QkvOutputs fused_qkv(const Tensor& x, const LinearImpl& q_proj, const LinearImpl& k_proj,
                      const LinearImpl& v_proj) {
-  std::vector<Tensor> inputs{x, q_proj.weight, k_proj.weight, v_proj.weight};
-  const int biases =
-      int{q_proj.bias.defined()} + int{k_proj.bias.defined()} + int{v_proj.bias.defined()};
-  if (biases != 0 && biases != 3) {
-    fail(ErrorKind::kInternal, "fused q/k/v: {} of the 3 projections have a bias", biases);
+  return fused_qkv(x, {q_proj.weight, k_proj.weight, v_proj.weight},
+                   {q_proj.bias, k_proj.bias, v_proj.bias});
+}
+
+QkvOutputs fused_qkv(const Tensor& x, const std::array<Tensor, 3>& weights,
+                     const std::array<Tensor, 3>& biases) {
+  std::vector<Tensor> inputs{x, weights[0], weights[1], weights[2]};
+  const int defined =
+      int{biases[0].defined()} + int{biases[1].defined()} + int{biases[2].defined()};
+  if (defined != 0 && defined != 3) {
+    fail(ErrorKind::kInternal, "fused q/k/v: {} of the 3 projections have a bias", defined);
   }
-  if (biases == 3) inputs.insert(inputs.end(), {q_proj.bias, k_proj.bias, v_proj.bias});
+  if (defined == 3) inputs.insert(inputs.end(), biases.begin(), biases.end());
   const variable_list out = QkvFunction::apply(at::TensorList(inputs));
   return {out[0], out[1], out[2]};
 }
 
 bool use_fused_qkv(const Tensor& x) {
-  return fused_everywhere.load() > 0 || use_fused_kernels(x);
+  return fused_everywhere.load() > 0 || (use_fused_kernels(x) && fused_path_on(FusedPath::kQkv));
 }
 
 FusedQkvEverywhere::FusedQkvEverywhere() {

@@ -16,6 +16,7 @@
 // separate path adds three products' results. The CPU eager path, op for op what transformers
 // runs, therefore keeps three products; the fused one runs where use_fused_kernels(x) holds.
 
+#include <array>
 #include <vector>
 
 #include <torch/types.h>
@@ -31,13 +32,16 @@ struct QkvOutputs {
 };
 QkvOutputs fused_qkv(const torch::Tensor& x, const LinearImpl& q_proj, const LinearImpl& k_proj,
                      const LinearImpl& v_proj);
+// The same from the tensors: weights {Wq, Wk, Wv}, biases {bq, bk, bv} or three undefined.
+QkvOutputs fused_qkv(const torch::Tensor& x, const std::array<torch::Tensor, 3>& weights,
+                     const std::array<torch::Tensor, 3>& biases);
 
 // True when `parts` (same dtype and device, contiguous, equal trailing sizes) lie back to back in
 // one storage in this order, so that their concatenation along dimension 0 is a view.
 bool adjacent_rows(const std::vector<torch::Tensor>& parts);
 
 // Whether a decoder layer fuses its q/k/v projections for input x: where use_fused_kernels(x)
-// holds, or anywhere while a FusedQkvEverywhere lives.
+// and fused_path_on(FusedPath::kQkv) hold, or anywhere while a FusedQkvEverywhere lives.
 bool use_fused_qkv(const torch::Tensor& x);
 
 // For tests: while one lives, use_fused_qkv is true on every device (process-wide), so that the

@@ -1,14 +1,6 @@
 #include "train/graphs_choice.h"
 
-#include <fmt/format.h>
-
-#include "core/bytes.h"
-
 namespace dstrain::train {
-
-bool graphs_need_limit(const config::Config& c, bool cuda) {
-  return cuda && c.training.cuda_graphs == "auto" && c.zero.stage == 3;
-}
 
 std::string layer_graphs_blocker(const ParallelPlan& plan, int64_t sequence_parallel_size) {
   if (sequence_parallel_size > 1) {
@@ -24,8 +16,7 @@ std::string layer_graphs_blocker(const ParallelPlan& plan, int64_t sequence_para
   return "";
 }
 
-GraphsChoice choose_graphs(const config::Config& c, const ParallelPlan& plan, bool cuda,
-                           int64_t gathered_bytes, int64_t limit) {
+GraphsChoice choose_graphs(const config::Config& c, const ParallelPlan& plan, bool cuda) {
   GraphsChoice g;
   if (c.training.cuda_graphs == "off") return g;
   const std::string blocker = layer_graphs_blocker(plan, c.parallel.sequence_parallel_size);
@@ -33,12 +24,8 @@ GraphsChoice choose_graphs(const config::Config& c, const ParallelPlan& plan, bo
     g.why_not = "the run is on the CPU; CUDA graphs need a GPU";
   } else if (!blocker.empty()) {
     g.why_not = blocker;
-  } else if (c.training.cuda_graphs == "auto" && c.zero.stage == 3 &&
-             gathered_bytes * kStage3Share > limit) {
-    g.why_not = fmt::format(
-        "at stage 3 graphs keep every layer's gathered parameters ({}), more than 1/{} of the {} "
-        "this rank plans with (training.cuda_graphs: on takes them anyway)",
-        human_bytes(gathered_bytes), kStage3Share, human_bytes(limit));
+  } else if (c.training.cuda_graphs == "auto") {
+    g.why_not = std::string(kAutoLeavesGraphsOff);
   }
   g.on = g.why_not.empty();
   return g;

@@ -6,22 +6,24 @@
 // sequence parallelism (the attention exchanges slices with other ranks inside the layer), tiled
 // MLP and selective checkpointing (they restore the RNG or keep tensors from one call for the next
 // inside the layer), activation offload (host copies and events around each layer). `on` there
-// warns that it has no effect; `auto` says why it is off in the start-up log.
+// warns that it has no effect.
 //
-// Stage 3 keeps every unit's gathered parameters where graphs recorded them (the whole model in
-// the compute dtype, zero::EngineOptions::keep_gathered_memory): `auto` takes graphs at stage 3
-// only when that is at most 1/kStage3Share of the memory the rank plans with; `on` takes them
-// regardless.
+// `auto` leaves them off (kAutoLeavesGraphsOff, in the start-up log): a recording is not compared
+// with the eager step it replaces on the card it runs on, and the memory its pools and gradient
+// buffers hold is in no plan (`per_device_train_batch_size: auto`, `dstrain estimate`), so `on` is
+// the user's explicit choice. At stage 3 graphs keep every unit's gathered parameters where they
+// were recorded (the whole model in the compute dtype, zero::EngineOptions::keep_gathered_memory).
 
-#include <cstdint>
-#include <string>
+#include <string_view>
 
 #include "config/config.h"
 #include "train/parallelize.h"
 
 namespace dstrain::train {
 
-constexpr int64_t kStage3Share = 8;
+inline constexpr std::string_view kAutoLeavesGraphsOff =
+    "auto does not record them: a replay is not yet checked against the eager step on the card, "
+    "and the memory graphs keep is in no plan (training.cuda_graphs: on records them)";
 
 struct GraphsChoice {
   bool on = false;
@@ -29,13 +31,7 @@ struct GraphsChoice {
 };
 
 // `plan`: the run's plan, its checkpointing resolved. `cuda`: the run's device is a GPU.
-// `gathered_bytes`: the model's parameters in the compute dtype; `limit`: the bytes per rank the
-// run plans with (planning_limit()); both read only at stage 3 with auto.
-GraphsChoice choose_graphs(const config::Config& c, const ParallelPlan& plan, bool cuda,
-                           int64_t gathered_bytes, int64_t limit);
-
-// Whether choose_graphs() will read `limit` for `c` (a collective to compute: every rank asks).
-bool graphs_need_limit(const config::Config& c, bool cuda);
+GraphsChoice choose_graphs(const config::Config& c, const ParallelPlan& plan, bool cuda);
 
 // What in `plan` (with `sequence_parallel_size` ranks per sequence) keeps a layer's work from being
 // replayed as recorded, "" when nothing does. parallelize() refuses graphs where this is not "".

@@ -30,6 +30,7 @@
 #include "train/checkpointing_choice.h"
 #include "train/component_options.h"
 #include "train/device.h"
+#include "train/fused_check.h"
 #include "train/graphs_choice.h"
 #include "train/lora_setup.h"
 #include "train/parallelize.h"
@@ -116,21 +117,25 @@ void Trainer::init() {
   resolve_model();
   build_data();
   // The auto choices plan against one limit, read before the engine places anything.
-  const bool plans = cfg_.training.micro_batch_auto || cfg_.model.checkpoint_auto ||
-                     graphs_need_limit(cfg_, device_.is_cuda());
+  const bool plans = cfg_.training.micro_batch_auto || cfg_.model.checkpoint_auto;
   const int64_t limit = plans ? planning_limit(*comm_, device_) : 0;
   if (cfg_.training.micro_batch_auto) choose_micro_batch(limit);
   // The model holds no memory: the engine fills it (at stage 3 only its shard) from the initial
   // values, ranges of the safetensors files or the seeded initialisation alike.
   model_ = model::DecoderModel(model_config_, model::Materialize::kNo);
   ParallelPlan plan = parallel_plan(cfg_, device_);
+  // Each fused GPU path against its eager ops on this card, before anything trains with it.
+  check_fused_kernels_for_run(
+      *comm_, model_config_,
+      cfg_.training.per_device_train_batch_size * cfg_.data.max_length / std::max(1, sp_size),
+      cfg_.data.max_length / std::max(1, sp_size), plan.engine.compute_dtype, device_);
   if (cfg_.model.checkpoint_auto) {
     const auto choice = resolve_auto_checkpointing(cfg_, model_config_, *comm_, device_, limit);
     plan.checkpointing = choice.setting != zero::Checkpointing::kNone;
     plan.checkpoint_offload = choice.setting == zero::Checkpointing::kOffload;
     plan.checkpoint_selective = choice.setting == zero::Checkpointing::kSelective;
   }
-  choose_cuda_graphs(plan, limit);
+  choose_cuda_graphs(plan);
   plan.initial_values = initial_values();
   if (cfg_.lora.enabled) {
     plan.lora = lora_plan(cfg_);
@@ -176,10 +181,8 @@ void Trainer::init() {
   }
 }
 
-void Trainer::choose_cuda_graphs(ParallelPlan& plan, int64_t limit) {
-  const int64_t gathered = model_config_.num_parameters(true) *
-                           static_cast<int64_t>(c10::elementSize(plan.engine.compute_dtype));
-  const GraphsChoice g = choose_graphs(cfg_, plan, device_.is_cuda(), gathered, limit);
+void Trainer::choose_cuda_graphs(ParallelPlan& plan) {
+  const GraphsChoice g = choose_graphs(cfg_, plan, device_.is_cuda());
   if (g.on) plan.graph_recorder = model::cuda_graph_recorder(device_);
   if (rank_ != 0) return;
   if (g.on) {

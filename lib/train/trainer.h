@@ -78,8 +78,8 @@ class Trainer {
   // (each rank checksums every world-th parameter) without materialising it.
   std::string base_checksum(const model::ValueSource& values);
   // training.cuda_graphs (graphs_choice.h): sets plan.graph_recorder when graphs are on; rank 0
-  // says what was chosen. `limit`: planning_limit(), read only where graphs_need_limit().
-  void choose_cuda_graphs(ParallelPlan& plan, int64_t limit);
+  // says what was chosen.
+  void choose_cuda_graphs(ParallelPlan& plan);
   // Rank 0, after the first step: what the graphs recorded and replayed.
   void log_graphs_once();
   // The datasets; the loader is built once the micro-batch is known (build_loader).

@@ -184,7 +184,7 @@ SHORT_NAMES = {"dstrain, fused kernels off": "dstrain eager", "PyTorch + transfo
                "dstrain (checkpointing, tiled MLP)": "dstrain ckpt",
                "dstrain (offloaded checkpointing, tiled MLP)": "dstrain offload",
                "dstrain (the users' train.yaml)": "dstrain",
-               "dstrain (the users' train.yaml, CUDA graphs off)": "dstrain no graphs",
+               "dstrain (the users' train.yaml, CUDA graphs on)": "dstrain graphs",
                "transformers + PEFT + DeepSpeed (the users' stack)": "users' stack"}
 
 

@@ -1,0 +1,77 @@
+// The fused paths' first-use check (model/kernel_check.h) on a GPU, as a run makes it before its
+// first step: every path passes against the eager ops and the exact answer at the shapes of real
+// models (Llama-3-8B's layer, the widest hidden size the add + RMSNorm kernel takes at more than
+// 8192 rows, Qwen2's q/k/v biases), in float32 and bfloat16; a path wrong by 100 units in the last
+// place fails, one unit passes. Exits 77 (skipped) without a device.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "model/kernel_check.h"
+
+namespace dstrain::model {
+namespace {
+
+struct Shape {
+  const char* name;
+  FusedCheckShapes s;
+};
+
+FusedCheckShapes shapes(int64_t rows, int64_t seq, int64_t hidden, int64_t inter, int64_t heads,
+                        int64_t kv, int64_t dim, bool bias) {
+  FusedCheckShapes s;
+  s.rows = rows;
+  s.seq_len = seq;
+  s.hidden = hidden;
+  s.intermediate = inter;
+  s.heads = heads;
+  s.kv_heads = kv;
+  s.head_dim = dim;
+  s.qkv_bias = bias;
+  s.device = torch::Device(torch::kCUDA, 0);
+  return s;
+}
+
+std::vector<Shape> models() {
+  return {{"llama-3-8b, 4 x 2048", shapes(8192, 2048, 4096, 14336, 32, 8, 128, false)},
+          {"hidden 8192, 9000 rows", shapes(9000, 1000, 8192, 8192, 64, 8, 128, false)},
+          {"qwen2.5-0.5b, 1 x 1024", shapes(1024, 1024, 896, 4864, 14, 2, 64, true)}};
+}
+
+class KernelCheckGpu : public ::testing::TestWithParam<torch::Dtype> {};
+
+TEST_P(KernelCheckGpu, EveryPathPassesAtRealModelsShapes) {
+  for (Shape m : models()) {
+    m.s.dtype = GetParam();
+    for (const FusedCheck& c : check_fused_paths(m.s)) {
+      EXPECT_TRUE(c.passed) << m.name << ", " << fused_path_name(c.path) << ": " << c.tensor
+                            << " error " << c.error << " > bound " << c.bound << " (" << c.rows
+                            << " rows)";
+    }
+  }
+}
+
+TEST_P(KernelCheckGpu, APathWrongBy100UlpsFailsAndOneUlpPasses) {
+  FusedCheckShapes s = models()[2].s;
+  s.dtype = GetParam();
+  for (int p = 0; p < kFusedPathCount; ++p) {
+    const auto path = static_cast<FusedPath>(p);
+    for (const FusedCheck& c : check_fused_paths(s, PlantedFault{path, 100})) {
+      EXPECT_EQ(c.passed, c.path != path)
+          << fused_path_name(path) << " planted, " << fused_path_name(c.path) << ": " << c.error
+          << " vs " << c.bound;
+    }
+    for (const FusedCheck& c : check_fused_paths(s, PlantedFault{path, 1})) {
+      EXPECT_TRUE(c.passed) << "1 ulp in " << fused_path_name(path) << ", "
+                            << fused_path_name(c.path) << ": " << c.error << " > " << c.bound;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, KernelCheckGpu, ::testing::Values(torch::kFloat, torch::kBFloat16),
+                         [](const auto& info) {
+                           return info.param == torch::kFloat ? "float32" : "bfloat16";
+                         });
+
+}  // namespace
+}  // namespace dstrain::model
