@@ -63,8 +63,7 @@ void keep_recorded_behaviour(const std::string& text, const Merger& merger, Conf
 }
 
 // A DeepSpeed micro-batch of 1 with accumulation, which users bring from stacks where memory was
-// tight: one line naming `auto`, the factor measured on a GPU (docs/training.md: a DeepSpeed user's
-// train.yaml on an H100, before CUDA graphs) and where docs/training.md describes it. The
+// tight: one line naming `auto` and where docs/training.md describes it. The
 // DeepSpeed key is told apart by its name (Origin records where and under which key a value was
 // written, not its dialect); ours is per_device_train_batch_size.
 void hint_auto_micro_batch(const Config& config, const Merger& merger,
@@ -79,8 +78,7 @@ void hint_auto_micro_batch(const Config& config, const Merger& merger,
   const std::string line = fmt::format(
       "{}: {}: hint: micro-batch 1 with gradient accumulation {} runs one sample at a time; "
       "training.per_device_train_batch_size: auto keeps the global batch and picks the largest "
-      "micro-batch that fits (measured: 8 × 1 trained 6.9× the tokens/s of 1 × 8, Qwen2.5-0.5B "
-      "with LoRA at ZeRO-3 on one H100; see docs/training.md, Micro-batch auto)",
+      "micro-batch that fits (see docs/training.md, Micro-batch auto)",
       micro->origin.where, micro->origin.key, t.gradient_accumulation_steps);
   log::info("{}", line);
   if (notes != nullptr) notes->push_back(line);

@@ -135,14 +135,15 @@ TEST(DocsFacts, GpuPageListsEveryGpuTest) {
                                  << " gpu; tests/gpu/CMakeLists.txt registers " << join(tests);
   // The bundle's gpu-tests step runs every GPU test program.
   std::string step;
-  const std::string bundle = section(gpu, "## On a GPU machine: the bundle", "docs/gpu.md");
+  const std::string bundle =
+      section(source_file("CONTRIBUTING.md"), "## On a GPU machine: the bundle", "CONTRIBUTING.md");
   for (const auto& row : table_rows(bundle)) {
     if (!row.empty() && row[0] == "2 gpu-tests" && row.size() >= 3) step = row[2];
   }
-  ASSERT_FALSE(step.empty()) << "docs/gpu.md has no '2 gpu-tests' row in the bundle's steps";
+  ASSERT_FALSE(step.empty()) << "CONTRIBUTING.md has no '2 gpu-tests' row in the bundle's steps";
   for (const std::string& test : tests) {
     EXPECT_NE(step.find("`" + test + "`"), std::string::npos)
-        << test << " is missing from the bundle's gpu-tests step in docs/gpu.md";
+        << test << " is missing from the bundle's gpu-tests step in CONTRIBUTING.md";
   }
 }
 

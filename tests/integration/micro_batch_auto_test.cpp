@@ -132,7 +132,7 @@ TEST(MicroBatchAuto, DeepSpeedMicroBatchOneGetsTheHint) {
               HasSubstr("deepspeed.train_micro_batch_size_per_gpu: hint: micro-batch 1 with "
                         "gradient accumulation 4 runs one sample at a time; "
                         "training.per_device_train_batch_size: auto keeps the global batch"));
-  EXPECT_THAT(r.out + r.err, HasSubstr("8 × 1 trained 6.9× the tokens/s of 1 × 8"));
+  EXPECT_THAT(r.out + r.err, HasSubstr("(see docs/training.md, Micro-batch auto)"));
 }
 
 TEST(MicroBatchAuto, BadValuesExitTwoNamingTheKey) {
