@@ -63,41 +63,53 @@ struct CommandResult {
 };
 
 // Runs `commands` in parallel (each in its own process group, killed if the launcher dies) bounded
-// by `timeout_s`: one still running then is killed with its group and reaped.
+// by `timeout_s`: one still running then is killed with its group and reaped. A command has ended
+// when its process has exited, not when its output closes: srun closes its output when the step's
+// tasks end and exits only after it has told the controller (seconds on a busy cluster). What a
+// command wrote before it exited is read; a child that outlives it and keeps its output open is
+// not waited for.
 std::vector<CommandResult> run_commands(const std::vector<std::vector<std::string>>& commands,
                                         double timeout_s) {
   struct Running {
     LocalProcess proc;
     std::string out, err;
+    int exit_code = -1;  // -1 while the process runs
   };
   std::vector<Running> runs;
   for (const auto& argv : commands) {
     RankSpec spec;
     spec.argv = argv;
-    runs.push_back(Running{spawn_local(spec), "", ""});
+    runs.push_back(Running{spawn_local(spec), "", "", -1});
   }
   Stopwatch clock;
-  auto open = [&] {
-    for (const Running& r : runs)
-      if (r.proc.stdout_fd >= 0 || r.proc.stderr_fd >= 0) return true;
-    return false;
+  auto read_all = [&] {
+    for (Running& r : runs) {
+      read_some(r.proc.stdout_fd, &r.out);
+      read_some(r.proc.stderr_fd, &r.err);
+    }
   };
-  while (open() && clock.seconds() < timeout_s) {
+  auto any_running = [&] {
+    bool running = false;
+    for (Running& r : runs) {
+      if (r.exit_code < 0) r.exit_code = reap(r.proc.pid, false);
+      running = running || r.exit_code < 0;
+    }
+    return running;
+  };
+  while (any_running() && clock.seconds() < timeout_s) {
     std::vector<pollfd> fds;
     for (const Running& r : runs) {
       for (int fd : {r.proc.stdout_fd, r.proc.stderr_fd})
         if (fd >= 0) fds.push_back(pollfd{fd, POLLIN, 0});
     }
-    ::poll(fds.data(), fds.size(), kPollMillis);
-    for (Running& r : runs) {
-      read_some(r.proc.stdout_fd, &r.out);
-      read_some(r.proc.stderr_fd, &r.err);
-    }
+    ::poll(fds.data(), fds.size(), kPollMillis);  // no descriptor left: a sleep
+    read_all();
   }
+  read_all();
   std::vector<CommandResult> results;
   for (Running& r : runs) {
     CommandResult result;
-    result.exit_code = reap(r.proc.pid, false);
+    result.exit_code = r.exit_code;
     if (result.exit_code < 0) {
       result.timed_out = true;
       ::kill(-r.proc.pid, SIGKILL);
