@@ -47,6 +47,12 @@ class Work {
   virtual void wait() = 0;
 };
 
+// Bytes one rank sends in a ring pass over a buffer of `total_bytes` among `n` ranks: (n-1)/n of it
+// (what CommStats counts; all_reduce is two passes).
+inline uint64_t ring_pass_bytes(int n, uint64_t total_bytes) {
+  return total_bytes / n * (n - 1);
+}
+
 struct CommStats {
   std::map<CollectiveKind, uint64_t> bytes_sent;
   std::map<CollectiveKind, uint64_t> calls;

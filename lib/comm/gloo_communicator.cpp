@@ -78,11 +78,6 @@ void check_pair(CollectiveKind kind, const at::Tensor& small, const at::Tensor& 
   }
 }
 
-// Bytes this rank sends in a ring pass over a buffer of `total_bytes`: (N-1)/N of it.
-uint64_t ring_pass_bytes(int n, uint64_t total_bytes) {
-  return total_bytes / n * (n - 1);
-}
-
 std::shared_ptr<gloo::transport::Device> make_device(const RendezvousOptions& options) {
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
     return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);

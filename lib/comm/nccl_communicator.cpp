@@ -60,10 +60,6 @@ class NcclTensorWork : public Work {
   bool waited_ = false;
 };
 
-uint64_t ring_pass_bytes(int n, uint64_t total_bytes) {
-  return total_bytes / n * (n - 1);
-}
-
 uint64_t bytes_of(const at::Tensor& t) {
   return static_cast<uint64_t>(t.numel()) * t.element_size();
 }

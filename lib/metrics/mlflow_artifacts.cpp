@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/text.h"
 
 namespace dstrain::metrics {
 namespace {
@@ -13,10 +14,6 @@ namespace stdfs = std::filesystem;
 
 constexpr const char* kProxyScheme = "mlflow-artifacts:";
 constexpr const char* kFileScheme = "file:";
-
-bool starts_with(const std::string& s, const std::string& prefix) {
-  return s.compare(0, prefix.size(), prefix) == 0;
-}
 
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';

@@ -7,17 +7,11 @@
 #include <c10/util/accumulate.h>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "model/model.h"
 
 namespace dstrain::model {
-namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 torch::ScalarType resolve_dtype(const std::string& name, const ModelConfig& config) {
   const std::string n = (name.empty() || name == "auto") ? config.torch_dtype : name;

@@ -7,16 +7,12 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/text.h"
 #include "model/safetensors.h"
 
 namespace dstrain::model {
 namespace stdfs = std::filesystem;
 namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // Names a checkpoint may hold that have no parameter here, and that are safe to skip.
 bool tolerated_extra(const std::string& name, const ModelConfig& config) {

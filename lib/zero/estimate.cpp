@@ -7,13 +7,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/bytes.h"
+#include "zero/partition.h"
 
 namespace dstrain::zero {
 namespace {
-
-int64_t round_up(int64_t n, int64_t m) {
-  return (n + m - 1) / m * m;
-}
 
 // Stage 3: elements of this rank's shard (every unit padded to a multiple of N, the persistent
 // tensors forming one more unit) and elements of the persistent unit, gathered for good.

@@ -15,10 +15,6 @@
 namespace dstrain::testing {
 namespace {
 
-bool contains(const std::string& text, const std::string& needle) {
-  return text.find(needle) != std::string::npos;
-}
-
 std::string worker_binary() {
   std::string binary = DSTRAIN_BINARY;
   return binary.substr(0, binary.rfind('/') + 1) + "dstrain-worker";

@@ -13,10 +13,6 @@
 namespace dstrain::testing {
 namespace {
 
-bool contains(const std::string& text, const std::string& needle) {
-  return text.find(needle) != std::string::npos;
-}
-
 // Shell: start a grandchild sleeper in the rank's process group, record both pids, mark readiness.
 const char* kStartSleepers =
     "sleep 1000 & echo $! > \"$D/child_$RANK\"; echo $$ > \"$D/pid_$RANK\"; "

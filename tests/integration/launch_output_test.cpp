@@ -13,10 +13,6 @@
 namespace dstrain::testing {
 namespace {
 
-bool contains(const std::string& text, const std::string& needle) {
-  return text.find(needle) != std::string::npos;
-}
-
 std::map<std::string, std::string> parse_env(const std::string& text) {
   std::map<std::string, std::string> env;
   std::istringstream in(text);

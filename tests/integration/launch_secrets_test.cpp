@@ -29,10 +29,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool contains(const std::string& text, const std::string& needle) {
-  return text.find(needle) != std::string::npos;
-}
-
 // A value no output could contain by chance.
 std::string planted(const std::string& prefix) {
   return prefix + unique_token();

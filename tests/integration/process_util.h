@@ -64,6 +64,9 @@ class TempDir {
 };
 
 std::string read_text(const std::string& path);  // "" if missing
+inline bool contains(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
 bool file_exists(const std::string& path);
 
 }  // namespace dstrain::testing

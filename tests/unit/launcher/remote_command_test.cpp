@@ -11,20 +11,12 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "tests/common/temp_dir.h"
 
 namespace dstrain::launcher {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct TempDir {
-  TempDir() {
-    std::string pattern = fs::temp_directory_path().string() + "/dstrain_remote_XXXXXX";
-    path = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string path;
-};
 
 std::vector<std::string> split_nul(const std::string& text) {
   std::vector<std::string> out;
@@ -88,12 +80,12 @@ const std::vector<std::string> kHostile = {"plain",
                                            "\x01\x7f"};
 
 TEST(RemoteCommand, HostileValuesArriveByteExactThroughARealShell) {
-  TempDir tmp;
-  std::string cwd = tmp.path + "/dir with 'quotes' $(x) and\nnewline";
+  testing::TempDir tmp;
+  std::string cwd = tmp.path().string() + "/dir with 'quotes' $(x) and\nnewline";
   fs::create_directories(cwd);
   RemoteCommand command;
   command.cwd = cwd;
-  command.env = {{"DUMP_OUT", tmp.path + "/out"}};
+  command.env = {{"DUMP_OUT", tmp.path().string() + "/out"}};
   for (size_t i = 0; i < kHostile.size(); ++i) {
     command.env.emplace_back("HOSTILE_" + std::to_string(i), kHostile[i]);
   }
@@ -104,20 +96,20 @@ TEST(RemoteCommand, HostileValuesArriveByteExactThroughARealShell) {
   command.argv.insert(command.argv.end(), kHostile.begin(), kHostile.end());
   ASSERT_EQ(run_sh(build_remote_command(command)), 0);
 
-  std::vector<std::string> dumped = split_nul(slurp(tmp.path + "/out"));
+  std::vector<std::string> dumped = split_nul(slurp(tmp.path().string() + "/out"));
   ASSERT_EQ(dumped.size(), kHostile.size() + 1);
   EXPECT_EQ(dumped[0], cwd);
   for (size_t i = 0; i < kHostile.size(); ++i) EXPECT_EQ(dumped[i + 1], kHostile[i]) << i;
 
   std::map<std::string, std::string> env;
-  for (const std::string& kv : split_nul(slurp(tmp.path + "/out.env"))) {
+  for (const std::string& kv : split_nul(slurp(tmp.path().string() + "/out.env"))) {
     env[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
   }
   for (size_t i = 0; i < kHostile.size(); ++i) {
     EXPECT_EQ(env["HOSTILE_" + std::to_string(i)], kHostile[i]) << i;
   }
   EXPECT_FALSE(fs::exists(cwd + "/PWNED"));
-  EXPECT_FALSE(fs::exists(tmp.path + "/PWNED"));
+  EXPECT_FALSE(fs::exists(tmp.path().string() + "/PWNED"));
 }
 
 TEST(RemoteCommand, MissingWorkingDirectoryIsNamed) {

@@ -46,12 +46,12 @@ class Restarts : public ::testing::Test {
 
 TEST_F(Restarts, AnInputErrorBeforeTheFirstStepIsNotRestarted) {
   int attempts = 0;
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   const int code = run_with_restarts(options_, dirs_, [&](int, const std::string&) {
     ++attempts;
     return failed(2);
   });
-  const std::string err = testing::internal::GetCapturedStderr();
+  const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(code, 2);
   EXPECT_EQ(attempts, 1);
   EXPECT_NE(err.find("not restarting: rank 1 on host node7 failed with an input error (exit code "
@@ -62,14 +62,14 @@ TEST_F(Restarts, AnInputErrorBeforeTheFirstStepIsNotRestarted) {
 
 TEST_F(Restarts, AnInputErrorAfterAStepIsRestartedByTheUsualRules) {
   int attempts = 0;
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   const int code = run_with_restarts(options_, dirs_, [&](int k, const std::string&) {
     ++attempts;
     if (k > 0) return AttemptOutcome{};
     log_step(1);
     return failed(2);
   });
-  testing::internal::GetCapturedStderr();
+  ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(code, 0);
   EXPECT_EQ(attempts, 2);
 }
@@ -77,35 +77,35 @@ TEST_F(Restarts, AnInputErrorAfterAStepIsRestartedByTheUsualRules) {
 TEST_F(Restarts, AnInputErrorOfAResumedRunThatLoggedNothingNewIsNotRestarted) {
   log_step(40);  // what the run logged before it was resumed
   int attempts = 0;
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   run_with_restarts(options_, dirs_, [&](int, const std::string&) {
     ++attempts;
     return failed(2);
   });
-  testing::internal::GetCapturedStderr();
+  ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(attempts, 1);
 }
 
 TEST_F(Restarts, OtherFailuresBeforeTheFirstStepAreRestarted) {
   int attempts = 0;
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   const int code = run_with_restarts(options_, dirs_, [&](int, const std::string&) {
     ++attempts;
     return failed(1);
   });
-  testing::internal::GetCapturedStderr();
+  ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(code, 1);
   EXPECT_EQ(attempts, options_.max_restarts + 1);
 }
 
 TEST_F(Restarts, WithoutARunDirectoryExitCodeTwoIsRestartedLikeAnyOther) {
   int attempts = 0;
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   run_with_restarts(options_, RunDirs{}, [&](int, const std::string&) {
     ++attempts;
     return failed(2);
   });
-  testing::internal::GetCapturedStderr();
+  ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(attempts, options_.max_restarts + 1);
 }
 

@@ -21,12 +21,12 @@ using testing::random_ids;
 using testing::small_config_json;
 using testing::train_pass;
 
-struct Case {
+struct CheckpointCase {
   const char* model_type;
   torch::ScalarType dtype;
 };
 
-class CheckpointedModel : public ::testing::TestWithParam<Case> {};
+class CheckpointedModel : public ::testing::TestWithParam<CheckpointCase> {};
 
 TEST_P(CheckpointedModel, GivesTheSameLossAndEveryParameterGradient) {
   nlohmann::json doc = small_config_json(GetParam().model_type);
@@ -41,10 +41,10 @@ TEST_P(CheckpointedModel, GivesTheSameLossAndEveryParameterGradient) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, CheckpointedModel,
-                         ::testing::Values(Case{"llama", torch::kFloat},
-                                           Case{"llama", torch::kBFloat16},
-                                           Case{"qwen3", torch::kFloat},
-                                           Case{"qwen3", torch::kBFloat16}),
+                         ::testing::Values(CheckpointCase{"llama", torch::kFloat},
+                                           CheckpointCase{"llama", torch::kBFloat16},
+                                           CheckpointCase{"qwen3", torch::kFloat},
+                                           CheckpointCase{"qwen3", torch::kBFloat16}),
                          [](const auto& info) {
                            return std::string(info.param.model_type) +
                                   (info.param.dtype == torch::kFloat ? "_fp32" : "_bf16");

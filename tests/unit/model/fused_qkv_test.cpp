@@ -56,13 +56,13 @@ TEST(FusedQkv, AdjacentRowsMeansOneStorageBackToBackInOrder) {
   EXPECT_TRUE(adjacent_rows({flat.narrow(0, 0, 3), flat.narrow(0, 3, 7)})) << "biases";
 }
 
-struct Case {
+struct QkvCase {
   const char* model_type;  // llama: no bias; qwen2: q/k/v biases
   torch::ScalarType dtype;
   bool adjacent;  // q/k/v weights (and biases) back to back in one buffer
 };
 
-std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+std::string case_name(const ::testing::TestParamInfo<QkvCase>& info) {
   return std::string(info.param.model_type) +
          (info.param.dtype == torch::kFloat ? "_fp32" : "_bf16") +
          (info.param.adjacent ? "_adjacent" : "_apart");
@@ -86,7 +86,7 @@ bool weights_adjacent(AttentionImpl& attn) {
   return adjacent_rows({attn.q_proj->weight, attn.k_proj->weight, attn.v_proj->weight});
 }
 
-class FusedQkvAttention : public ::testing::TestWithParam<Case> {};
+class FusedQkvAttention : public ::testing::TestWithParam<QkvCase> {};
 
 TEST_P(FusedQkvAttention, GivesTheThreeProjectionsOutputAndEveryGradient) {
   const ModelConfig c = parse_model_config(small_config_json(GetParam().model_type));
@@ -103,14 +103,16 @@ TEST_P(FusedQkvAttention, GivesTheThreeProjectionsOutputAndEveryGradient) {
   EXPECT_EQ(weights_adjacent(*attn), GetParam().adjacent) << "the layout changed";
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, FusedQkvAttention,
-    ::testing::Values(Case{"llama", torch::kFloat, false}, Case{"llama", torch::kFloat, true},
-                      Case{"llama", torch::kBFloat16, false}, Case{"llama", torch::kBFloat16, true},
-                      Case{"qwen2", torch::kFloat, false}, Case{"qwen2", torch::kFloat, true},
-                      Case{"qwen2", torch::kBFloat16, false},
-                      Case{"qwen2", torch::kBFloat16, true}),
-    case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, FusedQkvAttention,
+                         ::testing::Values(QkvCase{"llama", torch::kFloat, false},
+                                           QkvCase{"llama", torch::kFloat, true},
+                                           QkvCase{"llama", torch::kBFloat16, false},
+                                           QkvCase{"llama", torch::kBFloat16, true},
+                                           QkvCase{"qwen2", torch::kFloat, false},
+                                           QkvCase{"qwen2", torch::kFloat, true},
+                                           QkvCase{"qwen2", torch::kBFloat16, false},
+                                           QkvCase{"qwen2", torch::kBFloat16, true}),
+                         case_name);
 
 // Bytes the CPU allocator holds after q/k/v of x were computed (their graph kept), above what it
 // held before.

@@ -42,13 +42,13 @@ DecoderModel model_of(const char* type, torch::ScalarType dtype, int layers = 3)
   return build_model(parse_model_config(doc), dtype, 3);
 }
 
-struct Case {
+struct GraphsCase {
   const char* model_type;
   torch::ScalarType dtype;
   bool checkpointing;
 };
 
-class ReplayedLayers : public ::testing::TestWithParam<Case> {};
+class ReplayedLayers : public ::testing::TestWithParam<GraphsCase> {};
 
 // Three passes: the first records, the others replay (the buffers then hold the previous pass's
 // values, which must all be overwritten).
@@ -72,16 +72,18 @@ TEST_P(ReplayedLayers, GiveTheEagerLossAndGradientsBitForBit) {
   EXPECT_EQ(st.failure, "");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Families, ReplayedLayers,
-    ::testing::Values(Case{"llama", torch::kFloat, false}, Case{"llama", torch::kBFloat16, false},
-                      Case{"qwen2", torch::kFloat, false}, Case{"qwen2", torch::kBFloat16, true},
-                      Case{"qwen3", torch::kFloat, true}, Case{"llama", torch::kFloat, true}),
-    [](const auto& info) {
-      return std::string(info.param.model_type) +
-             (info.param.dtype == torch::kFloat ? "_fp32" : "_bf16") +
-             (info.param.checkpointing ? "_ckpt" : "");
-    });
+INSTANTIATE_TEST_SUITE_P(Families, ReplayedLayers,
+                         ::testing::Values(GraphsCase{"llama", torch::kFloat, false},
+                                           GraphsCase{"llama", torch::kBFloat16, false},
+                                           GraphsCase{"qwen2", torch::kFloat, false},
+                                           GraphsCase{"qwen2", torch::kBFloat16, true},
+                                           GraphsCase{"qwen3", torch::kFloat, true},
+                                           GraphsCase{"llama", torch::kFloat, true}),
+                         [](const auto& info) {
+                           return std::string(info.param.model_type) +
+                                  (info.param.dtype == torch::kFloat ? "_fp32" : "_bf16") +
+                                  (info.param.checkpointing ? "_ckpt" : "");
+                         });
 
 // Two micro-steps accumulate into .grad: a gradient buffer handed over to .grad (instead of copied)
 // would be overwritten by the second replay.

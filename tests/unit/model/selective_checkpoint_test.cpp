@@ -24,20 +24,20 @@ using testing::train_pass;
 constexpr const char* kFlashForward = "aten::_scaled_dot_product_flash_attention_for_cpu";
 constexpr const char* kFlashBackward = "aten::_scaled_dot_product_flash_attention_for_cpu_backward";
 
-struct Case {
+struct SelectiveCase {
   const char* name;
   nlohmann::json overrides;
   torch::ScalarType dtype;
 };
 
-DecoderModel model_for(const Case& c) {
+DecoderModel model_for(const SelectiveCase& c) {
   nlohmann::json doc = small_config_json(c.overrides.value("model_type", "llama"));
   doc["num_hidden_layers"] = 3;
   for (const auto& [key, value] : c.overrides.items()) doc[key] = value;
   return build_model(parse_model_config(doc), c.dtype, 3);
 }
 
-class SelectiveCheckpointedModel : public ::testing::TestWithParam<Case> {};
+class SelectiveCheckpointedModel : public ::testing::TestWithParam<SelectiveCase> {};
 
 // The same kernels run forward and backward in all three (flash for CPU, its own backward from the
 // same output and statistics), so the results are equal bit for bit, in bfloat16 too.
@@ -58,21 +58,21 @@ TEST_P(SelectiveCheckpointedModel, GivesTheLossAndGradientsOfNoCheckpointingAndO
 INSTANTIATE_TEST_SUITE_P(
     Shapes, SelectiveCheckpointedModel,
     ::testing::Values(
-        Case{"gqa_fp32", nlohmann::json::object(), torch::kFloat},
-        Case{"gqa_bf16", nlohmann::json::object(), torch::kBFloat16},
-        Case{"mha_fp32", {{"num_key_value_heads", 4}}, torch::kFloat},
-        Case{"qwen3_fp32", {{"model_type", "qwen3"}, {"head_dim", 16}}, torch::kFloat},
-        Case{
+        SelectiveCase{"gqa_fp32", nlohmann::json::object(), torch::kFloat},
+        SelectiveCase{"gqa_bf16", nlohmann::json::object(), torch::kBFloat16},
+        SelectiveCase{"mha_fp32", {{"num_key_value_heads", 4}}, torch::kFloat},
+        SelectiveCase{"qwen3_fp32", {{"model_type", "qwen3"}, {"head_dim", 16}}, torch::kFloat},
+        SelectiveCase{
             "window_fits_fp32", {{"model_type", "mistral"}, {"sliding_window", 32}}, torch::kFloat},
-        Case{"window_shorter_fp32",
-             {{"model_type", "mistral"}, {"sliding_window", 8}},
-             torch::kFloat}),
+        SelectiveCase{"window_shorter_fp32",
+                      {{"model_type", "mistral"}, {"sliding_window", 8}},
+                      torch::kFloat}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // Tiled MLP inside the layer (its own recompute per tile, tiled_mlp.h) beside the kept attention.
 TEST(SelectiveCheckpointedModel, WithTiledMlpGivesTheGradientsOfNoCheckpointing) {
   const torch::Tensor ids = random_ids(2, 24, 97, 9);
-  const Case c{"gqa", nlohmann::json::object(), torch::kFloat};
+  const SelectiveCase c{"gqa", nlohmann::json::object(), torch::kFloat};
   DecoderModel m = model_for(c);
   m->set_tiled_mlp(8);
   const LossAndGrads none = train_pass(*m, ids);

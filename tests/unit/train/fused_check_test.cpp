@@ -33,7 +33,7 @@ struct SwitchesOn {
 TEST(FusedCheck, AFaultOnOneRankSwitchesThatPathOffOnEveryRank) {
   const SwitchesOn restore;
   std::vector<std::vector<FusedPathVerdict>> verdicts(2);
-  testing::run_ranks(2, [&](testing::ThreadCommunicator& comm) {
+  dstrain::testing::run_ranks(2, [&](dstrain::testing::ThreadCommunicator& comm) {
     std::optional<model::PlantedFault> fault;
     if (comm.rank() == 1) fault = model::PlantedFault{model::FusedPath::kSwiglu, 100};
     verdicts[comm.rank()] = check_fused_kernels(comm, layer(), fault);
@@ -62,7 +62,7 @@ TEST(FusedCheck, AFaultOnOneRankSwitchesThatPathOffOnEveryRank) {
 
 TEST(FusedCheck, NoFaultLeavesEveryPathOn) {
   const SwitchesOn restore;
-  testing::run_ranks(2, [&](testing::ThreadCommunicator& comm) {
+  dstrain::testing::run_ranks(2, [&](dstrain::testing::ThreadCommunicator& comm) {
     for (const FusedPathVerdict& v : check_fused_kernels(comm, layer())) {
       EXPECT_TRUE(v.on) << model::fused_path_name(v.path);
       EXPECT_TRUE(v.failed_ranks.empty());

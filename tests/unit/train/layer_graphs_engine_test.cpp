@@ -30,7 +30,7 @@ using dstrain::testing::run_ranks;
 using dstrain::testing::ThreadCommunicator;
 using testing::sgd;
 
-struct Setup {
+struct GraphsSetup {
   const char* model_type;
   torch::ScalarType dtype;
   int stage;
@@ -38,12 +38,12 @@ struct Setup {
   bool checkpointing = false;
 };
 
-std::string describe(const Setup& s) {
+std::string describe_graphs(const GraphsSetup& s) {
   return std::string(s.model_type) + (s.dtype == torch::kFloat ? " fp32" : " bf16") + " stage " +
          std::to_string(s.stage) + (s.lora ? " lora" : "") + (s.checkpointing ? " ckpt" : "");
 }
 
-struct Run {
+struct GraphsRun {
   std::vector<double> losses, norms;             // rank 0's, per micro-step / step
   std::map<std::string, torch::Tensor> masters;  // after the steps, "rank:param@begin"
   model::LayerGraphStats stats;                  // rank 0's
@@ -53,8 +53,8 @@ struct Run {
 constexpr int kSteps = 3;
 constexpr int kMicroSteps = 2;
 
-void train_rank(const Setup& s, bool graphs, const torch::Tensor& ids, ThreadCommunicator& comm,
-                Run& run, std::mutex& mutex) {
+void train_rank(const GraphsSetup& s, bool graphs, const torch::Tensor& ids,
+                ThreadCommunicator& comm, GraphsRun& run, std::mutex& mutex) {
   torch::set_num_threads(1);
   model::DecoderModel m(model::testing::small_config(s.model_type), model::Materialize::kNo);
   ParallelPlan plan;
@@ -91,32 +91,32 @@ void train_rank(const Setup& s, bool graphs, const torch::Tensor& ids, ThreadCom
   }
 }
 
-Run train(const Setup& s, bool graphs) {
+GraphsRun train_graphs(const GraphsSetup& s, bool graphs) {
   torch::manual_seed(7);  // drawn once, before the rank threads (they would race on it)
   const torch::Tensor ids = torch::randint(0, 97, {8, 12});
-  Run run;
+  GraphsRun run;
   std::mutex mutex;
   run_ranks(2, [&](ThreadCommunicator& comm) { train_rank(s, graphs, ids, comm, run, mutex); });
   return run;
 }
 
-void expect_identical_runs(const Setup& s) {
-  const Run eager = train(s, false);
-  const Run replayed = train(s, true);
-  EXPECT_EQ(replayed.losses, eager.losses) << describe(s);
-  EXPECT_EQ(replayed.norms, eager.norms) << describe(s);
-  ASSERT_EQ(replayed.masters.size(), eager.masters.size()) << describe(s);
+void expect_identical_runs(const GraphsSetup& s) {
+  const GraphsRun eager = train_graphs(s, false);
+  const GraphsRun replayed = train_graphs(s, true);
+  EXPECT_EQ(replayed.losses, eager.losses) << describe_graphs(s);
+  EXPECT_EQ(replayed.norms, eager.norms) << describe_graphs(s);
+  ASSERT_EQ(replayed.masters.size(), eager.masters.size()) << describe_graphs(s);
   for (const auto& [key, master] : eager.masters) {
-    EXPECT_TRUE(torch::equal(master, replayed.masters.at(key))) << describe(s) << " " << key;
+    EXPECT_TRUE(torch::equal(master, replayed.masters.at(key))) << describe_graphs(s) << " " << key;
   }
-  EXPECT_LT(eager.losses.back(), eager.losses.front()) << describe(s);
+  EXPECT_LT(eager.losses.back(), eager.losses.front()) << describe_graphs(s);
   const int layers = static_cast<int>(model::testing::small_config(s.model_type).num_hidden_layers);
-  EXPECT_EQ(replayed.stats.recordings, layers * (s.checkpointing ? 3 : 2)) << describe(s);
-  EXPECT_EQ(replayed.stats.eager_calls, 0) << describe(s);
-  EXPECT_EQ(replayed.stats.failure, "") << describe(s);
+  EXPECT_EQ(replayed.stats.recordings, layers * (s.checkpointing ? 3 : 2)) << describe_graphs(s);
+  EXPECT_EQ(replayed.stats.eager_calls, 0) << describe_graphs(s);
+  EXPECT_EQ(replayed.stats.failure, "") << describe_graphs(s);
   if (s.stage == 3) {
-    EXPECT_EQ(eager.layer_weight_bytes, 0) << describe(s) << ": released after use";
-    EXPECT_GT(replayed.layer_weight_bytes, 0) << describe(s) << ": kept for the graphs";
+    EXPECT_EQ(eager.layer_weight_bytes, 0) << describe_graphs(s) << ": released after use";
+    EXPECT_GT(replayed.layer_weight_bytes, 0) << describe_graphs(s) << ": kept for the graphs";
   }
 }
 

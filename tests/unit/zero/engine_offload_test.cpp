@@ -8,13 +8,13 @@
 namespace dstrain::zero::testing {
 namespace {
 
-struct Case {
+struct OffloadCase {
   int stage;
   int world;
   torch::ScalarType dtype;
 };
 
-RunConfig offload_config(const Case& c, bool offload, int steps) {
+RunConfig offload_config(const OffloadCase& c, bool offload, int steps) {
   RunConfig config;
   config.world = c.world;
   config.steps = steps;
@@ -34,8 +34,9 @@ RunConfig offload_config(const Case& c, bool offload, int steps) {
 TEST(ZeroOffload, Stages1And2GiveTheSameTrainingAsWithoutOffload) {
   torch::set_num_threads(1);
   const Problem problem = make_problem(10);
-  for (const Case& c : {Case{1, 1, torch::kFloat32}, Case{1, 3, torch::kBFloat16},
-                        Case{2, 2, torch::kFloat32}, Case{2, 4, torch::kBFloat16}}) {
+  for (const OffloadCase& c :
+       {OffloadCase{1, 1, torch::kFloat32}, OffloadCase{1, 3, torch::kBFloat16},
+        OffloadCase{2, 2, torch::kFloat32}, OffloadCase{2, 4, torch::kBFloat16}}) {
     const auto what = fmt::format("stage {} world {} {}", c.stage, c.world, c10::toString(c.dtype));
     const RunResult off = run_engine(problem, offload_config(c, false, 10));
     const RunResult on = run_engine(problem, offload_config(c, true, 10));
@@ -75,7 +76,7 @@ TEST(ZeroOffload, DeviceBytesDropByMasterOptimizerStateAndGradientShard) {
   const double psi = 8 * 256 + 256 + 256 + 256 * 5 + 5;
   for (int stage : {1, 2}) {
     for (int world = 1; world <= 4; ++world) {
-      RunConfig config = offload_config(Case{stage, world, torch::kBFloat16}, true, 1);
+      RunConfig config = offload_config(OffloadCase{stage, world, torch::kBFloat16}, true, 1);
       config.accum = 1;
       config.options.reduce_bucket_size = 500;
       const RunResult run = run_engine(problem, config);

@@ -14,7 +14,7 @@
 namespace dstrain::zero::testing {
 namespace {
 
-struct Case {
+struct InBackwardCase {
   int stage;
   int world;
   int accum;
@@ -22,7 +22,7 @@ struct Case {
   bool offload = false;
 };
 
-RunConfig config_of(const Case& c, bool set_step_lr) {
+RunConfig config_of(const InBackwardCase& c, bool set_step_lr) {
   RunConfig config;
   config.world = c.world;
   config.steps = 6;
@@ -53,14 +53,14 @@ void expect_same_losses_and_norms(const EngineRecord& in_backward, const EngineR
 TEST(ZeroUpdateInBackward, GivesBitForBitTheUpdateInStep) {
   torch::set_num_threads(1);
   const Problem problem = make_problem(6);
-  const std::vector<Case> cases = {
+  const std::vector<InBackwardCase> cases = {
       {0, 1, 1, torch::kFloat32},       {0, 3, 2, torch::kFloat32},
       {0, 2, 1, torch::kBFloat16},      {1, 1, 1, torch::kFloat32},
       {1, 3, 2, torch::kBFloat16},      {2, 2, 1, torch::kFloat32},
       {2, 4, 2, torch::kBFloat16},      {1, 2, 2, torch::kBFloat16, true},
       {2, 3, 2, torch::kFloat32, true},
   };
-  for (const Case& c : cases) {
+  for (const InBackwardCase& c : cases) {
     const auto what = fmt::format("stage {} world {} accum {} {}{}", c.stage, c.world, c.accum,
                                   c10::toString(c.dtype), c.offload ? " offload" : "");
     const RunResult in_step = run_engine(problem, config_of(c, false));
