@@ -26,6 +26,37 @@ std::string same_name_elsewhere(const RuleSet& rules, const std::string& name) {
 
 }  // namespace
 
+const std::map<std::string, std::string>& trainer_argument_keys() {
+  // TrainingArguments' names as users bring them from the Hugging Face Trainer, and what dstrain
+  // calls the setting (docs/migrating.md). Names that are already dstrain's (max_steps, bf16,
+  // warmup_ratio, ...) are not here: they are keys of their own.
+  static const std::map<std::string, std::string> keys = {
+      {"adam_beta1", "training.betas: [beta1, beta2]"},
+      {"adam_beta2", "training.betas: [beta1, beta2]"},
+      {"adam_epsilon", "training.eps"},
+      {"auto_find_batch_size", "training.per_device_train_batch_size: auto"},
+      {"dataloader_drop_last", "data.drop_last"},
+      {"dataloader_num_workers", "training.num_workers"},
+      {"eval_steps", "training.eval_interval"},
+      {"eval_strategy", "training.eval_interval"},
+      {"evaluation_strategy", "training.eval_interval"},
+      {"learning_rate", "training.lr"},
+      {"logging_dir", "logging.tensorboard_dir"},
+      {"logging_steps", "training.log_interval"},
+      {"lr_scheduler_type", "training.lr_scheduler"},
+      {"max_grad_norm", "training.gradient_clipping"},
+      {"num_train_epochs", "training.epochs"},
+      {"optim", "training.optimizer"},
+      {"output_dir", "logging.out_dir (and checkpoint.dir for checkpoints)"},
+      {"resume_from_checkpoint",
+       "`dstrain resume CHECKPOINT` (or `dstrain launch --resume-latest`)"},
+      {"save_steps", "checkpoint.interval"},
+      {"save_strategy", "checkpoint.interval"},
+      {"save_total_limit", "checkpoint.keep_last"},
+  };
+  return keys;
+}
+
 Origin Source::origin(const YAML::Node& node, const std::string& key) const {
   Origin o;
   o.key = key;
@@ -183,6 +214,14 @@ void Merger::fail_unknown(const RuleSet& rules, const std::string& path,
   const size_t dot = path.rfind('.');
   const std::string section = dot == std::string::npos ? "" : path.substr(0, dot);
   const std::string name = dot == std::string::npos ? path : path.substr(dot + 1);
+  if (!rules.deepspeed) {
+    const auto& trainer = trainer_argument_keys();
+    if (const auto it = trainer.find(name); it != trainer.end()) {
+      fail_at(origin, fmt::format("unknown key; the Hugging Face Trainer's {} is {} in dstrain "
+                                  "(docs/migrating.md)",
+                                  name, it->second));
+    }
+  }
   const std::vector<std::string> siblings = rules.children(section);
   std::string suggestion;
   if (const std::string near = closest(name, siblings); !near.empty()) {

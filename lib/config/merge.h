@@ -18,6 +18,10 @@
 namespace dstrain::config::detail {
 
 // One document being read: a YAML file, a DeepSpeed JSON file, or one `--set` argument.
+// Hugging Face TrainingArguments names that are not dstrain keys → the dstrain setting that does
+// the same, for the error of an unknown key (docs/migrating.md has the whole table).
+const std::map<std::string, std::string>& trainer_argument_keys();
+
 struct Source {
   std::string file;                // shown as "<file>:<line>:<col>"; unused for overrides
   std::string override_text;       // non-empty: the `--set` argument; shown instead of a position

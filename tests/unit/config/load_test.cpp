@@ -7,8 +7,11 @@
 #include <gtest/gtest.h>
 
 #include "config/config.h"
+#include "config/merge.h"
+#include "config/rules.h"
 #include "config_test_util.h"
 #include "core/error.h"
+#include "core/text.h"
 
 namespace dstrain::config {
 namespace {
@@ -300,6 +303,30 @@ TEST(ConfigLoad, RangeAndChoiceErrors) {
               HasSubstr("training.betas: expected a list of two numbers in [0, 1), got a list"));
   EXPECT_THAT(load_error(minimal_yaml("training: 3\n")),
               HasSubstr("train.yaml:5:11: training: expected a mapping of settings, got \"3\""));
+}
+
+TEST(ConfigLoad, ATrainerArgumentNameIsAnsweredWithTheDstrainKey) {
+  EXPECT_EQ(load_error(minimal_yaml("training:\n  save_steps: 500\n")),
+            "train.yaml:6:3: training.save_steps: unknown key; the Hugging Face Trainer's "
+            "save_steps is checkpoint.interval in dstrain (docs/migrating.md)");
+  // Under any section, as users paste them.
+  EXPECT_THAT(load_error(minimal_yaml("logging:\n  logging_steps: 10\n")),
+              HasSubstr("logging.logging_steps: unknown key; the Hugging Face Trainer's "
+                        "logging_steps is training.log_interval in dstrain"));
+  EXPECT_THAT(load_error(minimal_yaml("training:\n  learning_rate: 0.1\n")),
+              HasSubstr("is training.lr in dstrain"));
+}
+
+TEST(ConfigLoad, EveryTrainerArgumentNamesAKeyThatExists) {
+  const config::detail::RuleSet& rules = config::detail::our_rules();
+  for (const auto& [name, target] : config::detail::trainer_argument_keys()) {
+    for (const auto& [path, rule] : rules.leaves) {
+      EXPECT_FALSE(path == name || ends_with(path, "." + name)) << name << " is " << path;
+    }
+    if (target.find('`') == 0) continue;  // a command, not a key
+    const std::string key = target.substr(0, target.find_first_of(": "));
+    EXPECT_NE(rules.leaf(key), nullptr) << name << " -> " << key;
+  }
 }
 
 TEST(ConfigLoad, UnknownKeySuggestsTheClosestKey) {
