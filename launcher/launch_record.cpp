@@ -1,6 +1,8 @@
 #include "launcher/launch_record.h"
 
+#include <unistd.h>
 #include <algorithm>
+
 #include <cstdlib>
 #include <filesystem>
 
@@ -10,6 +12,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/secrets.h"
+#include "launcher/remote_env.h"
 
 namespace dstrain::launcher {
 namespace {
@@ -120,6 +123,7 @@ std::string to_json(const LaunchRecord& r) {
             {"master_addr", r.master_addr},
             {"master_port", r.master_port},
             {"secret_env", r.secret_env},
+            {"environment", r.environment},
             {"log_dir", r.log_dir},
             {"stage_dir", r.stage_dir},
             {"grace", r.grace_seconds},
@@ -162,6 +166,7 @@ LaunchRecord parse_launch_record(const std::string& text, const std::string& pat
   top.get("master_addr", &r.master_addr);
   top.get("master_port", &r.master_port);
   top.get("secret_env", &r.secret_env);
+  top.get("environment", &r.environment);
   top.get("log_dir", &r.log_dir);
   top.get("stage_dir", &r.stage_dir);
   top.get("grace", &r.grace_seconds);
@@ -228,6 +233,7 @@ LaunchRecord record_of(const LaunchOptions& o, LaunchMode mode, int world_size,
   if (o.master_addr_given) r.master_addr = o.launch.master_addr;
   r.master_port = o.launch.master_port;
   r.secret_env = o.secret_env;
+  r.environment = recorded_environment(environ, o.secret_env);
   r.log_dir = absolute_or_empty(o.launch.log_dir);
   r.stage_dir = absolute_or_empty(o.launch.stage_dir);
   r.grace_seconds = o.launch.grace_seconds;
@@ -235,6 +241,18 @@ LaunchRecord record_of(const LaunchOptions& o, LaunchMode mode, int world_size,
   r.min_nodes = o.min_nodes;
   r.allow_batch_change = o.allow_batch_change;
   return r;
+}
+
+std::vector<std::string> recorded_environment(const char* const* env,
+                                              const std::vector<std::string>& secret_names) {
+  std::vector<std::string> out;
+  for (const auto& [name, value] : forwarded_variables(env)) {
+    const bool secret =
+        secrets::is_secret_name(name) ||
+        std::find(secret_names.begin(), secret_names.end(), name) != secret_names.end();
+    if (!secret) out.push_back(name + "=" + value);
+  }
+  return out;
 }
 
 std::string describe_launch(const LaunchRecord& r) {

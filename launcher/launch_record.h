@@ -11,10 +11,15 @@
 // replaces it (a resume with --local is then recorded as local). Its contents are the same on every
 // attempt, so a crash while writing it leaves the old file or the new one (written atomically).
 //
+// The launcher's own variables that reach the ranks (remote_env.h's forwarded prefixes: DSTRAIN_,
+// HF_, NCCL_, CUDA_, ...) are recorded too, so that a resume from a new shell gives the ranks the
+// same DSTRAIN_DEVICE, HF_HOME, NCCL_SOCKET_IFNAME (resume_plan.h).
+//
 // What is not recorded: config overrides (--set; the checkpoint's config.yaml already holds them),
 // the arguments after `--`, and secret values: an `--env NAME=VALUE` whose NAME is secret
-// (core/secrets.h) is dropped, its name kept in env_not_recorded, and --secret-env keeps names
-// only. Paths (hostfile, key, known_hosts, log and stage dirs) are stored absolute.
+// (core/secrets.h) is dropped, its name kept in env_not_recorded, a secret variable of the
+// launcher's environment is left out, and --secret-env keeps names only. Paths (hostfile, key,
+// known_hosts, log and stage dirs) are stored absolute.
 
 #include <optional>
 #include <string>
@@ -54,8 +59,10 @@ struct LaunchRecord {
   std::string master_addr;              // "" = not given (each mode's default)
   int master_port = 0;                  // 0 = not given
   std::vector<std::string> secret_env;  // --secret-env names
-  std::string log_dir;                  // absolute, "" = none
-  std::string stage_dir;                // absolute, "" = the config's data.stage_dir
+  // NAME=VALUE of the launcher's forwarded variables (see above), secret ones left out; sorted
+  std::vector<std::string> environment;
+  std::string log_dir;    // absolute, "" = none
+  std::string stage_dir;  // absolute, "" = the config's data.stage_dir
   double grace_seconds = 5.0;
   RestartOptions restart;
   int min_nodes = 0;
@@ -82,6 +89,9 @@ std::optional<LaunchRecord> read_launch_record(const std::string& checkpoint_dir
 // made absolute against the current directory.
 LaunchRecord record_of(const LaunchOptions& options, LaunchMode mode, int world_size,
                        const std::vector<std::string>& hosts);
+// The variables of `environ` a launch record keeps (see above), as NAME=VALUE.
+std::vector<std::string> recorded_environment(const char* const* env,
+                                              const std::vector<std::string>& secret_names);
 
 // One line for people: "over SSH on 2 host(s) of /home/u/hosts (--exclude b), 16 rank(s)",
 // "under Slurm (job 812): 2 node(s) x 8 rank(s)", "on one machine: 4 rank(s)".

@@ -1,7 +1,9 @@
 #include "launcher/resume_plan.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -162,6 +164,36 @@ void plan_local(const ResumeRequest& r, const ResumeCheckpoint& c, ResumePlan& p
 
 }  // namespace
 
+// The recorded variables (NAME=VALUE) this process lacks go into p.set_env, with one note naming
+// them; one note for each that this process has with another value (this process's is kept).
+void restore_environment(const std::vector<std::string>& recorded,
+                         const std::vector<std::string>& current, ResumePlan& p) {
+  std::map<std::string, std::string> here;
+  for (const std::string& kv : current)
+    here[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
+  std::string missing;
+  for (const std::string& kv : recorded) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string name = kv.substr(0, eq), value = kv.substr(eq + 1);
+    const auto it = here.find(name);
+    if (it == here.end()) {
+      p.set_env.push_back(kv);
+      missing += (missing.empty() ? "" : ", ") + name;
+    } else if (it->second != value) {
+      p.notes.push_back(fmt::format(
+          "note: {} is '{}' in this environment and was '{}' at the launch; the ranks get '{}'",
+          name, it->second, value, it->second));
+    }
+  }
+  if (!missing.empty()) {
+    p.notes.push_back(
+        fmt::format("note: {} not set in this environment; the ranks get the values of the launch "
+                    "(launch.json)",
+                    missing));
+  }
+}
+
 ResumePlan plan_resume(const ResumeRequest& r, const ResumeCheckpoint& c,
                        const ResumeEnvironment& env) {
   if (r.nproc < 0) fail(ErrorKind::kUsage, "--nproc must be >= 1, got {}", r.nproc);
@@ -180,6 +212,7 @@ ResumePlan plan_resume(const ResumeRequest& r, const ResumeCheckpoint& c,
   apply_flags(r, p.options);
   p.options.launch.config_path = c.config_path;
   p.options.launch.args = {"--resume-from", c.tag_dir};
+  if (c.record) restore_environment(c.record->environment, env.variables, p);
   if (c.record && !c.record->cwd.empty() && c.record->cwd != env.cwd) {
     p.notes.push_back(fmt::format(
         "note: the job was launched from {}; relative paths of its config are read from here, {}",
@@ -235,6 +268,10 @@ void leave_out_silent_hosts(ResumePlan& p) {
 }  // namespace
 
 int run_resume_launch(ResumePlan plan) {
+  for (const std::string& kv : plan.set_env) {
+    const size_t eq = kv.find('=');
+    ::setenv(kv.substr(0, eq).c_str(), kv.substr(eq + 1).c_str(), 1);
+  }
   if (plan.mode == LaunchMode::kSsh && !plan.options.launch.dry_run) leave_out_silent_hosts(plan);
   return run_launch(plan.options);
 }

@@ -60,6 +60,9 @@ struct ResumeEnvironment {
   bool in_slurm_allocation = false;  // SLURM_JOB_ID set
   int slurm_nodes = 0;               // the allocation's node count
   std::string cwd;                   // this directory
+  // NAME=VALUE of this process's variables of the kind a launch record keeps
+  // (recorded_environment in launch_record.h)
+  std::vector<std::string> variables;
 };
 
 struct ResumePlan {
@@ -67,6 +70,9 @@ struct ResumePlan {
   LaunchMode mode = LaunchMode::kLocal;
   std::string how;                 // "over SSH from ... (as recorded)", for the first line
   std::vector<std::string> notes;  // one line each, printed before the launch
+  // NAME=VALUE: recorded variables this process lacks, set in its environment before the launch
+  // so that the ranks get them as at the launch (a resume from a new shell)
+  std::vector<std::string> set_env;
   int checkpoint_world_size = 1;
 };
 

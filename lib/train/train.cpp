@@ -1,6 +1,7 @@
 #include "train/train.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -90,6 +91,7 @@ int run_resume(const ResumeOptions& options) {
   env.in_slurm_allocation = job != nullptr && *job != '\0';
   if (const char* nodes = std::getenv("SLURM_JOB_NUM_NODES")) env.slurm_nodes = std::atoi(nodes);
   env.cwd = stdfs::current_path().string();
+  env.variables = launcher::recorded_environment(environ, {});
   const launcher::ResumePlan plan = launcher::plan_resume(options.request, c, env);
   log::info("resuming {} (step {}, {} rank(s)) {}", c.tag_dir, manifest.step, manifest.world_size,
             plan.how);

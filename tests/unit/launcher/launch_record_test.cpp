@@ -80,6 +80,30 @@ TEST_F(LaunchRecordTest, SecretEnvValuesAreLeftOutAndTheirNamesKept) {
   EXPECT_EQ(text.find("x=y"), std::string::npos) << text;
 }
 
+TEST_F(LaunchRecordTest, TheForwardedVariablesOfTheLaunchAreRecordedWithoutSecrets) {
+  const char* env[] = {"HF_HOME=/data/hf",
+                       "DSTRAIN_DEVICE=cuda",
+                       "HF_TOKEN=hf_secret12345",
+                       "NCCL_SOCKET_IFNAME=ib0",
+                       "MY_VAR=x",
+                       "HOME=/home/u",
+                       "PATH=/usr/bin",
+                       nullptr};
+  EXPECT_EQ(recorded_environment(env, {}),
+            (std::vector<std::string>{"DSTRAIN_DEVICE=cuda", "HF_HOME=/data/hf",
+                                      "NCCL_SOCKET_IFNAME=ib0"}));
+  // A name made secret with --secret-env is left out too.
+  EXPECT_EQ(recorded_environment(env, {"HF_HOME"}),
+            (std::vector<std::string>{"DSTRAIN_DEVICE=cuda", "NCCL_SOCKET_IFNAME=ib0"}));
+  LaunchRecord r = record_of(ssh_launch(), LaunchMode::kSsh, 4, {"a", "c"});
+  r.environment = recorded_environment(env, {});
+  const auto back = parse_launch_record(to_json(r), "launch.json");
+  EXPECT_EQ(back.environment, r.environment);
+  // A record written before variables were recorded reads as none.
+  EXPECT_TRUE(parse_launch_record(R"({"format": "dstrain-launch", "version": 1})", "launch.json")
+                  .environment.empty());
+}
+
 TEST_F(LaunchRecordTest, SlurmAndLocalLaunchesKeepTheirRanksPerNode) {
   LaunchOptions o;
   o.launch.nproc = 8;

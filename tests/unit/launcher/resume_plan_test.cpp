@@ -57,6 +57,29 @@ class ResumePlanTest : public ::testing::Test {
   ResumeEnvironment env_;
 };
 
+TEST_F(ResumePlanTest, RecordedVariablesMissingHereAreSetAndOnesThatDifferAreNamed) {
+  LaunchRecord r = ssh_record();
+  r.environment = {"DSTRAIN_DEVICE=cuda", "HF_HOME=/data/hf", "NCCL_SOCKET_IFNAME=ib0"};
+  checkpoint_.record = r;
+  env_.variables = {"HF_HOME=/data/hf", "NCCL_SOCKET_IFNAME=ib1"};
+  const ResumePlan p = plan({});
+  EXPECT_EQ(p.set_env, std::vector<std::string>{"DSTRAIN_DEVICE=cuda"});
+  std::string notes;
+  for (const std::string& n : p.notes) notes += n + "\n";
+  EXPECT_NE(notes.find("note: DSTRAIN_DEVICE not set in this environment; the ranks get the values "
+                       "of the launch (launch.json)"),
+            std::string::npos)
+      << notes;
+  EXPECT_NE(notes.find("note: NCCL_SOCKET_IFNAME is 'ib1' in this environment and was 'ib0' at "
+                       "the launch; the ranks get 'ib1'"),
+            std::string::npos)
+      << notes;
+  EXPECT_EQ(notes.find("HF_HOME"), std::string::npos) << "the same value needs no note: " << notes;
+  // Everything here already: nothing to set, no note.
+  env_.variables = r.environment;
+  EXPECT_TRUE(plan({}).set_env.empty());
+}
+
 TEST_F(ResumePlanTest, ACheckpointWithoutARecordResumesLocallyAtItsWorldSizeWithANote) {
   const ResumePlan p = plan({});
   EXPECT_EQ(p.mode, LaunchMode::kLocal);
