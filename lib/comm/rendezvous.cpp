@@ -1,6 +1,9 @@
 #include "comm/rendezvous.h"
 
+#include <cstdlib>
 #include <thread>
+
+#include <c10/util/Logging.h>
 
 #include <fmt/format.h>
 
@@ -59,8 +62,17 @@ std::string join_ranks(const std::vector<int>& ranks) {
   return fmt::format("{}", fmt::join(ranks, ", "));
 }
 
+void quiet_torch_log() {
+  if (std::getenv("TORCH_CPP_LOG_LEVEL") != nullptr) {
+    c10::initLogging();  // the user's level
+  } else {
+    FLAGS_caffe2_log_level = c10::GLOG_ERROR;
+  }
+}
+
 c10::intrusive_ptr<c10d::TCPStore> connect_store(const RendezvousOptions& options,
                                                  bool host_server) {
+  quiet_torch_log();
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(options.master_port);
   store_options.isServer = host_server;

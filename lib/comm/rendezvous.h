@@ -14,6 +14,13 @@ namespace dstrain::comm {
 // "host:port" of the store, for messages.
 std::string store_endpoint(const RendezvousOptions& options);
 
+// LibTorch's own C++ log (c10's LOG, c10d's warnings) from now on at ERROR and above, unless
+// TORCH_CPP_LOG_LEVEL names a level (then that one). When a peer dies, c10d logs the failed store
+// read as a warning with the exception's C++ backtrace (9 frames) before dstrain's one-line reason
+// (rank, host, cause); the backtrace says nothing a user can act on. Called by connect_store, so
+// every process that joins a job.
+void quiet_torch_log();
+
 // Opens a store connection (rank 0 also hosts the server when `host_server`). Throws Error(kComm)
 // when the port cannot be bound, Error(kTimeout) when the store cannot be reached within the
 // timeout.
