@@ -47,10 +47,10 @@ class LaunchSlurmTest : public ::testing::Test {
 
   // Submits scripts/train.sbatch running the real trainer on `config`, with nothing else exported
   // (the requeued job finds the config's checkpoint.dir by itself); returns the job id.
-  std::string submit_training(const std::string& config, int nproc) {
+  std::string submit_training(const std::string& config, int nproc, const std::string& extra = "") {
     std::string cmd = "cd " + tmp_.path() + " && env -u CHECKPOINT_DIR DSTRAIN=" + DSTRAIN_BINARY +
                       " NPROC=" + std::to_string(nproc) + " SBATCH_ARGS='--output=" + out_ +
-                      "' " DSTRAIN_SOURCE_DIR "/scripts/train.sbatch " + config + " 1";
+                      "' " DSTRAIN_SOURCE_DIR "/scripts/train.sbatch " + config + " 1" + extra;
     std::string reply = cluster_->run(cmd);
     std::smatch m;
     if (!std::regex_search(reply, m, std::regex("Submitted batch job ([0-9]+)"))) {
@@ -132,8 +132,8 @@ TEST_F(LaunchSlurmTest, Usr1CheckpointsRequeuesAndRunsAgain) {
 
 // The real trainer under Slurm: 2 ranks train, SIGUSR1 (what --signal=B:USR1@90 sends) makes them
 // save a checkpoint and stop, the job requeues itself, and the second run resumes from the
-// config's checkpoint.dir/latest (`dstrain launch --resume-latest`, nothing exported) and
-// finishes the remaining steps.
+// checkpoint.dir that the submission's `-- --set checkpoint.dir=...` override names
+// (`dstrain launch --resume-latest` reads it; nothing exported) and finishes the remaining steps.
 TEST_F(LaunchSlurmTest, PreemptedTrainingSavesRequeuesAndResumesFromLatest) {
   JobSpec spec;
   spec.nproc = 2;
@@ -142,7 +142,7 @@ TEST_F(LaunchSlurmTest, PreemptedTrainingSavesRequeuesAndResumesFromLatest) {
   spec.save_final = true;
   const std::string config = write_job_config(tmp_.path(), spec);
   const std::string metrics = tmp_.file("run/metrics.jsonl");
-  std::string job = submit_training(config, 2);
+  std::string job = submit_training(config, 2, " -- --set checkpoint.dir=" + tmp_.file("ckpt2"));
   ASSERT_FALSE(job.empty());
   ASSERT_TRUE(wait_until([&] { return read_metric(metrics, "train/loss").size() >= 5; }, 90))
       << read_text(out_) << cluster_->logs();
@@ -150,11 +150,11 @@ TEST_F(LaunchSlurmTest, PreemptedTrainingSavesRequeuesAndResumesFromLatest) {
   ASSERT_TRUE(
       wait_until([&] { return read_text(out_).find("requeueing") != std::string::npos; }, 60))
       << read_text(out_);
-  const std::string tag = read_text(tmp_.file("ckpt/latest"));
+  const std::string tag = read_text(tmp_.file("ckpt2/latest"));
   ASSERT_EQ(tag.rfind("step_", 0), 0u) << read_text(out_);
   const long saved_step = std::stol(tag.substr(5));
   EXPECT_LT(saved_step, 150);
-  const std::string record = read_text(tmp_.file("ckpt/launch.json"));
+  const std::string record = read_text(tmp_.file("ckpt2/launch.json"));
   EXPECT_NE(record.find("\"mode\": \"slurm\""), std::string::npos) << record;
   bool done = wait_requeued(
       job,
@@ -165,7 +165,7 @@ TEST_F(LaunchSlurmTest, PreemptedTrainingSavesRequeuesAndResumesFromLatest) {
   const std::string out = read_text(out_);
   ASSERT_TRUE(done) << out << cluster_->run("scontrol show job " + job) << cluster_->logs();
   EXPECT_NE(out.find("restart count 1"), std::string::npos) << out;
-  EXPECT_NE(out.find("dstrain launch: resuming from " + tmp_.file("ckpt/latest") + " (" +
+  EXPECT_NE(out.find("dstrain launch: resuming from " + tmp_.file("ckpt2/latest") + " (" +
                      tag.substr(0, tag.find('\n')) + ")"),
             std::string::npos)
       << out;
@@ -191,6 +191,20 @@ TEST(TrainSbatch, AsksForGpusPerNodeOnlyWhenGpusPerNodeIsSet) {
   out = shell_output(run + "env -u GPUS_PER_NODE " + script);
   EXPECT_NE(out.find("sbatch --nodes=2 "), std::string::npos) << out;
   EXPECT_EQ(out.find("--gpus-per-node"), std::string::npos) << out;
+}
+
+// `sbatch scripts/train.sbatch run.yaml 2` (the script given to sbatch instead of run): the job has
+// the one node sbatch gave it, and the script says so and exits 2 before launching anything.
+TEST(TrainSbatch, AJobWithFewerNodesThanAskedForSaysHowToSubmitIt) {
+  const std::string job =
+      "env -u SLURM_RESTART_COUNT SLURM_JOB_ID=7 SLURM_JOB_NUM_NODES=1 "
+      "DSTRAIN=/bin/false " DSTRAIN_SOURCE_DIR "/scripts/train.sbatch run.yaml 2";
+  const std::string out = shell_output(job + " 2>&1; echo rc=$?");
+  EXPECT_NE(out.find("scripts/train.sbatch: this job has 1 node(s) but 2 were asked for: run "
+                     "'scripts/train.sbatch run.yaml 2' (it submits itself with --nodes=2)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("rc=2"), std::string::npos) << out;
 }
 
 }  // namespace
