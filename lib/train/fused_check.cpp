@@ -5,6 +5,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
 #include "comm/nccl_communicator.h"
 #include "core/log.h"
 #include "core/timer.h"
@@ -71,6 +75,11 @@ std::vector<FusedPathVerdict> check_fused_kernels(comm::Communicator& comm,
                                                   const std::optional<model::PlantedFault>& fault) {
   const Stopwatch timer;
   const std::vector<model::FusedCheck> mine = model::check_fused_paths(shapes, fault);
+#if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
+  // The check's float64 tensors (a few hundred MB at most) go back to the device rather than stay
+  // in the caching allocator's reserve, out of reach of NCCL and of what the run plans.
+  if (shapes.device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
   std::vector<FusedPathVerdict> verdicts = agree_fused_checks(comm, mine, shapes.device);
   int off = 0;
   for (const FusedPathVerdict& v : verdicts) {
