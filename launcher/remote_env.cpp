@@ -11,8 +11,8 @@
 
 namespace dstrain::launcher {
 
-const char* const kForwardedPrefixes[] = {"NCCL_", "DSTRAIN_", "MLFLOW_", "WANDB_", "HF_",
-                                          "CUDA_", "OMP_",     "UCX_",    "FI_",    nullptr};
+const char* const kForwardedPrefixes[] = {"NCCL_", "GLOO_", "DSTRAIN_", "MLFLOW_", "WANDB_", "HF_",
+                                          "CUDA_", "OMP_",  "UCX_",     "FI_",     nullptr};
 
 bool is_env_name(const std::string& name) {
   if (name.empty() || (name[0] >= '0' && name[0] <= '9')) return false;

@@ -16,7 +16,7 @@
 
 namespace dstrain::launcher {
 
-extern const char* const kForwardedPrefixes[];  // NCCL_, DSTRAIN_, MLFLOW_, ... (null-terminated)
+extern const char* const kForwardedPrefixes[];  // NCCL_, GLOO_, DSTRAIN_, ... (null-terminated)
 
 // True for a shell variable name: [A-Za-z_][A-Za-z0-9_]*.
 bool is_env_name(const std::string& name);

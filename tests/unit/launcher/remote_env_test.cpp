@@ -14,17 +14,29 @@ namespace {
 namespace fs = std::filesystem;
 
 TEST(RemoteEnv, ForwardsOnlyKnownPrefixes) {
-  const char* environ[] = {"NCCL_DEBUG=INFO",   "DSTRAIN_X=1",   "MLFLOW_TRACKING_URI=http://m",
-                           "WANDB_MODE=off",    "HF_HOME=/h",    "CUDA_LAUNCH_BLOCKING=1",
-                           "OMP_NUM_THREADS=4", "UCX_TLS=rc",    "FI_PROVIDER=efa",
-                           "PATH=/bin",         "HOME=/root",    "NCCLX=no",
-                           "MY_NCCL_Y=no",      "PYTHONPATH=/p", nullptr};
+  const char* environ[] = {"NCCL_DEBUG=INFO",
+                           "DSTRAIN_X=1",
+                           "MLFLOW_TRACKING_URI=http://m",
+                           "WANDB_MODE=off",
+                           "HF_HOME=/h",
+                           "CUDA_LAUNCH_BLOCKING=1",
+                           "OMP_NUM_THREADS=4",
+                           "UCX_TLS=rc",
+                           "FI_PROVIDER=efa",
+                           "PATH=/bin",
+                           "HOME=/root",
+                           "NCCLX=no",
+                           "MY_NCCL_Y=no",
+                           "PYTHONPATH=/p",
+                           "GLOO_SOCKET_IFNAME=eth1",
+                           nullptr};
   EnvList env = forwarded_variables(environ);
   std::vector<std::string> names;
   for (const auto& kv : env) names.push_back(kv.first);
-  EXPECT_EQ(names, (std::vector<std::string>{"CUDA_LAUNCH_BLOCKING", "DSTRAIN_X", "FI_PROVIDER",
-                                             "HF_HOME", "MLFLOW_TRACKING_URI", "NCCL_DEBUG",
-                                             "OMP_NUM_THREADS", "UCX_TLS", "WANDB_MODE"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"CUDA_LAUNCH_BLOCKING", "DSTRAIN_X", "FI_PROVIDER",
+                                      "GLOO_SOCKET_IFNAME", "HF_HOME", "MLFLOW_TRACKING_URI",
+                                      "NCCL_DEBUG", "OMP_NUM_THREADS", "UCX_TLS", "WANDB_MODE"}));
 }
 
 TEST(RemoteEnv, EnvFileAllowsCommentsBlankLinesAndLiteralValues) {
