@@ -35,6 +35,22 @@ class LaunchSshTest : public SshFixture {
     return {"DSTRAIN_TEST_MARKER=" + token_, "SSH_AUTH_SOCK=", "NCCL_TEST_VALUE=a b'c$d"};
   }
 
+  // sigterm_probe as every rank, each announcing in tmp_ once it has blocked SIGTERM (a rank that
+  // exists but is still loading would die of a SIGTERM without saying why it came).
+  std::string probe_script() const {
+    return "PROBE_READY_DIR=" + tmp_.path() + " exec " SIGTERM_PROBE;
+  }
+  bool probes_ready(int ranks) const {
+    return wait_until(
+        [&] {
+          for (int r = 0; r < ranks; ++r) {
+            if (!file_exists(tmp_.file("ready_" + std::to_string(r)))) return false;
+          }
+          return true;
+        },
+        20);
+  }
+
   // The pid of the rank `rank`'s process named `comm`, once it exists.
   pid_t find_rank(int rank, const std::string& comm) {
     pid_t found = -1;
@@ -137,9 +153,10 @@ TEST_F(LaunchSshTest, InterruptStopsEveryHost) {
 // 0's agent "a rank failed", and that agent's ranks get the SIGTERM that says so (a rank's MLflow
 // and TensorBoard runs end FAILED); an interrupt of the launcher stays a plain SIGTERM (KILLED).
 TEST_F(LaunchSshTest, RanksOnEveryNodeLearnThatARankFailed) {
-  Child child = start_dstrain(args("exec " SIGTERM_PROBE), env());
+  Child child = start_dstrain(args(probe_script()), env());
   pid_t victim = -1;
   for (int rank = 0; rank < 4; ++rank) ASSERT_GT(victim = find_rank(rank, "sigterm_probe"), 0);
+  ASSERT_TRUE(probes_ready(4));
   ::kill(victim, SIGKILL);  // rank 3, on node 1
   RunResult r = finish(child, 20);
   ASSERT_FALSE(r.timed_out) << r.err;
@@ -153,8 +170,8 @@ TEST_F(LaunchSshTest, RanksOnEveryNodeLearnThatARankFailed) {
 }
 
 TEST_F(LaunchSshTest, InterruptedLauncherStopsRanksWithAPlainSigterm) {
-  Child child = start_dstrain(args("exec " SIGTERM_PROBE), env());
-  for (int rank = 0; rank < 4; ++rank) ASSERT_GT(find_rank(rank, "sigterm_probe"), 0);
+  Child child = start_dstrain(args(probe_script()), env());
+  ASSERT_TRUE(probes_ready(4));
   ::kill(child.pid, SIGINT);
   RunResult r = finish(child, 20);
   ASSERT_FALSE(r.timed_out) << r.err;
