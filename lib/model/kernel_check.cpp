@@ -30,7 +30,7 @@ struct Input {
 };
 
 // One fused path: its inputs, the fused run, the eager ops it replaces and the exact formulas
-// (the eager ones, evaluated in float64).
+// (evaluated in float64; empty: the eager ops themselves).
 struct PathCase {
   FusedPath path = FusedPath::kAddRmsNorm;
   int64_t rows = 0;
@@ -96,7 +96,8 @@ FusedCheck compare(const PathCase& c, const FusedCheckShapes& s,
   Tensors grad_outputs;
   Tensors fused = run_path(c, c.fused, s.dtype, s.dtype, s.device, grad_outputs, draw);
   const Tensors eager = run_path(c, c.eager, s.dtype, s.dtype, s.device, grad_outputs, draw);
-  const Tensors exact = run_path(c, c.exact, s.dtype, torch::kDouble, s.device, grad_outputs, draw);
+  const Tensors exact = run_path(c, c.exact ? c.exact : c.eager, s.dtype, torch::kDouble, s.device,
+                                 grad_outputs, draw);
   const double eps = eps_of(s.dtype);
   if (fault && fault->path == c.path) {
     for (Tensor& t : fused) t = t * (1.0 + fault->ulps * eps);
@@ -175,11 +176,7 @@ PathCase add_projection_case(const FusedCheckShapes& s, Draw& draw) {
               {"weight", draw.normal({s.hidden, s.intermediate}, scale)}};
   c.outputs = {"out"};
   c.fused = [](const Tensors& in) { return Tensors{add_projection_epilogue(in[0], in[1], in[2])}; };
-  const PathFunction eager = [](const Tensors& in) {
-    return Tensors{in[0] + at::linear(in[1], in[2])};
-  };
-  c.eager = eager;
-  c.exact = eager;
+  c.eager = [](const Tensors& in) { return Tensors{in[0] + at::linear(in[1], in[2])}; };
   return c;
 }
 
@@ -206,15 +203,13 @@ PathCase qkv_case(const FusedCheckShapes& s, Draw& draw) {
                   bias ? std::array<Tensor, 3>{in[4], in[5], in[6]} : std::array<Tensor, 3>{});
     return Tensors{y.q, y.k, y.v};
   };
-  const PathFunction eager = [](const Tensors& in) {
+  c.eager = [](const Tensors& in) {
     const bool bias = in.size() == 7;
     Tensors out;
     for (int i = 0; i < 3; ++i)
       out.push_back(at::linear(in[0], in[1 + i], bias ? in[4 + i] : Tensor()));
     return out;
   };
-  c.eager = eager;
-  c.exact = eager;
   return c;
 }
 
@@ -233,11 +228,9 @@ PathCase rotary_case(const FusedCheckShapes& s, Draw& draw) {
               {"sin", sin, /*grad=*/false}};
   c.outputs = {"rotated"};
   c.fused = [](const Tensors& in) { return Tensors{rotary_kernels(in[0], in[1], in[2])}; };
-  const PathFunction eager = [](const Tensors& in) {
+  c.eager = [](const Tensors& in) {
     return Tensors{apply_rope(in[0], in[1].unsqueeze(1), in[2].unsqueeze(1))};
   };
-  c.eager = eager;
-  c.exact = eager;
   return c;
 }
 
@@ -249,9 +242,7 @@ PathCase swiglu_case(const FusedCheckShapes& s, Draw& draw) {
               {"up", draw.normal({c.rows, s.intermediate})}};
   c.outputs = {"out"};
   c.fused = [](const Tensors& in) { return Tensors{swiglu_kernels(in[0], in[1])}; };
-  const PathFunction eager = [](const Tensors& in) { return Tensors{torch::silu(in[0]) * in[1]}; };
-  c.eager = eager;
-  c.exact = eager;
+  c.eager = [](const Tensors& in) { return Tensors{torch::silu(in[0]) * in[1]}; };
   return c;
 }
 
