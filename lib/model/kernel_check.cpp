@@ -39,12 +39,6 @@ struct PathCase {
   PathFunction fused, eager, exact;
 };
 
-double eps_of(torch::ScalarType t) {
-  if (t == torch::kBFloat16) return std::ldexp(1.0, -7);
-  if (t == torch::kHalf) return std::ldexp(1.0, -10);
-  return std::ldexp(1.0, -23);
-}
-
 class Draw {
  public:
   explicit Draw(uint64_t seed) : gen_(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
@@ -98,7 +92,7 @@ FusedCheck compare(const PathCase& c, const FusedCheckShapes& s,
   const Tensors eager = run_path(c, c.eager, s.dtype, s.dtype, s.device, grad_outputs, draw);
   const Tensors exact = run_path(c, c.exact ? c.exact : c.eager, s.dtype, torch::kDouble, s.device,
                                  grad_outputs, draw);
-  const double eps = eps_of(s.dtype);
+  const double eps = dtype_eps(s.dtype);
   if (fault && fault->path == c.path) {
     for (Tensor& t : fused) t = t * (1.0 + fault->ulps * eps);
   }
@@ -247,6 +241,12 @@ PathCase swiglu_case(const FusedCheckShapes& s, Draw& draw) {
 }
 
 }  // namespace
+
+double dtype_eps(torch::ScalarType t) {
+  if (t == torch::kBFloat16) return std::ldexp(1.0, -7);
+  if (t == torch::kHalf) return std::ldexp(1.0, -10);
+  return std::ldexp(1.0, -23);
+}
 
 std::vector<FusedCheck> check_fused_paths(const FusedCheckShapes& shapes,
                                           const std::optional<PlantedFault>& fault) {

@@ -58,6 +58,9 @@ struct FusedCheck {
   int64_t rows = 0;    // the rows it ran with
 };
 
+// The gap between 1 and the next number of `t` (2^-23 float32, 2^-7 bfloat16, 2^-10 float16).
+double dtype_eps(torch::ScalarType t);
+
 // One check per fused path, in FusedPath's order. On the CPU the CUDA kernels' float32
 // references stand in for the kernels (float32 only), so the tests run the same comparison.
 std::vector<FusedCheck> check_fused_paths(const FusedCheckShapes& shapes,

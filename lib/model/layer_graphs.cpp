@@ -1,8 +1,12 @@
 #include "model/layer_graphs.h"
 
+#include <cmath>
+#include <limits>
 #include <map>
+#include <set>
 #include <tuple>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/ivalue.h>
@@ -11,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "model/kernel_check.h"
 #include "model/rng_state.h"
 
 #if defined(DSTRAIN_CUDA) && DSTRAIN_CUDA
@@ -67,6 +72,19 @@ struct Slot {
   std::vector<torch::Tensor> grads;  // gradient buffers: the input's (if it requires grad), leaves'
   std::unique_ptr<Recording> forward, backward;
   StaticContext* context = nullptr;  // the RoPE tables its recordings read
+  // What the recordings read in place, with where it was at recording time: the block's
+  // parameters and the leaves.
+  std::vector<std::pair<torch::Tensor, const void*>> reads;
+  std::vector<std::string> read_names;
+  bool backward_pending = false;  // its forward replayed, its backward not yet
+
+  // The name of a read that is no longer where it was recorded, "" when none moved.
+  std::string moved() const {
+    for (size_t i = 0; i < reads.size(); ++i) {
+      if (reads[i].first.data_ptr() != reads[i].second) return read_names[i];
+    }
+    return "";
+  }
 };
 
 // Parameters (autograd leaves that require grad) reached from `out`'s graph, in a fixed order;
@@ -127,6 +145,65 @@ void backward_body(Slot& s, bool retain) {
   for (size_t i = 0; i < grads.size(); ++i) keep(s.grads[i], grads[i]);
 }
 
+// The eager run a recording is checked against: the output and, with a backward, the gradients
+// of gradient_inputs() (by tensor) for the output gradient `seed`.
+struct EagerRun {
+  torch::Tensor out;
+  std::map<const c10::TensorImpl*, torch::Tensor> grads;
+};
+
+EagerRun eager_run(const Slot& s, Block& block, const BlockContext& ctx,
+                   const torch::Tensor& seed) {
+  torch::AutoGradMode mode(s.grad);
+  const torch::Tensor o = block.forward(s.x, ctx);
+  EagerRun r;
+  r.out = o.detach();
+  if (!s.grad || !o.requires_grad()) return r;
+  Slot probe;
+  probe.input_requires_grad = s.input_requires_grad;
+  probe.x = s.x;
+  probe.leaves = leaves_of(o, s.x);
+  const variable_list inputs = gradient_inputs(probe);
+  if (inputs.empty()) return r;
+  const variable_list grads =
+      torch::autograd::grad({o}, inputs, {seed.to(o.options())}, false, false, true);
+  for (size_t i = 0; i < inputs.size(); ++i) r.grads[inputs[i].unsafeGetTensorImpl()] = grads[i];
+  return r;
+}
+
+// The worst tensor of a first-use check (see layer_graphs.h for the bound).
+struct CheckResult {
+  bool passed = true;
+  double error = 0, bound = 0, ratio = -1;
+  std::string tensor;
+
+  void add(const std::string& name, const torch::Tensor& replayed, const torch::Tensor& eager,
+           const torch::Tensor& eager_again) {
+    if (!replayed.defined() && !eager.defined()) return;
+    auto as_double = [&](const torch::Tensor& t, const torch::Tensor& like) {
+      return t.defined() ? t.detach().to(torch::kDouble) : torch::zeros_like(like, torch::kDouble);
+    };
+    const torch::Tensor like = eager.defined() ? eager : replayed;
+    const torch::Tensor e = as_double(eager, like), r = as_double(replayed, like),
+                        a = as_double(eager_again, like);
+    const double err = (r - e).abs().max().item<double>();
+    const double spread = (a - e).abs().max().item<double>();
+    const double b = 2 * spread + 4 * dtype_eps(like.scalar_type()) * e.abs().max().item<double>();
+    const bool ok = std::isfinite(err) && err <= b;
+    const double q = !ok && (!std::isfinite(err) || b == 0)
+                         ? std::numeric_limits<double>::infinity()
+                     : b > 0 ? err / b
+                             : 0.0;
+    passed = passed && ok;
+    if (q > ratio) {
+      ratio = q;
+      error = err;
+      bound = b;
+      tensor = name;
+    }
+  }
+};
+
 // The first line of an exception's message (c10 errors append a backtrace).
 std::string first_line(const char* what) {
   std::string s(what);
@@ -143,16 +220,23 @@ struct LayerGraphs::State {
   LayerGraphStats stats;
   // (layer, grad, input requires grad, shape, dtype) → its slot; null: eager for good.
   using Key = std::tuple<size_t, bool, bool, std::vector<int64_t>, int>;
-  std::map<Key, std::unique_ptr<Slot>> slots;
+  std::map<Key, std::shared_ptr<Slot>> slots;
   std::map<std::pair<std::vector<int64_t>, int>, int> pools;  // input shape and dtype → pool
   std::map<int, StaticContext> contexts;                      // pool → its RoPE tables
   bool shapes_exceeded_logged = false;
+  std::set<size_t> eager_layers;         // for good, on this rank
+  std::vector<LayerFallback> fallbacks;  // not yet taken
+  std::map<size_t, std::string> names;   // block index → name, of the blocks seen
 
-  Slot* slot_for(const ModelBlock& block, const torch::Tensor& x, const BlockContext& ctx);
+  std::shared_ptr<Slot> slot_for(const ModelBlock& block, const torch::Tensor& x,
+                                 const BlockContext& ctx);
   int pool_for(const torch::Tensor& x);
-  std::unique_ptr<Slot> record(const ModelBlock& block, const torch::Tensor& x, bool grad,
+  std::shared_ptr<Slot> record(const ModelBlock& block, const torch::Tensor& x, bool grad,
                                StaticContext& sctx, int pool);
-  void warm_up(Slot& s, Block& block, const BlockContext& ctx);
+  // The first-use check of `s`'s recordings against the eager runs `first` and `again`.
+  CheckResult check(Slot& s, const ModelBlock& block, const EagerRun& first, const EagerRun& again,
+                    const torch::Tensor& seed);
+  void fall_back(LayerFallback f);
 };
 
 namespace {
@@ -160,7 +244,7 @@ namespace {
 // What the autograd node of a replayed layer holds.
 struct SlotHandle : torch::CustomClassHolder {
   std::shared_ptr<LayerGraphs::State> state;
-  Slot* slot = nullptr;
+  std::shared_ptr<Slot> slot;  // kept alive for the backward, even after run_eagerly()
 };
 
 // A replayed layer in the autograd graph, its forward already replayed (outside Function::apply,
@@ -182,6 +266,7 @@ class ReplayedLayer : public torch::autograd::Function<ReplayedLayer> {
     auto handle =
         c10::static_intrusive_pointer_cast<SlotHandle>(ctx->saved_data["slot"].toCapsule());
     Slot& s = *handle->slot;
+    s.backward_pending = false;
     if (grads[0].defined()) {
       s.grad_out.copy_(grads[0]);
     } else {
@@ -216,41 +301,27 @@ int LayerGraphs::State::pool_for(const torch::Tensor& x) {
   return id;
 }
 
-Slot* LayerGraphs::State::slot_for(const ModelBlock& block, const torch::Tensor& x,
-                                   const BlockContext& ctx) {
+std::shared_ptr<Slot> LayerGraphs::State::slot_for(const ModelBlock& block, const torch::Tensor& x,
+                                                   const BlockContext& ctx) {
   const bool grad = torch::GradMode::is_enabled();
   Key key{block.index, grad, grad && x.requires_grad(), x.sizes().vec(),
           static_cast<int>(x.scalar_type())};
   const auto it = slots.find(key);
-  if (it != slots.end()) return it->second.get();
+  if (it != slots.end()) return it->second;
   if (!stats.failure.empty()) return nullptr;
   const int pool = pool_for(x);
   if (pool < 0) return nullptr;
   StaticContext& sctx = contexts[pool];
   sctx.fill(ctx);
-  std::unique_ptr<Slot> slot = record(block, x, grad, sctx, pool);
+  std::shared_ptr<Slot> slot = record(block, x, grad, sctx, pool);
   if (slot) slot->context = &sctx;
-  Slot* raw = slot.get();
-  slots.emplace(std::move(key), std::move(slot));
-  return raw;
+  slots.emplace(std::move(key), slot);
+  return slot;
 }
 
-void LayerGraphs::State::warm_up(Slot& s, Block& block, const BlockContext& ctx) {
-  torch::AutoGradMode mode(s.grad);
-  const torch::Tensor o = block.forward(s.x, ctx);
-  if (!s.grad || !o.requires_grad()) return;
-  Slot probe;
-  probe.input_requires_grad = s.input_requires_grad;
-  probe.x = s.x;
-  probe.leaves = leaves_of(o, s.x);
-  if (!gradient_inputs(probe).empty()) {
-    torch::autograd::grad({o}, gradient_inputs(probe), {torch::ones_like(o)}, false, false, true);
-  }
-}
-
-std::unique_ptr<Slot> LayerGraphs::State::record(const ModelBlock& block, const torch::Tensor& x,
+std::shared_ptr<Slot> LayerGraphs::State::record(const ModelBlock& block, const torch::Tensor& x,
                                                  bool grad, StaticContext& sctx, int pool) {
-  auto slot = std::make_unique<Slot>();
+  auto slot = std::make_shared<Slot>();
   Slot* s = slot.get();
   s->grad = grad;
   s->input_requires_grad = grad && x.requires_grad();
@@ -262,8 +333,15 @@ std::unique_ptr<Slot> LayerGraphs::State::record(const ModelBlock& block, const 
   const BlockContext* ctx = &sctx.ctx;
   const std::shared_ptr<Block> layer = block.block;
   const RngState rng = capture_rng({x});
+  // The check's output gradient, from a generator of its own (the run's stay untouched).
+  const torch::Tensor seed = torch::randn(
+      x.sizes(), at::make_generator<at::CPUGeneratorImpl>(0x6ea9u + block.index), torch::kFloat);
   try {
-    recorder->warm_up([&] { warm_up(*s, *layer, *ctx); });
+    // The warm-up (lazy initialisations, outside any recording) is the eager run checked against.
+    EagerRun first;
+    recorder->warm_up([&] { first = eager_run(*s, *layer, *ctx, seed); });
+    restore_rng(rng);
+    const EagerRun again = eager_run(*s, *layer, *ctx, seed);
     restore_rng(rng);
     s->forward = recorder->record([s, layer, ctx] { forward_body(*s, *layer, *ctx); }, pool);
     ++stats.recordings;
@@ -278,6 +356,21 @@ std::unique_ptr<Slot> LayerGraphs::State::record(const ModelBlock& block, const 
       ++stats.recordings;
     }
     restore_rng(rng);
+    const CheckResult checked = check(*s, block, first, again, seed);
+    restore_rng(rng);
+    if (!checked.passed) {
+      fall_back({block.index, FallbackCause::kReplayDiffers, checked.error, checked.bound,
+                 checked.tensor});
+      return nullptr;
+    }
+    for (const auto& [name, t] : block.parameters) {
+      s->reads.emplace_back(t, t.data_ptr());
+      s->read_names.push_back(name);
+    }
+    for (const torch::Tensor& t : s->leaves) {
+      s->reads.emplace_back(t, t.data_ptr());
+      s->read_names.push_back("an adapter of " + block.name);
+    }
     return slot;
   } catch (const std::exception& e) {
     restore_rng(rng);
@@ -288,6 +381,39 @@ std::unique_ptr<Slot> LayerGraphs::State::record(const ModelBlock& block, const 
         block.name, first_line(e.what()));
     return nullptr;
   }
+}
+
+CheckResult LayerGraphs::State::check(Slot& s, const ModelBlock& block, const EagerRun& first,
+                                      const EagerRun& again, const torch::Tensor& seed) {
+  s.forward->replay();
+  CheckResult r;
+  r.add("output", s.out, first.out, again.out);
+  if (!s.backward) return r;
+  {
+    torch::NoGradGuard no_grad;
+    s.grad_out.copy_(seed);
+  }
+  s.backward->replay();
+  std::map<const c10::TensorImpl*, std::string> names;
+  for (const auto& [name, t] : block.parameters) names[t.unsafeGetTensorImpl()] = name;
+  const variable_list inputs = gradient_inputs(s);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const c10::TensorImpl* id = inputs[i].unsafeGetTensorImpl();
+    const auto named = names.find(id);
+    const std::string name = s.input_requires_grad && i == 0 ? "the input's gradient"
+                             : named != names.end()          ? named->second + "'s gradient"
+                                                             : "an adapter's gradient";
+    const auto e = first.grads.find(id), a = again.grads.find(id);
+    r.add(name, s.grads[i], e == first.grads.end() ? torch::Tensor() : e->second,
+          a == again.grads.end() ? torch::Tensor() : a->second);
+  }
+  return r;
+}
+
+void LayerGraphs::State::fall_back(LayerFallback f) {
+  if (!eager_layers.insert(f.layer).second) return;
+  stats.eager_layers = static_cast<int64_t>(eager_layers.size());
+  fallbacks.push_back(std::move(f));
 }
 
 LayerGraphs::LayerGraphs(std::shared_ptr<Recorder> recorder, LayerGraphOptions options)
@@ -310,12 +436,55 @@ int64_t LayerGraphs::pool_bytes() const {
   return state_->recorder->pool_bytes();
 }
 
+std::vector<LayerFallback> LayerGraphs::take_fallbacks() {
+  return std::exchange(state_->fallbacks, {});
+}
+
+void LayerGraphs::run_eagerly(const std::vector<size_t>& layers) {
+  State& st = *state_;
+  for (size_t layer : layers) st.eager_layers.insert(layer);
+  st.stats.eager_layers = static_cast<int64_t>(st.eager_layers.size());
+  for (auto it = st.slots.begin(); it != st.slots.end();) {
+    it = st.eager_layers.count(std::get<0>(it->first)) != 0 ? st.slots.erase(it) : std::next(it);
+  }
+}
+
+std::string LayerGraphs::block_name(size_t index) const {
+  const auto it = state_->names.find(index);
+  return it == state_->names.end() ? fmt::format("block {}", index) : it->second;
+}
+
+std::string fallback_cause_text(FallbackCause cause) {
+  switch (cause) {
+    case FallbackCause::kReplayDiffers:
+      return "its replay differed from the eager run";
+    case FallbackCause::kParameterMoved:
+      return "a parameter it reads moved after recording";
+    case FallbackCause::kSecondForward:
+      return "it ran a second forward before the backward of the first";
+  }
+  return "";
+}
+
 BlockWrapper LayerGraphs::wrapper() {
   return [state = state_](const ModelBlock& block, const torch::Tensor& x, const BlockContext& ctx,
                           const BlockFn& run) -> torch::Tensor {
     if (block.role != BlockRole::kLayer || !ctx.training || !state->enabled) return run(x);
-    Slot* slot = nullptr;
-    if (state->recorder->supports(x)) slot = state->slot_for(block, x, ctx);
+    state->names.try_emplace(block.index, block.name);
+    std::shared_ptr<Slot> slot;
+    if (state->recorder->supports(x) && state->eager_layers.count(block.index) == 0) {
+      slot = state->slot_for(block, x, ctx);
+    }
+    if (slot != nullptr) {
+      if (std::string moved = slot->moved(); !moved.empty()) {
+        state->fall_back({block.index, FallbackCause::kParameterMoved, 0, 0, std::move(moved)});
+        slot = nullptr;
+      } else if (slot->backward_pending) {
+        // Its pending backward replays from activations this call would overwrite.
+        state->fall_back({block.index, FallbackCause::kSecondForward, 0, 0, ""});
+        slot = nullptr;
+      }
+    }
     if (slot == nullptr) {
       ++state->stats.eager_calls;
       return run(x);
@@ -328,6 +497,7 @@ BlockWrapper LayerGraphs::wrapper() {
     slot->forward->replay();
     ++state->stats.replays;
     if (!slot->backward) return slot->out.detach();
+    slot->backward_pending = true;
     auto handle = c10::make_intrusive<SlotHandle>();
     handle->state = state;
     handle->slot = slot;

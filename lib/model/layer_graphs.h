@@ -34,9 +34,30 @@
 //
 // Where a recording fails (an operation that synchronises with the host, an unsupported kernel),
 // the failure is undone, one warning names the layer and the cause, and from then on every layer
-// not yet recorded runs eagerly: never a wrong step. Eval (eval mode) and grad-free calls outside
-// training run eagerly; so do input shapes beyond LayerGraphOptions::max_shapes.
+// not yet recorded runs eagerly. Eval (eval mode) and grad-free calls outside training run
+// eagerly; so do input shapes beyond LayerGraphOptions::max_shapes.
 //
+// What is checked, so that a replay that would compute something else runs eagerly instead:
+// - First use: each recording is compared with the eager run it replaces before it is used. The
+//   warm-up is that eager run (its output, and with a backward the gradients of the input and of
+//   every parameter for a seeded output gradient); a second eager run measures how much the eager
+//   kernels themselves vary from run to run; then the recordings are replayed once on the same
+//   input, RNG state and output gradient. Every output and gradient must satisfy
+//     max |replay - eager|  <=  2 · max |eager - eager again|  +  4 · eps(dtype) · max |eager|
+//   (eps as in kernel_check.h): bit for bit up to a few units in the last place where the kernels
+//   are deterministic, and within their own spread where they are not (atomics in attention's
+//   backward). A recording that fails the check is dropped and the layer runs eagerly.
+// - Every replay: the parameters the layer reads (its own, the adapters it reached) must be where
+//   they were recorded; one that moved (a re-flattening, a checkpoint load that replaced a tensor)
+//   makes the layer run eagerly.
+// - One forward per backward: without checkpointing a recorded forward's saved activations live in
+//   the pool until its backward; a second forward of the same layer and shape before that backward
+//   would overwrite them, so it runs eagerly and the layer stays eager.
+// Each of these is a fallback (take_fallbacks()) that is eager on this rank at once; the trainer
+// agrees them over the ranks (train/graphs_choice.h) so that every rank runs the layer the same
+// way from the next step on (run_eagerly()). The step in which a fallback happens is computed as
+// eagerly as it would be without graphs on the rank that found it.
+
 // Install with DecoderModelImpl::wrap_blocks before (inside) every other wrapper: it calls the
 // layer's own forward. Not for layers whose forward talks to other ranks (sequence parallelism),
 // offloads to the host, or restores the RNG inside the layer (tiled MLP, selective checkpointing):
@@ -47,6 +68,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <torch/types.h>
 
@@ -95,11 +117,25 @@ struct LayerGraphOptions {
 };
 
 struct LayerGraphStats {
-  int64_t recordings = 0;  // forward and backward recordings made
-  int64_t replays = 0;
-  int64_t eager_calls = 0;  // training-mode layer calls that ran eagerly while enabled
-  std::string failure;      // why recording stopped ("" while it works)
+  int64_t recordings = 0;    // forward and backward recordings made
+  int64_t replays = 0;       // (the first-use check's replays not counted)
+  int64_t eager_calls = 0;   // training-mode layer calls that ran eagerly while enabled
+  int64_t eager_layers = 0;  // layers that run eagerly for good after a fallback
+  std::string failure;       // why recording stopped ("" while it works)
 };
+
+enum class FallbackCause { kReplayDiffers = 1, kParameterMoved = 2, kSecondForward = 3 };
+
+// A layer this rank stopped replaying (see above).
+struct LayerFallback {
+  size_t layer = 0;  // its block index
+  FallbackCause cause = FallbackCause::kReplayDiffers;
+  double error = 0, bound = 0;  // kReplayDiffers: the worst tensor's max |replay - eager|, bound
+  std::string detail;  // the tensor (kReplayDiffers) or parameter (kParameterMoved) concerned
+};
+
+// "its replay differed from the eager run", "a parameter it reads moved", ...
+std::string fallback_cause_text(FallbackCause cause);
 
 class LayerGraphs {
  public:
@@ -115,6 +151,12 @@ class LayerGraphs {
   LayerGraphStats stats() const;
   // Recorder::pool_bytes() of the recorder: what the recordings' memory pools hold.
   int64_t pool_bytes() const;
+  // The fallbacks since the last call (each layer once).
+  std::vector<LayerFallback> take_fallbacks();
+  // These layers (block indices) run eagerly from now on; their recordings are freed.
+  void run_eagerly(const std::vector<size_t>& layers);
+  // A block's name as the wrapper saw it ("block <index>" for one it has not seen).
+  std::string block_name(size_t index) const;
 
   struct State;
 

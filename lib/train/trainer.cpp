@@ -204,6 +204,11 @@ void Trainer::log_graphs_once() {
       st.failure.empty() ? "" : " (recording stopped: " + st.failure + ")");
 }
 
+void Trainer::agree_graph_fallbacks_voted() {
+  agree_graph_fallbacks(*comm_, *graphs_, voted_fallbacks_, model_->blocks().size(), device_);
+  voted_fallbacks_.clear();
+}
+
 void Trainer::create_metrics() {
   metrics_ = std::make_unique<metrics::MetricsLogger>();
   const std::string path = run_files::metrics_file(cfg_.logging.out_dir, cfg_.logging.metrics_path);
@@ -414,7 +419,10 @@ void Trainer::log_step(double loss, const zero::StepResult& r, double lr, double
     rec.add(key, value);
   }
   for (const auto& [key, value] : phase_peaks_->take_metrics()) rec.add(key, value);
-  if (graphs_) rec.add("memory/graph_pools_mb", static_cast<double>(graphs_->pool_bytes()) / 1e6);
+  if (graphs_) {
+    rec.add("memory/graph_pools_mb", static_cast<double>(graphs_->pool_bytes()) / 1e6);
+    rec.add("graphs/eager_layers", static_cast<double>(graphs_->stats().eager_layers));
+  }
   rec.add("eta_s", per_step * static_cast<double>(total_steps_ - step_));
   metrics_->write(rec);
   if (cfg_.logging.wall_clock_breakdown) {
@@ -479,8 +487,17 @@ RunSummary Trainer::run_steps() {
     profiler.after_step(step_);
     ++interval_steps;
     tokens_seen_ += tokens_per_step_;
-    const bool stop = stop_vote.pending() && stop_vote.finish()[0] > 0;
-    if (!stop && step_ < total_steps_) stop_vote.start({stop_requested().load() ? 1.0 : 0.0});
+    // The vote also carries how many layers each rank's graphs stopped replaying (layer_graphs.h):
+    // any, and the ranks agree which layers every rank runs eagerly from the next step on.
+    const std::vector<double> votes =
+        stop_vote.pending() ? stop_vote.finish() : std::vector<double>{};
+    const bool stop = !votes.empty() && votes[0] > 0;
+    if (!votes.empty() && votes[1] > 0) agree_graph_fallbacks_voted();
+    if (!stop && step_ < total_steps_) {
+      if (graphs_) voted_fallbacks_ = graphs_->take_fallbacks();
+      stop_vote.start(
+          {stop_requested().load() ? 1.0 : 0.0, static_cast<double>(voted_fallbacks_.size())});
+    }
     const bool log_due =
         step_ % cfg_.training.log_interval == 0 || step_ == 1 || step_ == total_steps_;
     const bool save_due = cfg_.checkpoint.interval > 0 && step_ % cfg_.checkpoint.interval == 0;

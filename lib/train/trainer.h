@@ -82,6 +82,9 @@ class Trainer {
   void choose_cuda_graphs(ParallelPlan& plan);
   // Rank 0, after the first step: what the graphs recorded and replayed.
   void log_graphs_once();
+  // A collective, after a step whose stop vote counted a fallback of the graphs on some rank:
+  // every rank runs the layers that fell back anywhere eagerly (agree_graph_fallbacks).
+  void agree_graph_fallbacks_voted();
   // The datasets; the loader is built once the micro-batch is known (build_loader).
   void build_data();
   void build_loader();
@@ -152,6 +155,7 @@ class Trainer {
   std::unique_ptr<zero::Engine> engine_;
   std::shared_ptr<model::LayerGraphs> graphs_;  // null without CUDA graphs
   bool graphs_logged_ = false;
+  std::vector<model::LayerFallback> voted_fallbacks_;  // this rank's, in the pending stop vote
   std::unique_ptr<optim::LrSchedule> schedule_;
   MicroBatchPlan micro_plan_;      // per_device_train_batch_size: auto (rank 0's plan)
   bool micro_batch_kept_ = false;  // the choice came from the checkpoint resumed

@@ -1,9 +1,10 @@
 // CUDA graphs per layer (model/layer_graphs.h) on a GPU: replayed training passes give the eager
-// passes' loss and every gradient bit for bit (the same kernels, fused ones included), with and
-// without checkpointing, in float32 and bfloat16; dropout inside a layer draws the eager masks; a
-// layer that synchronises with the host fails its recording, warns once, runs eagerly with the
-// same results, and leaves the generator and the allocator usable (a later recording works).
-// Exits 77 (skipped) without a device.
+// passes' loss and every gradient bit for bit (the same kernels, fused ones included), and every
+// first-use check of a recording against the eager layer passes, with and without checkpointing, in
+// float32 and bfloat16; dropout inside a layer draws the eager masks; a layer that synchronises
+// with the host fails its recording, warns once, runs eagerly with the same results, and leaves the
+// generator and the allocator usable (a later recording works). Exits 77 (skipped) without a
+// device.
 #include <stdexcept>
 
 #include <gtest/gtest.h>
@@ -87,6 +88,12 @@ TEST(LayerGraphsGpu, ReplayedPassesEqualEagerPassesBitForBit) {
     EXPECT_EQ(st.failure, "") << c.name;
     EXPECT_EQ(st.recordings, c.checkpointing ? 9 : 6) << c.name;
     EXPECT_EQ(st.eager_calls, 0) << c.name;
+    // The first-use checks passed on the card (each failure says where and by how much).
+    for (const LayerFallback& f : graphs.take_fallbacks()) {
+      ADD_FAILURE() << c.name << ": " << graphs.block_name(f.layer)
+                    << " fell back: " << fallback_cause_text(f.cause) << " " << f.detail
+                    << " error " << f.error << " bound " << f.bound;
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include "model/activation_checkpoint.h"
 #include "model/model.h"
+#include "replay_fault.h"
 #include "test_util.h"
 #include "tests/unit/model/train_pass.h"
 
@@ -221,6 +222,93 @@ TEST(ReplayedLayers, ShapesBeyondTheLimitRunEagerly) {
   graphs.set_enabled(true);
   (void)train_pass(*m, random_ids(1, 8, 97, 8));
   EXPECT_EQ(graphs.stats().replays, replays + 2 * 2);
+}
+
+// The checks (layer_graphs.h): each fallback runs the layer eagerly at once, the step stays the
+// eager step bit for bit, and take_fallbacks() names the layer and the cause once.
+
+TEST(LayerGraphChecks, AReplayThatDiffersFromEagerRunsTheLayerEagerly) {
+  for (const double delta : {1e-3, 1e-6}) {
+    DecoderModel m = model_of("llama", torch::kFloat);
+    const torch::Tensor ids = random_ids(2, 12, 97, 3);
+    const LossAndGrads eager = train_pass(*m, ids);
+    const torch::Tensor w = m->decoder_layer(1)->mlp->down_proj->weight;
+    LayerGraphs graphs(std::make_shared<testing::PerturbedReplays>(w, delta), {});
+    m->wrap_blocks(graphs.wrapper());
+    for (int pass = 0; pass < 2; ++pass) expect_identical(eager, train_pass(*m, ids));
+    const std::vector<LayerFallback> f = graphs.take_fallbacks();
+    ASSERT_EQ(f.size(), 1u) << delta;
+    EXPECT_EQ(graphs.block_name(f[0].layer), "model.layers.1");
+    EXPECT_EQ(f[0].cause, FallbackCause::kReplayDiffers);
+    EXPECT_GT(f[0].error, f[0].bound);
+    EXPECT_FALSE(f[0].detail.empty());
+    EXPECT_TRUE(graphs.take_fallbacks().empty()) << "taken once";
+    const LayerGraphStats st = graphs.stats();
+    EXPECT_EQ(st.eager_layers, 1);
+    EXPECT_EQ(st.eager_calls, 2);      // layer 1, both passes
+    EXPECT_EQ(st.replays, 2 * 2 * 2);  // layers 0 and 2, forward and backward, both passes
+    EXPECT_EQ(st.failure, "");
+  }
+}
+
+TEST(LayerGraphChecks, ReplaysWithinTheEagerRunsOwnRoundingPass) {
+  // A shift far below float32's resolution of the weights leaves every replay bit-identical.
+  DecoderModel m = model_of("llama", torch::kFloat);
+  const torch::Tensor ids = random_ids(2, 12, 97, 3);
+  const torch::Tensor w = m->decoder_layer(1)->mlp->down_proj->weight;
+  LayerGraphs graphs(std::make_shared<testing::PerturbedReplays>(w, 1e-30), {});
+  m->wrap_blocks(graphs.wrapper());
+  (void)train_pass(*m, ids);
+  EXPECT_TRUE(graphs.take_fallbacks().empty());
+  EXPECT_EQ(graphs.stats().eager_calls, 0);
+}
+
+TEST(LayerGraphChecks, AParameterThatMovedRunsTheLayerEagerly) {
+  DecoderModel m = model_of("qwen2", torch::kFloat);
+  const torch::Tensor ids = random_ids(2, 12, 97, 3);
+  const LossAndGrads eager = train_pass(*m, ids);
+  LayerGraphs graphs(replaying_recorder(), {});
+  m->wrap_blocks(graphs.wrapper());
+  expect_identical(eager, train_pass(*m, ids));
+  EXPECT_TRUE(graphs.take_fallbacks().empty());
+  {
+    torch::NoGradGuard no_grad;
+    torch::Tensor bias = m->decoder_layer(0)->self_attn->k_proj->bias;
+    bias.set_data(bias.detach().clone());  // the same values elsewhere
+  }
+  expect_identical(eager, train_pass(*m, ids));
+  const std::vector<LayerFallback> f = graphs.take_fallbacks();
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(graphs.block_name(f[0].layer), "model.layers.0");
+  EXPECT_EQ(f[0].cause, FallbackCause::kParameterMoved);
+  EXPECT_EQ(f[0].detail, "model.layers.0.self_attn.k_proj.bias");
+  EXPECT_EQ(graphs.stats().eager_calls, 1);
+}
+
+TEST(LayerGraphChecks, ASecondForwardBeforeTheFirstsBackwardRunsEagerly) {
+  DecoderModel m = model_of("llama", torch::kFloat);
+  const torch::Tensor a = random_ids(2, 12, 97, 4), b = random_ids(2, 12, 97, 5);
+  auto two_forwards_one_backward = [&] {
+    m->train();
+    const torch::Tensor loss =
+        causal_lm_loss(m->forward(a), a.roll(-1, 1)) + causal_lm_loss(m->forward(b), b.roll(-1, 1));
+    loss.backward();
+    return testing::take_grads(*m);
+  };
+  const auto eager = two_forwards_one_backward();
+  LayerGraphs graphs(replaying_recorder(), {});
+  m->wrap_blocks(graphs.wrapper());
+  for (int pass = 0; pass < 2; ++pass) {
+    const auto got = two_forwards_one_backward();
+    ASSERT_EQ(eager.size(), got.size());
+    for (size_t i = 0; i < eager.size(); ++i) EXPECT_TRUE(torch::equal(eager[i], got[i])) << i;
+  }
+  const std::vector<LayerFallback> f = graphs.take_fallbacks();
+  ASSERT_EQ(f.size(), 3u);  // every layer, once
+  for (const LayerFallback& one : f) EXPECT_EQ(one.cause, FallbackCause::kSecondForward);
+  EXPECT_EQ(graphs.stats().eager_layers, 3);
+  graphs.run_eagerly({f[0].layer});  // agreed: no change, already eager here
+  EXPECT_EQ(graphs.stats().eager_layers, 3);
 }
 
 }  // namespace

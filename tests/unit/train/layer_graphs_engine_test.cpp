@@ -17,8 +17,10 @@
 #include "model/storage.h"
 #include "optim/optimizer.h"
 #include "tests/common/thread_communicator.h"
+#include "tests/unit/model/replay_fault.h"
 #include "tests/unit/model/test_util.h"
 #include "tests/unit/train/engine_test_util.h"
+#include "train/graphs_choice.h"
 #include "train/parallelize.h"
 #include "train/sequence_parallel.h"
 #include "zero/engine.h"
@@ -36,6 +38,7 @@ struct GraphsSetup {
   int stage;
   bool lora = false;
   bool checkpointing = false;
+  int perturbed_rank = -1;  // this rank's replays of layer 1 read a shifted down_proj weight
 };
 
 std::string describe_graphs(const GraphsSetup& s) {
@@ -48,6 +51,8 @@ struct GraphsRun {
   std::map<std::string, torch::Tensor> masters;  // after the steps, "rank:param@begin"
   model::LayerGraphStats stats;                  // rank 0's
   int64_t layer_weight_bytes = 0;                // rank 0: a layer weight's storage after the run
+  std::vector<std::vector<size_t>> agreed;       // rank 0: agree_graph_fallbacks' after each step
+  std::vector<int64_t> eager_layers = {0, 0};    // each rank's, after the run
 };
 
 constexpr int kSteps = 3;
@@ -61,6 +66,10 @@ void train_rank(const GraphsSetup& s, bool graphs, const torch::Tensor& ids,
   if (s.lora) plan.lora = testing::small_lora({"q_proj", "k_proj", "v_proj", "o_proj"});
   plan.checkpointing = s.checkpointing;
   if (graphs) plan.graph_recorder = model::replaying_recorder();
+  if (graphs && comm.rank() == s.perturbed_rank) {
+    plan.graph_recorder = std::make_shared<model::testing::PerturbedReplays>(
+        m->decoder_layer(1)->mlp->down_proj->weight, 1e-3);
+  }
   plan.engine.stage = s.stage;
   plan.engine.compute_dtype = s.dtype;
   plan.engine.param_persistence_threshold = 100;
@@ -80,11 +89,18 @@ void train_rank(const GraphsSetup& s, bool graphs, const torch::Tensor& ids,
     }
     const zero::StepResult r = parallel.engine->step(0.5);
     if (comm.rank() == 0) run.norms.push_back(r.grad_norm());
+    if (graphs) {
+      const std::vector<size_t> agreed =
+          agree_graph_fallbacks(comm, *parallel.graphs, parallel.graphs->take_fallbacks(),
+                                m->blocks().size(), torch::kCPU);
+      if (comm.rank() == 0) run.agreed.push_back(agreed);
+    }
   }
   std::lock_guard<std::mutex> lock(mutex);
   for (auto& [key, master] : testing::masters(*parallel.engine, comm.rank())) {
     run.masters[key] = master;
   }
+  if (graphs) run.eager_layers[comm.rank()] = parallel.graphs->stats().eager_layers;
   if (comm.rank() == 0) {
     if (graphs) run.stats = parallel.graphs->stats();
     run.layer_weight_bytes = model::storage_bytes(m->decoder_layer(0)->mlp->up_proj->weight);
@@ -126,6 +142,36 @@ TEST(LayerGraphsEngine, ReplayedStepsEqualEagerStepsAtEveryStage) {
   expect_identical_runs({"qwen2", torch::kBFloat16, 2, /*lora=*/true});
   expect_identical_runs({"qwen2", torch::kFloat, 3, /*lora=*/true, /*checkpointing=*/true});
   expect_identical_runs({"llama", torch::kBFloat16, 1, /*lora=*/false, /*checkpointing=*/true});
+}
+
+// A replay that differs from eager on rank 1 only: rank 1 runs that layer eagerly at once, the
+// ranks agree after the step, and both run it eagerly from then on, with one warning from rank 0
+// naming the layer, the rank and the difference; every loss, norm and update is eager's.
+TEST(LayerGraphsEngine, APlantedReplayDifferenceFallsBackOnEveryRank) {
+  for (const int stage : {0, 3}) {
+    const GraphsSetup s{"llama", torch::kFloat, stage, false, false, /*perturbed_rank=*/1};
+    const GraphsRun eager = train_graphs(s, false);
+    ::testing::internal::CaptureStderr();
+    const GraphsRun replayed = train_graphs(s, true);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(replayed.losses, eager.losses) << describe_graphs(s);
+    EXPECT_EQ(replayed.norms, eager.norms) << describe_graphs(s);
+    for (const auto& [key, master] : eager.masters) {
+      EXPECT_TRUE(torch::equal(master, replayed.masters.at(key))) << describe_graphs(s) << key;
+    }
+    ASSERT_EQ(replayed.agreed.size(), static_cast<size_t>(kSteps));
+    EXPECT_EQ(replayed.agreed[0], std::vector<size_t>{2}) << "block 2 is model.layers.1";
+    EXPECT_TRUE(replayed.agreed[1].empty());
+    EXPECT_EQ(replayed.eager_layers, (std::vector<int64_t>{1, 1})) << describe_graphs(s);
+    // Rank 0 replayed layer 1 in the first step only (its own check passed): 2 micro-steps.
+    EXPECT_EQ(replayed.stats.eager_calls, (kSteps - 1) * kMicroSteps) << describe_graphs(s);
+    const std::string line =
+        "CUDA graphs: model.layers.1 runs eagerly on every rank from the next step: on rank(s) 1 "
+        "its replay differed from the eager run: max |replay - eager|";
+    const size_t at = err.find(line);
+    EXPECT_NE(at, std::string::npos) << err;
+    EXPECT_EQ(err.find("CUDA graphs:", at + 1), std::string::npos) << "warned more than once";
+  }
 }
 
 // What graphs_choice.h keeps graphs off for, parallelize() refuses outright.
