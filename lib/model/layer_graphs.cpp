@@ -597,7 +597,7 @@ class CudaGraphRecorder final : public Recorder {
   }
 
   void warm_up(const std::function<void()>& body) override {
-    on_side_stream([&] { body(); });
+    on_recording_stream([&] { body(); });
   }
 
   std::unique_ptr<Recording> record(const std::function<void()>& body, int pool) override {
@@ -607,7 +607,7 @@ class CudaGraphRecorder final : public Recorder {
     const auto known = pools_.find(pool);
     const at::cuda::MempoolId_t id =
         known == pools_.end() ? at::cuda::MempoolId_t{0, 0} : known->second;
-    on_side_stream([&] {
+    on_recording_stream([&] {
       // Thread-local: other threads (the loader's, NCCL's, autograd's) keep their CUDA calls.
       graph->capture_begin(id, cudaStreamCaptureModeThreadLocal);
       try {
@@ -637,11 +637,15 @@ class CudaGraphRecorder final : public Recorder {
   }
 
  private:
-  // Runs fn on the side stream, ordered after the current stream's work and before what the
-  // current stream queues next.
+  // Runs fn on the current stream, or, where that is the default stream (no capture there), on
+  // the side stream, ordered after the current stream's work and before what it queues next.
   template <typename Fn>
-  void on_side_stream(Fn&& fn) {
+  void on_recording_stream(Fn&& fn) {
     const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device_.index());
+    if (current != c10::cuda::getDefaultCUDAStream(device_.index())) {
+      fn();
+      return;
+    }
     at::cuda::CUDAEvent before;
     before.record(current);
     before.block(side_);
@@ -661,6 +665,18 @@ class CudaGraphRecorder final : public Recorder {
 
 }  // namespace
 
+struct TrainingStream::Impl {
+  explicit Impl(const torch::Device& device)
+      : guard(c10::cuda::getStreamFromPool(false, device.index())) {}
+  c10::cuda::CUDAStreamGuard guard;
+};
+
+TrainingStream::TrainingStream(const torch::Device& device) {
+  if (device.is_cuda()) impl_ = std::make_unique<Impl>(device);
+}
+
+TrainingStream::~TrainingStream() = default;
+
 std::shared_ptr<Recorder> cuda_graph_recorder(const torch::Device& device) {
   if (!device.is_cuda()) {
     fail(ErrorKind::kInternal, "cuda_graph_recorder: {} is not a CUDA device", device.str());
@@ -669,6 +685,17 @@ std::shared_ptr<Recorder> cuda_graph_recorder(const torch::Device& device) {
 }
 
 #else
+
+struct TrainingStream::Impl {};
+
+TrainingStream::TrainingStream(const torch::Device& device) {
+  if (device.is_cuda()) {
+    fail(ErrorKind::kNotImplemented,
+         "this dstrain was built without CUDA: no CUDA stream; see docs/gpu.md");
+  }
+}
+
+TrainingStream::~TrainingStream() = default;
 
 std::shared_ptr<Recorder> cuda_graph_recorder(const torch::Device&) {
   fail(ErrorKind::kNotImplemented,

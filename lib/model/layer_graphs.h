@@ -99,9 +99,27 @@ class Recorder {
   virtual int64_t pool_bytes() const { return 0; }
 };
 
-// CUDA graphs on `device` (a side stream records; replays run on the current stream).
-// Error(kNotImplemented) in a build without CUDA.
+// CUDA graphs on `device`, recorded and replayed on the current stream. A capture cannot run on
+// the device's default (legacy) stream: where that is current, a side stream records, fenced by
+// events on both sides. Error(kNotImplemented) in a build without CUDA.
 std::shared_ptr<Recorder> cuda_graph_recorder(const torch::Device& device);
+
+// One non-default stream of a CUDA device, current on the constructing thread for the object's
+// lifetime (the previous one current again after). A run that records graphs trains on it from
+// before its engine exists: the gradient accumulators the engine creates, the replays, the
+// recordings and the accumulation into .grad are then ordered on one stream, and a backward
+// recording waits on no other stream (a capture cannot). Nothing on the CPU.
+class TrainingStream {
+ public:
+  explicit TrainingStream(const torch::Device& device);
+  ~TrainingStream();
+  TrainingStream(const TrainingStream&) = delete;
+  TrainingStream& operator=(const TrainingStream&) = delete;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // A recorder whose recordings run their body again: every replay recomputes into the same static
 // buffers, with the same bookkeeping as a graph. On any device; for tests of everything around the

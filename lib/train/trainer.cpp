@@ -183,7 +183,11 @@ void Trainer::init() {
 
 void Trainer::choose_cuda_graphs(ParallelPlan& plan) {
   const GraphsChoice g = choose_graphs(cfg_, plan, device_.is_cuda());
-  if (g.on) plan.graph_recorder = model::cuda_graph_recorder(device_);
+  if (g.on) {
+    // Before the engine exists (its gradient accumulators take the stream current then).
+    training_stream_ = std::make_unique<model::TrainingStream>(device_);
+    plan.graph_recorder = model::cuda_graph_recorder(device_);
+  }
   if (rank_ != 0) return;
   if (g.on) {
     log::info("CUDA graphs: each decoder layer is recorded on its first step and replayed after");

@@ -150,6 +150,9 @@ class Trainer {
   model::DecoderModel model_{nullptr};
   data::Datasets datasets_;
   std::unique_ptr<data::Loader> loader_;
+  // With CUDA graphs, the one stream the rank trains on (this thread's current from before the
+  // engine is built); null without. Outlives the engine.
+  std::unique_ptr<model::TrainingStream> training_stream_;
   std::unique_ptr<lora::LoraModel> lora_;  // null without LoRA; outlives engine_ (declared first)
   std::string base_checksum_;              // LoRA: lora::base_checksum of the fp32 base weights
   std::unique_ptr<zero::Engine> engine_;

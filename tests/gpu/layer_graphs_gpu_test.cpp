@@ -5,6 +5,7 @@
 // with the host fails its recording, warns once, runs eagerly with the same results, and leaves the
 // generator and the allocator usable (a later recording works). Exits 77 (skipped) without a
 // device.
+#include <optional>
 #include <stdexcept>
 
 #include <gtest/gtest.h>
@@ -65,13 +66,18 @@ struct Case {
   torch::ScalarType dtype;
   bool checkpointing;
   const char* name;
+  bool training_stream;  // on a TrainingStream (as the trainer), else the default stream
 };
 
 TEST(LayerGraphsGpu, ReplayedPassesEqualEagerPassesBitForBit) {
-  for (const Case& c : {Case{"llama", torch::kFloat, false, "llama fp32"},
-                        Case{"llama", torch::kBFloat16, false, "llama bf16"},
-                        Case{"qwen2", torch::kBFloat16, false, "qwen2 bf16"},
-                        Case{"qwen2", torch::kBFloat16, true, "qwen2 bf16 checkpointing"}}) {
+  for (const Case& c :
+       {Case{"llama", torch::kFloat, false, "llama fp32", true},
+        Case{"llama", torch::kBFloat16, false, "llama bf16", true},
+        Case{"llama", torch::kBFloat16, false, "llama bf16 on the default stream", false},
+        Case{"qwen2", torch::kBFloat16, false, "qwen2 bf16", true},
+        Case{"qwen2", torch::kBFloat16, true, "qwen2 bf16 checkpointing", true}}) {
+    std::optional<TrainingStream> stream;
+    if (c.training_stream) stream.emplace(kCuda);
     DecoderModel m = cuda_model(c.type, c.dtype);
     if (c.checkpointing) m->wrap_blocks(checkpoint_layers());
     std::vector<LossAndGrads> eager;
@@ -183,6 +189,32 @@ TEST(LayerGraphsGpu, AHostReadFailsTheRecordingAndTheLayerRunsEagerly) {
   }
   EXPECT_EQ(again.stats().failure, "");
   EXPECT_EQ(again.stats().recordings, 2);
+}
+
+// Two forwards under grad before one backward: the second runs eagerly (the first's saved
+// activations in the pool stay intact for its replayed backward) and the gradients are eager's.
+TEST(LayerGraphsGpu, ASecondForwardBeforeTheFirstsBackwardRunsEagerly) {
+  const TrainingStream stream(kCuda);
+  DecoderModel m = cuda_model("llama", torch::kFloat);
+  const torch::Tensor a = cuda_ids(4), b = cuda_ids(5);
+  auto two_forwards_one_backward = [&] {
+    m->train();
+    const torch::Tensor loss =
+        causal_lm_loss(m->forward(a), a.roll(-1, 1)) + causal_lm_loss(m->forward(b), b.roll(-1, 1));
+    loss.backward();
+    return testing::take_grads(*m);
+  };
+  const auto eager = two_forwards_one_backward();
+  LayerGraphs graphs(cuda_graph_recorder(kCuda), {});
+  m->wrap_blocks(graphs.wrapper());
+  for (int pass = 0; pass < 2; ++pass) {
+    const auto got = two_forwards_one_backward();
+    ASSERT_EQ(eager.size(), got.size());
+    for (size_t i = 0; i < eager.size(); ++i) EXPECT_TRUE(torch::equal(eager[i], got[i])) << i;
+  }
+  const std::vector<LayerFallback> f = graphs.take_fallbacks();
+  ASSERT_EQ(f.size(), 3u);
+  for (const LayerFallback& one : f) EXPECT_EQ(one.cause, FallbackCause::kSecondForward);
 }
 
 }  // namespace
