@@ -309,6 +309,18 @@ std::shared_ptr<Slot> LayerGraphs::State::slot_for(const ModelBlock& block, cons
   const auto it = slots.find(key);
   if (it != slots.end()) return it->second;
   if (!stats.failure.empty()) return nullptr;
+  if (options.pool_budget > 0) {
+    if (const int64_t held = recorder->pool_bytes(); held > options.pool_budget) {
+      stats.failure =
+          fmt::format("the pools hold {} bytes, over the budget of {}", held, options.pool_budget);
+      log::warn(
+          "CUDA graphs: their memory pools hold {:.1f} MiB, over the {:.1f} MiB the memory plan "
+          "allows them; {} and every layer not recorded yet run eagerly from now on",
+          static_cast<double>(held) / (1 << 20),
+          static_cast<double>(options.pool_budget) / (1 << 20), block.name);
+      return nullptr;
+    }
+  }
   const int pool = pool_for(x);
   if (pool < 0) return nullptr;
   StaticContext& sctx = contexts[pool];

@@ -132,6 +132,9 @@ struct LayerGraphOptions {
   bool recompute_follows = false;
   // Input shapes recorded (per layer); layers run eagerly for others.
   int max_shapes = 4;
+  // Once the recordings' pools hold more than this (Recorder::pool_bytes()), nothing more is
+  // recorded: the layers not recorded yet run eagerly, with one warning. 0: no budget.
+  int64_t pool_budget = 0;
 };
 
 struct LayerGraphStats {

@@ -98,8 +98,10 @@ Parallelized parallelize(model::DecoderModel model, const ParallelWorld& world, 
     const std::string blocker = layer_graphs_blocker(plan, world.sequence_parallel.size());
     if (!blocker.empty()) fail(ErrorKind::kInternal, "parallelize: CUDA graphs, but {}", blocker);
     // First, so innermost: the graphs call the layer's own forward.
-    out.graphs = std::make_shared<model::LayerGraphs>(std::move(plan.graph_recorder),
-                                                      model::LayerGraphOptions{plan.checkpointing});
+    model::LayerGraphOptions options;
+    options.recompute_follows = plan.checkpointing;
+    options.pool_budget = plan.graph_pool_budget;
+    out.graphs = std::make_shared<model::LayerGraphs>(std::move(plan.graph_recorder), options);
     model->wrap_blocks(out.graphs->wrapper());
     plan.engine.keep_gathered_memory = true;
   }

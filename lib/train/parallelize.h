@@ -64,7 +64,8 @@ struct ParallelPlan {
   // keeps each unit's gathered memory (the graphs read the parameters where they were recorded).
   // Not with sequence parallelism, tiled MLP, selective checkpointing or offload (graphs_choice.h).
   std::shared_ptr<model::Recorder> graph_recorder;
-  zero::EngineOptions engine;  // its stage picks the engine; initial_values is set here
+  int64_t graph_pool_budget = 0;  // model::LayerGraphOptions::pool_budget (0: none)
+  zero::EngineOptions engine;     // its stage picks the engine; initial_values is set here
   zero::OptimizerFactory optimizer;
   model::ValueSource initial_values;  // the model's parameters by name (files or a seeded init)
 };

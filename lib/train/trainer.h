@@ -100,6 +100,9 @@ class Trainer {
   // gradient reduction), no update, then discarded; false when some rank ran out of memory in the
   // first (CUDA). Error(kRuntime) when that cannot be survived (see the .cpp).
   bool trial_step_fits(int64_t micro);
+  // With CUDA graphs, what the memory model gives their buffers and gradient buffers at micro-batch
+  // `micro` (zero::ActivationRow::graph_buffers); 0 without.
+  int64_t graph_buffer_bytes(int64_t micro) const;
   // The micro-batch a checkpoint being resumed recorded for this run's data-parallel ranks and
   // samples per rank, else 0.
   int64_t recorded_micro_batch() const;
@@ -159,6 +162,7 @@ class Trainer {
   std::shared_ptr<model::LayerGraphs> graphs_;  // null without CUDA graphs
   bool graphs_logged_ = false;
   std::vector<model::LayerFallback> voted_fallbacks_;  // this rank's, in the pending stop vote
+  bool graphs_recompute_ = false;  // with CUDA graphs: the layers are checkpointed (recomputed)
   std::unique_ptr<optim::LrSchedule> schedule_;
   MicroBatchPlan micro_plan_;      // per_device_train_batch_size: auto (rank 0's plan)
   bool micro_batch_kept_ = false;  // the choice came from the checkpoint resumed

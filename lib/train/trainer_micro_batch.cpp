@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "model/rng_state.h"
 #include "train/trainer.h"
+#include "zero/estimate_activations.h"
 
 namespace dstrain::train {
 
@@ -99,9 +100,27 @@ bool Trainer::trial_step_fits(int64_t micro) {
            sp_->size() > 1 ? " with sequence parallelism" : "", micro);
     }
   };
-  // A trial's shape is recorded by no graph: its layers run eagerly.
+  // A trial's shape is recorded by no graph: its layers run eagerly, beside a block the size the
+  // memory model gives the graphs' buffers and gradient buffers at this micro-batch (their pools'
+  // activations are the eager ones, which the trial holds anyway).
   if (graphs_) graphs_->set_enabled(false);
-  bool fits = micro_step(0, alone);
+  torch::Tensor graph_stand_in;
+  bool fits = true;
+  if (const int64_t bytes = graph_buffer_bytes(micro); bytes > 0) {
+    try {
+      graph_stand_in = torch::empty({bytes}, b.input_ids.options().dtype(torch::kByte));
+    } catch (const c10::OutOfMemoryError&) {
+      if (!alone) {
+        fail(ErrorKind::kRuntime,
+             "training.per_device_train_batch_size: auto: the trial step of micro-batch {} ran "
+             "out of memory holding the {} MiB the CUDA graphs' buffers would take; set "
+             "per_device_train_batch_size to a number below {} or training.cuda_graphs: off",
+             micro, bytes >> 20, micro);
+      }
+      fits = false;
+    }
+  }
+  fits = fits && micro_step(0, alone);
   if (alone) {
     std::vector<double> failed = {fits ? 0.0 : 1.0};
     all_reduce(failed);
@@ -112,6 +131,16 @@ bool Trainer::trial_step_fits(int64_t micro) {
   if (graphs_) graphs_->set_enabled(true);
   model::restore_rng(rng);
   return fits;
+}
+
+int64_t Trainer::graph_buffer_bytes(int64_t micro) const {
+  if (!graphs_) return 0;
+  config::Config at = cfg_;
+  at.training.per_device_train_batch_size = micro;
+  return zero::activation_row(
+             zero::activation_input(at, model_config_, device_.is_cuda()),
+             graphs_recompute_ ? zero::Checkpointing::kPlain : zero::Checkpointing::kNone)
+      .graph_buffers;
 }
 
 int64_t Trainer::recorded_micro_batch() const {

@@ -158,8 +158,42 @@ ActivationParts activation_parts(const ActivationInput& in) {
 // Checkpointed, the layers keep their inputs only, and the layer in backward is recomputed first:
 // its saved tensors and its output come back for the duration of its backward. Selective, every
 // layer keeps its attention's results too, and the recompute brings back the rest.
+namespace {
+
+// What CUDA graphs keep under `setting` (layer_graphs.h; the header above) into row.graphs and
+// row.graph_pools; nothing where they do not run.
+void add_graphs(const ActivationInput& in, const ActivationParts& p, ActivationRow& row) {
+  const Checkpointing setting = row.setting;
+  if (!in.graphs || (setting != Checkpointing::kNone && setting != Checkpointing::kPlain)) return;
+  const int64_t L = in.model.num_hidden_layers;
+  const int64_t c = in.element_bytes;
+  const int64_t buffers = (setting == Checkpointing::kPlain ? 6 : 4) * p.layer_input;
+  const int64_t layer_params =
+      in.head_trains && L > 0 ? (in.model.num_parameters(false) - in.model.hidden_size) / L : 0;
+  const int64_t gathered = in.zero_stage == 3 ? in.model.num_parameters(true) : 0;
+  row.graph_buffers = L * (buffers + c * layer_params);
+  row.graphs = row.graph_buffers + c * gathered;
+  const int64_t saved = (setting == Checkpointing::kNone ? L : 1) * p.layer_saved;
+  row.graph_pools = row.graph_buffers + saved + p.layer_backward;
+  row.device += row.graphs;
+}
+
+ActivationRow row_without_graphs(const ActivationInput& in, const ActivationParts& p,
+                                 Checkpointing setting);
+
+}  // namespace
+
 ActivationRow activation_row(const ActivationInput& in, Checkpointing setting) {
   const ActivationParts p = activation_parts(in);
+  ActivationRow row = row_without_graphs(in, p, setting);
+  add_graphs(in, p, row);
+  return row;
+}
+
+namespace {
+
+ActivationRow row_without_graphs(const ActivationInput& in, const ActivationParts& p,
+                                 Checkpointing setting) {
   const int64_t L = in.model.num_hidden_layers;
   ActivationRow row;
   row.setting = setting;
@@ -187,6 +221,8 @@ ActivationRow activation_row(const ActivationInput& in, Checkpointing setting) {
   return row;
 }
 
+}  // namespace
+
 std::vector<ActivationRow> activation_rows(const ActivationInput& in) {
   return {activation_row(in, Checkpointing::kNone), activation_row(in, Checkpointing::kSelective),
           activation_row(in, Checkpointing::kPlain), activation_row(in, Checkpointing::kOffload)};
@@ -209,6 +245,9 @@ ActivationInput activation_input(const config::Config& config, const model::Mode
   in.loss_chunk_bytes =
       config.model.fused_loss_chunk_mb > 0 ? config.model.fused_loss_chunk_mb << 20 : 0;
   in.head_trains = !config.lora.enabled;
+  in.graphs = cuda && config.training.cuda_graphs == "on" &&
+              config.parallel.sequence_parallel_size <= 1 && config.model.tiled_mlp == 0;
+  in.zero_stage = config.zero.stage;
   return in;
 }
 
@@ -259,10 +298,21 @@ std::string format_activations(const ActivationInput& in) {
       in.fused_kernels ? "fused GPU kernels" : (in.cuda ? "GPU, eager ops" : "CPU"),
       in.tiled_mlp != 0 ? ", tiled MLP" : "", human_bytes(p.layer_saved),
       human_bytes(p.layer_input), human_bytes(p.layer_attention), human_bytes(p.head_saved));
-  out += fmt::format("{:<24}{:>14}{:>14}\n", "gradient_checkpointing", "device peak", "host");
+  if (in.graphs) {
+    out += fmt::format(
+        "CUDA graphs (training.cuda_graphs: on) keep, on top, their buffers{}{} where they run "
+        "(gradient_checkpointing false or true): the column \"graphs\", part of the peak.\n\n",
+        in.head_trains ? ", a gradient buffer per parameter of each layer" : "",
+        in.zero_stage == 3 ? ", every parameter gathered (stage 3)" : "");
+    out += fmt::format("{:<24}{:>14}{:>14}{:>14}\n", "gradient_checkpointing", "device peak",
+                       "host", "graphs");
+  } else {
+    out += fmt::format("{:<24}{:>14}{:>14}\n", "gradient_checkpointing", "device peak", "host");
+  }
   for (const ActivationRow& r : activation_rows(in)) {
-    out += fmt::format("{:<24}{:>14}{:>14}\n", checkpointing_word(r.setting), human_bytes(r.device),
+    out += fmt::format("{:<24}{:>14}{:>14}", checkpointing_word(r.setting), human_bytes(r.device),
                        human_bytes(r.host));
+    out += in.graphs ? fmt::format("{:>14}\n", human_bytes(r.graphs)) : "\n";
   }
   return out;
 }
@@ -273,7 +323,8 @@ nlohmann::json activations_json(const ActivationInput& in) {
   for (const ActivationRow& r : activation_rows(in)) {
     rows.push_back({{"gradient_checkpointing", checkpointing_word(r.setting)},
                     {"device", r.device},
-                    {"host", r.host}});
+                    {"host", r.host},
+                    {"graphs", r.graphs}});
   }
   return {{"tokens", p.tokens},           {"layer_saved", p.layer_saved},
           {"layer_input", p.layer_input}, {"layer_attention", p.layer_attention},

@@ -42,6 +42,15 @@
 //              holds those of the layer being recomputed and of the next one; on the CPU the host
 //              is the device, so offload is plain.
 //
+// CUDA graphs per layer (training.cuda_graphs: on, model/layer_graphs.h), where they can run (no
+// sequence parallelism, no tiled MLP; checkpointing none or plain) keep on top, per rank: for each
+// layer its recordings' static buffers, input, output and output gradient and the input's
+// gradient, 4·c·N·C (with plain checkpointing also the grad-free forward's input and output,
+// 2·c·N·C more), and a gradient buffer for each of its trainable parameters in c (none counted
+// under LoRA: the adapters' are as small as the adapters); at ZeRO stage 3 every parameter kept
+// gathered in c (zero::EngineOptions::keep_gathered_memory). The saved activations and the
+// backward's working memory move into the graphs' pool without growing.
+//
 // Not modelled: LoRA's adapters (a LoRA run is estimated as full fine-tuning of its layers, an
 // upper bound, without the head's dL/dW), sliding-window attention's masks, allocator fragmentation
 // and caching, cuBLAS/cuDNN workspaces, communication buffers. The CPU path is checked against the
@@ -78,6 +87,8 @@ struct ActivationInput {
   bool fused_loss = true;        // model.fused_loss
   int64_t loss_chunk_bytes = 0;  // the fused loss's chunk budget; 0: the device's default
   bool head_trains = true;       // the head's weight gets a gradient (not under LoRA)
+  bool graphs = false;           // CUDA graphs per layer are recorded where the setting allows
+  int zero_stage = 0;            // stage 3 keeps every parameter gathered under graphs
 };
 
 // The parts, bytes on one rank.
@@ -98,8 +109,14 @@ struct ActivationParts {
 // One setting's prediction.
 struct ActivationRow {
   Checkpointing setting = Checkpointing::kNone;
-  int64_t device = 0;  // peak bytes of activations on the device
-  int64_t host = 0;    // offloaded layer inputs in (pinned) host memory
+  int64_t device = 0;         // peak bytes of activations on the device (graphs included)
+  int64_t host = 0;           // offloaded layer inputs in (pinned) host memory
+  int64_t graphs = 0;         // of device: what CUDA graphs keep (0 where they do not run)
+  int64_t graph_buffers = 0;  // of graphs: their buffers and gradient buffers (not stage 3's)
+  // What the graphs' memory pools hold (0 without graphs): their buffers and gradient buffers, the
+  // saved activations that live there (every layer's without checkpointing, one layer's with)
+  // and one layer's backward working memory. The budget their recordings keep to.
+  int64_t graph_pools = 0;
 };
 
 ActivationParts activation_parts(const ActivationInput& in);
@@ -110,8 +127,9 @@ std::vector<ActivationRow> activation_rows(const ActivationInput& in);
 // The input for a run config on a device: micro-batch (training.per_device_train_batch_size),
 // data.max_length, parallel.sequence_parallel_size, the compute dtype (training.bf16 / fp16, else
 // model.dtype resolved against the model's torch_dtype), model.tiled_mlp, model.fused_loss and its
-// chunk, LoRA. `cuda`: the run's device is a GPU (the fused kernels then run for float32 and
-// bfloat16; the build and DSTRAIN_CUDA_KERNELS are not consulted here).
+// chunk, LoRA, training.cuda_graphs: on (where sequence parallelism and tiled MLP do not prevent
+// graphs) with zero.stage. `cuda`: the run's device is a GPU (the fused kernels then run for
+// float32 and bfloat16; the build and DSTRAIN_CUDA_KERNELS are not consulted here).
 ActivationInput activation_input(const config::Config& config, const model::ModelConfig& model,
                                  bool cuda);
 

@@ -311,5 +311,40 @@ TEST(LayerGraphChecks, ASecondForwardBeforeTheFirstsBackwardRunsEagerly) {
   EXPECT_EQ(graphs.stats().eager_layers, 3);
 }
 
+// A recorder whose pools grow by 1000 bytes a recording.
+class CountingPools final : public Recorder {
+ public:
+  bool supports(const torch::Tensor&) const override { return true; }
+  void warm_up(const std::function<void()>& body) override { body(); }
+  std::unique_ptr<Recording> record(const std::function<void()>& body, int pool) override {
+    bytes_ += 1000;
+    return inner_->record(body, pool);
+  }
+  int64_t pool_bytes() const override { return bytes_; }
+
+ private:
+  std::shared_ptr<Recorder> inner_ = replaying_recorder();
+  int64_t bytes_ = 0;
+};
+
+TEST(LayerGraphChecks, RecordingStopsOncePoolsExceedTheirBudget) {
+  DecoderModel m = model_of("llama", torch::kFloat);
+  const torch::Tensor ids = random_ids(2, 12, 97, 3);
+  const LossAndGrads eager = train_pass(*m, ids);
+  LayerGraphOptions options;
+  options.pool_budget = 3500;  // layers 0 and 1 (2000, then 4000 bytes); layer 2 is over
+  LayerGraphs graphs(std::make_shared<CountingPools>(), options);
+  m->wrap_blocks(graphs.wrapper());
+  ::testing::internal::CaptureStderr();
+  for (int pass = 0; pass < 2; ++pass) expect_identical(eager, train_pass(*m, ids));
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(graphs.stats().recordings, 4);
+  EXPECT_EQ(graphs.stats().eager_calls, 2);  // layer 2, both passes
+  EXPECT_NE(err.find("over the 0.0 MiB the memory plan allows them; model.layers.2 and every layer "
+                     "not recorded yet run eagerly"),
+            std::string::npos)
+      << err;
+}
+
 }  // namespace
 }  // namespace dstrain::model

@@ -264,5 +264,45 @@ TEST(EstimateActivations, Qwen25HalfBillionOnAGpu) {
   EXPECT_EQ(activation_parts(in).layer_saved * 4, p.layer_saved);
 }
 
+// CUDA graphs (training.cuda_graphs: on) on the same shape: per layer 4 buffers of c·N·C (6 with
+// plain checkpointing) and a bf16 gradient buffer per parameter of the layer (14,912,384: q, k, v
+// with biases, o, the MLP, two norms); at stage 3 every parameter (494,032,768, the embedding
+// tied) kept gathered; under LoRA no gradient buffers; nothing where graphs cannot run.
+TEST(EstimateActivations, CudaGraphsKeepTheirBuffersOnTop) {
+  ActivationInput in;
+  in.model = testing::qwen25_half_billion();
+  in.micro_batch = 4;
+  in.seq_len = 2048;
+  in.element_bytes = 2;
+  in.cuda = in.fused_kernels = true;
+  const ActivationRow none = activation_row(in, Checkpointing::kNone);
+  const ActivationRow plain = activation_row(in, Checkpointing::kPlain);
+  EXPECT_EQ(none.graphs, 0);
+  in.graphs = true;
+  in.zero_stage = 2;
+  const int64_t input = 8192 * 2 * 896, grads = 2 * 14'912'384;
+  EXPECT_EQ(activation_row(in, Checkpointing::kNone).graphs, 24 * (4 * input + grads));
+  EXPECT_EQ(activation_row(in, Checkpointing::kNone).device,
+            none.device + 24 * (4 * input + grads));
+  EXPECT_EQ(activation_row(in, Checkpointing::kPlain).graphs, 24 * (6 * input + grads));
+  EXPECT_EQ(activation_row(in, Checkpointing::kPlain).device,
+            plain.device + 24 * (6 * input + grads));
+  // The pools: the buffers, every layer's saved tensors (one layer's with checkpointing) and one
+  // layer's backward.
+  const ActivationParts p = activation_parts(in);
+  EXPECT_EQ(activation_row(in, Checkpointing::kNone).graph_pools,
+            24 * (4 * input + grads) + 24 * p.layer_saved + p.layer_backward);
+  EXPECT_EQ(activation_row(in, Checkpointing::kPlain).graph_pools,
+            24 * (6 * input + grads) + p.layer_saved + p.layer_backward);
+  EXPECT_EQ(activation_row(in, Checkpointing::kSelective).graphs, 0);
+  EXPECT_EQ(activation_row(in, Checkpointing::kOffload).graphs, 0);
+  in.zero_stage = 3;
+  EXPECT_EQ(activation_row(in, Checkpointing::kNone).graphs,
+            24 * (4 * input + grads) + 2 * 494'032'768);
+  EXPECT_EQ(activation_row(in, Checkpointing::kNone).graph_buffers, 24 * (4 * input + grads));
+  in.head_trains = false;  // LoRA
+  EXPECT_EQ(activation_row(in, Checkpointing::kNone).graphs, 24 * 4 * input + 2 * 494'032'768);
+}
+
 }  // namespace
 }  // namespace dstrain::zero
