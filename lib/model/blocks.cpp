@@ -55,6 +55,21 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& h, const BlockConte
   return mlp->forward(normed, x);
 }
 
+std::vector<torch::Tensor> DecoderLayerImpl::weights() {
+  const auto& a = *self_attn;
+  std::vector<torch::Tensor> out = {a.q_proj->weight, a.k_proj->weight, a.v_proj->weight};
+  for (const auto* p : {&a.q_proj, &a.k_proj, &a.v_proj}) {
+    if ((*p)->bias.defined()) out.push_back((*p)->bias);
+  }
+  const size_t first = out.size();
+  for (const torch::Tensor& t : parameters()) {
+    bool listed = false;
+    for (size_t i = 0; i < first; ++i) listed = listed || out[i].is_same(t);
+    if (!listed) out.push_back(t);
+  }
+  return out;
+}
+
 std::vector<Projection> DecoderLayerImpl::projections() {
   auto& a = *self_attn;
   auto& m = *mlp;

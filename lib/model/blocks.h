@@ -131,7 +131,10 @@ class DecoderLayerImpl : public torch::nn::Module, public Block {
   DecoderLayerImpl(const ModelConfig& config, int64_t index,
                    Materialize materialize = Materialize::kYes);
   torch::Tensor forward(const torch::Tensor& h, const BlockContext& ctx) override;
-  std::vector<torch::Tensor> weights() override { return parameters(); }
+  // Every parameter, the attention's q, k and v weights first, then their biases: ZeRO lays a
+  // block's parameters out in this order, so the three weights (and biases) lie back to back and
+  // fused_qkv's stacked weight is a view of the engine's memory, not a copy (fused_qkv.h).
+  std::vector<torch::Tensor> weights() override;
   std::vector<Projection> projections() override;
   void set_attention_core(const AttentionCore& core) override { self_attn->core = core; }
   void set_tiled_mlp(int64_t setting) override { mlp->set_tiling(setting); }

@@ -6,9 +6,11 @@
 //
 // The parameters stay what they are: q_proj/k_proj/v_proj weights (and biases) are separate
 // tensors with their Hugging Face names, so ZeRO's flat layouts, checkpoints, LoRA and export do
-// not change. The fused weight is a view when the three weights lie back to back in one storage (a
-// ZeRO engine's flat buffer, when nothing sits between them); otherwise it is concatenated for the
-// product and dropped at once: backward concatenates again rather than keep a copy per layer.
+// not change. The fused weight is a view when the three weights lie back to back in one storage:
+// the ZeRO engines lay a block's parameters out in the order of its weights(), which for a decoder
+// layer lists q, k and v's weights first and then their biases, at every stage and for LoRA's
+// frozen base too. Otherwise (a model outside an engine) it is concatenated for the product and
+// dropped at once: backward concatenates again rather than keep a copy per layer.
 // Gradients come back as views of the fused products, one per parameter, through autograd's own
 // accumulation: each parameter's .grad and its post-accumulate hooks see one gradient per backward.
 //

@@ -500,16 +500,20 @@ RunSummary Trainer::run_steps() {
     profiler.after_step(step_);
     ++interval_steps;
     tokens_seen_ += tokens_per_step_;
-    // The vote also carries how many layers each rank's graphs stopped replaying (layer_graphs.h):
-    // any, and the ranks agree which layers every rank runs eagerly from the next step on.
+    // With CUDA graphs the vote also carries how many layers each rank's graphs stopped replaying
+    // (layer_graphs.h): any, and the ranks agree which layers every rank runs eagerly from the
+    // next step on.
     const std::vector<double> votes =
         stop_vote.pending() ? stop_vote.finish() : std::vector<double>{};
     const bool stop = !votes.empty() && votes[0] > 0;
-    if (!votes.empty() && votes[1] > 0) agree_graph_fallbacks_voted();
+    if (votes.size() > 1 && votes[1] > 0) agree_graph_fallbacks_voted();
     if (!stop && step_ < total_steps_) {
-      if (graphs_) voted_fallbacks_ = graphs_->take_fallbacks();
-      stop_vote.start(
-          {stop_requested().load() ? 1.0 : 0.0, static_cast<double>(voted_fallbacks_.size())});
+      std::vector<double> vote = {stop_requested().load() ? 1.0 : 0.0};
+      if (graphs_) {
+        voted_fallbacks_ = graphs_->take_fallbacks();
+        vote.push_back(static_cast<double>(voted_fallbacks_.size()));
+      }
+      stop_vote.start(vote);
     }
     const bool log_due =
         step_ % cfg_.training.log_interval == 0 || step_ == 1 || step_ == total_steps_;

@@ -50,9 +50,9 @@ EstimateRow estimate_row(const EstimateInput& in, int stage, bool offload_optimi
 // optimizer offload, with optimizer and parameter offload.
 std::vector<EstimateRow> estimate_all(const EstimateInput& in);
 
-// The trainable tensors of a decoder model described by `config`, block by block (for these
-// models the named_parameters() order), read from the model built without memory. Their sum is
-// config.num_parameters(true).
+// The trainable tensors of a decoder model described by `config`, block by block, each block's in
+// the order of its weights() (the engines' layout), read from the model built without memory. Their
+// sum is config.num_parameters(true).
 std::vector<ParamShape> parameter_shapes(const model::ModelConfig& config);
 
 // The input for a run config: the model's config.json (model.name_or_path, resolved like the

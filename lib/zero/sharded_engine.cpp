@@ -18,17 +18,29 @@ std::vector<int64_t> numels_of(const std::vector<NamedParameter>& params) {
   return numels;
 }
 
-// A frozen parameter gets its initial values in the compute dtype, in memory of its own: it takes
-// no part in the flat buffers, the reduction or the update.
-void fill_frozen(const NamedParameter& p, const EngineOptions& options) {
-  if (p.tensor.requires_grad()) {
-    fail(ErrorKind::kInternal, "zero engine: frozen parameter '{}' requires grad", p.name);
+// The frozen parameters (a LoRA base) get their initial values in the compute dtype, back to back
+// in one buffer of their own in the order given (so that q/k/v weights listed in a row are one
+// stacked weight for model/fused_qkv.h): they take no part in the flat buffers, the reduction or
+// the update.
+void fill_frozen(const std::vector<const NamedParameter*>& frozen, const EngineOptions& options) {
+  if (frozen.empty()) return;
+  int64_t total = 0;
+  for (const NamedParameter* p : frozen) {
+    if (p->tensor.requires_grad()) {
+      fail(ErrorKind::kInternal, "zero engine: frozen parameter '{}' requires grad", p->name);
+    }
+    total += p->tensor.numel();
   }
-  torch::Tensor values =
-      torch::empty(p.tensor.sizes(), p.tensor.options().dtype(options.compute_dtype));
-  values.copy_(
-      initial_elements(p, options.initial_values, {0, p.tensor.numel()}).view(p.tensor.sizes()));
-  p.tensor.set_data(values);
+  const torch::Tensor buffer =
+      torch::empty({total}, frozen.front()->tensor.options().dtype(options.compute_dtype));
+  int64_t at = 0;
+  for (const NamedParameter* p : frozen) {
+    const int64_t n = p->tensor.numel();
+    torch::Tensor values = buffer.narrow(0, at, n).view(p->tensor.sizes());
+    values.copy_(initial_elements(*p, options.initial_values, {0, n}).view(p->tensor.sizes()));
+    p->tensor.set_data(values);
+    at += n;
+  }
 }
 
 // Where the master shard lives: host memory with offload (pinned when the parameters are on a CUDA
@@ -50,13 +62,15 @@ ShardedEngine::ShardedEngine(std::vector<NamedParameter> params, comm::Communica
       partition_(numels_of(params), comm.world_size(), options_.reduce_bucket_size) {
   torch::NoGradGuard no_grad;
   std::vector<NamedParameter> trainable;
+  std::vector<const NamedParameter*> frozen;
   for (NamedParameter& p : params) {
     if (p.frozen) {
-      fill_frozen(p, options_);
+      frozen.push_back(&p);
     } else {
       trainable.push_back(std::move(p));
     }
   }
+  fill_frozen(frozen, options_);
   check_params(trainable);
   torch::Tensor master = allocate_master(trainable);
   const auto compute = trainable.front().tensor.options().dtype(options_.compute_dtype);

@@ -20,7 +20,9 @@ model::ModelConfig tiny_config() {
   return model::load_model_config(DSTRAIN_SOURCE_DIR "/configs/models/tiny");
 }
 
-TEST(Estimate, ParameterShapesAreTheModelsParametersInOrder) {
+// Block by block, each block's parameters in the order of its weights() (a decoder layer's q, k
+// and v weights first, then their biases: the engines' layout), every parameter once.
+TEST(Estimate, ParameterShapesAreTheModelsParametersBlockByBlock) {
   model::ModelConfig qwen3 = tiny_config();
   qwen3.model_type = "qwen3";
   qwen3.qk_norm = true;
@@ -29,15 +31,22 @@ TEST(Estimate, ParameterShapesAreTheModelsParametersInOrder) {
   biased.qkv_bias = biased.o_bias = biased.mlp_bias = true;
   for (const model::ModelConfig& c : {tiny_config(), qwen3, biased}) {
     model::DecoderModel model(c);
-    const auto named = model->named_parameters();
+    std::vector<std::pair<std::string, int64_t>> in_blocks;
+    for (const auto& block : model->blocks()) {
+      for (const auto& [name, t] : block->parameters) in_blocks.emplace_back(name, t.numel());
+    }
     const std::vector<ParamShape> shapes = parameter_shapes(c);
-    ASSERT_EQ(shapes.size(), named.size());
+    ASSERT_EQ(shapes.size(), in_blocks.size());
+    ASSERT_EQ(shapes.size(), model->named_parameters().size());
     int64_t sum = 0;
     for (size_t i = 0; i < shapes.size(); ++i) {
-      EXPECT_EQ(shapes[i].name, named[i].key());
-      EXPECT_EQ(shapes[i].numel, named[i].value().numel()) << shapes[i].name;
+      EXPECT_EQ(shapes[i].name, in_blocks[i].first);
+      EXPECT_EQ(shapes[i].numel, in_blocks[i].second) << shapes[i].name;
       sum += shapes[i].numel;
     }
+    EXPECT_EQ(shapes[1].name, "model.layers.0.self_attn.q_proj.weight");
+    EXPECT_EQ(shapes[2].name, "model.layers.0.self_attn.k_proj.weight");
+    EXPECT_EQ(shapes[3].name, "model.layers.0.self_attn.v_proj.weight");
     EXPECT_EQ(sum, c.num_parameters(true));
   }
 }
