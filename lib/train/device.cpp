@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
 
 #include <torch/cuda.h>
@@ -95,6 +96,16 @@ int64_t memory_fraction_room(const torch::Device& device) {
   return std::numeric_limits<int64_t>::max();
 }
 
+int nvidia_gpus_listed(const std::string& driver_dir) {
+  std::error_code error;
+  int n = 0;
+  for (std::filesystem::directory_iterator it(driver_dir, error), end; !error && it != end;
+       it.increment(error)) {
+    ++n;
+  }
+  return n;
+}
+
 torch::Device select_device(int local_rank) {
   const char* env = std::getenv("DSTRAIN_DEVICE");
   const std::string want = env ? env : "";
@@ -102,6 +113,15 @@ torch::Device select_device(int local_rank) {
     fail(ErrorKind::kUsage, "DSTRAIN_DEVICE='{}': expected cpu or cuda", want);
   }
   if (want == "cpu") return torch::Device(torch::kCPU);
+#if !DSTRAIN_CUDA
+  if (const int gpus = nvidia_gpus_listed(); gpus > 0) {
+    fail(ErrorKind::kNotImplemented,
+         "this node has {} NVIDIA GPU(s), but this dstrain was built without CUDA (configure "
+         "found no CUDA toolkit, or the LibTorch is CPU-only): rebuild with the CUDA toolkit "
+         "(docs/gpu.md), or set DSTRAIN_DEVICE=cpu to train on the CPU",
+         gpus);
+  }
+#endif
   const int64_t count = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
   if (count == 0) {
     if (want == "cuda") {

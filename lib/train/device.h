@@ -40,9 +40,15 @@ void limit_device_memory(const torch::Device& device);
 // a CUDA device (the planners of the auto settings take the smaller of this and the free memory).
 int64_t memory_fraction_room(const torch::Device& device);
 
+// NVIDIA GPUs the driver lists (the entries of `driver_dir`, /proc/driver/nvidia/gpus), whatever
+// this build can do with them; 0 without the driver.
+int nvidia_gpus_listed(const std::string& driver_dir = "/proc/driver/nvidia/gpus");
+
 // `local_rank`: LOCAL_RANK of this process (selects the GPU unless shares_one_gpu()). Error(kUsage)
 // for a DSTRAIN_DEVICE other than cpu/cuda, or cuda without a visible device (or with LOCAL_RANK >=
-// device count).
+// device count). In a build without CUDA (DSTRAIN_CUDA off) on a node whose driver lists GPUs,
+// Error(kNotImplemented) unless DSTRAIN_DEVICE=cpu: a rank never trains on the CPU of a GPU node
+// without being asked to.
 torch::Device select_device(int local_rank);
 
 // NCCL on `device` for a CUDA device, Gloo otherwise.

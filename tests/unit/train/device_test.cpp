@@ -3,6 +3,8 @@
 // effect on the CUDA allocator needs a GPU: scripts/bench/long-seq --device cuda).
 #include <stdlib.h>
 
+#include <filesystem>
+
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
@@ -39,6 +41,16 @@ TEST_F(DeviceEnv, AskingForCudaWithoutADeviceIsAUsageError) {
     EXPECT_EQ(e.kind(), ErrorKind::kUsage);
     EXPECT_NE(std::string(e.what()).find("no CUDA device"), std::string::npos) << e.what();
   }
+}
+
+TEST(NvidiaGpus, CountsTheDriversListAndNothingWithoutTheDriver) {
+  const std::string dir = ::testing::TempDir() + "/dstrain_gpus_listed";
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(nvidia_gpus_listed(dir), 0);  // no driver
+  std::filesystem::create_directories(dir + "/0000:17:00.0");
+  std::filesystem::create_directories(dir + "/0000:65:00.0");
+  EXPECT_EQ(nvidia_gpus_listed(dir), 2);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(DeviceEnv, CpuIsAlwaysHonouredAndOtherValuesAreRefused) {
