@@ -315,7 +315,7 @@ AttemptOutcome run_ssh_job(const MultiNodePlan& plan, const SshSettings& ssh,
 }
 
 std::vector<HostCheck> probe_hosts(const MultiNodePlan& plan, const SshSettings& ssh,
-                                   const std::string& binary) {
+                                   const std::string& binary, bool devices) {
   std::vector<HostCheck> checks(plan.nodes.size());
   std::vector<std::thread> threads;
   for (size_t k = 0; k < plan.nodes.size(); ++k) {
@@ -327,14 +327,28 @@ std::vector<HostCheck> probe_hosts(const MultiNodePlan& plan, const SshSettings&
       try {
         SshSession session(target, ssh);
         c.reachable = true;
-        session.exec(shell_quote(binary) + " version");
+        std::string command = shell_quote(binary) + " version";
+        if (devices) {
+          // The worker, LibTorch and the GPUs as the node's ranks would see them.
+          std::string visible;
+          for (int d : plan.nodes[k].slots)
+            visible += (visible.empty() ? "" : ",") + std::to_string(d);
+          command += " && CUDA_VISIBLE_DEVICES=" + visible + " " + shell_quote(binary) +
+                     " debug devices --ranks " + std::to_string(plan.nodes[k].slots.size());
+        }
+        session.exec(command);
         std::string out, err;
         while (session.read(&out, &err, kReadMillis)) {
         }
         int code = session.exit_status();
-        std::string text = strip_newlines(code == 0 ? out : err);
+        std::string lines = code == 0 ? out : (err.empty() ? out : err);
+        while (!lines.empty() && lines.back() == '\n') lines.pop_back();
+        for (size_t at = lines.find('\n'); at != std::string::npos; at = lines.find('\n', at)) {
+          lines.replace(at, 1, "; ");
+        }
+        const std::string text = strip_newlines(lines);
         c.ok = code == 0;
-        c.text = code == 0 ? text : fmt::format("'{} version' failed ({}): {}", binary, code, text);
+        c.text = code == 0 ? text : fmt::format("'{}' failed ({}): {}", command, code, text);
       } catch (const Error& e) {
         c.text = e.what();
       }
@@ -346,7 +360,7 @@ std::vector<HostCheck> probe_hosts(const MultiNodePlan& plan, const SshSettings&
 
 int check_hosts(const MultiNodePlan& plan, const SshSettings& ssh, const std::string& binary) {
   bool all_ok = true;
-  for (const HostCheck& c : probe_hosts(plan, ssh, binary)) {
+  for (const HostCheck& c : probe_hosts(plan, ssh, binary, /*devices=*/true)) {
     write_all(1, c.reachable ? fmt::format("check {}: reachable; {}\n", c.host, c.text)
                              : fmt::format("check {}: UNREACHABLE: {}\n", c.host, c.text));
     all_ok = all_ok && c.ok;

@@ -41,16 +41,18 @@ AttemptOutcome run_ssh_job(const MultiNodePlan& plan, const SshSettings& ssh, do
 struct HostCheck {
   std::string host;
   bool reachable = false;  // an SSH session could be opened and authenticated
-  bool ok = false;         // and `<binary> version` exited 0
-  std::string text;        // its output, or why not
+  bool ok = false;         // and the commands exited 0
+  std::string text;        // their output lines joined by "; ", or why not
 };
 
-// Connects to every host of the plan in parallel and runs `<binary> version` there.
+// Connects to every host of the plan in parallel and runs `<binary> version` there; with
+// `devices` also `<binary> debug devices --ranks N` with the node's CUDA_VISIBLE_DEVICES (the
+// worker starts, loads LibTorch and finds the GPUs N ranks would take, or fails as they would).
 std::vector<HostCheck> probe_hosts(const MultiNodePlan& plan, const SshSettings& ssh,
-                                   const std::string& binary);
+                                   const std::string& binary, bool devices = false);
 
-// `--dry-run --check`: probe_hosts, one line per host; returns 0 if every host answered, else
-// kSshFailureExit.
+// `--dry-run --check`: probe_hosts with devices, one line per host; returns 0 if every host
+// passed, else kSshFailureExit.
 int check_hosts(const MultiNodePlan& plan, const SshSettings& ssh, const std::string& binary);
 
 }  // namespace dstrain::launcher

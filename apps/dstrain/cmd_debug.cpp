@@ -13,6 +13,7 @@
 #include "apps/dstrain/commands.h"
 #include "data/tokenize_file.h"
 #include "train/debug_forward.h"
+#include "train/device.h"
 
 namespace dstrain::app {
 namespace {
@@ -86,6 +87,26 @@ void set_decode_command(CLI::App& debug, int* exit_code) {
   });
 }
 
+void set_devices_command(CLI::App& debug, int* exit_code) {
+  auto* cmd = debug.add_subcommand(
+      "devices", "What N ranks of this node would compute on (LibTorch loaded, GPUs looked for)");
+  cmd->footer(
+      "One line: the LibTorch version and the CUDA devices the ranks would take, or that they\n"
+      "compute on the CPU. Exits as a rank would fail at start where one of LOCAL_RANK 0..N-1 has\n"
+      "no GPU (3 for a build without CUDA on a node with NVIDIA GPUs, 2 for too few GPUs).\n"
+      "'dstrain launch --dry-run --check' runs it on every host.\n"
+      "Example:\n"
+      "  dstrain debug devices --ranks 8");
+  auto ranks = std::make_shared<int>(1);
+  cmd->add_option("--ranks", *ranks, "Ranks on this node")
+      ->check(CLI::PositiveNumber)
+      ->default_val(1);
+  cmd->callback([ranks, exit_code] {
+    std::printf("%s\n", train::describe_devices(*ranks).c_str());
+    *exit_code = 0;
+  });
+}
+
 }  // namespace
 
 void set_debug_command(CLI::App& root, int* exit_code) {
@@ -98,6 +119,7 @@ void set_debug_command(CLI::App& root, int* exit_code) {
   cmd->require_subcommand(1);
   set_forward_command(*cmd, exit_code);
   set_decode_command(*cmd, exit_code);
+  set_devices_command(*cmd, exit_code);
 }
 
 }  // namespace dstrain::app

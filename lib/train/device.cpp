@@ -6,6 +6,7 @@
 #include <limits>
 
 #include <torch/cuda.h>
+#include <torch/version.h>
 
 #if DSTRAIN_CUDA
 #include <ATen/Context.h>
@@ -139,6 +140,23 @@ torch::Device select_device(int local_rank) {
          local_rank, count, count);
   }
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+}
+
+std::string describe_devices(int ranks) {
+  torch::Device device(torch::kCPU);
+  for (int r = 0; r < ranks; ++r) device = select_device(r);
+  std::string line = "LibTorch " TORCH_VERSION "; ";
+  if (!device.is_cuda()) return line + "no CUDA device: the ranks compute on the CPU";
+  const int64_t count = torch::cuda::device_count();
+  line += fmt::format("{} CUDA device(s)", count);
+#if DSTRAIN_CUDA
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, 0) == cudaSuccess) {
+    line +=
+        fmt::format(": {} ({:.1f} GiB)", p.name, static_cast<double>(p.totalGlobalMem) / (1 << 30));
+  }
+#endif
+  return line;
 }
 
 std::unique_ptr<comm::Communicator> make_communicator(const comm::RendezvousOptions& options,

@@ -51,6 +51,13 @@ int nvidia_gpus_listed(const std::string& driver_dir = "/proc/driver/nvidia/gpus
 // without being asked to.
 torch::Device select_device(int local_rank);
 
+// What `ranks` ranks of this node would compute on, as one line: "LibTorch 2.11.0; 8 CUDA
+// device(s): NVIDIA H200 (139.8 GiB)" or "LibTorch 2.11.0; no CUDA device: the ranks compute on
+// the CPU". Throws what select_device() throws for any of LOCAL_RANK 0..ranks-1 (a rank without
+// a GPU, a build without CUDA on a GPU node). `dstrain launch --dry-run --check` runs it on every
+// host (`dstrain debug devices`).
+std::string describe_devices(int ranks);
+
 // NCCL on `device` for a CUDA device, Gloo otherwise.
 std::unique_ptr<comm::Communicator> make_communicator(const comm::RendezvousOptions& options,
                                                       const torch::Device& device);

@@ -145,6 +145,21 @@ TEST(DebugForward, CudaDeviceWithoutCudaIsAUsageError) {
   EXPECT_NE(r.err.find("--device cuda"), std::string::npos) << r.err;
 }
 
+// `dstrain debug devices` (what `launch --dry-run --check` runs on each host): the worker's LibTorch
+// and where N ranks would compute; the error a rank would stop with where they could not.
+TEST(DebugDevices, SaysWhereTheRanksWouldComputeOrWhyTheyCouldNot) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "a CUDA device is available here";
+  const RunResult ok = run_dstrain({"debug", "devices", "--ranks", "2"}, {}, 60);
+  EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
+  EXPECT_EQ(ok.out, "LibTorch " TORCH_VERSION "; no CUDA device: the ranks compute on the CPU\n")
+      << ok.err;
+  const RunResult cuda =
+      run_dstrain({"debug", "devices", "--ranks", "2"}, {"DSTRAIN_DEVICE=cuda"}, 60);
+  EXPECT_EQ(cuda.exit_code, 2) << cuda.out << cuda.err;
+  EXPECT_NE(cuda.err.find("DSTRAIN_DEVICE=cuda but no CUDA device is visible"), std::string::npos)
+      << cuda.err;
+}
+
 TEST(DebugForward, IsHiddenFromTheTopLevelHelp) {
   const RunResult r = run_dstrain({"--help"}, {}, 20);
   EXPECT_EQ(r.exit_code, 0);

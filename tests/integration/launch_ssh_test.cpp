@@ -450,7 +450,9 @@ TEST_F(LaunchSshTest, DryRunCheckReportsEveryHost) {
   RunResult r = run_dstrain(args("true", {"--dry-run", "--check"}), env(), 30);
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   for (int k = 0; k < 2; ++k) {
+    // The front end, then the worker with LibTorch and the devices of the host's 1 rank.
     EXPECT_NE(r.out.find("check " + host(k) + ": reachable; dstrain "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("; LibTorch "), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("host " + host(k) + " (node " + std::to_string(k)), std::string::npos);
   }
 }
