@@ -178,6 +178,62 @@ TEST_F(LaunchSlurmTest, PreemptedTrainingSavesRequeuesAndResumesFromLatest) {
   EXPECT_TRUE(cluster_->wait_job_gone(job, 30));
 }
 
+// The text of `cat > NAME <<'EOF'` ... `EOF` in docs/quickstart-gpu.md.
+std::string quick_start_block(const std::string& name) {
+  const std::string page = read_text(DSTRAIN_SOURCE_DIR "/docs/quickstart-gpu.md");
+  const std::string start = "cat > " + name + " <<'EOF'\n";
+  const size_t b = page.find(start);
+  if (b == std::string::npos) return "";
+  const size_t e = page.find("\nEOF\n", b);
+  return page.substr(b + start.size(), e - b - start.size() + 1);
+}
+
+// docs/quickstart-gpu.md under Slurm, on the CPU, on a private 2-node cluster: the page's config,
+// `scripts/train.sbatch qwen-lora.yaml 2`, then `dstrain resume runs/qwen-lora/checkpoints/latest`
+// inside an allocation of the same nodes (salloc). What differs from the page: no
+// GPUS_PER_NODE (the cluster has no GPUs) and NPROC=1 rank per node; the job's output file, the
+// dstrain binary and the master address named (the cluster's node names do not resolve); the tiny
+// model (`-- --set ...`) where the page downloads Qwen2.5-0.5B; 520 lines of the demo corpus where
+// it uses curl.
+TEST(QuickStartGpuSlurm, TheSbatchAndResumeCommandsOfThePageRunOnTwoNodes) {
+  const std::string reason = SlurmCluster::skip_reason();
+  if (!reason.empty()) GTEST_SKIP() << reason;
+  SlurmCluster cluster(2);
+  TempDir tmp;
+  const std::string config = quick_start_block("qwen-lora.yaml");
+  ASSERT_NE(config, "") << "docs/quickstart-gpu.md has no qwen-lora.yaml block";
+  std::ofstream(tmp.file("qwen-lora.yaml")) << config;
+  std::filesystem::create_directories(tmp.file("data"));
+  {
+    std::ifstream corpus(DSTRAIN_SOURCE_DIR "/configs/data/tiny_corpus.txt");
+    std::ofstream train(tmp.file("data/train.txt"));
+    std::string line;
+    for (int i = 0; i < 520 && std::getline(corpus, line); ++i) train << line << "\n";
+  }
+  const std::string out = tmp.file("job.out");
+  const std::string tiny = " --set model.name_or_path=" DSTRAIN_SOURCE_DIR
+                           "/configs/models/tiny --set model.init=random --set "
+                           "model.tokenizer=byte";
+  const std::string reply =
+      cluster.run("cd " + tmp.path() +
+                  " && env -u CHECKPOINT_DIR DSTRAIN=" DSTRAIN_BINARY
+                  " NPROC=1 LAUNCH_ARGS='--master-addr 127.0.0.1' SBATCH_ARGS='--output=" +
+                  out + "' " DSTRAIN_SOURCE_DIR "/scripts/train.sbatch qwen-lora.yaml 2 --" + tiny);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(reply, m, std::regex("Submitted batch job ([0-9]+)"))) << reply;
+  ASSERT_TRUE(cluster.wait_job_gone(m[1], 180)) << read_text(out) << cluster.logs();
+  const std::string job = read_text(out);
+  EXPECT_NE(job.find("done: "), std::string::npos) << job;
+  EXPECT_NE(job.find("(2 node(s), 1 rank(s) each)"), std::string::npos) << job;
+  EXPECT_TRUE(file_exists(tmp.file("runs/qwen-lora/lora_adapter/adapter_model.safetensors")));
+  ASSERT_TRUE(file_exists(tmp.file("runs/qwen-lora/checkpoints/latest"))) << job;
+
+  const std::string resumed = cluster.run("cd " + tmp.path() +
+                                          " && timeout 150 salloc --nodes=2 " DSTRAIN_BINARY
+                                          " resume runs/qwen-lora/checkpoints/latest 2>&1");
+  EXPECT_NE(resumed.find("done: "), std::string::npos) << resumed << cluster.logs();
+}
+
 // Submitting: with GPUS_PER_NODE the script asks sbatch for that many GPUs per node (one rank
 // each; the test cluster has none, so the request is read off a stand-in sbatch's arguments).
 TEST(TrainSbatch, AsksForGpusPerNodeOnlyWhenGpusPerNodeIsSet) {
