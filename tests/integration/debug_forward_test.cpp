@@ -145,8 +145,8 @@ TEST(DebugForward, CudaDeviceWithoutCudaIsAUsageError) {
   EXPECT_NE(r.err.find("--device cuda"), std::string::npos) << r.err;
 }
 
-// `dstrain debug devices` (what `launch --dry-run --check` runs on each host): the worker's LibTorch
-// and where N ranks would compute; the error a rank would stop with where they could not.
+// `dstrain debug devices` (what `launch --dry-run --check` runs on each host): the worker's
+// LibTorch and where N ranks would compute; the error a rank would stop with where they could not.
 TEST(DebugDevices, SaysWhereTheRanksWouldComputeOrWhyTheyCouldNot) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "a CUDA device is available here";
   const RunResult ok = run_dstrain({"debug", "devices", "--ranks", "2"}, {}, 60);
