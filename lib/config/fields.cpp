@@ -269,9 +269,9 @@ void add_training_optimizer(std::vector<Field>& t) {
 }
 
 void add_training_scheduler(std::vector<Field>& t) {
-  t.push_back(
-      text("training.lr_scheduler", DSTRAIN_MEMBER(training.scheduler.type),
-           {"constant", "linear", "cosine", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"}));
+  t.push_back(text("training.lr_scheduler", DSTRAIN_MEMBER(training.scheduler.type),
+                   {"constant", "constant_with_warmup", "linear", "cosine", "WarmupLR",
+                    "WarmupDecayLR", "WarmupCosineLR"}));
   t.push_back(number("training.warmup_ratio", Range::kFractionOpen,
                      DSTRAIN_MEMBER(training.scheduler.warmup_ratio)));
   t.push_back(integer("training.warmup_steps", Range::kNonNegativeOrUnset,

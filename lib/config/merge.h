@@ -51,6 +51,8 @@ class Merger {
   Config build() const;
 
   const Assigned* find(const std::string& field_path) const;
+  // Logs `line` as a warning and keeps it in the warnings list given to the constructor.
+  void warn(const std::string& line) const;
   const std::string& deepspeed_file() const { return deepspeed_file_; }
   // The number that `per_device_train_batch_size: auto` won over in another source (a DeepSpeed
   // section's train_micro_batch_size_per_gpu, a file's number under --set ...=auto): the
@@ -69,7 +71,7 @@ class Merger {
                            const Source& source);
   [[noreturn]] void fail_unknown(const RuleSet& rules, const std::string& path,
                                  const Origin& origin) const;
-  void warn(const std::string& line);
+
   bool assign_over_auto(const Field& field, const Value& value, const Origin& origin);
 
   std::map<std::string, Assigned> assigned_;

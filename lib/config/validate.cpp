@@ -143,6 +143,20 @@ void check_precision_and_optimizer(const Config& c, const Merger& m, const std::
   }
 }
 
+// lr_scheduler: constant is a flat rate (the Hugging Face Trainer's constant schedule): a warmup
+// key set beside it acts on nothing; constant_with_warmup is the one that warms up.
+void warn_unused_warmup(const Config& c, const Merger& m) {
+  if (c.training.scheduler.type != "constant") return;
+  for (const char* key : {"training.warmup_ratio", "training.warmup_steps"}) {
+    if (const Assigned* a = m.find(key)) {
+      m.warn(
+          fmt::format("{}: {}: accepted, no effect: lr_scheduler constant has no warmup "
+                      "(constant_with_warmup has one)",
+                      a->origin.where, a->origin.key));
+    }
+  }
+}
+
 void check_zero(const ZeroSection& z, const Merger& m, const std::string& file) {
   if (z.offload_optimizer.device != "none" && z.stage < 1) {
     fail_at(origin_of(m, "zero.offload_optimizer.device", file),
@@ -190,6 +204,7 @@ void resolve_and_validate(Config& config, const Merger& merger, const std::strin
   const int64_t sp = config.parallel.sequence_parallel_size;
   resolve_batch(config.training, merger, file, world_size / static_cast<int>(sp), sp);
   check_precision_and_optimizer(config, merger, file);
+  warn_unused_warmup(config, merger);
   check_zero(config.zero, merger, file);
   check_lora(config.lora, merger, file);
 }
