@@ -9,10 +9,10 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
-#include "comm/nccl_communicator.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "model/model.h"
+#include "train/step_sync.h"
 
 namespace dstrain::train {
 
@@ -31,13 +31,7 @@ std::vector<FusedPathVerdict> agree_fused_checks(comm::Communicator& comm,
     local[p][2] = mine[p].bound;
   }
   const int world = comm.world_size();
-  torch::Tensor all = local.reshape({1, n, kFields});
-  if (world > 1) {
-    const torch::Tensor input = local.to(device).reshape({-1});
-    torch::Tensor output = torch::empty({world * n * kFields}, input.options());
-    comm::synchronize(*comm.all_gather(output, input));
-    all = output.cpu().reshape({world, n, kFields});
-  }
+  const torch::Tensor all = gather_from_ranks(comm, local, device);
   std::vector<FusedPathVerdict> verdicts;
   for (int64_t p = 0; p < n; ++p) {
     FusedPathVerdict v;

@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "comm/nccl_communicator.h"
 #include "core/log.h"
+#include "train/step_sync.h"
 
 namespace dstrain::train {
 
@@ -50,13 +50,7 @@ std::vector<size_t> agree_graph_fallbacks(comm::Communicator& comm, model::Layer
     local[f.layer][2] = f.bound;
   }
   const int world = comm.world_size();
-  torch::Tensor all = local.reshape({1, n, kFields});
-  if (world > 1) {
-    const torch::Tensor input = local.to(device).reshape({-1});
-    torch::Tensor output = torch::empty({world * n * kFields}, input.options());
-    comm::synchronize(*comm.all_gather(output, input));
-    all = output.cpu().reshape({world, n, kFields});
-  }
+  const torch::Tensor all = gather_from_ranks(comm, local, device);
   std::vector<size_t> layers;
   for (int64_t b = 0; b < n; ++b) {
     std::vector<int> ranks;

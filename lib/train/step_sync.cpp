@@ -7,6 +7,17 @@
 
 namespace dstrain::train {
 
+torch::Tensor gather_from_ranks(comm::Communicator& comm, const torch::Tensor& local,
+                                const torch::Device& device) {
+  std::vector<int64_t> shape = local.sizes().vec();
+  shape.insert(shape.begin(), comm.world_size());
+  if (comm.world_size() == 1) return local.reshape(shape);
+  const torch::Tensor input = local.to(device).reshape({-1});
+  torch::Tensor output = torch::empty({comm.world_size() * input.numel()}, input.options());
+  comm::synchronize(*comm.all_gather(output, input));
+  return output.cpu().reshape(shape);
+}
+
 void DeferredSum::start(const std::vector<double>& values) {
   if (pending()) fail(ErrorKind::kInternal, "DeferredSum::start while a sum is pending");
   torch::Tensor host = torch::tensor(values, torch::kFloat64);

@@ -22,6 +22,12 @@
 
 namespace dstrain::train {
 
+// Every rank's `local` (float64, on the CPU), gathered over `comm` through `device` (NCCL gathers
+// device tensors): [world, ...local's shape], on the CPU, the same on every rank. A collective that
+// waits for its result.
+torch::Tensor gather_from_ranks(comm::Communicator& comm, const torch::Tensor& local,
+                                const torch::Device& device);
+
 class DeferredSum {
  public:
   DeferredSum(comm::Communicator& comm, torch::Device device) : comm_(comm), device_(device) {}

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/integration/process_util.h"
+#include "tests/integration/train_util.h"
 
 namespace dstrain::testing {
 namespace {
@@ -246,17 +247,6 @@ TEST(CliDocs, TheTwoExecutablesTableSaysWhichRunsEachCommand) {
       << "; the commands that load LibTorch are " << join(worker);
 }
 
-// The text of `cat > NAME <<'EOF'` ... `EOF` in docs/quickstart-gpu.md.
-std::string quick_start_file(const std::string& name) {
-  const std::string page = read_text(DSTRAIN_SOURCE_DIR "/docs/quickstart-gpu.md");
-  const std::string start = "cat > " + name + " <<'EOF'\n";
-  const size_t b = page.find(start);
-  EXPECT_NE(b, std::string::npos) << "docs/quickstart-gpu.md has no " << start;
-  if (b == std::string::npos) return "";
-  const size_t e = page.find("\nEOF\n", b);
-  return page.substr(b + start.size(), e - b - start.size() + 1);
-}
-
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   out << text;
@@ -267,8 +257,12 @@ void write_file(const std::string& path, const std::string& text) {
 // (the launcher validates the config at that world size and connects to nothing).
 TEST(CliDocs, GpuQuickStartPlansSixteenRanksOnTwoHostsOfEight) {
   TempDir dir;
-  write_file(dir.file("qwen-lora.yaml"), quick_start_file("qwen-lora.yaml"));
-  write_file(dir.file("hosts"), quick_start_file("hosts"));
+  const std::string config = quick_start_block("qwen-lora.yaml"),
+                    hosts = quick_start_block("hosts");
+  ASSERT_NE(config, "") << "docs/quickstart-gpu.md has no qwen-lora.yaml block";
+  ASSERT_NE(hosts, "") << "docs/quickstart-gpu.md has no hosts block";
+  write_file(dir.file("qwen-lora.yaml"), config);
+  write_file(dir.file("hosts"), hosts);
   const RunResult r = run_dstrain(
       {"launch", "--hostfile", dir.file("hosts"), "--dry-run", dir.file("qwen-lora.yaml")}, {}, 30);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;

@@ -178,16 +178,6 @@ TEST_F(LaunchSlurmTest, PreemptedTrainingSavesRequeuesAndResumesFromLatest) {
   EXPECT_TRUE(cluster_->wait_job_gone(job, 30));
 }
 
-// The text of `cat > NAME <<'EOF'` ... `EOF` in docs/quickstart-gpu.md.
-std::string quick_start_block(const std::string& name) {
-  const std::string page = read_text(DSTRAIN_SOURCE_DIR "/docs/quickstart-gpu.md");
-  const std::string start = "cat > " + name + " <<'EOF'\n";
-  const size_t b = page.find(start);
-  if (b == std::string::npos) return "";
-  const size_t e = page.find("\nEOF\n", b);
-  return page.substr(b + start.size(), e - b - start.size() + 1);
-}
-
 // docs/quickstart-gpu.md under Slurm, on the CPU, on a private 2-node cluster: the page's config,
 // `scripts/train.sbatch qwen-lora.yaml 2`, then `dstrain resume runs/qwen-lora/checkpoints/latest`
 // inside an allocation of the same nodes (salloc). What differs from the page: no
@@ -203,13 +193,7 @@ TEST(QuickStartGpuSlurm, TheSbatchAndResumeCommandsOfThePageRunOnTwoNodes) {
   const std::string config = quick_start_block("qwen-lora.yaml");
   ASSERT_NE(config, "") << "docs/quickstart-gpu.md has no qwen-lora.yaml block";
   std::ofstream(tmp.file("qwen-lora.yaml")) << config;
-  std::filesystem::create_directories(tmp.file("data"));
-  {
-    std::ifstream corpus(DSTRAIN_SOURCE_DIR "/configs/data/tiny_corpus.txt");
-    std::ofstream train(tmp.file("data/train.txt"));
-    std::string line;
-    for (int i = 0; i < 520 && std::getline(corpus, line); ++i) train << line << "\n";
-  }
+  write_quick_start_data(tmp.path());
   const std::string out = tmp.file("job.out");
   const std::string tiny = " --set model.name_or_path=" DSTRAIN_SOURCE_DIR
                            "/configs/models/tiny --set model.init=random --set "

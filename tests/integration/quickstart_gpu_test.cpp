@@ -33,16 +33,6 @@ namespace {
 
 namespace stdfs = std::filesystem;
 
-// The text of `cat > NAME <<'EOF'` ... `EOF` in docs/quickstart-gpu.md.
-std::string page_file(const std::string& name) {
-  const std::string page = read_text(DSTRAIN_SOURCE_DIR "/docs/quickstart-gpu.md");
-  const std::string start = "cat > " + name + " <<'EOF'\n";
-  const size_t b = page.find(start);
-  if (b == std::string::npos) return "";
-  const size_t e = page.find("\nEOF\n", b);
-  return page.substr(b + start.size(), e - b - start.size() + 1);
-}
-
 class QuickStartGpu : public SshFixture {
  protected:
   QuickStartGpu() : SshFixture(2) {}
@@ -89,19 +79,13 @@ class QuickStartGpu : public SshFixture {
 
 TEST_F(QuickStartGpu, EveryCommandOfThePageRunsOverSsh) {
   // The page's files: the config as it is; the hostfile with the cluster's hosts, 2 slots each.
-  const std::string config = page_file("qwen-lora.yaml");
+  const std::string config = quick_start_block("qwen-lora.yaml");
   ASSERT_NE(config, "") << "docs/quickstart-gpu.md has no qwen-lora.yaml block";
   std::ofstream("qwen-lora.yaml") << config;
-  std::string hosts = page_file("hosts");
+  std::string hosts = quick_start_block("hosts");
   ASSERT_EQ(hosts, "node1 slots=8\nnode2 slots=8\n");
   std::ofstream("hosts") << cluster_->hostfile(2);  // the two hosts (their sshd's port), 2 slots
-  stdfs::create_directories("data");
-  {
-    std::ifstream corpus(DSTRAIN_SOURCE_DIR "/configs/data/tiny_corpus.txt");
-    std::ofstream train("data/train.txt");
-    std::string line;
-    for (int i = 0; i < 520 && std::getline(corpus, line); ++i) train << line << "\n";
-  }
+  write_quick_start_data(tmp_.path());
 
   const RunResult version = run_dstrain({"version"}, env(), 30);
   ASSERT_EQ(version.exit_code, 0) << version.err;

@@ -1,5 +1,6 @@
 #include "tests/integration/train_util.h"
 
+#include <filesystem>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -97,6 +98,23 @@ std::map<long, double> read_metric(const std::string& metrics_path, const std::s
     out[j["step"].get<long>()] = j[key].get<double>();
   }
   return out;
+}
+
+std::string quick_start_block(const std::string& name) {
+  const std::string page = read_text(DSTRAIN_SOURCE_DIR "/docs/quickstart-gpu.md");
+  const std::string start = "cat > " + name + " <<'EOF'\n";
+  const size_t b = page.find(start);
+  if (b == std::string::npos) return "";
+  const size_t e = page.find("\nEOF\n", b);
+  return page.substr(b + start.size(), e - b - start.size() + 1);
+}
+
+void write_quick_start_data(const std::string& dir) {
+  std::filesystem::create_directories(dir + "/data");
+  std::ifstream corpus(DSTRAIN_SOURCE_DIR "/configs/data/tiny_corpus.txt");
+  std::ofstream train(dir + "/data/train.txt");
+  std::string line;
+  for (int i = 0; i < 520 && std::getline(corpus, line); ++i) train << line << "\n";
 }
 
 }  // namespace dstrain::testing

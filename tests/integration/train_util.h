@@ -44,6 +44,13 @@ RunResult launch_job(const std::string& config, int nproc,
 RunResult run_job(const TempDir& dir, const JobSpec& spec,
                   const std::vector<std::string>& overrides = {}, double timeout_s = 300);
 
+// The text of `cat > NAME <<'EOF'` ... `EOF` in docs/quickstart-gpu.md ("" when the page has none).
+std::string quick_start_block(const std::string& name);
+
+// The GPU quick start's data as the tests run it: <dir>/data/train.txt, the first 520 lines of the
+// tiny corpus (about 5 steps of the page's config on 4 ranks) in place of the page's download.
+void write_quick_start_data(const std::string& dir);
+
 // step → value of `key` from every line of a metrics.jsonl that has it.
 std::map<long, double> read_metric(const std::string& metrics_path, const std::string& key);
 

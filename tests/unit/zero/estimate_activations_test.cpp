@@ -237,13 +237,18 @@ TEST(CheckpointingChoice, DescribesTheChoiceThePeaksAndTheLimit) {
 
 // The GPU path for the Qwen2.5-0.5B shape in bf16: per token per layer c·(6C + 2·KVD + 3I) +
 // 4·heads + 8 bytes; offload keeps two layer inputs on the device and every one on the host.
-TEST(EstimateActivations, Qwen25HalfBillionOnAGpu) {
+ActivationInput qwen25_half_billion_on_a_gpu() {
   ActivationInput in;
   in.model = testing::qwen25_half_billion();
   in.micro_batch = 4;
   in.seq_len = 2048;
   in.element_bytes = 2;
   in.cuda = in.fused_kernels = true;
+  return in;
+}
+
+TEST(EstimateActivations, Qwen25HalfBillionOnAGpu) {
+  ActivationInput in = qwen25_half_billion_on_a_gpu();
   const ActivationParts p = activation_parts(in);
   EXPECT_EQ(p.tokens, 8192);
   EXPECT_EQ(p.layer_saved, 8192 * (2 * (6 * 896 + 2 * 128 + 3 * 4864) + 4 * 14 + 8));
@@ -269,12 +274,7 @@ TEST(EstimateActivations, Qwen25HalfBillionOnAGpu) {
 // with biases, o, the MLP, two norms); at stage 3 every parameter (494,032,768, the embedding
 // tied) kept gathered; under LoRA no gradient buffers; nothing where graphs cannot run.
 TEST(EstimateActivations, CudaGraphsKeepTheirBuffersOnTop) {
-  ActivationInput in;
-  in.model = testing::qwen25_half_billion();
-  in.micro_batch = 4;
-  in.seq_len = 2048;
-  in.element_bytes = 2;
-  in.cuda = in.fused_kernels = true;
+  ActivationInput in = qwen25_half_billion_on_a_gpu();
   const ActivationRow none = activation_row(in, Checkpointing::kNone);
   const ActivationRow plain = activation_row(in, Checkpointing::kPlain);
   EXPECT_EQ(none.graphs, 0);
