@@ -37,7 +37,6 @@
 #include "train/run_outputs.h"
 #include "train/step_profiler.h"
 #include "train/step_sync.h"
-#include "zero/estimate_activations.h"
 
 namespace dstrain::train {
 namespace stdfs = std::filesystem;
@@ -188,14 +187,11 @@ void Trainer::choose_cuda_graphs(ParallelPlan& plan) {
     // Before the engine exists (its gradient accumulators take the stream current then).
     training_stream_ = std::make_unique<model::TrainingStream>(device_);
     plan.graph_recorder = model::cuda_graph_recorder(device_);
-    // The memory model's figure for the graphs' pools (zero/estimate_activations.h), exceeded by
-    // at most half (allocator rounding, kernels' workspaces it does not model) before recording
-    // stops.
-    const zero::ActivationRow row = zero::activation_row(
-        zero::activation_input(cfg_, model_config_, true),
-        plan.checkpointing ? zero::Checkpointing::kPlain : zero::Checkpointing::kNone);
-    plan.graph_pool_budget = row.graph_pools + row.graph_pools / 2;
+    // The memory model's figure for the graphs' pools, exceeded by at most half (allocator
+    // rounding, kernels' workspaces it does not model) before recording stops.
     graphs_recompute_ = plan.checkpointing;
+    const int64_t pools = graph_memory(cfg_.training.per_device_train_batch_size).graph_pools;
+    plan.graph_pool_budget = pools + pools / 2;
   }
   if (rank_ != 0) return;
   if (g.on) {

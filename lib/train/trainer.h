@@ -28,6 +28,7 @@
 #include "train/phase_peaks.h"
 #include "train/sequence_parallel.h"
 #include "zero/engine.h"
+#include "zero/estimate_activations.h"
 
 namespace dstrain::train {
 
@@ -100,9 +101,9 @@ class Trainer {
   // gradient reduction), no update, then discarded; false when some rank ran out of memory in the
   // first (CUDA). Error(kRuntime) when that cannot be survived (see the .cpp).
   bool trial_step_fits(int64_t micro);
-  // With CUDA graphs, what the memory model gives their buffers and gradient buffers at micro-batch
-  // `micro` (zero::ActivationRow::graph_buffers); 0 without.
-  int64_t graph_buffer_bytes(int64_t micro) const;
+  // The memory model's figures (graphs, graph_buffers, graph_pools: zero/estimate_activations.h)
+  // for this run's CUDA graphs at micro-batch `micro`.
+  zero::ActivationRow graph_memory(int64_t micro) const;
   // The micro-batch a checkpoint being resumed recorded for this run's data-parallel ranks and
   // samples per rank, else 0.
   int64_t recorded_micro_batch() const;

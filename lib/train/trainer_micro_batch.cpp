@@ -14,7 +14,6 @@
 #include "core/log.h"
 #include "model/rng_state.h"
 #include "train/trainer.h"
-#include "zero/estimate_activations.h"
 
 namespace dstrain::train {
 
@@ -106,7 +105,7 @@ bool Trainer::trial_step_fits(int64_t micro) {
   if (graphs_) graphs_->set_enabled(false);
   torch::Tensor graph_stand_in;
   bool fits = true;
-  if (const int64_t bytes = graph_buffer_bytes(micro); bytes > 0) {
+  if (const int64_t bytes = graphs_ ? graph_memory(micro).graph_buffers : 0; bytes > 0) {
     try {
       graph_stand_in = torch::empty({bytes}, b.input_ids.options().dtype(torch::kByte));
     } catch (const c10::OutOfMemoryError&) {
@@ -133,14 +132,12 @@ bool Trainer::trial_step_fits(int64_t micro) {
   return fits;
 }
 
-int64_t Trainer::graph_buffer_bytes(int64_t micro) const {
-  if (!graphs_) return 0;
+zero::ActivationRow Trainer::graph_memory(int64_t micro) const {
   config::Config at = cfg_;
   at.training.per_device_train_batch_size = micro;
   return zero::activation_row(
-             zero::activation_input(at, model_config_, device_.is_cuda()),
-             graphs_recompute_ ? zero::Checkpointing::kPlain : zero::Checkpointing::kNone)
-      .graph_buffers;
+      zero::activation_input(at, model_config_, device_.is_cuda()),
+      graphs_recompute_ ? zero::Checkpointing::kPlain : zero::Checkpointing::kNone);
 }
 
 int64_t Trainer::recorded_micro_batch() const {
