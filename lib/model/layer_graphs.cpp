@@ -308,6 +308,7 @@ std::shared_ptr<Slot> LayerGraphs::State::slot_for(const ModelBlock& block, cons
           static_cast<int>(x.scalar_type())};
   const auto it = slots.find(key);
   if (it != slots.end()) return it->second;
+  names.try_emplace(block.index, block.name);  // once per layer and shape, not per call
   if (!stats.failure.empty()) return nullptr;
   if (options.pool_budget > 0) {
     if (const int64_t held = recorder->pool_bytes(); held > options.pool_budget) {
@@ -482,7 +483,6 @@ BlockWrapper LayerGraphs::wrapper() {
   return [state = state_](const ModelBlock& block, const torch::Tensor& x, const BlockContext& ctx,
                           const BlockFn& run) -> torch::Tensor {
     if (block.role != BlockRole::kLayer || !ctx.training || !state->enabled) return run(x);
-    state->names.try_emplace(block.index, block.name);
     std::shared_ptr<Slot> slot;
     if (state->recorder->supports(x) && state->eager_layers.count(block.index) == 0) {
       slot = state->slot_for(block, x, ctx);
