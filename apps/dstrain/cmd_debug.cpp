@@ -99,7 +99,7 @@ void set_devices_command(CLI::App& debug, int* exit_code) {
       "  dstrain debug devices --ranks 8");
   auto ranks = std::make_shared<int>(1);
   cmd->add_option("--ranks", *ranks, "Ranks on this node")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1, 65536))
       ->default_val(1);
   cmd->callback([ranks, exit_code] {
     std::printf("%s\n", train::describe_devices(*ranks).c_str());
