@@ -1,5 +1,6 @@
 #include "model/layer_graphs.h"
 
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -224,6 +225,7 @@ struct LayerGraphs::State {
   std::map<std::pair<std::vector<int64_t>, int>, int> pools;  // input shape and dtype → pool
   std::map<int, StaticContext> contexts;                      // pool → its RoPE tables
   bool shapes_exceeded_logged = false;
+  bool speed_judged = false;             // options.min_speedup applied
   std::set<size_t> eager_layers;         // for good, on this rank
   std::vector<LayerFallback> fallbacks;  // not yet taken
   std::map<size_t, std::string> names;   // block index → name, of the blocks seen
@@ -237,6 +239,8 @@ struct LayerGraphs::State {
   CheckResult check(Slot& s, const ModelBlock& block, const EagerRun& first, const EagerRun& again,
                     const torch::Tensor& seed);
   void fall_back(LayerFallback f);
+  // options.min_speedup, once the first recordings are timed.
+  void judge_speed();
 };
 
 namespace {
@@ -354,7 +358,8 @@ std::shared_ptr<Slot> LayerGraphs::State::record(const ModelBlock& block, const 
     EagerRun first;
     recorder->warm_up([&] { first = eager_run(*s, *layer, *ctx, seed); });
     restore_rng(rng);
-    const EagerRun again = eager_run(*s, *layer, *ctx, seed);
+    EagerRun again;
+    const double eager_seconds = recorder->time([&] { again = eager_run(*s, *layer, *ctx, seed); });
     restore_rng(rng);
     s->forward = recorder->record([s, layer, ctx] { forward_body(*s, *layer, *ctx); }, pool);
     ++stats.recordings;
@@ -376,6 +381,13 @@ std::shared_ptr<Slot> LayerGraphs::State::record(const ModelBlock& block, const 
                  checked.tensor});
       return nullptr;
     }
+    // The same work replayed (the check's replays were the recordings' first).
+    stats.first_use_replay_seconds += recorder->time([&] {
+      s->forward->replay();
+      if (s->backward) s->backward->replay();
+    });
+    stats.first_use_eager_seconds += eager_seconds;
+    restore_rng(rng);
     for (const auto& [name, t] : block.parameters) {
       s->reads.emplace_back(t, t.data_ptr());
       s->read_names.push_back(name);
@@ -449,7 +461,21 @@ int64_t LayerGraphs::pool_bytes() const {
   return state_->recorder->pool_bytes();
 }
 
+void LayerGraphs::State::judge_speed() {
+  if (options.min_speedup <= 0 || speed_judged || stats.first_use_replay_seconds <= 0) return;
+  speed_judged = true;
+  if (stats.first_use_eager_seconds >= options.min_speedup * stats.first_use_replay_seconds) {
+    return;
+  }
+  for (const auto& [key, slot] : slots) {
+    if (slot == nullptr) continue;
+    fall_back({std::get<0>(key), FallbackCause::kNoGain, stats.first_use_replay_seconds,
+               stats.first_use_eager_seconds / options.min_speedup, ""});
+  }
+}
+
 std::vector<LayerFallback> LayerGraphs::take_fallbacks() {
+  state_->judge_speed();
   return std::exchange(state_->fallbacks, {});
 }
 
@@ -475,6 +501,8 @@ std::string fallback_cause_text(FallbackCause cause) {
       return "a parameter it reads moved after recording";
     case FallbackCause::kSecondForward:
       return "it ran a second forward before the backward of the first";
+    case FallbackCause::kNoGain:
+      return "its replays were not faster than its eager runs by the margin required";
   }
   return "";
 }
@@ -521,6 +549,14 @@ BlockWrapper LayerGraphs::wrapper() {
 
 // ---------------------------------------------------------------------------------------------
 // Recorders.
+
+double Recorder::time(const std::function<void()>& fn) {
+  synchronize();
+  const auto start = std::chrono::steady_clock::now();
+  fn();
+  synchronize();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 namespace {
 
@@ -633,6 +669,8 @@ class CudaGraphRecorder final : public Recorder {
     if (known == pools_.end()) pools_.emplace(pool, graph->pool());
     return std::make_unique<GraphRecording>(std::move(graph));
   }
+
+  void synchronize() override { c10::cuda::getCurrentCUDAStream(device_.index()).synchronize(); }
 
   int64_t pool_bytes() const override {
     if (pools_.empty()) return 0;

@@ -53,6 +53,10 @@
 // - One forward per backward: without checkpointing a recorded forward's saved activations live in
 //   the pool until its backward; a second forward of the same layer and shape before that backward
 //   would overwrite them, so it runs eagerly and the layer stays eager.
+// - Whether they pay (LayerGraphOptions::min_speedup; training.cuda_graphs: auto): the check also
+//   times the second eager run and one more replay of the same work, each between two
+//   synchronisations with the device; where the replays took more than 1/min_speedup of the eager
+//   time, summed over the layers recorded by the first take_fallbacks(), every layer falls back.
 // Each of these is a fallback (take_fallbacks()) that is eager on this rank at once; the trainer
 // agrees them over the ranks (train/graphs_choice.h) so that every rank runs the layer the same
 // way from the next step on (run_eagerly()). The step in which a fallback happens is computed as
@@ -97,6 +101,12 @@ class Recorder {
   virtual std::unique_ptr<Recording> record(const std::function<void()>& body, int pool) = 0;
   // Device memory the recordings' pools hold now (reserved, in use or not); 0 where none.
   virtual int64_t pool_bytes() const { return 0; }
+  // Runs `fn` and returns the seconds it took, the device work it queued included: the host clock
+  // read around it, after synchronize() each time (the first-use timing).
+  virtual double time(const std::function<void()>& fn);
+  // Waits until the work queued so far (eager kernels, replays) has run. Nothing where work runs
+  // as it is queued (the CPU).
+  virtual void synchronize() {}
 };
 
 // CUDA graphs on `device`, recorded and replayed on the current stream. A capture cannot run on
@@ -135,6 +145,10 @@ struct LayerGraphOptions {
   // Once the recordings' pools hold more than this (Recorder::pool_bytes()), nothing more is
   // recorded: the layers not recorded yet run eagerly, with one warning. 0: no budget.
   int64_t pool_budget = 0;
+  // Keep the recordings only where they pay: at the first take_fallbacks() after recordings were
+  // made, when the first-use replays took more than 1/min_speedup of the eager runs' time (summed
+  // over the layers), every recorded layer falls back (FallbackCause::kNoGain). 0: no such rule.
+  double min_speedup = 0;
 };
 
 struct LayerGraphStats {
@@ -143,15 +157,27 @@ struct LayerGraphStats {
   int64_t eager_calls = 0;   // training-mode layer calls that ran eagerly while enabled
   int64_t eager_layers = 0;  // layers that run eagerly for good after a fallback
   std::string failure;       // why recording stopped ("" while it works)
+  // The first-use check's timings, summed over the recordings that passed it: the second eager
+  // run and a replay of the same work (forward, and backward where recorded), each between two
+  // Recorder::synchronize() calls.
+  double first_use_eager_seconds = 0, first_use_replay_seconds = 0;
 };
 
-enum class FallbackCause { kReplayDiffers = 1, kParameterMoved = 2, kSecondForward = 3 };
+enum class FallbackCause {
+  kReplayDiffers = 1,
+  kParameterMoved = 2,
+  kSecondForward = 3,
+  kNoGain = 4,  // LayerGraphOptions::min_speedup not reached
+};
 
 // A layer this rank stopped replaying (see above).
 struct LayerFallback {
   size_t layer = 0;  // its block index
   FallbackCause cause = FallbackCause::kReplayDiffers;
-  double error = 0, bound = 0;  // kReplayDiffers: the worst tensor's max |replay - eager|, bound
+  // kReplayDiffers: the worst tensor's max |replay - eager| and its bound; kNoGain: the first-use
+  // replays' seconds (LayerGraphStats) and the most that pays, the eager runs' over min_speedup
+  // (the same for every layer).
+  double error = 0, bound = 0;
   std::string detail;  // the tensor (kReplayDiffers) or parameter (kParameterMoved) concerned
 };
 
@@ -172,7 +198,8 @@ class LayerGraphs {
   LayerGraphStats stats() const;
   // Recorder::pool_bytes() of the recorder: what the recordings' memory pools hold.
   int64_t pool_bytes() const;
-  // The fallbacks since the last call (each layer once).
+  // The fallbacks since the last call (each layer once); the first call after recordings were
+  // made also applies LayerGraphOptions::min_speedup.
   std::vector<LayerFallback> take_fallbacks();
   // These layers (block indices) run eagerly from now on; their recordings are freed.
   void run_eagerly(const std::vector<size_t>& layers);

@@ -1,8 +1,11 @@
 #include "train/graphs_choice.h"
 
+#include <set>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/bytes.h"
 #include "core/log.h"
 #include "train/step_sync.h"
 
@@ -22,18 +25,29 @@ std::string layer_graphs_blocker(const ParallelPlan& plan, int64_t sequence_para
   return "";
 }
 
-GraphsChoice choose_graphs(const config::Config& c, const ParallelPlan& plan, bool cuda) {
+GraphsChoice choose_graphs(const config::Config& c, const ParallelPlan& plan, bool cuda,
+                           const GraphsMemory& memory) {
   GraphsChoice g;
   if (c.training.cuda_graphs == "off") return g;
+  const bool automatic = c.training.cuda_graphs == "auto";
   const std::string blocker = layer_graphs_blocker(plan, c.parallel.sequence_parallel_size);
   if (!cuda) {
     g.why_not = "the run is on the CPU; CUDA graphs need a GPU";
   } else if (!blocker.empty()) {
     g.why_not = blocker;
-  } else if (c.training.cuda_graphs == "auto") {
-    g.why_not = std::string(kAutoLeavesGraphsOff);
+  } else if (automatic && c.zero.stage == 3) {
+    g.why_not =
+        "at ZeRO stage 3 graphs keep every layer's gathered parameters (the whole model in the "
+        "compute dtype on each GPU), and auto does not spend stage 3's savings on them "
+        "(training.cuda_graphs: on does)";
+  } else if (automatic && memory.limit > 0 && memory.peak_with_graphs > memory.limit) {
+    g.why_not = fmt::format(
+        "their buffers would take the memory model's peak per rank from {} to {}, over the {} "
+        "planned (training.cuda_graphs: on records them anyway, up to that model's figure)",
+        human_bytes(memory.peak), human_bytes(memory.peak_with_graphs), human_bytes(memory.limit));
   }
   g.on = g.why_not.empty();
+  if (g.on && automatic) g.min_speedup = kAutoMinSpeedup;
   return g;
 }
 
@@ -52,16 +66,19 @@ std::vector<size_t> agree_graph_fallbacks(comm::Communicator& comm, model::Layer
   const int world = comm.world_size();
   const torch::Tensor all = gather_from_ranks(comm, local, device);
   std::vector<size_t> layers;
+  std::set<int> no_gain_ranks;  // kNoGain concerns every layer: one line for all of them
   for (int64_t b = 0; b < n; ++b) {
     std::vector<int> ranks;
     for (int r = 0; r < world; ++r) {
-      if (all[r][b][0].item<double>() != 0) ranks.push_back(r);
+      const auto cause = static_cast<model::FallbackCause>(all[r][b][0].item<int>());
+      if (cause == model::FallbackCause::kNoGain) no_gain_ranks.insert(r);
+      if (static_cast<int>(cause) != 0) ranks.push_back(r);
     }
     if (ranks.empty()) continue;
     layers.push_back(static_cast<size_t>(b));
-    if (comm.rank() != 0) continue;
     const auto first = all[ranks[0]][b];
     const auto cause = static_cast<model::FallbackCause>(first[0].item<int>());
+    if (comm.rank() != 0 || cause == model::FallbackCause::kNoGain) continue;
     std::string detail;
     for (const model::LayerFallback& f : mine) {
       if (ranks[0] == 0 && f.layer == static_cast<size_t>(b)) detail = f.detail;
@@ -77,6 +94,22 @@ std::vector<size_t> agree_graph_fallbacks(comm::Communicator& comm, model::Layer
     log::warn("CUDA graphs: {} runs eagerly on every rank from the next step: on rank(s) {} {}{}",
               graphs.block_name(static_cast<size_t>(b)), fmt::join(ranks, ", "),
               model::fallback_cause_text(cause), numbers);
+  }
+  if (comm.rank() == 0 && !no_gain_ranks.empty()) {
+    const int r = *no_gain_ranks.begin();
+    double replay = 0, allowed = 0;
+    for (int64_t b = 0; b < n && replay == 0; ++b) {
+      if (all[r][b][0].item<int>() == static_cast<int>(model::FallbackCause::kNoGain)) {
+        replay = all[r][b][1].item<double>();
+        allowed = all[r][b][2].item<double>();
+      }
+    }
+    log::info(
+        "CUDA graphs off from the next step: on rank(s) {} the layers' replays took {:.3g} ms, "
+        "over the {:.3g} ms that would pay (first use, all layers: their eager runs' time over the "
+        "speedup required); the run is not held back by kernel launches "
+        "(training.cuda_graphs: on keeps them)",
+        fmt::join(no_gain_ranks, ", "), replay * 1e3, allowed * 1e3);
   }
   graphs.run_eagerly(layers);
   return layers;

@@ -9,13 +9,15 @@
 // inside the layer), activation offload (host copies and events around each layer). `on` there
 // warns that it has no effect.
 //
-// `auto` leaves them off (kAutoLeavesGraphsOff, in the start-up log): the memory their pools and
-// gradient buffers hold is in no plan (`per_device_train_batch_size: auto`, `dstrain estimate`)
-// and no rule says when a run is launch-bound enough to gain, so `on` is the user's explicit
-// choice. At stage 3 graphs keep every unit's gathered parameters where they
-// were recorded (the whole model in the compute dtype, zero::EngineOptions::keep_gathered_memory).
+// `auto` records them where, besides, the run does not keep ZeRO stage 3's gathered parameters
+// for them (at stage 3 graphs keep every unit's gathered parameters where they were recorded: the
+// whole model in the compute dtype, zero::EngineOptions::keep_gathered_memory) and the memory
+// model's peak with their buffers fits the rank's planning limit (their memory is taken from the
+// room left, never from the micro-batch or checkpointing choices); and keeps them only where they
+// pay: each recording is timed by its first-use check (model/layer_graphs.h), and when the replays
+// were not kAutoMinSpeedup times faster than the eager runs on every rank, every layer runs eagerly
+// from the second step on. `on` records them wherever they can run, whatever they cost.
 
-#include <string_view>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -25,18 +27,27 @@
 
 namespace dstrain::train {
 
-inline constexpr std::string_view kAutoLeavesGraphsOff =
-    "auto does not record them: the memory graphs keep is in no plan (per_device_train_batch_size: "
-    "auto, dstrain estimate) and no rule yet says when a run gains from them "
-    "(training.cuda_graphs: on records them)";
+// `auto` keeps the recordings where the first-use replays took at most 1/1.25 = 0.8 of the eager
+// runs' time: below that the copies into and out of the recordings' buffers (not timed) and one
+// timing per layer's noise could eat the gain, and the memory would be held for little.
+inline constexpr double kAutoMinSpeedup = 1.25;
 
 struct GraphsChoice {
   bool on = false;
-  std::string why_not;  // when off: what keeps them off ("" when the setting is off)
+  std::string why_not;     // when off: what keeps them off ("" when the setting is off)
+  double min_speedup = 0;  // model::LayerGraphOptions::min_speedup (auto: kAutoMinSpeedup)
+};
+
+// What `auto` checks of the run's memory (per rank): the memory model's peak without graphs and
+// with their buffers (zero/estimate_activations.h) against the planning limit
+// (train/checkpointing_choice.h). limit 0: not checked.
+struct GraphsMemory {
+  int64_t peak = 0, peak_with_graphs = 0, limit = 0;
 };
 
 // `plan`: the run's plan, its checkpointing resolved. `cuda`: the run's device is a GPU.
-GraphsChoice choose_graphs(const config::Config& c, const ParallelPlan& plan, bool cuda);
+GraphsChoice choose_graphs(const config::Config& c, const ParallelPlan& plan, bool cuda,
+                           const GraphsMemory& memory = {});
 
 // What in `plan` (with `sequence_parallel_size` ranks per sequence) keeps a layer's work from being
 // replayed as recorded, "" when nothing does. parallelize() refuses graphs where this is not "".

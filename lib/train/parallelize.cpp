@@ -101,6 +101,7 @@ Parallelized parallelize(model::DecoderModel model, const ParallelWorld& world, 
     model::LayerGraphOptions options;
     options.recompute_follows = plan.checkpointing;
     options.pool_budget = plan.graph_pool_budget;
+    options.min_speedup = plan.graph_min_speedup;
     out.graphs = std::make_shared<model::LayerGraphs>(std::move(plan.graph_recorder), options);
     model->wrap_blocks(out.graphs->wrapper());
     plan.engine.keep_gathered_memory = true;

@@ -65,6 +65,7 @@ struct ParallelPlan {
   // Not with sequence parallelism, tiled MLP, selective checkpointing or offload (graphs_choice.h).
   std::shared_ptr<model::Recorder> graph_recorder;
   int64_t graph_pool_budget = 0;  // model::LayerGraphOptions::pool_budget (0: none)
+  double graph_min_speedup = 0;   // model::LayerGraphOptions::min_speedup (0: none)
   zero::EngineOptions engine;     // its stage picks the engine; initial_values is set here
   zero::OptimizerFactory optimizer;
   model::ValueSource initial_values;  // the model's parameters by name (files or a seeded init)

@@ -117,7 +117,8 @@ void Trainer::init() {
   resolve_model();
   build_data();
   // The auto choices plan against one limit, read before the engine places anything.
-  const bool plans = cfg_.training.micro_batch_auto || cfg_.model.checkpoint_auto;
+  const bool plans = cfg_.training.micro_batch_auto || cfg_.model.checkpoint_auto ||
+                     (cfg_.training.cuda_graphs == "auto" && device_.is_cuda());
   const int64_t limit = plans ? planning_limit(*comm_, device_) : 0;
   if (cfg_.training.micro_batch_auto) choose_micro_batch(limit);
   // The model holds no memory: the engine fills it (at stage 3 only its shard) from the initial
@@ -135,7 +136,7 @@ void Trainer::init() {
     plan.checkpoint_offload = choice.setting == zero::Checkpointing::kOffload;
     plan.checkpoint_selective = choice.setting == zero::Checkpointing::kSelective;
   }
-  choose_cuda_graphs(plan);
+  choose_cuda_graphs(plan, limit);
   plan.initial_values = initial_values();
   if (cfg_.lora.enabled) {
     plan.lora = lora_plan(cfg_);
@@ -181,20 +182,36 @@ void Trainer::init() {
   }
 }
 
-void Trainer::choose_cuda_graphs(ParallelPlan& plan) {
-  const GraphsChoice g = choose_graphs(cfg_, plan, device_.is_cuda());
+void Trainer::choose_cuda_graphs(ParallelPlan& plan, int64_t limit) {
+  graphs_recompute_ = plan.checkpointing;
+  const int64_t micro = cfg_.training.per_device_train_batch_size;
+  GraphsMemory memory;
+  if (cfg_.training.cuda_graphs == "auto" && device_.is_cuda()) {
+    const zero::Checkpointing setting =
+        plan.checkpointing ? zero::Checkpointing::kPlain : zero::Checkpointing::kNone;
+    memory.peak = predicted_peak(cfg_, model_config_, world_, true, micro, setting);
+    memory.peak_with_graphs = memory.peak + graph_memory(micro).graphs;
+    memory.limit = limit;
+  }
+  const GraphsChoice g = choose_graphs(cfg_, plan, device_.is_cuda(), memory);
   if (g.on) {
     // Before the engine exists (its gradient accumulators take the stream current then).
     training_stream_ = std::make_unique<model::TrainingStream>(device_);
     plan.graph_recorder = model::cuda_graph_recorder(device_);
     // The memory model's figure for the graphs' pools, exceeded by at most half (allocator
     // rounding, kernels' workspaces it does not model) before recording stops.
-    graphs_recompute_ = plan.checkpointing;
-    const int64_t pools = graph_memory(cfg_.training.per_device_train_batch_size).graph_pools;
+    const int64_t pools = graph_memory(micro).graph_pools;
     plan.graph_pool_budget = pools + pools / 2;
+    plan.graph_min_speedup = g.min_speedup;
+    graphs_auto_ = g.min_speedup > 0;
   }
   if (rank_ != 0) return;
-  if (g.on) {
+  if (g.on && graphs_auto_) {
+    log::info(
+        "CUDA graphs: each decoder layer is recorded on its first step, checked and timed against "
+        "its eager run; they stay where the replays are {}x faster",
+        kAutoMinSpeedup);
+  } else if (g.on) {
     log::info("CUDA graphs: each decoder layer is recorded on its first step and replayed after");
   } else if (cfg_.training.cuda_graphs == "on") {
     log::warn("training.cuda_graphs: on has no effect: {}", g.why_not);
@@ -207,9 +224,14 @@ void Trainer::log_graphs_once() {
   if (!graphs_ || graphs_logged_) return;
   graphs_logged_ = true;
   const model::LayerGraphStats st = graphs_->stats();
+  const std::string timing =
+      st.first_use_replay_seconds > 0
+          ? fmt::format("; first use, all layers: replayed {:.3g} ms, eager {:.3g} ms",
+                        st.first_use_replay_seconds * 1e3, st.first_use_eager_seconds * 1e3)
+          : "";
   log::info(
-      "CUDA graphs: {} recordings, {} replays, {} layer calls run eagerly in the first step{}",
-      st.recordings, st.replays, st.eager_calls,
+      "CUDA graphs: {} recordings, {} replays, {} layer calls run eagerly in the first step{}{}",
+      st.recordings, st.replays, st.eager_calls, timing,
       st.failure.empty() ? "" : " (recording stopped: " + st.failure + ")");
 }
 

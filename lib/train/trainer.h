@@ -79,8 +79,8 @@ class Trainer {
   // (each rank checksums every world-th parameter) without materialising it.
   std::string base_checksum(const model::ValueSource& values);
   // training.cuda_graphs (graphs_choice.h): sets plan.graph_recorder when graphs are on; rank 0
-  // says what was chosen.
-  void choose_cuda_graphs(ParallelPlan& plan);
+  // says what was chosen. `limit`: planning_limit() (auto checks the graphs' memory against it).
+  void choose_cuda_graphs(ParallelPlan& plan, int64_t limit);
   // Rank 0, after the first step: what the graphs recorded and replayed.
   void log_graphs_once();
   // A collective, after a step whose stop vote counted a fallback of the graphs on some rank:
@@ -164,6 +164,7 @@ class Trainer {
   bool graphs_logged_ = false;
   std::vector<model::LayerFallback> voted_fallbacks_;  // this rank's, in the pending stop vote
   bool graphs_recompute_ = false;  // with CUDA graphs: the layers are checkpointed (recomputed)
+  bool graphs_auto_ = false;       // graphs on by training.cuda_graphs: auto (kept where they pay)
   std::unique_ptr<optim::LrSchedule> schedule_;
   MicroBatchPlan micro_plan_;      // per_device_train_batch_size: auto (rank 0's plan)
   bool micro_batch_kept_ = false;  // the choice came from the checkpoint resumed

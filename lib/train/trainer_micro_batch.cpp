@@ -101,11 +101,13 @@ bool Trainer::trial_step_fits(int64_t micro) {
   };
   // A trial's shape is recorded by no graph: its layers run eagerly, beside a block the size the
   // memory model gives the graphs' buffers and gradient buffers at this micro-batch (their pools'
-  // activations are the eager ones, which the trial holds anyway).
+  // activations are the eager ones, which the trial holds anyway). Not for graphs that `auto`
+  // turned on: they take only the room the micro-batch leaves (graphs_choice.h).
   if (graphs_) graphs_->set_enabled(false);
   torch::Tensor graph_stand_in;
   bool fits = true;
-  if (const int64_t bytes = graphs_ ? graph_memory(micro).graph_buffers : 0; bytes > 0) {
+  if (const int64_t bytes = graphs_ && !graphs_auto_ ? graph_memory(micro).graph_buffers : 0;
+      bytes > 0) {
     try {
       graph_stand_in = torch::empty({bytes}, b.input_ids.options().dtype(torch::kByte));
     } catch (const c10::OutOfMemoryError&) {
@@ -135,6 +137,7 @@ bool Trainer::trial_step_fits(int64_t micro) {
 zero::ActivationRow Trainer::graph_memory(int64_t micro) const {
   config::Config at = cfg_;
   at.training.per_device_train_batch_size = micro;
+  at.training.cuda_graphs = "on";  // auto's too: what they keep where they run
   return zero::activation_row(
       zero::activation_input(at, model_config_, device_.is_cuda()),
       graphs_recompute_ ? zero::Checkpointing::kPlain : zero::Checkpointing::kNone);

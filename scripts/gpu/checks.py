@@ -25,9 +25,13 @@ figures for the summary table and exiting non-zero when the check fails:
                                           bit-identical, graphs in use (ON_LOG, and their pools in
                                           ON's metrics), launches and kernels per micro-step of
                                           their profiled step
+  checks.py graphs-auto OFF AUTO AUTO_LOG NAME
+                                          training.cuda_graphs: auto against off: losses
+                                          bit-identical, and auto kept the graphs (the tiny model
+                                          is bound by launches); its first-use timings
 
-Only the standard library is needed for bench-figures, trace-top, profile-top, resume-compare
-and graphs-compare; wheels needs
+Only the standard library is needed for bench-figures, trace-top, profile-top, resume-compare,
+graphs-compare and graphs-auto; wheels needs
 packaging (DeepSpeed needs it too); versions and tiny-run import torch, transformers and
 safetensors of the device's python3.
 """
@@ -175,6 +179,26 @@ def graphs_compare(off_dir, on_dir, on_log, micro_steps, name):
         print("differs at steps " + ", ".join(f"{s}: {a[s]!r} vs {b.get(s)!r}" for s in diff),
               file=sys.stderr)
     print("; ".join(parts))
+    return 0 if ok else 1
+
+
+def graphs_auto(off_dir, auto_dir, auto_log, name):
+    """training.cuda_graphs: auto on the tiny model: the losses of off's, bit for bit, the graphs
+    recorded and kept after the first step (its replays timed faster than eager), the timings."""
+    a, b = read_losses(os.path.join(off_dir, "metrics.jsonl")), read_losses(
+        os.path.join(auto_dir, "metrics.jsonl"))
+    same = [s for s in a if s in b and a[s] == b[s]]
+    with open(auto_log) as f:
+        lines = [l.strip() for l in f]
+    first = [l for l in lines if "CUDA graphs:" in l and "recordings" in l]
+    dropped = [l for l in lines if "CUDA graphs off" in l]
+    timing = first[0].split("first use, all layers: ")[-1] if first and "first use" in first[0] \
+        else "no timing"
+    kept = bool(first) and not dropped
+    ok = bool(a) and len(same) == len(a) == len(b) and kept
+    print(f"{name} auto: {len(same)}/{len(a)} losses as off's; " +
+          (f"graphs kept ({timing})" if kept else
+           f"graphs NOT kept ({(dropped or first or ['no line'])[0]})"))
     return 0 if ok else 1
 
 
@@ -387,6 +411,8 @@ def main(argv):
         return 0 if ok else 1
     if cmd == "graphs-compare" and len(rest) == 5:
         return graphs_compare(rest[0], rest[1], rest[2], int(rest[3]), rest[4])
+    if cmd == "graphs-auto" and len(rest) == 4:
+        return graphs_auto(rest[0], rest[1], rest[2], rest[3])
     if cmd == "bench-figures" and rest:
         return bench_figures(*rest)
     if cmd == "wheels" and len(rest) == 2:

@@ -91,8 +91,8 @@ expect '^\| zero3 \| 2 \| all_gather \| [0-9.]+ \| [0-9.]+ [kM]?B \|' "$tmp/out-
        "the collectives table (stage 3 all-gathers)"
 expect '^\| zero0 sp2 \| 2 \| all_to_all \| [0-9.]+ \|' "$tmp/out-ranks/7-ranks.md" \
        "the collectives table (sequence parallelism's all-to-all)"
-expect '^\| 13 graphs \| skipped: no GPU \|.*zero2: both ran / lora-zero3-micro1x4: both ran / lora-zero3-micro1x4 on: resume from 4: 4/4 losses bit-identical / checkpointing: both ran / 2-ranks-zero3: both ran' \
-       "$ranks" "graphs: every case ran with cuda_graphs off and on, the resume equal (CPU: no graphs)"
+expect '^\| 13 graphs \| skipped: no GPU \|.*zero2: off on auto ran / lora-zero3-micro1x4: off on ran / lora-zero3-micro1x4 on: resume from 4: 4/4 losses bit-identical / checkpointing: off on ran / 2-ranks-zero3: off on ran' \
+       "$ranks" "graphs: every case ran with cuda_graphs off and on (ZeRO-2 auto too), the resume equal (CPU: no graphs)"
 expect 'training.cuda_graphs: on has no effect: the run is on the CPU' "$tmp/out-ranks/13-graphs.log" \
        "graphs: on says it has no effect on the CPU"
 files=$(find "$tmp/out-ranks" -type f | wc -l)

@@ -346,5 +346,53 @@ TEST(LayerGraphChecks, RecordingStopsOncePoolsExceedTheirBudget) {
       << err;
 }
 
+// LayerGraphOptions::min_speedup: the first-use check times each layer's eager run and a replay
+// (here a recorder whose timings are given); at the first take_fallbacks(), replays slower than
+// eager/min_speedup over all layers send every layer back to eager (one fallback each, with the
+// timings), the step still eager's bit for bit.
+TEST(LayerGraphChecks, ReplaysNotFasterThanTheRuleRunEveryLayerEagerly) {
+  DecoderModel m = model_of("llama", torch::kFloat);
+  const torch::Tensor ids = random_ids(2, 12, 97, 3);
+  const LossAndGrads eager = train_pass(*m, ids);
+  LayerGraphOptions options;
+  options.min_speedup = 1.25;
+  LayerGraphs graphs(std::make_shared<testing::TimedReplays>(1.0, 0.9), options);
+  m->wrap_blocks(graphs.wrapper());
+  expect_identical(eager, train_pass(*m, ids));
+  const LayerGraphStats first = graphs.stats();
+  EXPECT_EQ(first.first_use_eager_seconds, 3.0) << "3 layers";
+  EXPECT_DOUBLE_EQ(first.first_use_replay_seconds, 2.7);
+  const std::vector<LayerFallback> f = graphs.take_fallbacks();
+  ASSERT_EQ(f.size(), 3u);
+  for (size_t i = 0; i < f.size(); ++i) {
+    EXPECT_EQ(graphs.block_name(f[i].layer), "model.layers." + std::to_string(i));
+    EXPECT_EQ(f[i].cause, FallbackCause::kNoGain);
+    EXPECT_DOUBLE_EQ(f[i].error, 2.7) << "the replays' time";
+    EXPECT_DOUBLE_EQ(f[i].bound, 3.0 / 1.25) << "the most that pays";
+  }
+  expect_identical(eager, train_pass(*m, ids));
+  EXPECT_EQ(graphs.stats().eager_calls, 3) << "the second pass, every layer";
+  EXPECT_TRUE(graphs.take_fallbacks().empty()) << "judged once";
+}
+
+TEST(LayerGraphChecks, ReplaysWithinTheRuleOrNoRuleKeepTheRecordings) {
+  for (const double min_speedup : {1.25, 0.0}) {
+    DecoderModel m = model_of("llama", torch::kFloat);
+    const torch::Tensor ids = random_ids(2, 12, 97, 3);
+    LayerGraphOptions options;
+    options.min_speedup = min_speedup;
+    // Faster by the rule's 1.25 and more; slower, where there is no rule.
+    const double replay = min_speedup > 0 ? 0.5 : 2.0;
+    LayerGraphs graphs(std::make_shared<testing::TimedReplays>(1.0, replay), options);
+    m->wrap_blocks(graphs.wrapper());
+    for (int pass = 0; pass < 2; ++pass) {
+      (void)train_pass(*m, ids);
+      EXPECT_TRUE(graphs.take_fallbacks().empty()) << min_speedup;
+    }
+    EXPECT_EQ(graphs.stats().eager_calls, 0) << min_speedup;
+    EXPECT_EQ(graphs.stats().first_use_replay_seconds, 3 * replay) << min_speedup;
+  }
+}
+
 }  // namespace
 }  // namespace dstrain::model

@@ -1,9 +1,14 @@
 #pragma once
-// For the tests of the layer graphs' checks (model/layer_graphs.h): a recorder whose replays read
-// a parameter that differs from what the eager run reads, as a recording holding a stale address
-// would. Recording (which runs the body once, for real) is left alone; every replay runs with
-// `parameter` shifted by `delta` and puts its exact values back after (through variable_data(),
-// which leaves the parameter's version counter alone: autograd sees no in-place change).
+// For the tests of the layer graphs' checks (model/layer_graphs.h): recorders whose replays
+// compute what the eager run computes, but not as the graphs promise.
+// - PerturbedReplays: its replays read a parameter that differs from what the eager run reads, as
+//   a recording holding a stale address would. Recording (which runs the body once, for real) is
+//   left alone; every replay runs with `parameter` shifted by `delta` and puts its exact values
+//   back after (through variable_data(), which leaves the parameter's version counter alone:
+//   autograd sees no in-place change).
+// - TimedReplays: each replay recomputes (as replaying_recorder()'s); its time() gives every
+//   timing with a replay in it `replay_seconds` and every other (an eager run) `eager_seconds`,
+//   as a card on which replays are that much faster or slower would.
 
 #include <functional>
 #include <memory>
@@ -56,6 +61,45 @@ class PerturbedReplays final : public Recorder {
 
   torch::Tensor parameter_;
   double delta_;
+};
+
+class TimedReplays final : public Recorder {
+ public:
+  TimedReplays(double eager_seconds, double replay_seconds)
+      : clock_(std::make_shared<Clock>(Clock{eager_seconds, replay_seconds})) {}
+
+  bool supports(const torch::Tensor&) const override { return true; }
+  void warm_up(const std::function<void()>& body) override { body(); }
+  std::unique_ptr<Recording> record(const std::function<void()>& body, int) override {
+    body();
+    return std::make_unique<Replay>(body, clock_);
+  }
+  double time(const std::function<void()>& fn) override {
+    clock_->replayed = false;
+    fn();
+    return clock_->replayed ? clock_->replay_seconds : clock_->eager_seconds;
+  }
+
+ private:
+  struct Clock {
+    double eager_seconds, replay_seconds;
+    bool replayed = false;
+  };
+  class Replay final : public Recording {
+   public:
+    Replay(std::function<void()> body, std::shared_ptr<Clock> clock)
+        : body_(std::move(body)), clock_(std::move(clock)) {}
+    void replay() override {
+      body_();
+      clock_->replayed = true;
+    }
+
+   private:
+    std::function<void()> body_;
+    std::shared_ptr<Clock> clock_;
+  };
+
+  std::shared_ptr<Clock> clock_;
 };
 
 }  // namespace dstrain::model::testing

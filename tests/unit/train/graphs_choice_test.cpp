@@ -1,5 +1,6 @@
 // training.cuda_graphs (train/graphs_choice.h): `on` takes graphs on a GPU unless something in the
-// run prevents them and names what does; `auto` records none and says why.
+// run prevents them and names what does; `auto` records them besides only below ZeRO stage 3 and
+// where their memory fits, and keeps them where they pay (kAutoMinSpeedup).
 #include "train/graphs_choice.h"
 
 #include <gtest/gtest.h>
@@ -7,22 +8,43 @@
 namespace dstrain::train {
 namespace {
 
-GraphsChoice choose(const config::Config& c, const ParallelPlan& plan, bool cuda = true) {
-  return choose_graphs(c, plan, cuda);
+GraphsChoice choose(const config::Config& c, const ParallelPlan& plan, bool cuda = true,
+                    const GraphsMemory& memory = {}) {
+  return choose_graphs(c, plan, cuda, memory);
 }
 
-TEST(GraphsChoice, OnIsOnForAGpuAndAutoRecordsNoneSayingWhy) {
+TEST(GraphsChoice, AutoRecordsThemBelowStage3WhereTheyFitAndKeepsThemWhereTheyPay) {
   config::Config c;
   ParallelPlan plan;
   EXPECT_EQ(c.training.cuda_graphs, "auto");
-  const GraphsChoice gpu_auto = choose(c, plan);
-  EXPECT_FALSE(gpu_auto.on);
-  EXPECT_EQ(gpu_auto.why_not, kAutoLeavesGraphsOff);
+  const GraphsMemory fits{10 << 20, 12 << 20, 12 << 20};
+  const GraphsChoice gpu_auto = choose(c, plan, true, fits);
+  EXPECT_TRUE(gpu_auto.on) << gpu_auto.why_not;
+  EXPECT_EQ(gpu_auto.min_speedup, kAutoMinSpeedup);
+  const GraphsChoice over = choose(c, plan, true, {10 << 20, 13 << 20, 12 << 20});
+  EXPECT_FALSE(over.on);
+  EXPECT_EQ(over.why_not,
+            "their buffers would take the memory model's peak per rank from 10.00 MiB to 13.00 "
+            "MiB, over the 12.00 MiB planned (training.cuda_graphs: on records them anyway, up to "
+            "that model's figure)");
   const GraphsChoice cpu = choose(c, plan, /*cuda=*/false);
   EXPECT_FALSE(cpu.on);
   EXPECT_NE(cpu.why_not.find("CPU"), std::string::npos) << cpu.why_not;
+  c.zero.stage = 3;
+  const GraphsChoice stage3 = choose(c, plan, true, fits);
+  EXPECT_FALSE(stage3.on);
+  EXPECT_NE(stage3.why_not.find("at ZeRO stage 3 graphs keep every layer's gathered parameters"),
+            std::string::npos)
+      << stage3.why_not;
+}
+
+TEST(GraphsChoice, OnIsOnForAGpuWhateverItCosts) {
+  config::Config c;
+  ParallelPlan plan;
   c.training.cuda_graphs = "on";
-  EXPECT_TRUE(choose(c, plan).on);
+  const GraphsChoice on = choose(c, plan, true, {10 << 20, 13 << 20, 12 << 20});
+  EXPECT_TRUE(on.on);
+  EXPECT_EQ(on.min_speedup, 0) << "kept whether they pay or not";
   c.zero.stage = 3;
   EXPECT_TRUE(choose(c, plan).on) << "on takes stage 3's kept gathers whatever they cost";
   EXPECT_FALSE(choose(c, plan, /*cuda=*/false).on);

@@ -39,6 +39,8 @@ struct GraphsSetup {
   bool lora = false;
   bool checkpointing = false;
   int perturbed_rank = -1;  // this rank's replays of layer 1 read a shifted down_proj weight
+  int slow_rank = -1;       // this rank's replays wait 0.1 s each (model::testing::SlowReplays)
+  double min_speedup = 0;   // ParallelPlan::graph_min_speedup
 };
 
 std::string describe_graphs(const GraphsSetup& s) {
@@ -70,6 +72,11 @@ void train_rank(const GraphsSetup& s, bool graphs, const torch::Tensor& ids,
     plan.graph_recorder = std::make_shared<model::testing::PerturbedReplays>(
         m->decoder_layer(1)->mlp->down_proj->weight, 1e-3);
   }
+  if (graphs && s.min_speedup > 0) {
+    plan.graph_recorder =
+        std::make_shared<model::testing::TimedReplays>(1.0, comm.rank() == s.slow_rank ? 2.0 : 0.1);
+  }
+  plan.graph_min_speedup = s.min_speedup;
   plan.engine.stage = s.stage;
   plan.engine.compute_dtype = s.dtype;
   plan.engine.param_persistence_threshold = 100;
@@ -172,6 +179,40 @@ TEST(LayerGraphsEngine, APlantedReplayDifferenceFallsBackOnEveryRank) {
     EXPECT_NE(at, std::string::npos) << err;
     EXPECT_EQ(err.find("CUDA graphs:", at + 1), std::string::npos) << "warned more than once";
   }
+}
+
+// Replays that do not pay on rank 1 only (training.cuda_graphs: auto's rule, kAutoMinSpeedup:
+// rank 0's replays time 10x faster than eager, rank 1's 2x slower): after the first step every
+// layer runs eagerly on both ranks, with one line from rank 0 and no per-layer warning; every loss,
+// norm and update is eager's.
+TEST(LayerGraphsEngine, ReplaysThatDoNotPayOnOneRankTurnGraphsOffOnEveryRank) {
+  GraphsSetup s{"llama", torch::kFloat, 1};
+  s.slow_rank = 1;
+  s.min_speedup = kAutoMinSpeedup;
+  const GraphsRun eager = train_graphs(s, false);
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  const GraphsRun replayed = train_graphs(s, true);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(replayed.losses, eager.losses);
+  EXPECT_EQ(replayed.norms, eager.norms);
+  for (const auto& [key, master] : eager.masters) {
+    EXPECT_TRUE(torch::equal(master, replayed.masters.at(key))) << key;
+  }
+  ASSERT_EQ(replayed.agreed.size(), static_cast<size_t>(kSteps));
+  EXPECT_EQ(replayed.agreed[0], (std::vector<size_t>{1, 2})) << "blocks 1 and 2: both layers";
+  EXPECT_TRUE(replayed.agreed[1].empty());
+  EXPECT_EQ(replayed.eager_layers, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(replayed.stats.eager_calls, (kSteps - 1) * kMicroSteps * 2) << "rank 0, 2 layers";
+  const std::string line =
+      "CUDA graphs off from the next step: on rank(s) 1 the layers' replays took 4e+03 ms, over "
+      "the "
+      "1.6e+03 ms that would pay";
+  const size_t at = out.find(line);
+  EXPECT_NE(at, std::string::npos) << out;
+  EXPECT_EQ(out.find("CUDA graphs", at + 1), std::string::npos) << "said more than once:\n" << out;
+  EXPECT_EQ(err.find("CUDA graphs"), std::string::npos) << "no warning:\n" << err;
 }
 
 // What graphs_choice.h keeps graphs off for, parallelize() refuses outright.
