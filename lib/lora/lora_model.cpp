@@ -78,19 +78,19 @@ LoraModel::LoraModel(model::DecoderModel model, LoraOptions options, const std::
   // drew from the global generator.
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(options_.seed);
   torch::NoGradGuard no_grad;
-  for (const auto& t : targets_) {
+  for (auto& t : targets_) {
     torch::Tensor a = initial_a(options_.r, t.in_features, options_.init, gen);
     torch::Tensor b = torch::zeros({t.out_features, options_.r}, torch::kFloat);
     a.set_requires_grad(true);
     b.set_requires_grad(true);
     auto adapter = std::make_shared<LoraAdapter>(a, b, options_.scale(), options_.dropout);
-    t.adapters->set(t.projection, adapter);
+    t.linear->adapter = adapter;
     adapters_.push_back(std::move(adapter));
   }
 }
 
 LoraModel::~LoraModel() {
-  for (const auto& t : targets_) t.adapters->set(t.projection, nullptr);
+  for (auto& t : targets_) t.linear->adapter = nullptr;
 }
 
 std::vector<std::string> LoraModel::modules() const {
@@ -101,9 +101,15 @@ std::vector<std::string> LoraModel::modules() const {
 
 std::vector<std::pair<std::string, torch::Tensor>> LoraModel::named_parameters() const {
   std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (BlockParameter& p : block_parameters()) out.emplace_back(std::move(p.name), p.tensor);
+  return out;
+}
+
+std::vector<LoraModel::BlockParameter> LoraModel::block_parameters() const {
+  std::vector<BlockParameter> out;
   for (size_t i = 0; i < targets_.size(); ++i) {
-    out.emplace_back(lora_a_name(targets_[i].path), adapters_[i]->A);
-    out.emplace_back(lora_b_name(targets_[i].path), adapters_[i]->B);
+    out.push_back({lora_a_name(targets_[i].path), adapters_[i]->A, targets_[i].block});
+    out.push_back({lora_b_name(targets_[i].path), adapters_[i]->B, targets_[i].block});
   }
   return out;
 }

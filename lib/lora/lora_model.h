@@ -58,6 +58,13 @@ class LoraModel {
   const std::vector<TargetModule>& targets() const { return targets_; }
   // (lora_A name, A), (lora_B name, B) per module, in forward order: the trainable parameters.
   std::vector<std::pair<std::string, torch::Tensor>> named_parameters() const;
+  // The same, each with the model block its projection belongs to (model::ModelBlock::index).
+  struct BlockParameter {
+    std::string name;
+    torch::Tensor tensor;
+    size_t block = 0;
+  };
+  std::vector<BlockParameter> block_parameters() const;
   std::vector<LoraWeights> weights() const;
   int64_t num_parameters() const;
 

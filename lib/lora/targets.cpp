@@ -18,7 +18,7 @@ TargetModule make_target(const model::ModelBlock& block, const model::Projection
   t.block = block.index;
   t.in_features = p.linear->in_features;
   t.out_features = p.linear->out_features;
-  t.adapters = p.adapters;
+  t.linear = p.linear;
   t.weight = p.linear->weight;
   return t;
 }

@@ -33,8 +33,8 @@ struct TargetModule {
   size_t block = 0;        // the model block it belongs to (model::ModelBlock::index)
   int64_t in_features = 0;
   int64_t out_features = 0;
-  model::ProjectionAdapters* adapters = nullptr;  // the owning module's adapter slots
-  torch::Tensor weight;                           // the projection's weight [out, in]
+  model::Linear linear{nullptr};  // the projection (its adapter slot: LinearImpl::adapter)
+  torch::Tensor weight;           // the projection's weight [out, in]
 };
 
 // Every projection that can carry an adapter, in forward order (block by block; in a decoder

@@ -73,10 +73,10 @@ std::vector<torch::Tensor> DecoderLayerImpl::weights() {
 std::vector<Projection> DecoderLayerImpl::projections() {
   auto& a = *self_attn;
   auto& m = *mlp;
-  return {{"self_attn.q_proj", a.q_proj, &a.adapters}, {"self_attn.k_proj", a.k_proj, &a.adapters},
-          {"self_attn.v_proj", a.v_proj, &a.adapters}, {"self_attn.o_proj", a.o_proj, &a.adapters},
-          {"mlp.gate_proj", m.gate_proj, &m.adapters}, {"mlp.up_proj", m.up_proj, &m.adapters},
-          {"mlp.down_proj", m.down_proj, &m.adapters}};
+  return {{"self_attn.q_proj", a.q_proj}, {"self_attn.k_proj", a.k_proj},
+          {"self_attn.v_proj", a.v_proj}, {"self_attn.o_proj", a.o_proj},
+          {"mlp.gate_proj", m.gate_proj}, {"mlp.up_proj", m.up_proj},
+          {"mlp.down_proj", m.down_proj}};
 }
 
 torch::Tensor LmHead::forward(const torch::Tensor& h, const BlockContext& ctx) {

@@ -51,13 +51,13 @@ struct BlockContext {
   bool training = false;  // the model's mode
 };
 
-// A linear projection inside a block that an adapter can be added to (LoRA).
+// A linear projection inside a block that an adapter can be added to (LoRA: its
+// LinearImpl::adapter, which the block's forward reads through adapted() or add_delta()).
 struct Projection {
   std::string path;  // relative to the block, e.g. "self_attn.q_proj"
   Linear linear;
-  ProjectionAdapters* adapters = nullptr;  // the slots of the module that owns the projection
 
-  // Its slot in `adapters` and its name in LoRA's target_modules: the last part of the path.
+  // Its name in LoRA's target_modules: the last part of the path.
   std::string key() const { return path.substr(path.rfind('.') + 1); }
 };
 

@@ -71,34 +71,13 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
                                           /*enable_gqa=*/kv_heads != heads);
 }
 
-void ProjectionAdapters::set(const std::string& projection,
-                             std::shared_ptr<LinearAdapter> adapter) {
-  if (adapter) {
-    by_name_[projection] = std::move(adapter);
-  } else {
-    by_name_.erase(projection);
-  }
+torch::Tensor LinearImpl::adapted(const torch::Tensor& x, bool training) {
+  return add_delta(forward(x), x, training);
 }
 
-torch::Tensor ProjectionAdapters::apply(const std::string& projection, Linear& linear,
-                                        const torch::Tensor& x, bool training) const {
-  return add_delta(projection, linear(x), x, training);
-}
-
-torch::Tensor ProjectionAdapters::add_delta(const std::string& projection, const torch::Tensor& y,
-                                            const torch::Tensor& x, bool training) const {
-  if (by_name_.empty()) return y;
-  const auto it = by_name_.find(projection);
-  if (it == by_name_.end()) return y;
-  return y + it->second->delta(x, training);
-}
-
-std::vector<torch::Tensor> ProjectionAdapters::parameters() const {
-  std::vector<torch::Tensor> out;
-  for (const auto& [name, adapter] : by_name_) {
-    for (auto& t : adapter->parameters()) out.push_back(t);
-  }
-  return out;
+torch::Tensor LinearImpl::add_delta(const torch::Tensor& y, const torch::Tensor& x,
+                                    bool training) const {
+  return adapter ? y + adapter->delta(x, training) : y;
 }
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps, Materialize materialize) : eps_(eps) {
@@ -147,20 +126,17 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   q = rotary(q, cos, sin).transpose(1, 2);  // [B, H, T, D]
   k = rotary(k, cos, sin).transpose(1, 2);  // [B, KV, T, D]
   const torch::Tensor out = core ? core(q, k, v, window_) : causal_attention(q, k, v, window_);
-  return adapters.apply("o_proj", o_proj, out.transpose(1, 2).reshape({B, T, heads_ * head_dim_}),
-                        train);
+  return o_proj->adapted(out.transpose(1, 2).reshape({B, T, heads_ * head_dim_}), train);
 }
 
 std::array<torch::Tensor, 3> AttentionImpl::project_qkv(const torch::Tensor& x, bool training) {
   if (!use_fused_qkv(x)) {
-    return {adapters.apply("q_proj", q_proj, x, training),
-            adapters.apply("k_proj", k_proj, x, training),
-            adapters.apply("v_proj", v_proj, x, training)};
+    return {q_proj->adapted(x, training), k_proj->adapted(x, training),
+            v_proj->adapted(x, training)};
   }
   const QkvOutputs y = fused_qkv(x, *q_proj, *k_proj, *v_proj);
-  return {adapters.add_delta("q_proj", y.q, x, training),
-          adapters.add_delta("k_proj", y.k, x, training),
-          adapters.add_delta("v_proj", y.v, x, training)};
+  return {q_proj->add_delta(y.q, x, training), k_proj->add_delta(y.k, x, training),
+          v_proj->add_delta(y.v, x, training)};
 }
 
 MlpImpl::MlpImpl(const ModelConfig& c, Materialize m) {
@@ -172,13 +148,11 @@ MlpImpl::MlpImpl(const ModelConfig& c, Materialize m) {
 
 torch::Tensor MlpImpl::untiled(const torch::Tensor& x, bool training,
                                const torch::Tensor& residual) {
-  const torch::Tensor h = swiglu(adapters.apply("gate_proj", gate_proj, x, training),
-                                 adapters.apply("up_proj", up_proj, x, training));
+  const torch::Tensor h = swiglu(gate_proj->adapted(x, training), up_proj->adapted(x, training));
   if (residual.defined() && !down_proj->bias.defined() && use_fused_kernels(h)) {
-    return adapters.add_delta("down_proj", add_projection(residual, h, down_proj->weight), h,
-                              training);
+    return down_proj->add_delta(add_projection(residual, h, down_proj->weight), h, training);
   }
-  const torch::Tensor y = adapters.apply("down_proj", down_proj, h, training);
+  const torch::Tensor y = down_proj->adapted(h, training);
   return residual.defined() ? residual + y : y;
 }
 
@@ -197,7 +171,12 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   if (tile == 0) return untiled(x, train);
   // The closure holds the module (not `this`): the graph may outlive this call.
   auto self = std::static_pointer_cast<MlpImpl>(shared_from_this());
-  std::vector<torch::Tensor> params = adapters.parameters();
+  std::vector<torch::Tensor> params;
+  for (const Linear& projection : {gate_proj, up_proj, down_proj}) {
+    if (projection->adapter) {
+      for (const torch::Tensor& t : projection->adapter->parameters()) params.push_back(t);
+    }
+  }
   for (const auto& p : parameters()) params.push_back(p);
   const torch::Tensor rows = x.reshape({-1, C});  // [B·T, C]
   const torch::Tensor out =

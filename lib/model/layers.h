@@ -25,18 +25,6 @@ namespace dstrain::model {
 // own shard), or nothing ever does (the memory estimator, LoRA's target matching).
 enum class Materialize { kYes, kNo };
 
-// y = x·Wᵀ + b: torch::nn::Linear's forward and default initialisation, buildable without memory.
-class LinearImpl : public torch::nn::Module {
- public:
-  LinearImpl(int64_t in_features, int64_t out_features, bool bias, Materialize materialize);
-  torch::Tensor forward(const torch::Tensor& x);  // [..., in] -> [..., out]
-
-  int64_t in_features, out_features;
-  torch::Tensor weight;  // [out, in]
-  torch::Tensor bias;    // [out], or undefined
-};
-TORCH_MODULE(Linear);
-
 // Something added to a projection's output, computed from the same input: LoRA's
 // B·A·dropout(x)·scale (lib/lora). x [..., in] → [..., out] in x's dtype. `training` is the owning
 // module's mode, so dropout-like adapters act only in training.
@@ -49,26 +37,29 @@ class LinearAdapter {
   virtual std::vector<torch::Tensor> parameters() const = 0;
 };
 
-// The adapters of one module's projections, by projection name ("q_proj", ...). The model never
-// creates adapters; whoever sets one keeps its parameters (they are not the module's parameters,
-// so named_parameters() stays the Hugging Face state dict).
-class ProjectionAdapters {
+// y = x·Wᵀ + b: torch::nn::Linear's forward and default initialisation, buildable without memory.
+// A projection owns the slot of its adapter: adapted() and add_delta() are what a module's forward
+// calls, so an adapter set on a projection is one its forward reads (no lookup by name).
+class LinearImpl : public torch::nn::Module {
  public:
-  // A null adapter removes the projection's adapter.
-  void set(const std::string& projection, std::shared_ptr<LinearAdapter> adapter);
-  bool empty() const { return by_name_.empty(); }
-  // linear(x) plus the projection's adapter delta, if it has one.
-  torch::Tensor apply(const std::string& projection, Linear& linear, const torch::Tensor& x,
-                      bool training) const;
-  // y (the projection's output for x, computed elsewhere) plus its adapter delta, if it has one.
-  torch::Tensor add_delta(const std::string& projection, const torch::Tensor& y,
-                          const torch::Tensor& x, bool training) const;
-  // Every adapter's parameters().
-  std::vector<torch::Tensor> parameters() const;
+  LinearImpl(int64_t in_features, int64_t out_features, bool bias, Materialize materialize);
+  torch::Tensor forward(const torch::Tensor& x);  // [..., in] -> [..., out]
+  // forward(x) plus the adapter's delta, if there is one.
+  torch::Tensor adapted(const torch::Tensor& x, bool training);
+  // y (this projection's output for x, computed elsewhere: a fused kernel) plus the adapter's
+  // delta, if there is one.
+  torch::Tensor add_delta(const torch::Tensor& y, const torch::Tensor& x, bool training) const;
 
- private:
-  std::map<std::string, std::shared_ptr<LinearAdapter>> by_name_;
+  // The adapter added to this projection's output; null: none. The model never creates adapters:
+  // whoever sets one keeps its parameters (they are not the module's parameters, so
+  // named_parameters() stays the Hugging Face state dict).
+  std::shared_ptr<LinearAdapter> adapter;
+
+  int64_t in_features, out_features;
+  torch::Tensor weight;  // [out, in]
+  torch::Tensor bias;    // [out], or undefined
 };
+TORCH_MODULE(Linear);
 
 // Causal attention over the whole sequence, the part of attention between RoPE and o_proj:
 // q [B, H, T, D], k and v [B, KV, T, D] → [B, H, T, D], each key/value head serving H/KV
@@ -112,14 +103,13 @@ class AttentionImpl : public torch::nn::Module {
   // x: [B, T, C]; cos, sin: [T, D] in x's dtype (the positions of x's tokens). Returns [B, T, C].
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
-  Linear q_proj{nullptr};       // weight [H·D, C]
-  Linear k_proj{nullptr};       // weight [KV·D, C]
-  Linear v_proj{nullptr};       // weight [KV·D, C]
-  Linear o_proj{nullptr};       // weight [C, H·D]
-  RMSNorm q_norm{nullptr};      // [D], qwen3 only
-  RMSNorm k_norm{nullptr};      // [D], qwen3 only
-  ProjectionAdapters adapters;  // keyed q_proj, k_proj, v_proj, o_proj
-  AttentionCore core;           // empty: causal_attention
+  Linear q_proj{nullptr};   // weight [H·D, C]
+  Linear k_proj{nullptr};   // weight [KV·D, C]
+  Linear v_proj{nullptr};   // weight [KV·D, C]
+  Linear o_proj{nullptr};   // weight [C, H·D]
+  RMSNorm q_norm{nullptr};  // [D], qwen3 only
+  RMSNorm k_norm{nullptr};  // [D], qwen3 only
+  AttentionCore core;       // empty: causal_attention
 
  private:
   // q [B, T, H·D], k and v [B, T, KV·D] for x [B, T, C], adapters included.
@@ -142,10 +132,9 @@ class MlpImpl : public torch::nn::Module {
   // kTiledMlpOff (the default), kTiledMlpAuto or tokens per tile: see mlp_tile_tokens().
   void set_tiling(int64_t setting) { tiling_ = setting; }
 
-  Linear gate_proj{nullptr};    // [I, C]
-  Linear up_proj{nullptr};      // [I, C]
-  Linear down_proj{nullptr};    // [C, I]
-  ProjectionAdapters adapters;  // keyed gate_proj, up_proj, down_proj
+  Linear gate_proj{nullptr};  // [I, C]
+  Linear up_proj{nullptr};    // [I, C]
+  Linear down_proj{nullptr};  // [C, I]
 
  private:
   // [..., C] -> [..., C], plus residual when it is defined.

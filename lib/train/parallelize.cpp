@@ -71,10 +71,8 @@ std::vector<zero::NamedParameter> engine_parameters(const model::DecoderModelImp
     }
   }
   if (!lora) return out;
-  const auto adapters = lora->named_parameters();  // lora_A, lora_B of each target in turn
-  for (size_t i = 0; i < adapters.size(); ++i) {
-    const int unit = static_cast<int>(lora->targets().at(i / 2).block);
-    out.push_back({adapters[i].first, adapters[i].second, unit});
+  for (const lora::LoraModel::BlockParameter& p : lora->block_parameters()) {
+    out.push_back({p.name, p.tensor, static_cast<int>(p.block)});
   }
   return out;
 }

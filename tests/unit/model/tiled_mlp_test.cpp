@@ -97,13 +97,12 @@ TEST(TiledModel, AdaptersOnTheMlpProjectionsGetTheirGradients) {
   std::vector<torch::Tensor> adapter_params;
   for (int64_t i = 0; i < m->num_layers(); ++i) {
     Mlp mlp = m->decoder_layer(i)->mlp;
-    const std::vector<std::tuple<std::string, int64_t, int64_t>> projections = {
-        {"gate_proj", 64, 96}, {"up_proj", 64, 96}, {"down_proj", 96, 64}};
-    for (const auto& [name, in, out] : projections) {
-      auto adapter = std::make_shared<TestAdapter>(in, out);
+    for (Linear projection : {mlp->gate_proj, mlp->up_proj, mlp->down_proj}) {
+      auto adapter =
+          std::make_shared<TestAdapter>(projection->in_features, projection->out_features);
       adapter_params.push_back(adapter->A);
       adapter_params.push_back(adapter->B);
-      mlp->adapters.set(name, adapter);
+      projection->adapter = adapter;
     }
   }
   for (auto& p : m->parameters()) p.requires_grad_(false);  // a frozen base, as under LoRA

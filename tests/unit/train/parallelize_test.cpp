@@ -38,14 +38,13 @@ class GatedResidualImpl : public torch::nn::Module, public model::Block {
   }
   torch::Tensor forward(const torch::Tensor& h, const model::BlockContext&) override {
     ++forwards;
-    return h + torch::sigmoid(gate) * adapters.apply("proj", proj, h, is_training());
+    return h + torch::sigmoid(gate) * proj->adapted(h, is_training());
   }
   std::vector<torch::Tensor> weights() override { return parameters(); }
-  std::vector<model::Projection> projections() override { return {{"proj", proj, &adapters}}; }
+  std::vector<model::Projection> projections() override { return {{"proj", proj}}; }
 
   model::Linear proj{nullptr};  // [C, C]
   torch::Tensor gate;           // [C]
-  model::ProjectionAdapters adapters;
   std::atomic<int> forwards{0};
 };
 
