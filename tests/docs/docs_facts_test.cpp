@@ -111,6 +111,49 @@ TEST(DocsFacts, ReadmeAndArchitectureNameEveryLibModule) {
                                << "; lib/ holds " << join(modules);
 }
 
+// Each module's DEPS in its CMakeLists.txt: the words after DEPS up to the next keyword (LIBS,
+// TORCH, PCH, SOURCES) or the closing parenthesis, over every dstrain_module() call of the file.
+std::set<std::string> cmake_deps(const std::string& cmake_file) {
+  const std::string text = source_file(cmake_file);
+  static const std::regex deps("DEPS([^)]*)");
+  static const std::set<std::string> keywords = {"LIBS", "TORCH", "PCH", "SOURCES"};
+  std::set<std::string> out;
+  for (std::sregex_iterator it(text.begin(), text.end(), deps), e; it != e; ++it) {
+    std::stringstream words((*it)[1].str());
+    std::string word;
+    while (words >> word && keywords.count(word) == 0) out.insert(word);
+  }
+  return out;
+}
+
+TEST(DocsFacts, ArchitectureListsEachModulesCmakeDependencies) {
+  const std::string text = section(source_file("docs/architecture.md"),
+                                   "## Modules and their direction", "docs/architecture.md");
+  std::map<std::string, std::set<std::string>> documented;
+  static const std::regex name("`([a-z]+)`");
+  for (const auto& row : table_rows(text)) {
+    if (row.size() != 2 || row[0].rfind("`", 0) != 0) continue;  // the "depends on" table only
+    std::smatch module;
+    if (!std::regex_match(row[0], module, std::regex("`([a-z]+)`"))) continue;
+    std::set<std::string>& deps = documented[module[1]];
+    for (std::sregex_iterator it(row[1].begin(), row[1].end(), name), e; it != e; ++it) {
+      deps.insert((*it)[1]);
+    }
+  }
+  std::set<std::string> modules = lib_modules();
+  modules.insert("launcher");  // outside lib/
+  for (const std::string& m : modules) {
+    const std::string file =
+        m == "launcher" ? "launcher/CMakeLists.txt" : "lib/" + m + "/CMakeLists.txt";
+    ASSERT_EQ(documented.count(m), 1u)
+        << "docs/architecture.md has no \"depends on\" row for " << m;
+    EXPECT_EQ(documented.at(m), cmake_deps(file))
+        << m << ": docs/architecture.md says " << join(documented.at(m)) << "; " << file
+        << " declares " << join(cmake_deps(file));
+  }
+  EXPECT_EQ(documented.size(), modules.size()) << "rows for modules that do not exist";
+}
+
 // The tests tests/gpu/CMakeLists.txt registers with the label gpu.
 std::set<std::string> gpu_tests() {
   const std::string cmake = source_file("tests/gpu/CMakeLists.txt");
