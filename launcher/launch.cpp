@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/secrets.h"
+#include "core/shared_files.h"
 #include "launcher/hostfile.h"
 #include "launcher/hostlist.h"
 #include "launcher/launch_record.h"
@@ -142,17 +143,15 @@ void resume_from_latest(LocalLaunchOptions& l, const std::string& checkpoint_dir
     if (arg.rfind("--resume-from", 0) == 0)
       fail(ErrorKind::kUsage, "--resume-latest and --resume-from (after --) exclude each other");
   }
-  const std::string latest = (stdfs::path(checkpoint_dir) / "latest").string();
-  std::error_code ec;
-  if (!stdfs::is_regular_file(latest, ec)) {
+  const std::string latest = (stdfs::path(checkpoint_dir) / shared_files::kLatest).string();
+  const std::optional<std::string> tag = shared_files::read_latest(checkpoint_dir);
+  if (!tag) {
     write_all(2, fmt::format("dstrain launch: --resume-latest: no checkpoint in {} yet: starting "
                              "at step 0\n",
                              checkpoint_dir));
     return;
   }
-  std::string tag = fs::read_file(latest);
-  while (!tag.empty() && std::isspace(static_cast<unsigned char>(tag.back()))) tag.pop_back();
-  write_all(2, fmt::format("dstrain launch: resuming from {} ({})\n", latest, tag));
+  write_all(2, fmt::format("dstrain launch: resuming from {} ({})\n", latest, *tag));
   l.args.insert(l.args.begin(), {"--resume-from", latest});
 }
 

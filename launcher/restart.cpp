@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/secrets.h"
+#include "core/shared_files.h"
 #include "launcher/exit_status.h"
 #include "launcher/output.h"
 #include "launcher/signals.h"
@@ -34,12 +35,7 @@ std::string utc_now() {
 // The tag `latest` names ("" when nothing is committed, or with --exec).
 std::string latest_tag(const RunDirs& dirs) {
   if (dirs.checkpoint_dir.empty()) return "";
-  const stdfs::path latest = stdfs::path(dirs.checkpoint_dir) / "latest";
-  std::error_code ec;
-  if (!stdfs::is_regular_file(latest, ec)) return "";
-  std::string tag = fs::read_file(latest);
-  while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
-  return tag;
+  return shared_files::read_latest(dirs.checkpoint_dir).value_or("");
 }
 
 // Waits `seconds` unless a signal (other than SIGCHLD) arrives first; returns it, or 0.

@@ -41,18 +41,6 @@ std::string shard_error_file_name(int rank) {
   return fmt::format("shard_r{:05d}.error", rank);
 }
 
-void write_latest(const std::string& dir, const std::string& tag) {
-  fs::write_file_atomic(stdfs::path(dir) / kLatestFile, tag + "\n");
-}
-
-std::optional<std::string> read_latest(const std::string& dir) {
-  const stdfs::path p = stdfs::path(dir) / kLatestFile;
-  if (!stdfs::is_regular_file(p)) return std::nullopt;
-  std::string tag = fs::read_file(p);
-  while (!tag.empty() && std::isspace(static_cast<unsigned char>(tag.back()))) tag.pop_back();
-  return tag;
-}
-
 namespace {
 
 std::string complete_tag_dir(const stdfs::path& tag_dir, const std::string& given) {

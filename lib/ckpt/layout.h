@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "core/shared_files.h"
+
 namespace dstrain::ckpt {
 
 std::string tag_for_step(int64_t step);
@@ -30,8 +32,8 @@ std::string shard_file_name(int rank);
 std::string shard_state_file_name(int rank);
 std::string shard_error_file_name(int rank);
 inline constexpr const char* kManifestFile = "manifest.json";
-inline constexpr const char* kLatestFile = "latest";
-inline constexpr const char* kModelConfigFile = "config.json";
+inline constexpr const char* kLatestFile = shared_files::kLatest;
+inline constexpr const char* kModelConfigFile = shared_files::kModelConfig;
 inline constexpr const char* kRunConfigFile = "config.yaml";
 
 // Tokenizer files a checkpoint carries over from the model directory, so that an export of it is
@@ -44,10 +46,9 @@ inline constexpr const char* kTokenizerFiles[] = {"tokenizer.json",
                                                   "special_tokens_map.json",
                                                   "generation_config.json"};
 
-// Writes <dir>/latest = tag atomically (temp + fsync + rename + fsync dir).
-void write_latest(const std::string& dir, const std::string& tag);
-// The tag in <dir>/latest, or nullopt when there is none.
-std::optional<std::string> read_latest(const std::string& dir);
+// <dir>/latest (core/shared_files.h: the launcher reads it too).
+using shared_files::read_latest;
+using shared_files::write_latest;
 
 // Rank 0, before the ranks write a save of `tag`: makes <dir>/<tag> an empty directory. The
 // directory may hold an older run's checkpoint of the same step; if `latest` names it, `latest`

@@ -15,9 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "core/shared_files.h"
+
 namespace dstrain::hub {
 
-inline constexpr const char* kConfigFile = "config.json";
+inline constexpr const char* kConfigFile = shared_files::kModelConfig;
 inline constexpr const char* kWeightsFile = "model.safetensors";
 inline constexpr const char* kWeightsIndexFile = "model.safetensors.index.json";
 

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/shared_files.h"
 
 namespace dstrain::model {
 namespace {
@@ -292,7 +293,7 @@ ModelConfig parse_model_config(const json& doc, const std::string& source) {
 }
 
 ModelConfig load_model_config(const std::filesystem::path& path) {
-  const auto file = std::filesystem::is_directory(path) ? path / "config.json" : path;
+  const auto file = std::filesystem::is_directory(path) ? path / shared_files::kModelConfig : path;
   if (!std::filesystem::exists(file))
     fail(ErrorKind::kInput, "{}: no such file (a model directory needs a config.json)",
          file.string());

@@ -21,6 +21,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/shared_files.h"
+
 namespace dstrain::model {
 
 // RoPE frequency scaling (`rope_scaling`, or the scaling part of `rope_parameters`); rope.h
@@ -94,7 +96,7 @@ struct ModelConfig {
 
 // Parses a config.json document. `source` (the file name) prefixes every error message.
 ModelConfig parse_model_config(const nlohmann::json& doc,
-                               const std::string& source = "config.json");
+                               const std::string& source = shared_files::kModelConfig);
 
 // Reads and parses `<dir>/config.json` (or the file itself when `path` is a file).
 ModelConfig load_model_config(const std::filesystem::path& path);

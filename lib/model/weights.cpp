@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/shared_files.h"
 #include "core/text.h"
 #include "model/safetensors.h"
 
@@ -77,7 +78,8 @@ void save_weights(DecoderModelImpl& model, const stdfs::path& dir, torch::Scalar
   NamedTensors tensors;
   for (const auto& item : model.named_parameters()) tensors.emplace_back(item.key(), item.value());
   write_safetensors_dir(dir, tensors, max_shard_bytes, dtype);
-  fs::write_file_atomic(dir / "config.json", to_json(model.config(), name).dump(2) + "\n");
+  fs::write_file_atomic(dir / shared_files::kModelConfig,
+                        to_json(model.config(), name).dump(2) + "\n");
 }
 
 }  // namespace dstrain::model

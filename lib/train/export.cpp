@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "core/shared_files.h"
 #include "model/model.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
@@ -70,7 +71,7 @@ int run_export(const ExportOptions& options) {
         out, export_specs(reader, mc), dtype,
         [&](const model::TensorSpec& spec) { return reader.read_full("master", spec.name); },
         options.max_shard_bytes);
-    fs::write_file_atomic(out / "config.json",
+    fs::write_file_atomic(out / shared_files::kModelConfig,
                           model::to_json(mc, model::dtype_name(dtype)).dump(2) + "\n");
   }
   int copied = 0;
