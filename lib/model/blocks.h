@@ -101,16 +101,25 @@ using BlockFn = std::function<torch::Tensor(const torch::Tensor& x)>;
 using BlockWrapper = std::function<torch::Tensor(const ModelBlock& block, const torch::Tensor& x,
                                                  const BlockContext& ctx, const BlockFn& run)>;
 
+// Where a wrapper sits around every block, innermost first; DecoderModelImpl::wrap_blocks puts each
+// in its slot, so the order does not depend on the order of installation:
+// - kGraphs: CUDA graphs (layer_graphs.h) record and replay the block's own forward;
+// - kCheckpointing: activation checkpointing recomputes everything inside it in backward (the
+//   graphs' replay included), and nothing outside it (the engine's gathers run once);
+// - kEngine: the ZeRO engine gathers the block's parameters before anything inside runs and
+//   starts its backward work from the block's output (lib/train/parallelize.h); a test's probe.
+enum class WrapperSlot { kGraphs = 0, kCheckpointing = 1, kEngine = 2 };
+inline constexpr size_t kWrapperSlots = 3;
+
 // Activation checkpointing of every layer block (activation_checkpoint.h): in training mode with
 // grad on, only the block's input is kept and the block is recomputed in backward; otherwise the
 // plain run. With `offload`, the inputs are kept in that store (activation_offload.h) instead of
-// the autograd graph. Install it before (inside) wrappers that must not run again in the
-// recompute, such as ZeRO-3's.
+// the autograd graph. For WrapperSlot::kCheckpointing.
 BlockWrapper checkpoint_layers(std::shared_ptr<ActivationOffload> offload = nullptr);
 
 // Selective checkpointing (selective_attention.h): checkpoint_layers() whose layers also keep their
 // attention's output and softmax statistics from the forward, so that the recompute runs
-// everything but attention.
+// everything but attention. For WrapperSlot::kCheckpointing.
 BlockWrapper selective_checkpoint_layers();
 
 // The token embedding (model.embed_tokens): ids [B, T] → [B, T, C].

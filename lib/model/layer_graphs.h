@@ -62,11 +62,11 @@
 // way from the next step on (run_eagerly()). The step in which a fallback happens is computed as
 // eagerly as it would be without graphs on the rank that found it.
 
-// Install with DecoderModelImpl::wrap_blocks before (inside) every other wrapper: it calls the
-// layer's own forward. Not for layers whose forward talks to other ranks (sequence parallelism),
-// offloads to the host, or restores the RNG inside the layer (tiled MLP, selective checkpointing):
-// the caller (lib/train/graphs_choice.h) keeps graphs off there. One thread at a time (the
-// forward's, or autograd's in backward).
+// Install in WrapperSlot::kGraphs (DecoderModelImpl::wrap_blocks), inside every other wrapper: it
+// calls the layer's own forward. Not for layers whose forward talks to other ranks (sequence
+// parallelism), offloads to the host, or restores the RNG inside the layer (tiled MLP, selective
+// checkpointing): the caller (lib/train/graphs_choice.h) keeps graphs off there. One thread at a
+// time (the forward's, or autograd's in backward).
 
 #include <cstdint>
 #include <functional>

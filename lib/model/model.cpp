@@ -101,24 +101,29 @@ void DecoderModelImpl::assign_parameters() {
   }
 }
 
-void DecoderModelImpl::wrap_blocks(BlockWrapper wrapper) {
-  wrappers_.push_back(std::make_shared<const BlockWrapper>(std::move(wrapper)));
+void DecoderModelImpl::wrap_blocks(WrapperSlot slot, BlockWrapper wrapper) {
+  auto& held = wrappers_.at(static_cast<size_t>(slot));
+  if (held)
+    fail(ErrorKind::kInternal, "wrap_blocks: slot {} holds a wrapper already",
+         static_cast<int>(slot));
+  held = std::make_shared<const BlockWrapper>(std::move(wrapper));
 }
 
 torch::Tensor DecoderModelImpl::run_block(size_t index, const torch::Tensor& x,
                                           const BlockContext& ctx) {
   const std::shared_ptr<const ModelBlock>& b = blocks_.at(index);
-  if (wrappers_.empty()) return b->block->forward(x, ctx);
   // Each closure holds what it calls: a wrapper may keep `run` for a later recompute.
-  BlockFn run = [block = b->block, ctx](const torch::Tensor& in) {
-    return block->forward(in, ctx);
-  };
-  for (const auto& wrapper : wrappers_) {
-    run = [wrapper, b, ctx, inner = std::move(run)](const torch::Tensor& in) {
+  BlockFn run;
+  for (const auto& wrapper : wrappers_) {  // innermost first
+    if (!wrapper) continue;
+    BlockFn inner = run ? std::move(run) : [block = b->block, ctx](const torch::Tensor& in) {
+      return block->forward(in, ctx);
+    };
+    run = [wrapper, b, ctx, inner = std::move(inner)](const torch::Tensor& in) {
       return (*wrapper)(*b, in, ctx, inner);
     };
   }
-  return run(x);
+  return run ? run(x) : b->block->forward(x, ctx);
 }
 
 DecoderLayer DecoderModelImpl::decoder_layer(int64_t index) const {

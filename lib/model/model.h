@@ -20,6 +20,7 @@
 // (wrap_blocks): lib/train/parallelize.h applies LoRA, sequence parallelism, tiled MLP, activation
 // checkpointing and ZeRO to this list.
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -81,10 +82,11 @@ class DecoderModelImpl : public torch::nn::Module {
     register_module(name, module);
     insert_block(position, name, role, std::move(module));
   }
-  // From now on every block runs inside `wrapper`, outside the wrappers installed before it.
-  void wrap_blocks(BlockWrapper wrapper);
+  // From now on every block runs inside `wrapper`, in `slot` (blocks.h: graphs innermost, then
+  // checkpointing, then the engine). Error(kInternal) when the slot holds a wrapper already.
+  void wrap_blocks(WrapperSlot slot, BlockWrapper wrapper);
   // Removes every wrapper.
-  void unwrap_blocks() { wrappers_.clear(); }
+  void unwrap_blocks() { wrappers_ = {}; }
   // Block `index` on `x` inside the wrappers.
   torch::Tensor run_block(size_t index, const torch::Tensor& x, const BlockContext& ctx);
   // The context of a forward over `seq_len` tokens at `positions` (RoPE tables in the parameters'
@@ -150,7 +152,7 @@ class DecoderModelImpl : public torch::nn::Module {
   torch::Tensor inv_freq_;
   double rope_scaling_ = 1.0;  // cos/sin factor (rope_attention_scaling)
   std::vector<std::shared_ptr<const ModelBlock>> blocks_;
-  std::vector<std::shared_ptr<const BlockWrapper>> wrappers_;  // innermost first
+  std::array<std::shared_ptr<const BlockWrapper>, kWrapperSlots> wrappers_;  // by WrapperSlot
   std::shared_ptr<LmHead> head_;
   int64_t loss_chunk_bytes_ = 0;
 };

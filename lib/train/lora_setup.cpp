@@ -122,11 +122,11 @@ LoraPlan lora_plan(const config::Config& c) {
 }
 
 void Trainer::log_lora() const {
-  const lora::LoraOptions& o = lora_->options();
+  const lora::LoraOptions& o = parallel_.lora->options();
   const double base_n = static_cast<double>(model_config_.num_parameters(true));
   log::info("LoRA r={} alpha={} on {} modules: {} trainable parameters ({:.3f}% of the base){}",
-            o.r, o.alpha, lora_->modules().size(), lora_->num_parameters(),
-            100.0 * static_cast<double>(lora_->num_parameters()) / base_n,
+            o.r, o.alpha, parallel_.lora->modules().size(), parallel_.lora->num_parameters(),
+            100.0 * static_cast<double>(parallel_.lora->num_parameters()) / base_n,
             cfg_.lora.init_from.empty() ? std::string() : ", from " + cfg_.lora.init_from);
 }
 
@@ -150,8 +150,8 @@ std::string Trainer::base_checksum(const model::ValueSource& values) {
 }
 
 json Trainer::lora_reference_json() const {
-  json j = lora_options_json(lora_->options());
-  j["modules"] = lora_->modules();
+  json j = lora_options_json(parallel_.lora->options());
+  j["modules"] = parallel_.lora->modules();
   j["base"] = {{"name_or_path", cfg_.model.name_or_path},
                {"revision", cfg_.model.revision},
                {"dir", model_dir_},
@@ -164,7 +164,7 @@ json Trainer::lora_reference_json() const {
 void Trainer::save_lora_adapter() {
   // Every rank owns some elements of the fp32 master (stages 1/2 shard it): each fills its pieces
   // into a zeroed full copy and one all-reduce adds them. Adapters are small.
-  const auto params = lora_->named_parameters();
+  const auto params = parallel_.lora->named_parameters();
   std::map<std::string, int64_t> offset;
   int64_t total = 0;
   for (const auto& [name, t] : params) {
@@ -172,7 +172,7 @@ void Trainer::save_lora_adapter() {
     total += t.numel();
   }
   torch::Tensor flat = torch::zeros({total}, torch::TensorOptions(torch::kFloat).device(device_));
-  for (const auto& piece : engine_->owned_state()) {
+  for (const auto& piece : parallel_.engine->owned_state()) {
     flat.narrow(0, offset.at(piece.param) + piece.elements.begin,
                 piece.elements.end - piece.elements.begin)
         .copy_(piece.tensors.at("master"));
@@ -181,9 +181,9 @@ void Trainer::save_lora_adapter() {
   flat = flat.cpu();
   if (rank_ == 0) {
     lora::Adapter adapter;
-    adapter.options = lora_->options();
+    adapter.options = parallel_.lora->options();
     adapter.base_model = cfg_.model.name_or_path;
-    for (const auto& w : lora_->weights()) {
+    for (const auto& w : parallel_.lora->weights()) {
       auto full = [&](const std::string& name, const torch::Tensor& like) {
         return flat.narrow(0, offset.at(name), like.numel()).view(like.sizes());
       };

@@ -87,8 +87,27 @@ std::vector<std::vector<int>> block_segments(const model::DecoderModelImpl& mode
   return segments;
 }
 
+Parallelized& Parallelized::operator=(Parallelized&& other) noexcept {
+  if (this == &other) return *this;
+  reset();
+  model = std::move(other.model);
+  lora = std::move(other.lora);
+  graphs = std::move(other.graphs);
+  engine = std::move(other.engine);
+  return *this;
+}
+
+void Parallelized::reset() noexcept {
+  if (!model.is_empty()) model->unwrap_blocks();
+  engine.reset();
+  graphs.reset();
+  lora.reset();
+  model = model::DecoderModel(nullptr);
+}
+
 Parallelized parallelize(model::DecoderModel model, const ParallelWorld& world, ParallelPlan plan) {
   Parallelized out;
+  out.model = model;
   if (plan.lora) out.lora = apply_lora(model, *plan.lora);
   world.sequence_parallel.apply(*model);
   model->set_tiled_mlp(plan.tiled_mlp);
@@ -101,21 +120,23 @@ Parallelized parallelize(model::DecoderModel model, const ParallelWorld& world, 
     options.pool_budget = plan.graph_pool_budget;
     options.min_speedup = plan.graph_min_speedup;
     out.graphs = std::make_shared<model::LayerGraphs>(std::move(plan.graph_recorder), options);
-    model->wrap_blocks(out.graphs->wrapper());
+    model->wrap_blocks(model::WrapperSlot::kGraphs, out.graphs->wrapper());
     plan.engine.keep_gathered_memory = true;
   }
   if (plan.checkpointing && plan.checkpoint_selective) {
-    model->wrap_blocks(model::selective_checkpoint_layers());
+    model->wrap_blocks(model::WrapperSlot::kCheckpointing, model::selective_checkpoint_layers());
   } else if (plan.checkpointing) {
-    model->wrap_blocks(model::checkpoint_layers(
-        plan.checkpoint_offload ? std::make_shared<model::ActivationOffload>() : nullptr));
+    model->wrap_blocks(model::WrapperSlot::kCheckpointing,
+                       model::checkpoint_layers(plan.checkpoint_offload
+                                                    ? std::make_shared<model::ActivationOffload>()
+                                                    : nullptr));
   }
   place_on_device(*model, out.lora.get(), world.device);
   plan.engine.segments = block_segments(*model);
   plan.engine.initial_values = with_adapters(std::move(plan.initial_values), out.lora.get());
   out.engine = zero::make_engine(engine_parameters(*model, out.lora.get()), world.comm,
                                  plan.optimizer, std::move(plan.engine));
-  model->wrap_blocks(engine_wrapper(*out.engine));
+  model->wrap_blocks(model::WrapperSlot::kEngine, engine_wrapper(*out.engine));
   return out;
 }
 

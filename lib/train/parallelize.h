@@ -79,15 +79,24 @@ struct ParallelWorld {
   SequenceParallel& sequence_parallel;
 };
 
+// What parallelize() made of a model, owned together and taken apart in the one order that is safe
+// (reset(), the destructor): the model's wrappers first (they refer to the engine and the
+// graphs), then the engine (its hooks and buffers hold the parameters, the adapters' included),
+// the graphs, the adapters (they leave the model's projections), and the model.
 struct Parallelized {
+  model::DecoderModel model{nullptr};
   std::unique_ptr<lora::LoraModel> lora;       // null without LoRA
   std::shared_ptr<model::LayerGraphs> graphs;  // null without plan.graph_recorder
   std::unique_ptr<zero::Engine> engine;
+
+  Parallelized() = default;
+  Parallelized(Parallelized&& other) noexcept = default;
+  Parallelized& operator=(Parallelized&& other) noexcept;
+  ~Parallelized() { reset(); }
+  void reset() noexcept;
 };
 
-// Collective (the engine's construction). The model's wrappers refer to the engine and the model
-// to the adapters: keep the result (and `world`) alive for as long as the model runs, and destroy
-// the engine before the LoRA model.
+// Collective (the engine's construction). Keep `world` alive for as long as the result.
 Parallelized parallelize(model::DecoderModel model, const ParallelWorld& world, ParallelPlan plan);
 
 // The engine's parameters: every model parameter block by block with its block as its unit,

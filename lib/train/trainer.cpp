@@ -142,11 +142,8 @@ void Trainer::init() {
     plan.lora = lora_plan(cfg_);
     base_checksum_ = base_checksum(plan.initial_values);
   }
-  Parallelized parallel = parallelize(model_, {*comm_, device_, *sp_}, std::move(plan));
-  lora_ = std::move(parallel.lora);
-  engine_ = std::move(parallel.engine);
-  graphs_ = std::move(parallel.graphs);
-  if (lora_) log_lora();
+  parallel_ = parallelize(model_, {*comm_, device_, *sp_}, std::move(plan));
+  if (parallel_.lora) log_lora();
   model_->train();
   if (cfg_.model.fused_loss_chunk_mb > 0)
     model_->set_loss_chunk_bytes(cfg_.model.fused_loss_chunk_mb << 20);
@@ -177,7 +174,7 @@ void Trainer::init() {
         sp_->data_parallel_size(), sp_->size(), sp_->data_parallel_size(),
         cfg_.data.max_length / sp_->size());
   }
-  if (engine_->can_update_during_backward()) {
+  if (parallel_.engine->can_update_during_backward()) {
     log::info("no gradient clipping: each bucket/unit is updated during backward, once reduced");
   }
 }
@@ -221,9 +218,9 @@ void Trainer::choose_cuda_graphs(ParallelPlan& plan, int64_t limit) {
 }
 
 void Trainer::log_graphs_once() {
-  if (!graphs_ || graphs_logged_) return;
+  if (!parallel_.graphs || graphs_logged_) return;
   graphs_logged_ = true;
-  const model::LayerGraphStats st = graphs_->stats();
+  const model::LayerGraphStats st = parallel_.graphs->stats();
   const std::string timing =
       st.first_use_replay_seconds > 0
           ? fmt::format("; first use, all layers: replayed {:.3g} ms, eager {:.3g} ms",
@@ -236,7 +233,8 @@ void Trainer::log_graphs_once() {
 }
 
 void Trainer::agree_graph_fallbacks_voted() {
-  agree_graph_fallbacks(*comm_, *graphs_, voted_fallbacks_, model_->blocks().size(), device_);
+  agree_graph_fallbacks(*comm_, *parallel_.graphs, voted_fallbacks_, model_->blocks().size(),
+                        device_);
   voted_fallbacks_.clear();
 }
 
@@ -369,7 +367,7 @@ torch::Tensor Trainer::train_step(double* fwd_bwd_s, double* data_s) {
     forward_span.set_arg(peak_arg(*phase_peaks_, StepPhase::kForward));
     forward_span.end();
     trace::Span backward_span("backward", "backward", {"micro_step", b.micro_step});
-    engine_->backward(loss, {b.micro_step, b.micro_steps});
+    parallel_.engine->backward(loss, {b.micro_step, b.micro_steps});
     backward_span.set_arg(peak_arg(*phase_peaks_, StepPhase::kBackward));
     backward_span.end();
     const torch::Tensor value = loss.detach().to(torch::kFloat64);
@@ -443,16 +441,17 @@ void Trainer::log_step(double loss, const zero::StepResult& r, double lr, double
   rec.add("tokens_seen", static_cast<double>(tokens_seen_));
   rec.add("memory/rss_mb", static_cast<double>(metrics::current_rss_bytes()) / 1e6);
   rec.add("memory/peak_rss_mb", static_cast<double>(metrics::peak_rss_bytes()) / 1e6);
-  rec.add("memory/model_states_mb", static_cast<double>(engine_->bytes().model_states()) / 1e6);
+  rec.add("memory/model_states_mb",
+          static_cast<double>(parallel_.engine->bytes().model_states()) / 1e6);
   for (const auto& [key, value] : device_memory_metrics(device_)) {
     // The allocator's own peak is reset at every phase's end: the run's comes from phase_peaks_.
     if (phase_peaks_->active() && key == "memory/peak_allocated_mb") continue;
     rec.add(key, value);
   }
   for (const auto& [key, value] : phase_peaks_->take_metrics()) rec.add(key, value);
-  if (graphs_) {
-    rec.add("memory/graph_pools_mb", static_cast<double>(graphs_->pool_bytes()) / 1e6);
-    rec.add("graphs/eager_layers", static_cast<double>(graphs_->stats().eager_layers));
+  if (parallel_.graphs) {
+    rec.add("memory/graph_pools_mb", static_cast<double>(parallel_.graphs->pool_bytes()) / 1e6);
+    rec.add("graphs/eager_layers", static_cast<double>(parallel_.graphs->stats().eager_layers));
   }
   rec.add("eta_s", per_step * static_cast<double>(total_steps_ - step_));
   metrics_->write(rec);
@@ -505,11 +504,11 @@ RunSummary Trainer::run_steps() {
     profiler.before_step(step_);
     const trace::Span step_span("step", "step", {"step", step_ + 1});
     const double lr = schedule_->lr(step_);
-    engine_->set_step_lr(lr);
+    parallel_.engine->set_step_lr(lr);
     const torch::Tensor local_loss = train_step(&fwd_bwd, &data_t);
     Stopwatch o;
     trace::Span optimizer_span("optimizer", "optimizer");
-    const zero::StepResult r = engine_->step(lr);
+    const zero::StepResult r = parallel_.engine->step(lr);
     optimizer_span.set_arg(peak_arg(*phase_peaks_, StepPhase::kOptimizer));
     optimizer_span.end();
     opt_t += o.seconds();
@@ -527,8 +526,8 @@ RunSummary Trainer::run_steps() {
     if (votes.size() > 1 && votes[1] > 0) agree_graph_fallbacks_voted();
     if (!stop && step_ < total_steps_) {
       std::vector<double> vote = {stop_requested().load() ? 1.0 : 0.0};
-      if (graphs_) {
-        voted_fallbacks_ = graphs_->take_fallbacks();
+      if (parallel_.graphs) {
+        voted_fallbacks_ = parallel_.graphs->take_fallbacks();
         vote.push_back(static_cast<double>(voted_fallbacks_.size()));
       }
       stop_vote.start(vote);
@@ -568,7 +567,7 @@ RunSummary Trainer::run_steps() {
   if (!s.preempted) {
     if (datasets_.eval && last_eval_step != step_) log_eval(evaluate());
     if (cfg_.checkpoint.save_final && last_save_step != step_) save_checkpoint();
-    if (lora_) save_lora_adapter();
+    if (parallel_.lora) save_lora_adapter();
     finish_saves();
   }
   s.steps = step_;

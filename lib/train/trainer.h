@@ -157,10 +157,8 @@ class Trainer {
   // With CUDA graphs, the one stream the rank trains on (this thread's current from before the
   // engine is built); null without. Outlives the engine.
   std::unique_ptr<model::TrainingStream> training_stream_;
-  std::unique_ptr<lora::LoraModel> lora_;  // null without LoRA; outlives engine_ (declared first)
-  std::string base_checksum_;              // LoRA: lora::base_checksum of the fp32 base weights
-  std::unique_ptr<zero::Engine> engine_;
-  std::shared_ptr<model::LayerGraphs> graphs_;  // null without CUDA graphs
+  Parallelized parallel_;      // the model's adapters (LoRA), CUDA graphs and ZeRO engine
+  std::string base_checksum_;  // LoRA: lora::base_checksum of the fp32 base weights
   bool graphs_logged_ = false;
   std::vector<model::LayerFallback> voted_fallbacks_;  // this rank's, in the pending stop vote
   bool graphs_recompute_ = false;  // with CUDA graphs: the layers are checkpointed (recomputed)

@@ -51,14 +51,14 @@ void Trainer::create_checkpointer() {
   checkpointer_ = std::make_unique<ckpt::Checkpointer>(o, [this] { comm_->barrier(); });
   // Restored in this order: the LoRA base reference first, so that a checkpoint of another base
   // is refused for that reason before anything else is compared.
-  if (lora_) {
+  if (parallel_.lora) {
     lora_reference_ = std::make_unique<LoraReference>(lora_reference_json());
     checkpointer_->add("lora", lora_reference_.get());
   }
   progress_state_ =
       std::make_unique<ProgressState>(step_, tokens_seen_, last_loss_, micro_batch_record());
-  checkpointer_->add("engine", engine_.get());
-  checkpointer_->add("loss_scaler", &engine_->loss_scaler());
+  checkpointer_->add("engine", parallel_.engine.get());
+  checkpointer_->add("loss_scaler", &parallel_.engine->loss_scaler());
   checkpointer_->add("loader", loader_.get());
   checkpointer_->add("progress", progress_state_.get());
 }

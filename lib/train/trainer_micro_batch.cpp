@@ -87,7 +87,7 @@ bool Trainer::trial_step_fits(int64_t micro) {
   auto micro_step = [&](int64_t index, bool may_fail) {
     try {
       const torch::Tensor loss = sp_->reduce_loss(local_loss_sum(b)).mean();
-      engine_->backward(loss, {index, 2});
+      parallel_.engine->backward(loss, {index, 2});
       return true;
     } catch (const c10::OutOfMemoryError& e) {
       if (may_fail) return false;
@@ -103,10 +103,11 @@ bool Trainer::trial_step_fits(int64_t micro) {
   // memory model gives the graphs' buffers and gradient buffers at this micro-batch (their pools'
   // activations are the eager ones, which the trial holds anyway). Not for graphs that `auto`
   // turned on: they take only the room the micro-batch leaves (graphs_choice.h).
-  if (graphs_) graphs_->set_enabled(false);
+  if (parallel_.graphs) parallel_.graphs->set_enabled(false);
   torch::Tensor graph_stand_in;
   bool fits = true;
-  if (const int64_t bytes = graphs_ && !graphs_auto_ ? graph_memory(micro).graph_buffers : 0;
+  if (const int64_t bytes =
+          parallel_.graphs && !graphs_auto_ ? graph_memory(micro).graph_buffers : 0;
       bytes > 0) {
     try {
       graph_stand_in = torch::empty({bytes}, b.input_ids.options().dtype(torch::kByte));
@@ -128,8 +129,8 @@ bool Trainer::trial_step_fits(int64_t micro) {
     fits = failed[0] == 0;
   }
   if (fits) micro_step(1, false);
-  engine_->discard_micro_steps();
-  if (graphs_) graphs_->set_enabled(true);
+  parallel_.engine->discard_micro_steps();
+  if (parallel_.graphs) parallel_.graphs->set_enabled(true);
   model::restore_rng(rng);
   return fits;
 }

@@ -33,7 +33,7 @@ DecoderModel cuda_model(int64_t layers, int64_t intermediate) {
   DecoderModel m = build_model(config(layers, intermediate), torch::kFloat, 3);
   m->to(torch::Device(torch::kCUDA, 0));
   m->train();
-  m->wrap_blocks(checkpoint_layers());
+  m->wrap_blocks(WrapperSlot::kCheckpointing, checkpoint_layers());
   return m;
 }
 
@@ -41,7 +41,7 @@ DecoderModel cuda_model(int64_t layers, int64_t intermediate) {
 std::shared_ptr<ActivationOffload> offload_layer_inputs(DecoderModelImpl& m) {
   auto store = std::make_shared<ActivationOffload>();
   m.unwrap_blocks();
-  m.wrap_blocks(checkpoint_layers(store));
+  m.wrap_blocks(WrapperSlot::kCheckpointing, checkpoint_layers(store));
   return store;
 }
 
@@ -59,11 +59,11 @@ TEST(ActivationOffloadGpu, SameLossAndGradientsAndPinnedCopiesOfTheLayerInputs) 
 
   const std::shared_ptr<ActivationOffload> offload = offload_layer_inputs(*m);
   std::vector<torch::Tensor> inputs;
-  m->wrap_blocks(
-      [&](const ModelBlock& b, const torch::Tensor& x, const BlockContext&, const BlockFn& run) {
-        if (b.role == BlockRole::kLayer) inputs.push_back(x.detach());
-        return run(x);
-      });
+  m->wrap_blocks(WrapperSlot::kEngine, [&](const ModelBlock& b, const torch::Tensor& x,
+                                           const BlockContext&, const BlockFn& run) {
+    if (b.role == BlockRole::kLayer) inputs.push_back(x.detach());
+    return run(x);
+  });
   const torch::Tensor loss = causal_lm_loss(m->forward(ids), ids.roll(-1, 1));
   const ActivationOffload& store = *offload;
   ASSERT_EQ(store.live_entries(), 4);

@@ -60,9 +60,10 @@ Measured measure(Checkpointing setting, int64_t tiled) {
   m->set_tiled_mlp(tiled);
   m->set_loss_chunk_bytes(kChunkBytes);
   if (setting == Checkpointing::kSelective) {
-    m->wrap_blocks(model::selective_checkpoint_layers());
+    m->wrap_blocks(model::WrapperSlot::kCheckpointing, model::selective_checkpoint_layers());
   } else if (setting != Checkpointing::kNone) {
-    m->wrap_blocks(model::checkpoint_layers(setting == Checkpointing::kOffload
+    m->wrap_blocks(model::WrapperSlot::kCheckpointing,
+                   model::checkpoint_layers(setting == Checkpointing::kOffload
                                                 ? std::make_shared<model::ActivationOffload>()
                                                 : nullptr));
   }

@@ -79,14 +79,14 @@ TEST(LayerGraphsGpu, ReplayedPassesEqualEagerPassesBitForBit) {
     std::optional<TrainingStream> stream;
     if (c.training_stream) stream.emplace(kCuda);
     DecoderModel m = cuda_model(c.type, c.dtype);
-    if (c.checkpointing) m->wrap_blocks(checkpoint_layers());
+    if (c.checkpointing) m->wrap_blocks(WrapperSlot::kCheckpointing, checkpoint_layers());
     std::vector<LossAndGrads> eager;
     for (uint64_t k = 0; k < 3; ++k) eager.push_back(train_pass(*m, cuda_ids(k)));
     expect_identical(eager[0], train_pass(*m, cuda_ids(0)), "eager repeats itself");
     m->unwrap_blocks();
     LayerGraphs graphs(cuda_graph_recorder(kCuda), {c.checkpointing});
-    m->wrap_blocks(graphs.wrapper());
-    if (c.checkpointing) m->wrap_blocks(checkpoint_layers());
+    m->wrap_blocks(WrapperSlot::kGraphs, graphs.wrapper());
+    if (c.checkpointing) m->wrap_blocks(WrapperSlot::kCheckpointing, checkpoint_layers());
     for (uint64_t k = 0; k < 3; ++k)
       expect_identical(eager[k], train_pass(*m, cuda_ids(k)), c.name);
     torch::cuda::synchronize();
@@ -206,7 +206,7 @@ TEST(LayerGraphsGpu, ASecondForwardBeforeTheFirstsBackwardRunsEagerly) {
   };
   const auto eager = two_forwards_one_backward();
   LayerGraphs graphs(cuda_graph_recorder(kCuda), {});
-  m->wrap_blocks(graphs.wrapper());
+  m->wrap_blocks(WrapperSlot::kGraphs, graphs.wrapper());
   for (int pass = 0; pass < 2; ++pass) {
     const auto got = two_forwards_one_backward();
     ASSERT_EQ(eager.size(), got.size());

@@ -46,7 +46,7 @@ torch::Tensor cuda_ids() {
 // One training pass, and the SDPA kernel calls it made (forward, backward).
 LossAndGrads pass(torch::ScalarType dtype, bool selective, std::pair<int, int>* kernels) {
   DecoderModel m = cuda_model(dtype);
-  if (selective) m->wrap_blocks(selective_checkpoint_layers());
+  if (selective) m->wrap_blocks(WrapperSlot::kCheckpointing, selective_checkpoint_layers());
   const OpCalls calls;
   LossAndGrads out = train_pass(*m, cuda_ids());
   torch::cuda::synchronize();

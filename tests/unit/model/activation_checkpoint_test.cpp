@@ -35,7 +35,7 @@ TEST_P(CheckpointedModel, GivesTheSameLossAndEveryParameterGradient) {
   DecoderModel m = build_model(parse_model_config(doc), GetParam().dtype, 3);
   const torch::Tensor ids = random_ids(2, 24, 97, 9);
   const LossAndGrads plain = train_pass(*m, ids);
-  m->wrap_blocks(checkpoint_layers());
+  m->wrap_blocks(WrapperSlot::kCheckpointing, checkpoint_layers());
   const LossAndGrads ckpt = train_pass(*m, ids);
   expect_same_training(plain, ckpt, 1e-6);
 }
@@ -56,7 +56,7 @@ std::string grad_fn_name(const torch::Tensor& t) {
 
 TEST(CheckpointedModel, ChecksLayersOnlyInTrainingWithGradEnabled) {
   DecoderModel m = build_model(testing::small_config(), torch::kFloat, 3);
-  m->wrap_blocks(checkpoint_layers());
+  m->wrap_blocks(WrapperSlot::kCheckpointing, checkpoint_layers());
   m->train();
   const torch::Tensor h = m->run_block(0, random_ids(1, 8, 97, 1), m->context(8));
   EXPECT_EQ(grad_fn_name(h).find("CheckpointFunction"), std::string::npos) << "the embedding";
@@ -135,7 +135,7 @@ TEST(CheckpointedModel, KeepsOnlyLayerInputsSoPeakMemoryDrops) {
   DecoderModel m = build_model(parse_model_config(doc), torch::kFloat, 5);
   const torch::Tensor ids = random_ids(2, 256, 97, 4);
   const int64_t plain = peak_training_bytes(*m, ids);
-  m->wrap_blocks(checkpoint_layers());
+  m->wrap_blocks(WrapperSlot::kCheckpointing, checkpoint_layers());
   const int64_t ckpt = peak_training_bytes(*m, ids);
   // Saved per layer without checkpointing: a dozen [B, T, C] and [B, T, I] tensors plus, for
   // the math attention kernel, the [B, H, T, T] weights; with it, one [B, T, C] input per layer

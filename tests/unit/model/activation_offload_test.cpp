@@ -26,13 +26,14 @@ TEST(ActivationOffload, CheckpointingWithOffloadGivesTheSameLossAndGradients) {
     doc["num_hidden_layers"] = 3;
     DecoderModel m = build_model(parse_model_config(doc), dtype, 3);
     m->train();
-    m->wrap_blocks(checkpoint_layers());
+    m->wrap_blocks(WrapperSlot::kCheckpointing, checkpoint_layers());
     const torch::Tensor ids = random_ids(2, 24, 97, 9);
     const torch::Tensor plain_loss = causal_lm_loss(m->forward(ids), ids.roll(-1, 1));
     plain_loss.backward();
     const std::vector<torch::Tensor> plain = take_grads(*m);
     m->unwrap_blocks();
-    m->wrap_blocks(checkpoint_layers(std::make_shared<ActivationOffload>()));
+    m->wrap_blocks(WrapperSlot::kCheckpointing,
+                   checkpoint_layers(std::make_shared<ActivationOffload>()));
     const torch::Tensor loss = causal_lm_loss(m->forward(ids), ids.roll(-1, 1));
     loss.backward();
     const std::vector<torch::Tensor> offloaded = take_grads(*m);
@@ -50,13 +51,13 @@ TEST(ActivationOffload, LayerInputsLiveInTheStoreFromForwardUntilTheirBackward) 
   DecoderModel m = build_model(parse_model_config(doc), torch::kFloat, 4);
   m->train();
   auto offload = std::make_shared<ActivationOffload>();
-  m->wrap_blocks(checkpoint_layers(offload));
+  m->wrap_blocks(WrapperSlot::kCheckpointing, checkpoint_layers(offload));
   std::vector<torch::Tensor> inputs;
-  m->wrap_blocks(
-      [&](const ModelBlock& b, const torch::Tensor& x, const BlockContext&, const BlockFn& run) {
-        if (b.role == BlockRole::kLayer) inputs.push_back(x);
-        return run(x);
-      });
+  m->wrap_blocks(WrapperSlot::kEngine, [&](const ModelBlock& b, const torch::Tensor& x,
+                                           const BlockContext&, const BlockFn& run) {
+    if (b.role == BlockRole::kLayer) inputs.push_back(x);
+    return run(x);
+  });
   const int64_t B = 2, T = 16, C = 64;
   const torch::Tensor ids = random_ids(B, T, 97, 5);
   const ActivationOffload& store = *offload;
@@ -79,7 +80,7 @@ TEST(ActivationOffload, LayerInputsLiveInTheStoreFromForwardUntilTheirBackward) 
 TEST(ActivationOffload, EvalAndNoGradRunsStoreNothing) {
   DecoderModel m = build_model(testing::small_config(), torch::kFloat, 4);
   auto offload = std::make_shared<ActivationOffload>();
-  m->wrap_blocks(checkpoint_layers(offload));
+  m->wrap_blocks(WrapperSlot::kCheckpointing, checkpoint_layers(offload));
   const torch::Tensor ids = random_ids(1, 8, 97, 6);
   m->eval();
   (void)m->forward(ids);

@@ -182,7 +182,7 @@ TEST_P(FusedQkvModel, TrainsLikeTheThreeProjectionsPlainAndCheckpointed) {
   {
     FusedQkvEverywhere force;
     fused = train_pass(*m, ids);
-    m->wrap_blocks(checkpoint_layers());
+    m->wrap_blocks(WrapperSlot::kCheckpointing, checkpoint_layers());
     fused_checkpointed = train_pass(*m, ids);
   }
   // bf16: d x differs in its last bits from the first layer's backward on, and a 3-layer bf16

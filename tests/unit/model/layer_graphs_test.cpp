@@ -61,8 +61,8 @@ TEST_P(ReplayedLayers, GiveTheEagerLossAndGradientsBitForBit) {
   for (const auto& i : ids) eager.push_back(train_pass(*m, i));
 
   LayerGraphs graphs(replaying_recorder(), {GetParam().checkpointing});
-  m->wrap_blocks(graphs.wrapper());
-  if (GetParam().checkpointing) m->wrap_blocks(checkpoint_layers());
+  m->wrap_blocks(WrapperSlot::kGraphs, graphs.wrapper());
+  if (GetParam().checkpointing) m->wrap_blocks(WrapperSlot::kCheckpointing, checkpoint_layers());
   for (size_t k = 0; k < ids.size(); ++k) expect_identical(eager[k], train_pass(*m, ids[k]));
 
   const LayerGraphStats st = graphs.stats();
@@ -99,7 +99,7 @@ TEST(ReplayedLayers, AccumulateOverMicroStepsAsEager) {
   };
   const auto eager = two_micro_steps();
   LayerGraphs graphs(replaying_recorder(), {});
-  m->wrap_blocks(graphs.wrapper());
+  m->wrap_blocks(WrapperSlot::kGraphs, graphs.wrapper());
   for (int pass = 0; pass < 2; ++pass) {
     const auto replayed = two_micro_steps();
     ASSERT_EQ(eager.size(), replayed.size());
@@ -175,7 +175,7 @@ TEST(ReplayedLayers, AFailedRecordingWarnsOnceAndTheLayersRunEagerly) {
   const torch::Tensor ids = random_ids(2, 12, 97, 3);
   const LossAndGrads eager = train_pass(*m, ids);
   LayerGraphs graphs(std::make_shared<FailingRecorder>(), {});
-  m->wrap_blocks(graphs.wrapper());
+  m->wrap_blocks(WrapperSlot::kGraphs, graphs.wrapper());
   ::testing::internal::CaptureStderr();
   for (int pass = 0; pass < 2; ++pass) expect_identical(eager, train_pass(*m, ids));
   const std::string err = ::testing::internal::GetCapturedStderr();
@@ -195,7 +195,7 @@ TEST(ReplayedLayers, EvalAndGradFreeTrainingOutsideCheckpointing) {
   m->eval();
   const torch::Tensor eager = m->forward(ids);
   LayerGraphs graphs(replaying_recorder(), {});
-  m->wrap_blocks(graphs.wrapper());
+  m->wrap_blocks(WrapperSlot::kGraphs, graphs.wrapper());
   EXPECT_TRUE(torch::equal(eager, m->forward(ids)));
   EXPECT_EQ(graphs.stats().recordings, 0);  // eval mode: eager
   m->train();
@@ -207,7 +207,7 @@ TEST(ReplayedLayers, EvalAndGradFreeTrainingOutsideCheckpointing) {
 TEST(ReplayedLayers, ShapesBeyondTheLimitRunEagerly) {
   DecoderModel m = model_of("llama", torch::kFloat, 2);
   LayerGraphs graphs(replaying_recorder(), {false, 2});
-  m->wrap_blocks(graphs.wrapper());
+  m->wrap_blocks(WrapperSlot::kGraphs, graphs.wrapper());
   for (int64_t t : {8, 9, 10, 8}) {
     const torch::Tensor ids = random_ids(1, t, 97, t);
     (void)train_pass(*m, ids);
@@ -234,7 +234,7 @@ TEST(LayerGraphChecks, AReplayThatDiffersFromEagerRunsTheLayerEagerly) {
     const LossAndGrads eager = train_pass(*m, ids);
     const torch::Tensor w = m->decoder_layer(1)->mlp->down_proj->weight;
     LayerGraphs graphs(std::make_shared<testing::PerturbedReplays>(w, delta), {});
-    m->wrap_blocks(graphs.wrapper());
+    m->wrap_blocks(WrapperSlot::kGraphs, graphs.wrapper());
     for (int pass = 0; pass < 2; ++pass) expect_identical(eager, train_pass(*m, ids));
     const std::vector<LayerFallback> f = graphs.take_fallbacks();
     ASSERT_EQ(f.size(), 1u) << delta;
@@ -257,7 +257,7 @@ TEST(LayerGraphChecks, ReplaysWithinTheEagerRunsOwnRoundingPass) {
   const torch::Tensor ids = random_ids(2, 12, 97, 3);
   const torch::Tensor w = m->decoder_layer(1)->mlp->down_proj->weight;
   LayerGraphs graphs(std::make_shared<testing::PerturbedReplays>(w, 1e-30), {});
-  m->wrap_blocks(graphs.wrapper());
+  m->wrap_blocks(WrapperSlot::kGraphs, graphs.wrapper());
   (void)train_pass(*m, ids);
   EXPECT_TRUE(graphs.take_fallbacks().empty());
   EXPECT_EQ(graphs.stats().eager_calls, 0);
@@ -268,7 +268,7 @@ TEST(LayerGraphChecks, AParameterThatMovedRunsTheLayerEagerly) {
   const torch::Tensor ids = random_ids(2, 12, 97, 3);
   const LossAndGrads eager = train_pass(*m, ids);
   LayerGraphs graphs(replaying_recorder(), {});
-  m->wrap_blocks(graphs.wrapper());
+  m->wrap_blocks(WrapperSlot::kGraphs, graphs.wrapper());
   expect_identical(eager, train_pass(*m, ids));
   EXPECT_TRUE(graphs.take_fallbacks().empty());
   {
@@ -297,7 +297,7 @@ TEST(LayerGraphChecks, ASecondForwardBeforeTheFirstsBackwardRunsEagerly) {
   };
   const auto eager = two_forwards_one_backward();
   LayerGraphs graphs(replaying_recorder(), {});
-  m->wrap_blocks(graphs.wrapper());
+  m->wrap_blocks(WrapperSlot::kGraphs, graphs.wrapper());
   for (int pass = 0; pass < 2; ++pass) {
     const auto got = two_forwards_one_backward();
     ASSERT_EQ(eager.size(), got.size());
@@ -334,7 +334,7 @@ TEST(LayerGraphChecks, RecordingStopsOncePoolsExceedTheirBudget) {
   LayerGraphOptions options;
   options.pool_budget = 3500;  // layers 0 and 1 (2000, then 4000 bytes); layer 2 is over
   LayerGraphs graphs(std::make_shared<CountingPools>(), options);
-  m->wrap_blocks(graphs.wrapper());
+  m->wrap_blocks(WrapperSlot::kGraphs, graphs.wrapper());
   ::testing::internal::CaptureStderr();
   for (int pass = 0; pass < 2; ++pass) expect_identical(eager, train_pass(*m, ids));
   const std::string err = ::testing::internal::GetCapturedStderr();
@@ -357,7 +357,7 @@ TEST(LayerGraphChecks, ReplaysNotFasterThanTheRuleRunEveryLayerEagerly) {
   LayerGraphOptions options;
   options.min_speedup = 1.25;
   LayerGraphs graphs(std::make_shared<testing::TimedReplays>(1.0, 0.9), options);
-  m->wrap_blocks(graphs.wrapper());
+  m->wrap_blocks(WrapperSlot::kGraphs, graphs.wrapper());
   expect_identical(eager, train_pass(*m, ids));
   const LayerGraphStats first = graphs.stats();
   EXPECT_EQ(first.first_use_eager_seconds, 3.0) << "3 layers";
@@ -384,7 +384,7 @@ TEST(LayerGraphChecks, ReplaysWithinTheRuleOrNoRuleKeepTheRecordings) {
     // Faster by the rule's 1.25 and more; slower, where there is no rule.
     const double replay = min_speedup > 0 ? 0.5 : 2.0;
     LayerGraphs graphs(std::make_shared<testing::TimedReplays>(1.0, replay), options);
-    m->wrap_blocks(graphs.wrapper());
+    m->wrap_blocks(WrapperSlot::kGraphs, graphs.wrapper());
     for (int pass = 0; pass < 2; ++pass) {
       (void)train_pass(*m, ids);
       EXPECT_TRUE(graphs.take_fallbacks().empty()) << min_speedup;

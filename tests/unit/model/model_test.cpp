@@ -355,26 +355,52 @@ TEST(DecoderModel, SlidingWindowGradientsEqualTheDenseMaskReference) {
   }
 }
 
+// Each wrapper goes into its slot: graphs innermost, then checkpointing, then the engine, whatever
+// the order they were installed in; a slot takes one wrapper.
+TEST(DecoderModel, BlockWrappersNestInTheirSlotsOrder) {
+  DecoderModel m = build_model(small_config(), torch::kFloat, 1);
+  std::vector<std::string> calls;
+  auto probe = [&calls](std::string name) {
+    return [&calls, name](const ModelBlock& b, const torch::Tensor& x, const BlockContext&,
+                          const BlockFn& run) {
+      if (b.index == 1) calls.push_back(name);
+      return run(x);
+    };
+  };
+  m->wrap_blocks(WrapperSlot::kCheckpointing, probe("checkpointing"));
+  m->wrap_blocks(WrapperSlot::kEngine, probe("engine"));
+  m->wrap_blocks(WrapperSlot::kGraphs, probe("graphs"));
+  (void)m->forward(random_ids(1, 4, 97, 1));
+  EXPECT_EQ(calls, (std::vector<std::string>{"engine", "checkpointing", "graphs"}));
+  testing::expect_error([&] { m->wrap_blocks(WrapperSlot::kGraphs, probe("again")); },
+                        ErrorKind::kInternal, {"holds a wrapper already"});
+  m->unwrap_blocks();
+  m->wrap_blocks(WrapperSlot::kGraphs, probe("again"));
+  calls.clear();
+  (void)m->forward(random_ids(1, 4, 97, 1));
+  EXPECT_EQ(calls, std::vector<std::string>{"again"});
+}
+
 TEST(DecoderModel, BlockWrappersRunAroundEveryLayerForwardAndBackward) {
   DecoderModel m = build_model(small_config(), torch::kFloat, 1);
   std::vector<std::string> events;
-  m->wrap_blocks(
-      [&](const ModelBlock& b, const torch::Tensor& x, const BlockContext&, const BlockFn& run) {
-        if (b.role != BlockRole::kLayer) return run(x);
-        const int64_t i = static_cast<int64_t>(b.index) - 1;
-        events.push_back("before" + std::to_string(i));
-        const_cast<torch::Tensor&>(x).register_hook([&events, i](torch::Tensor g) {
-          events.push_back("backward_done" + std::to_string(i));
-          return g;
-        });
-        torch::Tensor out = run(x);
-        events.push_back("after" + std::to_string(i));
-        out.register_hook([&events, i](torch::Tensor g) {
-          events.push_back("backward_start" + std::to_string(i));
-          return g;
-        });
-        return out;
-      });
+  m->wrap_blocks(WrapperSlot::kEngine, [&](const ModelBlock& b, const torch::Tensor& x,
+                                           const BlockContext&, const BlockFn& run) {
+    if (b.role != BlockRole::kLayer) return run(x);
+    const int64_t i = static_cast<int64_t>(b.index) - 1;
+    events.push_back("before" + std::to_string(i));
+    const_cast<torch::Tensor&>(x).register_hook([&events, i](torch::Tensor g) {
+      events.push_back("backward_done" + std::to_string(i));
+      return g;
+    });
+    torch::Tensor out = run(x);
+    events.push_back("after" + std::to_string(i));
+    out.register_hook([&events, i](torch::Tensor g) {
+      events.push_back("backward_start" + std::to_string(i));
+      return g;
+    });
+    return out;
+  });
   const torch::Tensor ids = random_ids(1, 5, 97, 1);
   causal_lm_loss(m->forward(ids), ids).backward();
   // Layer 0's output is layer 1's input: the gradient reaching it ends layer 1's backward and

@@ -46,10 +46,10 @@ TEST_P(SelectiveCheckpointedModel, GivesTheLossAndGradientsOfNoCheckpointingAndO
   DecoderModel m = model_for(GetParam());
   const LossAndGrads none = train_pass(*m, ids);
   m = model_for(GetParam());
-  m->wrap_blocks(checkpoint_layers());
+  m->wrap_blocks(WrapperSlot::kCheckpointing, checkpoint_layers());
   const LossAndGrads plain = train_pass(*m, ids);
   m = model_for(GetParam());
-  m->wrap_blocks(selective_checkpoint_layers());
+  m->wrap_blocks(WrapperSlot::kCheckpointing, selective_checkpoint_layers());
   const LossAndGrads selective = train_pass(*m, ids);
   expect_same_training(none, selective, 0.0);
   expect_same_training(plain, selective, 0.0);
@@ -78,7 +78,7 @@ TEST(SelectiveCheckpointedModel, WithTiledMlpGivesTheGradientsOfNoCheckpointing)
   const LossAndGrads none = train_pass(*m, ids);
   m = model_for(c);
   m->set_tiled_mlp(8);
-  m->wrap_blocks(selective_checkpoint_layers());
+  m->wrap_blocks(WrapperSlot::kCheckpointing, selective_checkpoint_layers());
   expect_same_training(none, train_pass(*m, ids), 0.0);
 }
 
@@ -89,7 +89,7 @@ TEST(SelectiveCheckpointedModel, RunsAttentionOncePerLayerAndStep) {
   const torch::Tensor ids = random_ids(2, 24, 97, 9);
   auto count = [&](const BlockWrapper& wrapper) {
     DecoderModel m = model_for({"gqa", nlohmann::json::object(), torch::kFloat});
-    if (wrapper) m->wrap_blocks(wrapper);
+    if (wrapper) m->wrap_blocks(WrapperSlot::kCheckpointing, wrapper);
     const OpCalls calls;
     (void)train_pass(*m, ids);
     return std::make_pair(calls.count(kFlashForward), calls.count(kFlashBackward));
@@ -106,7 +106,7 @@ TEST(SelectiveCheckpointedModel, RecomputesAttentionOnlyOfWindowsShorterThanTheS
   auto forward_calls = [&](int64_t window, const BlockWrapper& wrapper) {
     DecoderModel m = model_for(
         {"window", {{"model_type", "mistral"}, {"sliding_window", window}}, torch::kFloat});
-    m->wrap_blocks(wrapper);
+    m->wrap_blocks(WrapperSlot::kCheckpointing, wrapper);
     const OpCalls calls;
     (void)train_pass(*m, ids);
     return calls.count(kFlashForward);

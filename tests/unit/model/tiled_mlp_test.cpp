@@ -51,7 +51,7 @@ TEST_P(TiledModel, GivesTheSameLossAndEveryParameterGradient) {
   doc["num_hidden_layers"] = 2;
   DecoderModel m = build_model(parse_model_config(doc), torch::kFloat, 3);
   const torch::Tensor ids = random_ids(2, 24, 97, 9);
-  if (GetParam().checkpointed) m->wrap_blocks(checkpoint_layers());
+  if (GetParam().checkpointed) m->wrap_blocks(WrapperSlot::kCheckpointing, checkpoint_layers());
   const LossAndGrads plain = train_pass(*m, ids);
   m->set_tiled_mlp(GetParam().tile);
   const LossAndGrads tiled = train_pass(*m, ids);
@@ -181,7 +181,7 @@ TEST(TiledModel, PeakMemoryDropsByTheMlpIntermediates) {
   doc["num_hidden_layers"] = 2;
   doc["max_position_embeddings"] = 2048;
   DecoderModel m = build_model(parse_model_config(doc), torch::kFloat, 5);
-  m->wrap_blocks(checkpoint_layers());
+  m->wrap_blocks(WrapperSlot::kCheckpointing, checkpoint_layers());
   const int64_t T = 1024, I = 512;
   const torch::Tensor ids = random_ids(1, T, 97, 4);
   const int64_t plain = peak_training_bytes(*m, ids);

@@ -70,7 +70,8 @@ TEST_P(CheckpointedLora, LoraDropoutDrawsTheSameMasksInTheRecompute) {
   double plain_loss = 0, ckpt_loss = 0, other_loss = 0;
   const auto plain = lora_gradients(lora, m, ids, 21, &plain_loss);
   const auto other_seed = lora_gradients(lora, m, ids, 22, &other_loss);
-  m->wrap_blocks(GetParam() ? model::selective_checkpoint_layers() : model::checkpoint_layers());
+  m->wrap_blocks(model::WrapperSlot::kCheckpointing,
+                 GetParam() ? model::selective_checkpoint_layers() : model::checkpoint_layers());
   const auto ckpt = lora_gradients(lora, m, ids, 21, &ckpt_loss);
   EXPECT_EQ(ckpt_loss, plain_loss);
   EXPECT_NE(other_loss, plain_loss) << "dropout is not active, so this test proves nothing";
@@ -116,7 +117,8 @@ std::vector<std::vector<double>> engine_losses(int stage, Ckpt checkpointing, in
     plan.engine.prefetch_bucket_size = 0;
     plan.optimizer = adamw();
     SequenceParallel no_sp(comm, 1);
-    auto engine = parallelize(m, {comm, torch::kCPU, no_sp}, plan).engine;
+    Parallelized parallel = parallelize(m, {comm, torch::kCPU, no_sp}, plan);
+    zero::Engine* engine = parallel.engine.get();
     const torch::Tensor mine = ids.narrow(0, 2 * comm.rank(), 2);
     for (int step = 0; step < steps; ++step) {
       const torch::Tensor loss = model::causal_lm_loss(m->forward(mine), mine.roll(-1, 1));

@@ -135,7 +135,8 @@ TEST_P(SequenceParallelModel, LossAndEveryGradientEqualOneProcess) {
     model::DecoderModel m = model::build_model(config, torch::kFloat32, 3);
     SequenceParallel sp(world, c.p);
     sp.apply(*m);
-    if (c.selective) m->wrap_blocks(model::selective_checkpoint_layers());
+    if (c.selective)
+      m->wrap_blocks(model::WrapperSlot::kCheckpointing, model::selective_checkpoint_layers());
     const auto rows = torch::indexing::Slice(sp.data_parallel_rank() * rows_per_dp,
                                              (sp.data_parallel_rank() + 1) * rows_per_dp);
     data::Batch b;

@@ -59,7 +59,8 @@ std::vector<double> train_stage3(const Maker& make, torch::ScalarType dtype, int
     ParallelPlan plan = stage3_plan(dtype);
     plan.initial_values = values;
     SequenceParallel no_sp(comm, 1);
-    auto engine = parallelize(m, {comm, torch::kCPU, no_sp}, plan).engine;
+    Parallelized parallel = parallelize(m, {comm, torch::kCPU, no_sp}, plan);
+    zero::Engine* engine = parallel.engine.get();
     for (int s = 0; s < steps; ++s) {
       auto gen = at::make_generator<at::CPUGeneratorImpl>(100 * s + comm.rank());
       const torch::Tensor ids = torch::randint(0, m->config().vocab_size, {2, 12}, gen);
@@ -207,7 +208,7 @@ int64_t construction_peak(bool sharded) {
   ParallelPlan plan = stage3_plan(torch::kFloat);
   if (sharded) plan.initial_values = model::init_source(*m, 5);
   SequenceParallel no_sp(comm, 1);
-  auto engine = parallelize(m, {comm, torch::kCPU, no_sp}, plan).engine;
+  const Parallelized parallel = parallelize(m, {comm, torch::kCPU, no_sp}, plan);
   return counter.peak() - before;
 }
 

@@ -77,9 +77,10 @@ Measured measure(const Setting& s, torch::ScalarType dtype) {
   m->set_tiled_mlp(s.tiled_mlp);
   m->set_loss_chunk_bytes(kChunkBytes);
   if (s.checkpointing == Checkpointing::kSelective) {
-    m->wrap_blocks(model::selective_checkpoint_layers());
+    m->wrap_blocks(model::WrapperSlot::kCheckpointing, model::selective_checkpoint_layers());
   } else if (s.checkpointing != Checkpointing::kNone) {
-    m->wrap_blocks(model::checkpoint_layers(s.checkpointing == Checkpointing::kOffload
+    m->wrap_blocks(model::WrapperSlot::kCheckpointing,
+                   model::checkpoint_layers(s.checkpointing == Checkpointing::kOffload
                                                 ? std::make_shared<model::ActivationOffload>()
                                                 : nullptr));
   }
