@@ -1,8 +1,9 @@
 // The activation memory model (zero/estimate_activations.h) on a GPU, where the fused RMSNorm,
 // RoPE, SwiGLU and loss kernels run: a Qwen2.5-shaped small decoder in bf16 trains one
 // micro-batch with each checkpointing setting and with tiled MLP, and the CUDA allocator's bytes
-// after forward and at the peak are compared with the prediction. Exits 77 (skipped) without a
-// device.
+// after forward and at the peak are compared with the prediction; and with CUDA graphs per layer
+// (no checkpointing and plain), the peak's growth over the same run without them is compared with
+// the column `graphs`. Exits 77 (skipped) without a device.
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/activation_offload.h"
+#include "model/layer_graphs.h"
 #include "model/model.h"
 #include "model/tiled_mlp.h"
 #include "zero/estimate_activations.h"
@@ -82,6 +84,38 @@ Measured measure(Checkpointing setting, int64_t tiled) {
   return out;
 }
 
+// The peak of the third forward and backward (the first records, where graphs are on) over the
+// bytes allocated before the first, the parameters' gradients included.
+int64_t peak_with(Checkpointing setting, bool graphs) {
+  const torch::Device cuda(torch::kCUDA, 0);
+  const model::TrainingStream stream(cuda);
+  torch::manual_seed(0);
+  model::DecoderModel m = model::build_model(qwen_like(), torch::kBFloat16, 1);
+  m->to(cuda);
+  m->set_loss_chunk_bytes(kChunkBytes);
+  model::LayerGraphs recorded(model::cuda_graph_recorder(cuda),
+                              {/*recompute_follows=*/setting == Checkpointing::kPlain});
+  if (graphs) m->wrap_blocks(model::WrapperSlot::kGraphs, recorded.wrapper());
+  if (setting == Checkpointing::kPlain) {
+    m->wrap_blocks(model::WrapperSlot::kCheckpointing, model::checkpoint_layers());
+  }
+  m->train();
+  const torch::Tensor ids = torch::randint(0, 32768, {kBatch, kSeq}, torch::kLong).to(cuda);
+  const torch::Tensor labels = ids.roll(-1, 1);
+  const int64_t start = allocated(false);
+  int64_t peak = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    c10::cuda::CUDACachingAllocator::resetPeakStats(0);
+    m->loss_sum(ids, labels, /*fused=*/true).mean().backward();
+    peak = allocated(true) - start;
+  }
+  if (graphs) {
+    EXPECT_EQ(recorded.stats().eager_calls, 0) << "every layer replayed";
+    EXPECT_EQ(recorded.stats().failure, "");
+  }
+  return peak;
+}
+
 ActivationInput input_for(int64_t tiled) {
   ActivationInput in;
   in.model = qwen_like();
@@ -119,6 +153,24 @@ TEST(EstimateActivationsGpu, KeptTensorsAndPeakMatchTheCudaAllocator) {
           << what;
     }
     EXPECT_NEAR(static_cast<double>(got.peak), static_cast<double>(row.device), 0.15 * row.device)
+        << what;
+  }
+}
+
+// What graphs keep on top (their buffers and a gradient buffer per parameter of each layer; the
+// saved activations and the backward's working memory in their pool) against the measured growth
+// of the peak, within 25%.
+TEST(EstimateActivationsGpu, CudaGraphsGrowThePeakByTheGraphsColumn) {
+  for (const Checkpointing setting : {Checkpointing::kNone, Checkpointing::kPlain}) {
+    ActivationInput in = input_for(0);
+    in.graphs = true;
+    const ActivationRow row = activation_row(in, setting);
+    const int64_t off = peak_with(setting, false), on = peak_with(setting, true);
+    const std::string what = fmt::format("gradient_checkpointing {}", checkpointing_word(setting));
+    std::cout << what << ": peak without graphs " << off << ", with " << on << " bytes; graphs "
+              << "column " << row.graphs << "\n";
+    ASSERT_GT(row.graphs, 0) << what;
+    EXPECT_NEAR(static_cast<double>(on - off), static_cast<double>(row.graphs), 0.25 * row.graphs)
         << what;
   }
 }
