@@ -1,6 +1,7 @@
 #include "train/graphs_choice.h"
 
-#include <set>
+#include <map>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -66,12 +67,16 @@ std::vector<size_t> agree_graph_fallbacks(comm::Communicator& comm, model::Layer
   const int world = comm.world_size();
   const torch::Tensor all = gather_from_ranks(comm, local, device);
   std::vector<size_t> layers;
-  std::set<int> no_gain_ranks;  // kNoGain concerns every layer: one line for all of them
+  // kNoGain concerns every layer: one line for all of them, with each such rank's replay seconds
+  // and the most that would pay (the same on all its layers).
+  std::map<int, std::pair<double, double>> no_gain;
   for (int64_t b = 0; b < n; ++b) {
     std::vector<int> ranks;
     for (int r = 0; r < world; ++r) {
       const auto cause = static_cast<model::FallbackCause>(all[r][b][0].item<int>());
-      if (cause == model::FallbackCause::kNoGain) no_gain_ranks.insert(r);
+      if (cause == model::FallbackCause::kNoGain) {
+        no_gain.try_emplace(r, all[r][b][1].item<double>(), all[r][b][2].item<double>());
+      }
       if (static_cast<int>(cause) != 0) ranks.push_back(r);
     }
     if (ranks.empty()) continue;
@@ -95,21 +100,16 @@ std::vector<size_t> agree_graph_fallbacks(comm::Communicator& comm, model::Layer
               graphs.block_name(static_cast<size_t>(b)), fmt::join(ranks, ", "),
               model::fallback_cause_text(cause), numbers);
   }
-  if (comm.rank() == 0 && !no_gain_ranks.empty()) {
-    const int r = *no_gain_ranks.begin();
-    double replay = 0, allowed = 0;
-    for (int64_t b = 0; b < n && replay == 0; ++b) {
-      if (all[r][b][0].item<int>() == static_cast<int>(model::FallbackCause::kNoGain)) {
-        replay = all[r][b][1].item<double>();
-        allowed = all[r][b][2].item<double>();
-      }
-    }
+  if (comm.rank() == 0 && !no_gain.empty()) {
+    std::vector<int> ranks;
+    for (const auto& [r, seconds] : no_gain) ranks.push_back(r);
+    const auto [replay, allowed] = no_gain.begin()->second;
     log::info(
         "CUDA graphs off from the next step: on rank(s) {} the layers' replays took {:.3g} ms, "
         "over the {:.3g} ms that would pay (first use, all layers: their eager runs' time over the "
         "speedup required); the run is not held back by kernel launches "
         "(training.cuda_graphs: on keeps them)",
-        fmt::join(no_gain_ranks, ", "), replay * 1e3, allowed * 1e3);
+        fmt::join(ranks, ", "), replay * 1e3, allowed * 1e3);
   }
   graphs.run_eagerly(layers);
   return layers;
