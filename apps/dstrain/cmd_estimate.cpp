@@ -3,7 +3,7 @@
 
 #include "apps/dstrain/command_info.h"
 #include "apps/dstrain/commands.h"
-#include "zero/estimate.h"
+#include "train/run_plan.h"
 
 namespace dstrain::app {
 namespace {
@@ -36,7 +36,7 @@ void set_estimate_command(CLI::App& root, int* exit_code) {
       ->allow_extra_args(false);
   cmd->add_flag("--json", a->json, "Print JSON (bytes per rank) instead of the table");
   cmd->callback([a, exit_code] {
-    std::cout << zero::estimate_report(a->config, a->overrides, a->nodes * a->gpus, a->json);
+    std::cout << train::estimate_report(a->config, a->overrides, a->nodes * a->gpus, a->json);
     *exit_code = 0;
   });
 }

@@ -28,17 +28,13 @@ struct ModelSection {
       "auto";             // auto | float32 | bfloat16 | float16 (storage dtype of loaded weights)
   std::string tokenizer;  // "" = same as name_or_path; "byte" = built-in byte tokenizer; or a dir
   bool use_flash_attn = false;  // accepted for compatibility; SDPA picks the kernel
-  bool gradient_checkpointing = false;
-  // With gradient_checkpointing: the checkpointed layers' inputs wait for backward in host memory
-  // (written `gradient_checkpointing: offload`; model/activation_offload.h).
-  bool checkpoint_offload = false;
-  // With gradient_checkpointing: attention's output and softmax statistics are kept from the
-  // forward and not recomputed (written `gradient_checkpointing: selective`;
-  // model/selective_attention.h).
-  bool checkpoint_selective = false;
-  // `gradient_checkpointing: auto`: the three above are chosen when training starts, the fastest
-  // setting whose predicted peak memory fits (train/checkpointing_choice.h); all stay false here.
-  bool checkpoint_auto = false;
+  // Activation checkpointing of the decoder layers, the word as written (lower case): "false",
+  // "true", "offload" (the checkpointed layers' inputs wait for backward in host memory,
+  // model/activation_offload.h), "selective" (attention's output and softmax statistics are kept,
+  // not recomputed, model/selective_attention.h) or "auto" (chosen when training starts, the
+  // fastest setting whose predicted peak memory fits: train/run_plan.h). The run plan reads it as
+  // model::Checkpointing (model/checkpointing.h).
+  std::string gradient_checkpointing = "false";
   // Tiled MLP (model/tiled_mlp.h): kTiledMlpOff 0, kTiledMlpAuto -1, or tokens per tile.
   int64_t tiled_mlp = 0;
   // LM head and loss fused in token chunks, never holding the [tokens, vocab] logits

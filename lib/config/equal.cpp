@@ -9,8 +9,7 @@ namespace dstrain::config {
 bool operator==(const ModelSection& a, const ModelSection& b) {
   auto t = [](const ModelSection& s) {
     return std::tie(s.name_or_path, s.revision, s.init, s.dtype, s.tokenizer, s.use_flash_attn,
-                    s.gradient_checkpointing, s.checkpoint_offload, s.checkpoint_selective,
-                    s.checkpoint_auto, s.tiled_mlp, s.fused_loss, s.fused_loss_chunk_mb);
+                    s.gradient_checkpointing, s.tiled_mlp, s.fused_loss, s.fused_loss_chunk_mb);
   };
   return t(a) == t(b);
 }

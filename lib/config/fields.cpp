@@ -85,9 +85,9 @@ Field betas() {
 }
 
 // model.gradient_checkpointing: true | false | offload | selective | auto. The Value is a bool, or
-// the string "offload" or "selective" (which turn checkpointing on too) or "auto" (chosen at the
-// start of training), so configs written before those existed read and write as they did. A config
-// records "auto" as written, not the choice: a resumed run chooses again for the memory it finds.
+// the string "offload", "selective" or "auto" (chosen at the start of training), so configs
+// written before those existed read and write as they did. A config records "auto" as written,
+// not the choice: a resumed run chooses again for the memory it finds.
 Field gradient_checkpointing() {
   Field f = make("model.gradient_checkpointing", Kind::kBool);
   f.expected = "true, false, offload, selective or auto";
@@ -99,20 +99,12 @@ Field gradient_checkpointing() {
     return std::nullopt;
   };
   f.get = [](const Config& c) {
-    if (c.model.checkpoint_auto) return Value(std::string("auto"));
-    if (c.model.gradient_checkpointing && c.model.checkpoint_offload)
-      return Value(std::string("offload"));
-    if (c.model.gradient_checkpointing && c.model.checkpoint_selective)
-      return Value(std::string("selective"));
-    return Value(c.model.gradient_checkpointing);
+    const std::string& w = c.model.gradient_checkpointing;
+    return w == "true" || w == "false" ? Value(w == "true") : Value(w);
   };
   f.set = [](Config& c, const Value& v) {
     const auto* word = std::get_if<std::string>(&v);
-    c.model.checkpoint_auto = word && *word == "auto";
-    c.model.checkpoint_offload = word && *word == "offload";
-    c.model.checkpoint_selective = word && *word == "selective";
-    c.model.gradient_checkpointing =
-        word ? c.model.checkpoint_offload || c.model.checkpoint_selective : std::get<bool>(v);
+    c.model.gradient_checkpointing = word ? *word : (std::get<bool>(v) ? "true" : "false");
   };
   return f;
 }

@@ -1,8 +1,11 @@
 #include "model/blocks.h"
 
+#include <algorithm>
+
 #include "model/activation_checkpoint.h"
 #include "model/fused_linear_cross_entropy.h"
 #include "model/selective_attention.h"
+#include "model/tiled_mlp.h"
 
 namespace dstrain::model {
 
@@ -41,7 +44,8 @@ torch::Tensor TokenEmbedding::forward(const torch::Tensor& ids, const BlockConte
   return embed_(ids);
 }
 
-DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t index, Materialize m) {
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t index, Materialize m)
+    : heads_(c.num_attention_heads) {
   self_attn = register_module("self_attn", Attention(c, c.attention_window(index), m));
   mlp = register_module("mlp", Mlp(c, m));
   input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, m));
@@ -77,6 +81,124 @@ std::vector<Projection> DecoderLayerImpl::projections() {
           {"self_attn.v_proj", a.v_proj}, {"self_attn.o_proj", a.o_proj},
           {"mlp.gate_proj", m.gate_proj}, {"mlp.up_proj", m.up_proj},
           {"mlp.down_proj", m.down_proj}};
+}
+
+// What the layer keeps, derived tensor by tensor from what its ops save for backward (layers.cpp,
+// fused_layer_ops.cpp, tiled_mlp.cpp) on each of the two paths it runs. Per token, in bytes, with
+// c the activations' element size, C hidden, HD = heads·head_dim, KVD = kv_heads·head_dim, I the
+// MLP width:
+//
+//   fused kernels (a CUDA device, float32/bfloat16):
+//     2·(2cC + 4)           each RMSNorm: its input and rstd (PyTorch's fused norm), its output
+//                           (the next projections' input)
+//     c·(2·HD + 2·KVD)      attention: q and k after RoPE (the RoPE kernel keeps only the tables),
+//                           v, and SDPA's output (o_proj's input, the same memory)
+//     4·heads               SDPA's float32 log-sum-exp
+//     3cI                   SwiGLU: gate and up (the fused kernel), its product (down_proj's input)
+//   eager ops (the CPU, float16 on a GPU, DSTRAIN_CUDA_KERNELS=0):
+//     2·(4C + 2cC + 4)      each RMSNorm: its float32 input (the input itself in float32), the
+//                           normalised value in c, its output, the float32 rstd
+//     the same attention terms
+//     4cI                   SwiGLU: gate, silu(gate), up, the product
+//
+// For the Qwen2.5-0.5B shape in bf16 on a GPU that is c·(6C + 2·KVD + 3I) + 4·heads + 8 bytes per
+// token (40.5 KB). Tiled MLP keeps only the MLP's input (the second norm's output, counted above)
+// in place of the 3cI / 4cI.
+//
+// Its backward's working memory on top of its saved tensors: MLP, the gradient of the layer's
+// output, then of the product and of gate and up (or of silu(gate) and up), while the product
+// itself is released (down_proj's backward is done with it); attention, the gradients of its
+// output, q, k and v (a GPU's flash backward also accumulates dq in float32). Tiled: d x for
+// every token, one tile's recomputed intermediates and their gradients, and the MLP weights'
+// float32 gradient sums.
+//
+// Checkpointed, it keeps its input, c·C per token (selective: also its attention's output and
+// log-sum-exp, c·HD + 4·heads, and on a GPU the recompute's attention holds k and v repeated to the
+// query heads, c·2·(HD − KVD) more; offloaded on a GPU: the input in host memory), and its backward
+// first brings back what it did not keep and its output.
+ActivationMemory DecoderLayerImpl::activation_memory(const ActivationRun& run,
+                                                     Checkpointing setting) const {
+  const auto& a = *self_attn;
+  const int64_t C = a.q_proj->in_features, HD = a.q_proj->out_features;
+  const int64_t KVD = a.k_proj->out_features, I = mlp->gate_proj->out_features;
+  const int64_t c = run.element_bytes, N = run.tokens;
+  const bool fused = run.fused_kernels;
+  // One RMSNorm, its output included.
+  const int64_t norm = (fused ? c * C : 4 * C + c * C) + c * C + 4;
+  const int64_t attention = c * (2 * HD + 2 * KVD) + 4 * heads_;
+  const int64_t mlp_saved = (fused ? 3 : 4) * c * I;
+  const int64_t tile = mlp_tile_tokens(run.tiled_mlp, N, C);
+  const int64_t saved = N * (2 * norm + attention + (tile > 0 ? 0 : mlp_saved));
+  const int64_t attention_grads = N * (c * C + c * (2 * HD + 2 * KVD) + (run.cuda ? 4 * HD : 0));
+  const int64_t backward =
+      tile == 0
+          ? std::max(attention_grads, N * (c * C + 2 * c * I))
+          : std::max(attention_grads,
+                     N * c * C + tile * (mlp_saved + (fused ? 3 : 4) * c * I) + 4 * 3 * C * I);
+  ActivationMemory m;
+  m.input = N * c * C;
+  switch (setting) {
+    case Checkpointing::kNone:
+      m.kept = saved;
+      m.backward = backward;
+      return m;
+    case Checkpointing::kSelective: {
+      const int64_t kept_attention = N * (c * HD + 4 * heads_);
+      const int64_t repeated_kv = run.cuda ? N * c * 2 * (HD - KVD) : 0;
+      m.kept = m.input + kept_attention;
+      m.backward = saved - kept_attention + repeated_kv + m.input + backward;
+      return m;
+    }
+    case Checkpointing::kPlain:
+    case Checkpointing::kOffload:
+      // On the CPU the host is the device: offload is plain.
+      if (setting == Checkpointing::kOffload && run.cuda) {
+        m.host = m.input;
+      } else {
+        m.kept = m.input;
+      }
+      m.backward = saved + m.input + backward;
+      return m;
+  }
+  return m;
+}
+
+// The head keeps its norm's tensors (not its output with the fused loss, which keeps neither its
+// input nor the weight) and, with the fused loss, the float32 gradients it computes in forward:
+// dL/dh [tokens, C] and dL/dW [V, C] (the latter only when its weight trains); unfused, the
+// float32 log-softmax. At the end of its forward: the final norm's output, and the loss's working
+// memory, per chunk of n tokens with the fused loss: a GPU's kernel turns its logits [n, V] (c)
+// into their gradient in place; elsewhere two float32 [n, V] tensors live at once (the logits and
+// their log-softmax), and later, with only the gradient in c left, its products with the weight
+// [n, C] and, in reduced precision, the dW blocks of 8192 vocabulary rows; unfused, the logits
+// (and their float32 copy in reduced precision). Its backward casts the fused loss's gradients
+// to the activations' and weight's dtype; unfused, it holds the gradients of the loss and of the
+// float32 logits.
+ActivationMemory LmHead::activation_memory(const ActivationRun& run, Checkpointing) const {
+  const int64_t V = weight().size(0), C = weight().size(1);
+  const int64_t c = run.element_bytes, N = run.tokens;
+  const bool fused = run.fused_kernels;
+  const int64_t norm = (fused ? c * C : 4 * C + c * C) + c * C + 4;
+  ActivationMemory m;
+  m.input = N * c * C;
+  m.kept = N * (norm - (run.fused_loss ? c * C : 0));
+  if (!run.fused_loss) {
+    m.kept += 4 * N * V;
+    m.forward = N * V * (c + (c == 4 ? 0 : 4));
+    m.backward = 8 * N * V;
+    return m;
+  }
+  m.kept += 4 * N * C + (run.weights_train ? 4 * V * C : 0);
+  m.backward = c == 4 ? 0 : c * N * C + (run.weights_train ? c * V * C : 0);
+  const int64_t budget = run.loss_chunk_bytes > 0
+                             ? run.loss_chunk_bytes
+                             : (run.cuda ? kCudaLossChunkBytes : kDefaultLossChunkBytes);
+  const int64_t n = std::min(N, loss_chunk_tokens(V, budget));
+  const int64_t blocks = c == 4 ? 0 : std::min<int64_t>(8192, V) * C * c;
+  const int64_t chunk =
+      fused ? n * V * c + n * C * c + 4 * n : std::max(8 * n * V, n * V * c + n * C * c + blocks);
+  m.forward = chunk + c * N * C;
+  return m;
 }
 
 torch::Tensor LmHead::forward(const torch::Tensor& h, const BlockContext& ctx) {

@@ -12,6 +12,10 @@
 // new kind of block (another model family's layer, a MoE layer) needs no change outside lib/model:
 // it implements Block, and every wrapper and setting applies to it as to the others.
 //
+// A block also says what it holds of one micro-batch from its forward to its backward under each
+// activation-checkpointing setting (Block::activation_memory): the memory model of lib/estimate
+// walks the block list and adds that up, so a new block is predicted from its own description.
+//
 // Each block owns parameters of the model, by their Hugging Face names (ModelBlock::parameters);
 // every parameter of the model belongs to exactly one block. A block may also read an earlier
 // block's parameters (ModelBlock::shares): the head of a model with tied embeddings (Qwen2.5-0.5B)
@@ -27,6 +31,7 @@
 
 #include <torch/torch.h>
 
+#include "model/checkpointing.h"
 #include "model/layers.h"
 #include "model/model_config.h"
 
@@ -61,6 +66,30 @@ struct Projection {
   std::string key() const { return path.substr(path.rfind('.') + 1); }
 };
 
+// The run lib/estimate's memory model predicts: one micro-batch's forward and backward on one
+// rank.
+struct ActivationRun {
+  int64_t tokens = 0;            // of the micro-batch on this rank
+  int64_t element_bytes = 4;     // the activations' dtype: 2 (bf16/fp16) or 4 (fp32)
+  bool cuda = false;             // a GPU (offloaded inputs leave the device)
+  bool fused_kernels = false;    // the fused RMSNorm/RoPE/SwiGLU/loss kernels (fused_layer_ops.h)
+  int64_t tiled_mlp = 0;         // kTiledMlpOff, kTiledMlpAuto or tokens per tile (tiled_mlp.h)
+  bool fused_loss = true;        // the head's loss fused in chunks (fused_linear_cross_entropy.h)
+  int64_t loss_chunk_bytes = 0;  // that loss's chunk budget; 0: the device's default
+  bool weights_train = true;     // the blocks' weights get gradients (not under LoRA)
+};
+
+// What a block holds of that micro-batch, bytes on the rank. Checkpointed, a layer keeps its input
+// (or, offloaded, leaves it in host memory) and its backward first recomputes what it did not keep
+// and its output: that is part of `backward`.
+struct ActivationMemory {
+  int64_t input = 0;     // its input
+  int64_t kept = 0;      // on the device from its forward to its backward
+  int64_t host = 0;      // in host memory from its forward to its backward (offload)
+  int64_t forward = 0;   // working memory at the end of its forward beyond what it keeps
+  int64_t backward = 0;  // working memory of its backward beyond what it keeps
+};
+
 class Block {
  public:
   virtual ~Block() = default;
@@ -78,6 +107,10 @@ class Block {
   virtual void set_attention_core(const AttentionCore& core) {}
   // kTiledMlpOff, kTiledMlpAuto or tokens per tile (tiled_mlp.h); blocks without an MLP ignore it.
   virtual void set_tiled_mlp(int64_t setting) {}
+  // What it holds of `run` when it runs under `setting` (checkpoint_layers() and its kin wrap
+  // layer blocks only: the memory model asks the others for Checkpointing::kNone).
+  virtual ActivationMemory activation_memory(const ActivationRun& run,
+                                             Checkpointing setting) const = 0;
 };
 
 // A block in the model's list.
@@ -128,6 +161,10 @@ class TokenEmbedding final : public Block {
   explicit TokenEmbedding(torch::nn::Embedding embed) : embed_(std::move(embed)) {}
   torch::Tensor forward(const torch::Tensor& ids, const BlockContext& ctx) override;
   std::vector<torch::Tensor> weights() override { return {embed_->weight}; }
+  // Nothing: its backward reads the token ids, which the batch holds anyway.
+  ActivationMemory activation_memory(const ActivationRun& run, Checkpointing) const override {
+    return {8 * run.tokens, 0, 0, 0, 0};
+  }
 
  private:
   torch::nn::Embedding embed_;
@@ -147,11 +184,17 @@ class DecoderLayerImpl : public torch::nn::Module, public Block {
   std::vector<Projection> projections() override;
   void set_attention_core(const AttentionCore& core) override { self_attn->core = core; }
   void set_tiled_mlp(int64_t setting) override { mlp->set_tiling(setting); }
+  // Derived tensor by tensor in blocks.cpp.
+  ActivationMemory activation_memory(const ActivationRun& run,
+                                     Checkpointing setting) const override;
 
   Attention self_attn{nullptr};
   Mlp mlp{nullptr};
   RMSNorm input_layernorm{nullptr};
   RMSNorm post_attention_layernorm{nullptr};
+
+ private:
+  int64_t heads_ = 0;  // attention heads (the float32 log-sum-exp per head and token)
 };
 TORCH_MODULE(DecoderLayer);
 
@@ -164,6 +207,8 @@ class LmHead final : public Block {
       : norm_(std::move(norm)), lm_head_(std::move(lm_head)), tied_(std::move(tied)) {}
   torch::Tensor forward(const torch::Tensor& h, const BlockContext& ctx) override;
   std::vector<torch::Tensor> weights() override { return {norm_->weight, weight()}; }
+  // The same under every setting: the head is not checkpointed.
+  ActivationMemory activation_memory(const ActivationRun& run, Checkpointing) const override;
 
   // lm_head.weight, or model.embed_tokens.weight when tied.
   const torch::Tensor& weight() const { return lm_head_ ? lm_head_->weight : tied_->weight; }

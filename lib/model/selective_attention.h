@@ -7,7 +7,7 @@
 // Why: at long sequences attention is most of a layer's FLOPs (quadratic in T, the rest linear), so
 // plain checkpointing spends most of its extra forward on attention. Keeping attention's result
 // costs per token per layer H·D elements in the model's dtype (the output) and H float32 (the
-// log-sum-exp), a fraction of what the layer saves without checkpointing (estimate_activations.h).
+// log-sum-exp), a fraction of what the layer saves without checkpointing (estimate/activations.h).
 //
 // How: checkpoint_layers (blocks.h) runs each checkpointed layer inside a KeepAttentionScope over
 // an AttentionKeep of its own. causal_attention (layers.h) asks attention_keep() whether a scope is

@@ -111,9 +111,9 @@ zero::OptimizerFactory optimizer_factory(const config::Config& c, torch::Device 
 ParallelPlan parallel_plan(const config::Config& c, torch::Device device) {
   ParallelPlan plan;
   plan.tiled_mlp = c.model.tiled_mlp;
-  plan.checkpointing = c.model.gradient_checkpointing;
-  plan.checkpoint_offload = c.model.checkpoint_offload;
-  plan.checkpoint_selective = c.model.checkpoint_selective;
+  // `auto` is the run plan's to resolve (run_plan.h): none until it has.
+  plan.checkpointing = model::checkpointing_from_word(c.model.gradient_checkpointing)
+                           .value_or(model::Checkpointing::kNone);
   plan.engine = engine_options(c);
   const bool host_state = c.zero.offload_optimizer.device == "cpu";
   plan.optimizer = optimizer_factory(c, host_state ? torch::Device(torch::kCPU) : device);

@@ -21,7 +21,6 @@
 #include "model/weights.h"
 #include "train/lora_export.h"
 #include "train/train.h"
-#include "zero/estimate.h"
 
 namespace dstrain::train {
 namespace stdfs = std::filesystem;
@@ -34,17 +33,20 @@ std::vector<model::TensorSpec> export_specs(const ckpt::CheckpointReader& reader
   std::map<std::string, std::vector<int64_t>> stored;
   for (auto& [name, shape] : reader.params("master")) stored[name] = shape;
   std::vector<model::TensorSpec> specs;
-  for (const zero::ParamShape& p : zero::parameter_shapes(mc)) {
-    const auto it = stored.find(p.name);
-    int64_t numel = 1;
-    if (it != stored.end()) {
-      for (int64_t d : it->second) numel *= d;
+  const model::DecoderModel m(mc, model::Materialize::kNo);
+  for (const auto& block : m->blocks()) {
+    for (const auto& [name, tensor] : block->parameters) {
+      const auto it = stored.find(name);
+      int64_t numel = 1;
+      if (it != stored.end()) {
+        for (int64_t d : it->second) numel *= d;
+      }
+      if (it == stored.end() || numel != tensor.numel()) {
+        fail(ErrorKind::kInput, "{}: the checkpoint has no master weights of '{}' with {} elements",
+             reader.dir(), name, tensor.numel());
+      }
+      specs.push_back({name, it->second});
     }
-    if (it == stored.end() || numel != p.numel) {
-      fail(ErrorKind::kInput, "{}: the checkpoint has no master weights of '{}' with {} elements",
-           reader.dir(), p.name, p.numel);
-    }
-    specs.push_back({p.name, it->second});
   }
   return specs;
 }

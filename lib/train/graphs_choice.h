@@ -22,8 +22,8 @@
 
 #include "comm/communicator.h"
 #include "config/config.h"
+#include "model/checkpointing.h"
 #include "model/layer_graphs.h"
-#include "train/parallelize.h"
 
 namespace dstrain::train {
 
@@ -39,19 +39,21 @@ struct GraphsChoice {
 };
 
 // What `auto` checks of the run's memory (per rank): the memory model's peak without graphs and
-// with their buffers (zero/estimate_activations.h) against the planning limit
-// (train/checkpointing_choice.h). limit 0: not checked.
+// with their buffers (estimate/activations.h) against the planning limit (memory_limit.h).
+// limit 0: not checked.
 struct GraphsMemory {
   int64_t peak = 0, peak_with_graphs = 0, limit = 0;
 };
 
-// `plan`: the run's plan, its checkpointing resolved. `cuda`: the run's device is a GPU.
-GraphsChoice choose_graphs(const config::Config& c, const ParallelPlan& plan, bool cuda,
+// `checkpointing`: the run's, resolved. `cuda`: the run's device is a GPU.
+GraphsChoice choose_graphs(const config::Config& c, model::Checkpointing checkpointing, bool cuda,
                            const GraphsMemory& memory = {});
 
-// What in `plan` (with `sequence_parallel_size` ranks per sequence) keeps a layer's work from being
-// replayed as recorded, "" when nothing does. parallelize() refuses graphs where this is not "".
-std::string layer_graphs_blocker(const ParallelPlan& plan, int64_t sequence_parallel_size);
+// What keeps a layer's work from being replayed as recorded under `checkpointing`, `tiled_mlp`
+// and `sequence_parallel_size` ranks per sequence, "" when nothing does. parallelize() refuses
+// graphs where this is not "".
+std::string layer_graphs_blocker(model::Checkpointing checkpointing, int64_t tiled_mlp,
+                                 int64_t sequence_parallel_size);
 
 // A collective (every rank): each rank's fallbacks (`mine`, its LayerGraphs::take_fallbacks())
 // gathered over `comm` on `device`; every layer that fell back on any rank runs eagerly on every

@@ -4,20 +4,8 @@
 
 #include "core/bytes.h"
 #include "core/error.h"
-#include "zero/estimate.h"
-#include "zero/estimate_activations.h"
 
 namespace dstrain::train {
-namespace {
-
-zero::Checkpointing checkpointing_of(const config::ModelSection& m) {
-  if (!m.gradient_checkpointing) return zero::Checkpointing::kNone;
-  if (m.checkpoint_selective) return zero::Checkpointing::kSelective;
-  return m.checkpoint_offload ? zero::Checkpointing::kOffload : zero::Checkpointing::kPlain;
-}
-
-}  // namespace
-
 std::vector<int64_t> divisors_descending(int64_t n) {
   std::vector<int64_t> out;
   for (int64_t d = n; d >= 1; --d) {
@@ -38,40 +26,6 @@ MicroBatchPlan plan_micro_batch(int64_t samples, const std::function<int64_t(int
     if (plan.peak <= limit) return plan;
   }
   plan.fits = false;  // plan.micro is 1, the last divisor
-  return plan;
-}
-
-int64_t predicted_peak(const config::Config& config, const model::ModelConfig& model,
-                       int world_size, bool cuda, int64_t micro,
-                       std::optional<zero::Checkpointing> checkpointing) {
-  config::Config at = config;
-  at.training.per_device_train_batch_size = micro;
-  const zero::ActivationRow activations = zero::activation_row(
-      zero::activation_input(at, model, cuda), checkpointing.value_or(checkpointing_of(at.model)));
-  return zero::model_states_bytes(at, model, world_size) + activations.device;
-}
-
-MicroBatchPlan plan_for_run(const config::Config& config, const model::ModelConfig& model,
-                            int world_size, bool cuda, int64_t limit) {
-  std::vector<zero::Checkpointing> settings = {checkpointing_of(config.model)};
-  if (config.model.checkpoint_auto) {
-    settings.clear();
-    for (const zero::ActivationRow& row :
-         zero::activation_rows(zero::activation_input(config, model, cuda))) {
-      settings.push_back(row.setting);
-    }
-  }
-  MicroBatchPlan plan;
-  for (const zero::Checkpointing setting : settings) {
-    plan = plan_micro_batch(
-        samples_per_rank(config.training),
-        [&](int64_t micro) {
-          return predicted_peak(config, model, world_size, cuda, micro, setting);
-        },
-        limit);
-    plan.checkpointing = setting;
-    if (plan.fits) break;
-  }
   return plan;
 }
 
@@ -97,9 +51,10 @@ std::string describe_plan(const MicroBatchPlan& plan, int64_t data_parallel) {
       plan.micro, plan.accumulation(), plan.samples * data_parallel,
       plan.fits ? "fits in" : "does not fit:", human_bytes(plan.peak, 1),
       human_bytes(plan.limit, 1),
-      plan.checkpointing == zero::Checkpointing::kNone
+      plan.checkpointing == model::Checkpointing::kNone
           ? ""
-          : " with gradient_checkpointing " + zero::checkpointing_word(plan.checkpointing));
+          : std::string(" with gradient_checkpointing ") +
+                model::checkpointing_word(plan.checkpointing));
   if (plan.memory_bound()) {
     line += fmt::format("; bounded by memory: micro-batch {} (no accumulation) would need {}",
                         plan.samples, human_bytes(plan.full_peak, 1));

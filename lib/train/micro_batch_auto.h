@@ -6,15 +6,15 @@
 // The loaded config gives the samples S each data-parallel rank takes per step (config.h,
 // micro_batch_auto); the candidates are the divisors of S, so every choice keeps the global batch.
 // The largest whose predicted peak fits the limit is taken. The peak: the model states of the
-// run's ZeRO stage (zero/estimate.h) plus one micro-batch's activations with the run's
-// checkpointing (zero/estimate_activations.h; with gradient_checkpointing: auto, the first setting
-// of that choice's order under which some micro-batch fits, plan_for_run()). The limit is
-// gradient_checkpointing: auto's, train::planning_limit() (train/checkpointing_choice.h), read
-// once: kHeadroom of the memory_per_rank() — the free GPU memory, or the host's MemAvailable,
-// shared by the LOCAL_WORLD_SIZE ranks that use one memory (the CPU ranks of a host, the
-// --share-gpu ranks of one GPU) — the smallest over the ranks. Rank 0 decides and broadcasts; every
-// rank then runs one trial step at that size (the Trainer, trainer_micro_batch.cpp), which confirms
-// it or, out of memory, moves to the next divisor down.
+// run's ZeRO stage (estimate/model_states.h) plus one micro-batch's activations with the run's
+// checkpointing (estimate/activations.h; with gradient_checkpointing: auto, the first setting of
+// that choice's order under which some micro-batch fits, plan_for_run() in run_plan.h). The limit
+// is train::planning_limit() (memory_limit.h), read once: kHeadroom of the memory_per_rank() — the
+// free GPU memory, or the host's MemAvailable, shared by the LOCAL_WORLD_SIZE ranks that use one
+// memory (the CPU ranks of a host, the --share-gpu ranks of one GPU) — the smallest over the
+// ranks, so every rank plans the same. Every rank then runs one trial step at that size (the
+// Trainer, trainer_micro_batch.cpp), which confirms it or, out of memory, moves to the next
+// divisor down.
 //
 // Losses: a micro-step's loss is the mean over its tokens and a step averages its micro-steps.
 // With packing (the default) every sample has max_length tokens, so any split of a step gives the
@@ -24,13 +24,11 @@
 
 #include <cstdint>
 #include <functional>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "config/config.h"
-#include "model/model_config.h"
-#include "zero/estimate_activations.h"
+#include "model/checkpointing.h"
 
 namespace dstrain::train {
 
@@ -42,7 +40,7 @@ struct MicroBatchPlan {
   int64_t limit = 0;
   bool fits = true;  // false: not even micro-batch 1 is predicted to fit (1 is taken, and tried)
   // The activation checkpointing the peaks are predicted with (plan_for_run()).
-  zero::Checkpointing checkpointing = zero::Checkpointing::kNone;
+  model::Checkpointing checkpointing = model::Checkpointing::kNone;
   int64_t accumulation() const { return samples / micro; }
   bool memory_bound() const { return micro < samples; }
 };
@@ -54,21 +52,6 @@ std::vector<int64_t> divisors_descending(int64_t n);
 // with fits = false.
 MicroBatchPlan plan_micro_batch(int64_t samples, const std::function<int64_t(int64_t)>& peak_of,
                                 int64_t limit);
-
-// The predicted peak bytes per rank of `config` on `world_size` ranks at micro-batch `micro`, with
-// `checkpointing` (else the config's own setting; `auto` counts as none).
-int64_t predicted_peak(const config::Config& config, const model::ModelConfig& model,
-                       int world_size, bool cuda, int64_t micro,
-                       std::optional<zero::Checkpointing> checkpointing = std::nullopt);
-
-// The plan for `config` (micro_batch_auto set) on `world_size` ranks: plan_micro_batch() of its
-// samples per rank with its checkpointing. With gradient_checkpointing: auto as well, the settings
-// that choice tries, fastest first (zero::activation_rows), until one under which some micro-batch
-// fits: no checkpointing whenever micro-batch 1 fits without, else the largest micro-batch of the
-// first setting that lets one fit (the checkpointing choice, made afterwards for that micro-batch,
-// comes to the same setting). Nothing fitting: micro-batch 1 under the last setting, fits = false.
-MicroBatchPlan plan_for_run(const config::Config& config, const model::ModelConfig& model,
-                            int world_size, bool cuda, int64_t limit);
 
 // Micro-batch `micro` for `t` (whose micro_batch_auto is set, micro × accumulation = S): micro ×
 // S / micro, marked chosen, and train_batch_size the global batch S × `data_parallel`, so that the

@@ -112,24 +112,31 @@ Parallelized parallelize(model::DecoderModel model, const ParallelWorld& world, 
   world.sequence_parallel.apply(*model);
   model->set_tiled_mlp(plan.tiled_mlp);
   if (plan.graph_recorder) {
-    const std::string blocker = layer_graphs_blocker(plan, world.sequence_parallel.size());
+    const std::string blocker =
+        layer_graphs_blocker(plan.checkpointing, plan.tiled_mlp, world.sequence_parallel.size());
     if (!blocker.empty()) fail(ErrorKind::kInternal, "parallelize: CUDA graphs, but {}", blocker);
     // First, so innermost: the graphs call the layer's own forward.
     model::LayerGraphOptions options;
-    options.recompute_follows = plan.checkpointing;
+    options.recompute_follows = plan.checkpointing != model::Checkpointing::kNone;
     options.pool_budget = plan.graph_pool_budget;
     options.min_speedup = plan.graph_min_speedup;
     out.graphs = std::make_shared<model::LayerGraphs>(std::move(plan.graph_recorder), options);
     model->wrap_blocks(model::WrapperSlot::kGraphs, out.graphs->wrapper());
     plan.engine.keep_gathered_memory = true;
   }
-  if (plan.checkpointing && plan.checkpoint_selective) {
-    model->wrap_blocks(model::WrapperSlot::kCheckpointing, model::selective_checkpoint_layers());
-  } else if (plan.checkpointing) {
-    model->wrap_blocks(model::WrapperSlot::kCheckpointing,
-                       model::checkpoint_layers(plan.checkpoint_offload
-                                                    ? std::make_shared<model::ActivationOffload>()
-                                                    : nullptr));
+  switch (plan.checkpointing) {
+    case model::Checkpointing::kNone:
+      break;
+    case model::Checkpointing::kSelective:
+      model->wrap_blocks(model::WrapperSlot::kCheckpointing, model::selective_checkpoint_layers());
+      break;
+    case model::Checkpointing::kPlain:
+      model->wrap_blocks(model::WrapperSlot::kCheckpointing, model::checkpoint_layers());
+      break;
+    case model::Checkpointing::kOffload:
+      model->wrap_blocks(model::WrapperSlot::kCheckpointing,
+                         model::checkpoint_layers(std::make_shared<model::ActivationOffload>()));
+      break;
   }
   place_on_device(*model, out.lora.get(), world.device);
   plan.engine.segments = block_segments(*model);

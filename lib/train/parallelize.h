@@ -11,9 +11,9 @@
 //   3. Tiled MLP in every block (plan.tiled_mlp).
 //   4. CUDA graphs per layer (plan.graph_recorder, model/layer_graphs.h): the innermost wrapper,
 //      around the layer's own forward.
-//   5. Activation checkpointing of every layer block, its input optionally offloaded to the host
-//      (plan.checkpointing, plan.checkpoint_offload), or keeping its attention's results too
-//      (plan.checkpoint_selective, model/selective_attention.h): inside the engine's wrapper, so
+//   5. Activation checkpointing of every layer block (plan.checkpointing, model/checkpointing.h),
+//      its input optionally offloaded to the host, or keeping its attention's results too
+//      (selective, model/selective_attention.h): inside the engine's wrapper, so
 //      that ZeRO-3's gathers are not repeated in its recompute; its recompute replays the graphs.
 //   6. The parameters and adapters are placed on the device (parameters without memory stay
 //      without memory there).
@@ -56,10 +56,7 @@ struct LoraPlan {
 struct ParallelPlan {
   std::optional<LoraPlan> lora;
   int64_t tiled_mlp = 0;  // model::kTiledMlpOff, kTiledMlpAuto or tokens per tile
-  bool checkpointing = false;
-  bool checkpoint_offload = false;  // with checkpointing: layer inputs kept in host memory
-  // With checkpointing: attention's output and statistics kept, not recomputed (selective).
-  bool checkpoint_selective = false;
+  model::Checkpointing checkpointing = model::Checkpointing::kNone;  // of the layer blocks
   // CUDA graphs per layer (model/layer_graphs.h) made by this recorder; null: none. Stage 3 then
   // keeps each unit's gathered memory (the graphs read the parameters where they were recorded).
   // Not with sequence parallelism, tiled MLP, selective checkpointing or offload (graphs_choice.h).

@@ -42,11 +42,13 @@ void merge_rank_traces(const config::Config& cfg, int world_size) {
 
 }  // namespace
 
-void write_run_config(const config::Config& cfg) {
+void write_run_config(const config::Config& cfg, const std::vector<std::string>& comments) {
   const std::string path = run_files::config_file(cfg.logging.out_dir);
+  std::string head;
+  for (const std::string& line : comments) head += "# " + line + "\n";
   warn_on_error("writing the resolved config", [&] {
     fs::create_dirs(cfg.logging.out_dir);
-    fs::write_file_atomic(path, secrets::redact(config::to_yaml(cfg)));
+    fs::write_file_atomic(path, secrets::redact(head + config::to_yaml(cfg)));
   });
 }
 

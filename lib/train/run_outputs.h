@@ -4,13 +4,17 @@
 // report (metrics/run_report.h) at the end. None of them may fail a run that trained: each
 // function logs a warning naming the file and the reason instead of throwing.
 
+#include <string>
+#include <vector>
+
 #include "config/config.h"
 
 namespace dstrain::train {
 
 // Rank 0, at the start: <out_dir>/config.yaml, the config as resolved (config::to_yaml), secret
-// values redacted (core/secrets.h); resume reads the checkpoint's own copy, never this one.
-void write_run_config(const config::Config& cfg);
+// values redacted (core/secrets.h), headed by `comments` (one "# " line each: what the run plan
+// chose, run_plan.h); resume reads the checkpoint's own copy, never this one.
+void write_run_config(const config::Config& cfg, const std::vector<std::string>& comments = {});
 
 // Every rank, at the end (also after a failure): this process's trace to
 // <out_dir>/trace/rank-<K>.json.

@@ -27,12 +27,12 @@
 #include "metrics/tracking.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
-#include "train/checkpointing_choice.h"
 #include "train/component_options.h"
 #include "train/device.h"
 #include "train/fused_check.h"
 #include "train/graphs_choice.h"
 #include "train/lora_setup.h"
+#include "train/memory_limit.h"
 #include "train/parallelize.h"
 #include "train/run_outputs.h"
 #include "train/step_profiler.h"
@@ -116,27 +116,20 @@ void Trainer::init() {
 
   resolve_model();
   build_data();
-  // The auto choices plan against one limit, read before the engine places anything.
-  const bool plans = cfg_.training.micro_batch_auto || cfg_.model.checkpoint_auto ||
-                     (cfg_.training.cuda_graphs == "auto" && device_.is_cuda());
-  const int64_t limit = plans ? planning_limit(*comm_, device_) : 0;
-  if (cfg_.training.micro_batch_auto) choose_micro_batch(limit);
+  plan_run();
   // The model holds no memory: the engine fills it (at stage 3 only its shard) from the initial
   // values, ranges of the safetensors files or the seeded initialisation alike.
-  model_ = model::DecoderModel(model_config_, model::Materialize::kNo);
+  model_ = plan_.memory->model();
   ParallelPlan plan = parallel_plan(cfg_, device_);
+  plan.checkpointing = plan_.checkpointing;
+  plan.tiled_mlp = plan_.tiled_mlp;
+  plan.engine = plan_.engine;
   // Each fused GPU path against its eager ops on this card, before anything trains with it.
   check_fused_kernels_for_run(
       *comm_, model_config_,
       cfg_.training.per_device_train_batch_size * cfg_.data.max_length / std::max(1, sp_size),
       cfg_.data.max_length / std::max(1, sp_size), plan.engine.compute_dtype, device_);
-  if (cfg_.model.checkpoint_auto) {
-    const auto choice = resolve_auto_checkpointing(cfg_, model_config_, *comm_, device_, limit);
-    plan.checkpointing = choice.setting != zero::Checkpointing::kNone;
-    plan.checkpoint_offload = choice.setting == zero::Checkpointing::kOffload;
-    plan.checkpoint_selective = choice.setting == zero::Checkpointing::kSelective;
-  }
-  choose_cuda_graphs(plan, limit);
+  prepare_cuda_graphs(plan);
   plan.initial_values = initial_values();
   if (cfg_.lora.enabled) {
     plan.lora = lora_plan(cfg_);
@@ -147,7 +140,16 @@ void Trainer::init() {
   model_->train();
   if (cfg_.model.fused_loss_chunk_mb > 0)
     model_->set_loss_chunk_bytes(cfg_.model.fused_loss_chunk_mb << 20);
-  if (cfg_.training.micro_batch_auto) confirm_micro_batch();
+  confirm_micro_batch();
+  const std::vector<PlanLine> plan_said = plan_lines(plan_, cfg_);
+  for (const PlanLine& line : plan_said) {
+    if (rank_ != 0) break;
+    if (line.warning) {
+      log::warn("{}", line.text);
+    } else {
+      log::info("{}", line.text);
+    }
+  }
   build_loader();
 
   total_steps_ = cfg_.training.max_steps > 0 ? cfg_.training.max_steps
@@ -161,7 +163,11 @@ void Trainer::init() {
   if (!resume_from_.empty()) restore(resume_from_);
 
   if (rank_ == 0) create_metrics();
-  if (rank_ == 0) write_run_config(cfg_);
+  if (rank_ == 0) {
+    std::vector<std::string> comments;
+    for (const PlanLine& line : plan_said) comments.push_back(line.text);
+    write_run_config(cfg_, comments);
+  }
   log::info(
       "model {}: {:.2f}M parameters, {} layers; {} steps of {} tokens; zero stage {}; {} CPU "
       "thread(s) per rank",
@@ -179,42 +185,26 @@ void Trainer::init() {
   }
 }
 
-void Trainer::choose_cuda_graphs(ParallelPlan& plan, int64_t limit) {
-  graphs_recompute_ = plan.checkpointing;
-  const int64_t micro = cfg_.training.per_device_train_batch_size;
-  GraphsMemory memory;
-  if (cfg_.training.cuda_graphs == "auto" && device_.is_cuda()) {
-    const zero::Checkpointing setting =
-        plan.checkpointing ? zero::Checkpointing::kPlain : zero::Checkpointing::kNone;
-    memory.peak = predicted_peak(cfg_, model_config_, world_, true, micro, setting);
-    memory.peak_with_graphs = memory.peak + graph_memory(micro).graphs;
-    memory.limit = limit;
+void Trainer::plan_run() {
+  // The auto choices plan against one limit, read before the engine places anything.
+  RunFacts facts;
+  facts.world_size = world_;
+  facts.cuda = device_.is_cuda();
+  if (needs_limit(cfg_, facts.cuda)) facts.limit = planning_limit(*comm_, device_);
+  if (cfg_.training.micro_batch_auto) facts.kept_micro_batch = recorded_micro_batch();
+  plan_ = resolve_run_plan(cfg_, model_config_, facts);
+  if (cfg_.training.micro_batch_auto) {
+    apply_micro_batch(cfg_.training, plan_.micro_batch, plan_.data_parallel);
   }
-  const GraphsChoice g = choose_graphs(cfg_, plan, device_.is_cuda(), memory);
-  if (g.on) {
-    // Before the engine exists (its gradient accumulators take the stream current then).
-    training_stream_ = std::make_unique<model::TrainingStream>(device_);
-    plan.graph_recorder = model::cuda_graph_recorder(device_);
-    // The memory model's figure for the graphs' pools, exceeded by at most half (allocator
-    // rounding, kernels' workspaces it does not model) before recording stops.
-    const int64_t pools = graph_memory(micro).graph_pools;
-    plan.graph_pool_budget = pools + pools / 2;
-    plan.graph_min_speedup = g.min_speedup;
-    graphs_auto_ = g.min_speedup > 0;
-  }
-  if (rank_ != 0) return;
-  if (g.on && graphs_auto_) {
-    log::info(
-        "CUDA graphs: each decoder layer is recorded on its first step, checked and timed against "
-        "its eager run; they stay where the replays are {}x faster",
-        kAutoMinSpeedup);
-  } else if (g.on) {
-    log::info("CUDA graphs: each decoder layer is recorded on its first step and replayed after");
-  } else if (cfg_.training.cuda_graphs == "on") {
-    log::warn("training.cuda_graphs: on has no effect: {}", g.why_not);
-  } else if (cfg_.training.cuda_graphs == "auto" && device_.is_cuda()) {
-    log::info("CUDA graphs off: {}", g.why_not);
-  }
+}
+
+void Trainer::prepare_cuda_graphs(ParallelPlan& plan) {
+  if (!plan_.graphs.on) return;
+  // Before the engine exists (its gradient accumulators take the stream current then).
+  training_stream_ = std::make_unique<model::TrainingStream>(device_);
+  plan.graph_recorder = model::cuda_graph_recorder(device_);
+  plan.graph_pool_budget = plan_.graph_pool_budget;
+  plan.graph_min_speedup = plan_.graphs.min_speedup;
 }
 
 void Trainer::log_graphs_once() {

@@ -23,12 +23,11 @@
 #include "optim/lr_schedule.h"
 #include "tokenizer/tokenizer.h"
 #include "train/device.h"
-#include "train/micro_batch_auto.h"
 #include "train/parallelize.h"
 #include "train/phase_peaks.h"
+#include "train/run_plan.h"
 #include "train/sequence_parallel.h"
 #include "zero/engine.h"
-#include "zero/estimate_activations.h"
 
 namespace dstrain::train {
 
@@ -78,9 +77,11 @@ class Trainer {
   // LoRA: lora::base_checksum of the base, computed by the ranks together from its initial values
   // (each rank checksums every world-th parameter) without materialising it.
   std::string base_checksum(const model::ValueSource& values);
-  // training.cuda_graphs (graphs_choice.h): sets plan.graph_recorder when graphs are on; rank 0
-  // says what was chosen. `limit`: planning_limit() (auto checks the graphs' memory against it).
-  void choose_cuda_graphs(ParallelPlan& plan, int64_t limit);
+  // Collective: the run plan (run_plan.h) against this rank's world and device, the micro-batch
+  // it chose applied to cfg_.
+  void plan_run();
+  // CUDA graphs on in the plan: the training stream and plan.graph_recorder (before the engine).
+  void prepare_cuda_graphs(ParallelPlan& plan);
   // Rank 0, after the first step: what the graphs recorded and replayed.
   void log_graphs_once();
   // A collective, after a step whose stop vote counted a fallback of the graphs on some rank:
@@ -89,21 +90,15 @@ class Trainer {
   // The datasets; the loader is built once the micro-batch is known (build_loader).
   void build_data();
   void build_loader();
-  // training.per_device_train_batch_size: auto (trainer_micro_batch.cpp, micro_batch_auto.h).
-  // choose_micro_batch(), before the engine: kept from a checkpoint of the same data-parallel
-  // ranks, else rank 0's plan from the memory model against `limit` (planning_limit()), broadcast;
-  // collective. confirm_micro_batch(), once the engine is built: one trial step per candidate
-  // from the plan down until one fits every rank; logs the choice (rank 0). Both set
+  // training.per_device_train_batch_size: auto (trainer_micro_batch.cpp, micro_batch_auto.h),
+  // once the engine is built: one trial step per candidate from the plan's micro-batch down until
+  // one fits every rank (not for a micro-batch kept from the checkpoint); sets plan_ and
   // cfg_.training's micro-batch and accumulation.
-  void choose_micro_batch(int64_t limit);
   void confirm_micro_batch();
   // Collective: the two micro-steps of a step of two at micro-batch `micro` (the last with the
   // gradient reduction), no update, then discarded; false when some rank ran out of memory in the
   // first (CUDA). Error(kRuntime) when that cannot be survived (see the .cpp).
   bool trial_step_fits(int64_t micro);
-  // The memory model's figures (graphs, graph_buffers, graph_pools: zero/estimate_activations.h)
-  // for this run's CUDA graphs at micro-batch `micro`.
-  zero::ActivationRow graph_memory(int64_t micro) const;
   // The micro-batch a checkpoint being resumed recorded for this run's data-parallel ranks and
   // samples per rank, else 0.
   int64_t recorded_micro_batch() const;
@@ -151,7 +146,8 @@ class Trainer {
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::string model_dir_;
   model::ModelConfig model_config_;
-  model::DecoderModel model_{nullptr};
+  RunPlan plan_;                        // what the run decided before building anything
+  model::DecoderModel model_{nullptr};  // the plan's
   data::Datasets datasets_;
   std::unique_ptr<data::Loader> loader_;
   // With CUDA graphs, the one stream the rank trains on (this thread's current from before the
@@ -161,11 +157,7 @@ class Trainer {
   std::string base_checksum_;  // LoRA: lora::base_checksum of the fp32 base weights
   bool graphs_logged_ = false;
   std::vector<model::LayerFallback> voted_fallbacks_;  // this rank's, in the pending stop vote
-  bool graphs_recompute_ = false;  // with CUDA graphs: the layers are checkpointed (recomputed)
-  bool graphs_auto_ = false;       // graphs on by training.cuda_graphs: auto (kept where they pay)
   std::unique_ptr<optim::LrSchedule> schedule_;
-  MicroBatchPlan micro_plan_;      // per_device_train_batch_size: auto (rank 0's plan)
-  bool micro_batch_kept_ = false;  // the choice came from the checkpoint resumed
   std::unique_ptr<ckpt::Stateful> progress_state_;
   std::unique_ptr<ckpt::Stateful> lora_reference_;
   std::unique_ptr<ckpt::Checkpointer> checkpointer_;  // after the components it saves

@@ -1,7 +1,7 @@
-// Trainer: training.per_device_train_batch_size: auto (micro_batch_auto.h). The choice is made
-// before the loader exists, from the memory model, and confirmed by one trial step once the
-// engine is built; the data order, the parameters, the optimizer and the random generators are
-// those of a run that never tried.
+// Trainer: training.per_device_train_batch_size: auto (micro_batch_auto.h). The run plan makes the
+// choice before the loader exists, from the memory model (run_plan.h); one trial step confirms it
+// once the engine is built; the data order, the parameters, the optimizer and the random generators
+// are those of a run that never tried.
 
 #include <nlohmann/json.hpp>
 
@@ -17,45 +17,14 @@
 
 namespace dstrain::train {
 
-void Trainer::choose_micro_batch(int64_t limit) {
-  const int64_t samples = samples_per_rank(cfg_.training);
-  const int64_t dp = sp_->data_parallel_size();
-  if (const int64_t kept = recorded_micro_batch(); kept > 0) {
-    apply_micro_batch(cfg_.training, kept, dp);
-    micro_batch_kept_ = true;
-    log::info("micro-batch auto: {} × accumulation {} = global {}, kept from the checkpoint", kept,
-              samples / kept, samples * dp);
-    return;
-  }
-  micro_plan_ = plan_for_run(cfg_, model_config_, world_, device_.is_cuda(), limit);
-  // Rank 0 decides; the others follow, whatever their own arithmetic would say. (A float64 tensor:
-  // what every communicator broadcasts; a micro-batch is far below 2^53.)
-  torch::Tensor micro =
-      torch::tensor({static_cast<double>(micro_plan_.micro)}, torch::kFloat64).to(device_);
-  comm::synchronize(*comm_->broadcast(micro, 0));
-  micro_plan_.micro = static_cast<int64_t>(micro.cpu().item<double>());
-  micro_plan_.peak = predicted_peak(cfg_, model_config_, world_, device_.is_cuda(),
-                                    micro_plan_.micro, micro_plan_.checkpointing);
-  apply_micro_batch(cfg_.training, micro_plan_.micro, dp);
-}
-
 void Trainer::confirm_micro_batch() {
-  if (micro_batch_kept_) return;
-  const int64_t planned = cfg_.training.per_device_train_batch_size;
+  if (!cfg_.training.micro_batch_auto || plan_.micro_batch_kept) return;
+  const int64_t planned = plan_.micro_batch;
   for (int64_t micro : divisors_descending(samples_per_rank(cfg_.training))) {
     if (micro > planned) continue;
     if (trial_step_fits(micro)) {
-      apply_micro_batch(cfg_.training, micro, sp_->data_parallel_size());
-      if (micro != micro_plan_.micro) {
-        micro_plan_.micro = micro;
-        micro_plan_.peak = predicted_peak(cfg_, model_config_, world_, device_.is_cuda(), micro,
-                                          micro_plan_.checkpointing);
-      }
-      log::info("{}", describe_plan(micro_plan_, sp_->data_parallel_size()));
-      if (!micro_plan_.fits) {
-        log::warn(
-            "micro-batch auto: not even micro-batch 1 is predicted to fit; its trial step ran");
-      }
+      replan_micro_batch(plan_, micro);
+      apply_micro_batch(cfg_.training, micro, plan_.data_parallel);
       return;
     }
     log::warn(
@@ -106,8 +75,9 @@ bool Trainer::trial_step_fits(int64_t micro) {
   if (parallel_.graphs) parallel_.graphs->set_enabled(false);
   torch::Tensor graph_stand_in;
   bool fits = true;
+  const bool stand_in = parallel_.graphs && plan_.graphs.min_speedup == 0;
   if (const int64_t bytes =
-          parallel_.graphs && !graphs_auto_ ? graph_memory(micro).graph_buffers : 0;
+          stand_in ? plan_.memory->graphs(micro, plan_.checkpointing).graph_buffers : 0;
       bytes > 0) {
     try {
       graph_stand_in = torch::empty({bytes}, b.input_ids.options().dtype(torch::kByte));
@@ -133,15 +103,6 @@ bool Trainer::trial_step_fits(int64_t micro) {
   if (parallel_.graphs) parallel_.graphs->set_enabled(true);
   model::restore_rng(rng);
   return fits;
-}
-
-zero::ActivationRow Trainer::graph_memory(int64_t micro) const {
-  config::Config at = cfg_;
-  at.training.per_device_train_batch_size = micro;
-  at.training.cuda_graphs = "on";  // auto's too: what they keep where they run
-  return zero::activation_row(
-      zero::activation_input(at, model_config_, device_.is_cuda()),
-      graphs_recompute_ ? zero::Checkpointing::kPlain : zero::Checkpointing::kNone);
 }
 
 int64_t Trainer::recorded_micro_batch() const {

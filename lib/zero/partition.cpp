@@ -6,10 +6,6 @@
 
 namespace dstrain::zero {
 
-int64_t round_up(int64_t value, int64_t multiple) {
-  return (value + multiple - 1) / multiple * multiple;
-}
-
 Partition::Partition(std::vector<int64_t> param_numels, int world_size, int64_t bucket_numel)
     : numels_(std::move(param_numels)), world_size_(world_size) {
   if (world_size < 1) fail(ErrorKind::kInternal, "partition: world_size {} < 1", world_size);

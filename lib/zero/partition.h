@@ -21,14 +21,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/bytes.h"
 #include "optim/optimizer.h"
 
 namespace dstrain::zero {
 
 using optim::Range;  // half-open [begin, end) element range
-
-// `value` rounded up to a multiple of `multiple` (> 0).
-int64_t round_up(int64_t value, int64_t multiple);
 
 // A part of one parameter: elements [elements.begin, elements.end) of the flattened parameter
 // `param`, found at `offset` in the coordinates of the query (a flat range, or a rank's shard).

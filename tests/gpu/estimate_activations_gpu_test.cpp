@@ -1,4 +1,4 @@
-// The activation memory model (zero/estimate_activations.h) on a GPU, where the fused RMSNorm,
+// The activation memory model (estimate/activations.h) on a GPU, where the fused RMSNorm,
 // RoPE, SwiGLU and loss kernels run: a Qwen2.5-shaped small decoder in bf16 trains one
 // micro-batch with each checkpointing setting and with tiled MLP, and the CUDA allocator's bytes
 // after forward and at the peak are compared with the prediction; and with CUDA graphs per layer
@@ -13,13 +13,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "estimate/activations.h"
 #include "model/activation_offload.h"
 #include "model/layer_graphs.h"
 #include "model/model.h"
 #include "model/tiled_mlp.h"
-#include "zero/estimate_activations.h"
 
-namespace dstrain::zero {
+namespace dstrain::estimate {
 namespace {
 
 // Qwen2.5-0.5B's proportions (C = H·D, KV = H/7, I ≈ 5.4·C) at a quarter of its width.
@@ -118,7 +118,7 @@ int64_t peak_with(Checkpointing setting, bool graphs) {
 
 ActivationInput input_for(int64_t tiled) {
   ActivationInput in;
-  in.model = qwen_like();
+  in.model = model::DecoderModel(qwen_like(), model::Materialize::kNo);
   in.micro_batch = kBatch;
   in.seq_len = kSeq;
   in.element_bytes = 2;
@@ -144,11 +144,11 @@ TEST(EstimateActivationsGpu, KeptTensorsAndPeakMatchTheCudaAllocator) {
     const ActivationRow row = activation_row(in, c.setting);
     const Measured got = measure(c.setting, c.tiled);
     const std::string what = fmt::format("gradient_checkpointing {}, tiled_mlp {}",
-                                         checkpointing_word(c.setting), c.tiled);
+                                         model::checkpointing_word(c.setting), c.tiled);
     std::cout << what << ": kept after forward " << got.after_forward << ", peak " << got.peak
               << " bytes; predicted peak " << row.device << "\n";
     if (c.setting == Checkpointing::kNone) {
-      const int64_t kept = p.context + in.model.num_hidden_layers * p.layer_saved + p.head_saved;
+      const int64_t kept = p.context + in.model->num_layers() * p.layer_saved + p.head_saved;
       EXPECT_NEAR(static_cast<double>(got.after_forward), static_cast<double>(kept), 0.02 * kept)
           << what;
     }
@@ -166,7 +166,8 @@ TEST(EstimateActivationsGpu, CudaGraphsGrowThePeakByTheGraphsColumn) {
     in.graphs = true;
     const ActivationRow row = activation_row(in, setting);
     const int64_t off = peak_with(setting, false), on = peak_with(setting, true);
-    const std::string what = fmt::format("gradient_checkpointing {}", checkpointing_word(setting));
+    const std::string what =
+        fmt::format("gradient_checkpointing {}", model::checkpointing_word(setting));
     std::cout << what << ": peak without graphs " << off << ", with " << on << " bytes; graphs "
               << "column " << row.graphs << "\n";
     ASSERT_GT(row.graphs, 0) << what;
@@ -176,4 +177,4 @@ TEST(EstimateActivationsGpu, CudaGraphsGrowThePeakByTheGraphsColumn) {
 }
 
 }  // namespace
-}  // namespace dstrain::zero
+}  // namespace dstrain::estimate

@@ -61,7 +61,8 @@ GraphsRun train(const GraphsSetup& s, bool graphs) {
     model::DecoderModel m(model::testing::small_config(s.model_type), model::Materialize::kNo);
     ParallelPlan plan;
     if (s.lora) plan.lora = testing::small_lora({"q_proj", "k_proj", "v_proj", "o_proj"});
-    plan.checkpointing = s.checkpointing;
+    plan.checkpointing =
+        s.checkpointing ? model::Checkpointing::kPlain : model::Checkpointing::kNone;
     if (graphs) plan.graph_recorder = model::cuda_graph_recorder(kCuda);
     plan.engine.stage = s.stage;
     plan.engine.compute_dtype = s.dtype;

@@ -115,6 +115,10 @@ class SmallLayer final : public Block {
     return torch::dropout(y, 0.25, /*train=*/true) + x;
   }
   std::vector<torch::Tensor> weights() override { return {w_}; }
+  // No memory model reads this block: nothing described.
+  ActivationMemory activation_memory(const ActivationRun&, Checkpointing) const override {
+    return {};
+  }
   torch::Tensor w_;
 
  private:

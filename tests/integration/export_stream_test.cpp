@@ -8,11 +8,12 @@
 
 #include "ckpt/layout.h"
 #include "ckpt/shards.h"
+#include "estimate/model_states.h"
+#include "model/model.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
 #include "tests/integration/train_util.h"
 #include "train/train.h"
-#include "zero/estimate.h"
 
 namespace dstrain::testing {
 namespace {
@@ -23,9 +24,10 @@ void expect_equals_master(const std::string& tag_dir, const std::string& out_dir
   const ckpt::CheckpointReader reader(tag_dir);
   const model::ModelConfig mc = model::load_model_config(out_dir);
   const model::SafetensorsSet set(out_dir);
-  const std::vector<zero::ParamShape> params = zero::parameter_shapes(mc);
+  const std::vector<estimate::ParamShape> params =
+      estimate::parameter_shapes(*model::DecoderModel(mc, model::Materialize::kNo));
   EXPECT_EQ(set.names().size(), params.size());
-  for (const zero::ParamShape& p : params) {
+  for (const estimate::ParamShape& p : params) {
     ASSERT_TRUE(set.contains(p.name)) << p.name;
     const torch::Tensor got = set.read(p.name);
     const torch::Tensor want = reader.read_full("master", p.name).to(dtype);

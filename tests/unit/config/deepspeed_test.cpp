@@ -240,14 +240,15 @@ deepspeed:
     profile: false
 )"),
                                            "m.yaml", options);
-  EXPECT_TRUE(c.model.gradient_checkpointing);
+  EXPECT_EQ(c.model.gradient_checkpointing, "true");
   ASSERT_EQ(warnings.size(), 6u);
   EXPECT_THAT(warnings[1], HasSubstr("deepspeed.activation_checkpointing.cpu_checkpointing: "
                                      "ignored (activation checkpointing is switched by "
                                      "model.gradient_checkpointing"));
-  EXPECT_FALSE(load_config_from_string(
-                   minimal_yaml("deepspeed:\n  activation_checkpointing: {profile: true}\n"), "m")
-                   .model.gradient_checkpointing);
+  EXPECT_EQ(load_config_from_string(
+                minimal_yaml("deepspeed:\n  activation_checkpointing: {profile: true}\n"), "m")
+                .model.gradient_checkpointing,
+            "false");
   EXPECT_THAT(
       load_error(
           minimal_yaml("deepspeed:\n  activation_checkpointing: {partition_activation: 1}\n")),

@@ -150,10 +150,11 @@ training:
 
 // HF puts gradient_checkpointing in TrainingArguments; both places set the one switch.
 TEST(ConfigLoad, GradientCheckpointingIsSwitchedFromModelOrTraining) {
-  EXPECT_FALSE(load_config_from_string(minimal_yaml(), "m").model.gradient_checkpointing);
-  EXPECT_TRUE(
+  EXPECT_EQ(load_config_from_string(minimal_yaml(), "m").model.gradient_checkpointing, "false");
+  EXPECT_EQ(
       load_config_from_string(minimal_yaml("training:\n  gradient_checkpointing: true\n"), "m")
-          .model.gradient_checkpointing);
+          .model.gradient_checkpointing,
+      "true");
   const Config c = load_config_from_string(R"(model:
   name_or_path: m
   gradient_checkpointing: true
@@ -161,53 +162,47 @@ data:
   train_path: t
 )",
                                            "m");
-  EXPECT_TRUE(c.model.gradient_checkpointing);
+  EXPECT_EQ(c.model.gradient_checkpointing, "true");
   LoadOptions o;
   o.overrides = {"training.gradient_checkpointing=true"};
-  EXPECT_TRUE(load_config_from_string(minimal_yaml(), "m", o).model.gradient_checkpointing);
+  EXPECT_EQ(load_config_from_string(minimal_yaml(), "m", o).model.gradient_checkpointing, "true");
 }
 
-// true | false | offload, under either name; offload turns checkpointing on and writes back as
-// offload, a bool writes back as a bool.
+// true | false | offload, under either name; offload writes back as offload, a bool as a bool.
 TEST(ConfigLoad, GradientCheckpointingTakesOffload) {
   const Config off = load_config_from_string(minimal_yaml(), "m");
-  EXPECT_FALSE(off.model.checkpoint_offload);
+  EXPECT_EQ(off.model.gradient_checkpointing, "false");
   const Config c = load_config_from_string(
       minimal_yaml("training:\n  activation_checkpointing: offload\n"), "m");
-  EXPECT_TRUE(c.model.gradient_checkpointing);
-  EXPECT_TRUE(c.model.checkpoint_offload);
+  EXPECT_EQ(c.model.gradient_checkpointing, "offload");
   EXPECT_THAT(to_yaml(c), HasSubstr("gradient_checkpointing: \"offload\""));
   LoadOptions o;
   o.overrides = {"model.gradient_checkpointing=true"};
   const Config on = load_config_from_string(minimal_yaml(), "m", o);
-  EXPECT_TRUE(on.model.gradient_checkpointing);
-  EXPECT_FALSE(on.model.checkpoint_offload);
+  EXPECT_EQ(on.model.gradient_checkpointing, "true");
   EXPECT_THAT(to_yaml(on), HasSubstr("gradient_checkpointing: true"));
   EXPECT_THAT(load_error(minimal_yaml("training:\n  activation_checkpointing: cpu\n")),
               HasSubstr("train.yaml:6:29: training.activation_checkpointing: expected true, false, "
                         "offload, selective or auto, got \"cpu\""));
 }
 
-// auto: neither setting is fixed in the config (the trainer chooses, train/checkpointing_choice.h)
+// auto: no setting is fixed in the config (the run plan chooses, train/run_plan.h)
 // and the config keeps the word, so a resumed run chooses again; a word that is not one of the
 // four is an error naming the key and the allowed values.
 TEST(ConfigLoad, GradientCheckpointingTakesAutoAndKeepsIt) {
   const Config c =
       load_config_from_string(minimal_yaml("training:\n  gradient_checkpointing: AUTO\n"), "m");
-  EXPECT_TRUE(c.model.checkpoint_auto);
-  EXPECT_FALSE(c.model.gradient_checkpointing);
-  EXPECT_FALSE(c.model.checkpoint_offload);
+  EXPECT_EQ(c.model.gradient_checkpointing, "auto");
   const std::string yaml = to_yaml(c);
   EXPECT_THAT(yaml, HasSubstr("gradient_checkpointing: \"auto\""));
   const Config again = load_config_from_string(yaml, "m");
-  EXPECT_TRUE(again.model.checkpoint_auto);
+  EXPECT_EQ(again.model.gradient_checkpointing, "auto");
   EXPECT_TRUE(again.model == c.model);
   LoadOptions o;
   o.overrides = {"model.gradient_checkpointing=offload"};
   const Config offload =
       load_config_from_string(minimal_yaml("training:\n  gradient_checkpointing: auto\n"), "m", o);
-  EXPECT_FALSE(offload.model.checkpoint_auto) << "a later source replaces auto";
-  EXPECT_TRUE(offload.model.checkpoint_offload);
+  EXPECT_EQ(offload.model.gradient_checkpointing, "offload") << "a later source replaces auto";
   EXPECT_FALSE(offload.model == c.model);
   o.overrides = {"model.gradient_checkpointing=autox"};
   EXPECT_THAT(load_error(minimal_yaml(), o),
@@ -215,15 +210,12 @@ TEST(ConfigLoad, GradientCheckpointingTakesAutoAndKeepsIt) {
                         "auto, got \"autox\""));
 }
 
-// selective turns checkpointing on (attention kept, model/selective_attention.h), writes back as
-// selective and reads back equal; a later source's bool replaces it.
+// selective (attention kept, model/selective_attention.h), in any case, writes back as selective
+// and reads back equal; a later source's bool replaces it.
 TEST(ConfigLoad, GradientCheckpointingTakesSelective) {
   const Config c = load_config_from_string(
       minimal_yaml("training:\n  gradient_checkpointing: Selective\n"), "m");
-  EXPECT_TRUE(c.model.gradient_checkpointing);
-  EXPECT_TRUE(c.model.checkpoint_selective);
-  EXPECT_FALSE(c.model.checkpoint_offload);
-  EXPECT_FALSE(c.model.checkpoint_auto);
+  EXPECT_EQ(c.model.gradient_checkpointing, "selective");
   const std::string yaml = to_yaml(c);
   EXPECT_THAT(yaml, HasSubstr("gradient_checkpointing: \"selective\""));
   EXPECT_TRUE(load_config_from_string(yaml, "m").model == c.model);
@@ -231,8 +223,7 @@ TEST(ConfigLoad, GradientCheckpointingTakesSelective) {
   o.overrides = {"model.gradient_checkpointing=true"};
   const Config plain = load_config_from_string(
       minimal_yaml("training:\n  gradient_checkpointing: selective\n"), "m", o);
-  EXPECT_TRUE(plain.model.gradient_checkpointing);
-  EXPECT_FALSE(plain.model.checkpoint_selective);
+  EXPECT_EQ(plain.model.gradient_checkpointing, "true");
   EXPECT_FALSE(plain.model == c.model);
   o.overrides = {"model.gradient_checkpointing=selectiv"};
   EXPECT_THAT(load_error(minimal_yaml(), o),

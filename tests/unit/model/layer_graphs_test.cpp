@@ -116,6 +116,10 @@ class DropoutBlock final : public Block {
     return torch::dropout(torch::matmul(x, w_), 0.3, /*train=*/true) + x;
   }
   std::vector<torch::Tensor> weights() override { return {w_}; }
+  // No memory model reads this block: nothing described.
+  ActivationMemory activation_memory(const ActivationRun&, Checkpointing) const override {
+    return {};
+  }
   torch::Tensor w_;
 };
 

@@ -96,7 +96,7 @@ zero::OptimizerFactory adamw() {
 }
 
 // Losses of `steps` steps on 2 ranks (each rank its half of the batch), per rank.
-enum class Ckpt { kNone, kPlain, kSelective };
+using Ckpt = model::Checkpointing;
 
 // `attention_calls`: if given, the CPU attention kernel's forward calls of both ranks.
 std::vector<std::vector<double>> engine_losses(int stage, Ckpt checkpointing, int steps,
@@ -109,8 +109,7 @@ std::vector<std::vector<double>> engine_losses(int stage, Ckpt checkpointing, in
     auto m = small_model(3);
     m->train();
     ParallelPlan plan;
-    plan.checkpointing = checkpointing != Ckpt::kNone;
-    plan.checkpoint_selective = checkpointing == Ckpt::kSelective;
+    plan.checkpointing = checkpointing;
     plan.engine.stage = stage;
     plan.engine.reduce_bucket_size = 2000;
     plan.engine.param_persistence_threshold = 0;  // stage 3: every layer gathered around use

@@ -52,19 +52,20 @@ TEST(ComponentOptions, LoaderOptionsTakeTheBatchShapeAndThisRank) {
   EXPECT_TRUE(o.drop_last);
 }
 
-// model.gradient_checkpointing's word → the plan's flags: checkpointing on, and how.
+// model.gradient_checkpointing's word → the plan's setting (auto: none until the run plan chose).
 TEST(ComponentOptions, ParallelPlanTakesTheCheckpointingSetting) {
   struct Want {
     const char* word;
-    bool checkpointing, offload, selective;
+    model::Checkpointing setting;
   };
-  for (const Want w : {Want{"false", false, false, false}, Want{"true", true, false, false},
-                       Want{"offload", true, true, false}, Want{"selective", true, false, true}}) {
+  for (const Want w :
+       {Want{"false", model::Checkpointing::kNone}, Want{"true", model::Checkpointing::kPlain},
+        Want{"offload", model::Checkpointing::kOffload},
+        Want{"Selective", model::Checkpointing::kSelective},
+        Want{"auto", model::Checkpointing::kNone}}) {
     const ParallelPlan plan = parallel_plan(
         load(std::string("training:\n  gradient_checkpointing: ") + w.word + "\n"), torch::kCPU);
-    EXPECT_EQ(plan.checkpointing, w.checkpointing) << w.word;
-    EXPECT_EQ(plan.checkpoint_offload, w.offload) << w.word;
-    EXPECT_EQ(plan.checkpoint_selective, w.selective) << w.word;
+    EXPECT_EQ(plan.checkpointing, w.setting) << w.word;
   }
 }
 

@@ -93,7 +93,7 @@ void train_rank(const Setup& s, const torch::Tensor& ids, int steps, ThreadCommu
   model::DecoderModel m(model::testing::small_config(s.model_type), model::Materialize::kNo);
   ParallelPlan plan;
   if (s.lora) plan.lora = testing::small_lora({"q_proj", "v_proj"});
-  plan.checkpointing = s.checkpointing;
+  plan.checkpointing = s.checkpointing ? model::Checkpointing::kPlain : model::Checkpointing::kNone;
   plan.engine.stage = s.stage;
   plan.engine.compute_dtype = s.dtype;
   plan.engine.param_persistence_threshold = 100;  // norms and biases persistent at stage 3

@@ -8,14 +8,14 @@
 namespace dstrain::train {
 namespace {
 
-GraphsChoice choose(const config::Config& c, const ParallelPlan& plan, bool cuda = true,
+GraphsChoice choose(const config::Config& c, model::Checkpointing plan, bool cuda = true,
                     const GraphsMemory& memory = {}) {
   return choose_graphs(c, plan, cuda, memory);
 }
 
 TEST(GraphsChoice, AutoRecordsThemBelowStage3WhereTheyFitAndKeepsThemWhereTheyPay) {
   config::Config c;
-  ParallelPlan plan;
+  model::Checkpointing plan = model::Checkpointing::kNone;
   EXPECT_EQ(c.training.cuda_graphs, "auto");
   const GraphsMemory fits{10 << 20, 12 << 20, 12 << 20};
   const GraphsChoice gpu_auto = choose(c, plan, true, fits);
@@ -40,7 +40,7 @@ TEST(GraphsChoice, AutoRecordsThemBelowStage3WhereTheyFitAndKeepsThemWhereTheyPa
 
 TEST(GraphsChoice, OnIsOnForAGpuWhateverItCosts) {
   config::Config c;
-  ParallelPlan plan;
+  model::Checkpointing plan = model::Checkpointing::kNone;
   c.training.cuda_graphs = "on";
   const GraphsChoice on = choose(c, plan, true, {10 << 20, 13 << 20, 12 << 20});
   EXPECT_TRUE(on.on);
@@ -57,7 +57,7 @@ TEST(GraphsChoice, OnIsOnForAGpuWhateverItCosts) {
 TEST(GraphsChoice, WhatPreventsThemIsNamed) {
   config::Config c;
   c.training.cuda_graphs = "on";
-  ParallelPlan plan;
+  model::Checkpointing plan = model::Checkpointing::kNone;
   c.parallel.sequence_parallel_size = 2;
   EXPECT_NE(choose(c, plan).why_not.find("sequence parallelism"), std::string::npos);
   c.training.cuda_graphs = "auto";
@@ -65,15 +65,14 @@ TEST(GraphsChoice, WhatPreventsThemIsNamed) {
       << "auto names what prevents graphs before its own reason";
   c.training.cuda_graphs = "on";
   c.parallel.sequence_parallel_size = 1;
-  plan.tiled_mlp = -1;
+  c.model.tiled_mlp = -1;
   EXPECT_NE(choose(c, plan).why_not.find("tiled_mlp"), std::string::npos);
-  plan.tiled_mlp = 0;
-  plan.checkpointing = true;
+  c.model.tiled_mlp = 0;
+  plan = model::Checkpointing::kPlain;
   EXPECT_TRUE(choose(c, plan).on) << "plain checkpointing replays the layers' recordings";
-  plan.checkpoint_selective = true;
+  plan = model::Checkpointing::kSelective;
   EXPECT_NE(choose(c, plan).why_not.find("selective"), std::string::npos);
-  plan.checkpoint_selective = false;
-  plan.checkpoint_offload = true;
+  plan = model::Checkpointing::kOffload;
   EXPECT_NE(choose(c, plan).why_not.find("host"), std::string::npos);
   EXPECT_FALSE(choose(c, plan).on);
 }

@@ -66,7 +66,7 @@ void train_rank(const GraphsSetup& s, bool graphs, const torch::Tensor& ids,
   model::DecoderModel m(model::testing::small_config(s.model_type), model::Materialize::kNo);
   ParallelPlan plan;
   if (s.lora) plan.lora = testing::small_lora({"q_proj", "k_proj", "v_proj", "o_proj"});
-  plan.checkpointing = s.checkpointing;
+  plan.checkpointing = s.checkpointing ? model::Checkpointing::kPlain : model::Checkpointing::kNone;
   if (graphs) plan.graph_recorder = model::replaying_recorder();
   if (graphs && comm.rank() == s.perturbed_rank) {
     plan.graph_recorder = std::make_shared<model::testing::PerturbedReplays>(
@@ -221,8 +221,7 @@ TEST(LayerGraphsEngine, ParallelizeRefusesGraphsWhereALayerCannotBeReplayed) {
     model::DecoderModel m(model::testing::small_config("llama"), model::Materialize::kNo);
     ParallelPlan plan;
     plan.graph_recorder = model::replaying_recorder();
-    plan.checkpointing = true;
-    plan.checkpoint_offload = true;
+    plan.checkpointing = model::Checkpointing::kOffload;
     plan.optimizer = sgd();
     plan.initial_values = model::init_source(*m, 3);
     SequenceParallel no_sp(comm, 1);

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "estimate/model_states.h"
 #include "lora/targets.h"
 #include "model/model.h"
 #include "model/storage.h"
@@ -18,7 +19,6 @@
 #include "tests/common/thread_communicator.h"
 #include "tests/unit/model/counting_allocator.h"
 #include "tests/unit/model/test_util.h"
-#include "zero/estimate.h"
 
 namespace dstrain::train {
 namespace {
@@ -42,6 +42,12 @@ class GatedResidualImpl : public torch::nn::Module, public model::Block {
   }
   std::vector<torch::Tensor> weights() override { return parameters(); }
   std::vector<model::Projection> projections() override { return {{"proj", proj}}; }
+  // Keeps h and h·Wᵀ (the product's inputs), or checkpointed h alone.
+  model::ActivationMemory activation_memory(const model::ActivationRun& run,
+                                            model::Checkpointing s) const override {
+    const int64_t h = run.tokens * run.element_bytes * gate.size(0);
+    return {h, s == model::Checkpointing::kNone ? 2 * h : h, 0, 0, 2 * h};
+  }
 
   model::Linear proj{nullptr};  // [C, C]
   torch::Tensor gate;           // [C]
@@ -83,7 +89,7 @@ ToyRun train_toy(int stage, bool checkpointing, int steps) {
     plan.lora->options.alpha = 8;
     plan.lora->options.target_modules = {"q_proj", "proj"};
     plan.lora->key = "test";
-    plan.checkpointing = checkpointing;
+    plan.checkpointing = checkpointing ? model::Checkpointing::kPlain : model::Checkpointing::kNone;
     plan.engine.stage = stage;
     plan.engine.param_persistence_threshold = 0;  // the toy's gate is in its unit too
     plan.engine.prefetch_bucket_size = 0;
@@ -161,7 +167,7 @@ TEST(Parallelize, A70BBlockListServesTheEstimatorAndLoraTargetsWithoutAllocating
   model::DecoderModel m(config, model::Materialize::kNo);
   const std::vector<lora::TargetModule> targets =
       lora::resolve_targets(*m, {"q_proj", "v_proj"}, false, "lora.target_modules");
-  const std::vector<zero::ParamShape> shapes = zero::parameter_shapes(config);
+  const std::vector<estimate::ParamShape> shapes = estimate::parameter_shapes(*m);
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   const int64_t peak = counter.peak() - before;
@@ -171,7 +177,7 @@ TEST(Parallelize, A70BBlockListServesTheEstimatorAndLoraTargetsWithoutAllocating
   EXPECT_EQ(targets[2].path, "model.layers.1.self_attn.q_proj");
   EXPECT_EQ(targets[2].block, 2u);
   int64_t total = 0;
-  for (const zero::ParamShape& s : shapes) total += s.numel;
+  for (const estimate::ParamShape& s : shapes) total += s.numel;
   EXPECT_EQ(total, config.num_parameters(true));
   EXPECT_EQ(shapes.front().name, "model.embed_tokens.weight");
   EXPECT_EQ(shapes.back().name, "lm_head.weight");

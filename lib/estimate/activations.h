@@ -1,34 +1,26 @@
 #pragma once
 // Activation memory of one micro-batch's forward + backward on one rank, for each activation-
-// checkpointing setting (model.gradient_checkpointing: false | selective | true | offload), with or
-// without tiled MLP: the other half of a run's memory beside the model states of estimate.h.
+// checkpointing setting (model::Checkpointing), with or without tiled MLP: the other half of a
+// run's memory beside the model states of model_states.h.
 //
-// Derived tensor by tensor from what dstrain's blocks save for backward (lib/model: layers.cpp,
-// fused_layer_ops.cpp, tiled_mlp.cpp, fused_linear_cross_entropy.cpp), on each of the two paths a
-// decoder layer runs. Per token of one layer, in bytes, with c the activations' element size, C
-// hidden, HD = heads·head_dim, KVD = kv_heads·head_dim, I the MLP width:
+// Each block of the model says what it holds (model::Block::activation_memory: the decoder layer
+// and the head derive it tensor by tensor in model/blocks.cpp); this walks the block list of one
+// model built without memory and adds it up. The RoPE tables every layer reads (cos and sin for
+// the rank's positions) are the model's, on top. The peak is the largest of the moments the step
+// passes through: the end of each block's forward and each block's backward, each on top of what
+// the blocks up to it keep:
 //
-//   fused kernels (a CUDA device, float32/bfloat16):
-//     2·(2cC + 4)           each RMSNorm: its input and rstd (PyTorch's fused norm), its output
-//                           (the next projections' input)
-//     c·(2·HD + 2·KVD)      attention: q and k after RoPE (the RoPE kernel keeps only the tables),
-//                           v, and SDPA's output (o_proj's input, the same memory)
-//     4·heads               SDPA's float32 log-sum-exp
-//     3cI                   SwiGLU: gate and up (the fused kernel), its product (down_proj's input)
-//   eager ops (the CPU, float16 on a GPU, DSTRAIN_CUDA_KERNELS=0):
-//     2·(4C + 2cC + 4)      each RMSNorm: its float32 input (the input itself in float32), the
-//                           normalised value in c, its output, the float32 rstd
-//     the same attention terms
-//     4cI                   SwiGLU: gate, silu(gate), up, the product
+//   peak = tables + max over blocks i of ( Σ_{j ≤ i} kept_j + max(forward_i, backward_i) )
 //
-// For the Qwen2.5-0.5B shape in bf16 on a GPU that is c·(6C + 2·KVD + 3I) + 4·heads + 8 bytes per
-// token per layer (40.5 KB). Tiled MLP keeps only the MLP's input (the second norm's output,
-// counted above) in place of the 3cI / 4cI. The head keeps its norm's tensors and, with the fused
-// loss, the float32 gradients it computes in forward: dL/dh [tokens, C] and dL/dW [V, C] (the
-// latter only when the head trains). Transient on top of what is kept: one chunk of the loss (on a
-// GPU its logits in c; elsewhere two float32 [chunk, V] tensors), and the backward of one layer
-// (the gradients of its MLP intermediates; with checkpointing also that layer's recomputed saved
-// tensors).
+// Checkpointing wraps the layer blocks only (model::checkpoint_layers); the others are asked for
+// Checkpointing::kNone. Each checkpointed call also keeps the random generators' states
+// (model/rng_state.h: on the CPU 5,056 bytes a layer; host tensors on a GPU). Offloaded on a GPU,
+// the store (model/activation_offload.h) holds on the device the input of the layer being
+// recomputed and of the next one, fetched ahead: the two largest host parts, on top of every
+// moment.
+//
+// For the Qwen2.5-0.5B shape in bf16 on a GPU a layer keeps 40.5 KB per token without
+// checkpointing (model/blocks.cpp has the derivation).
 //
 // What a setting keeps through the step, per rank (N = micro_batch · seq_len / sp tokens):
 //   none       every layer's saved tensors: L · layer_saved
@@ -54,7 +46,7 @@
 // Not modelled: LoRA's adapters (a LoRA run is estimated as full fine-tuning of its layers, an
 // upper bound, without the head's dL/dW), sliding-window attention's masks, allocator fragmentation
 // and caching, cuBLAS/cuDNN workspaces, communication buffers. The CPU path is checked against the
-// CPU allocator's measured peak (tests/unit/zero/estimate_activations_test.cpp).
+// CPU allocator's measured peak (tests/unit/estimate/activations_test.cpp).
 
 #include <cstdint>
 #include <string>
@@ -62,20 +54,17 @@
 
 #include <nlohmann/json.hpp>
 
-#include "config/config.h"
-#include "model/model_config.h"
+#include "model/checkpointing.h"
+#include "model/model.h"
 
-namespace dstrain::zero {
+namespace dstrain::estimate {
 
-// model.gradient_checkpointing's settings.
-enum class Checkpointing { kNone, kPlain, kOffload, kSelective };
-
-// The config's word for it: "false", "true", "offload", "selective".
-std::string checkpointing_word(Checkpointing setting);
+using model::Checkpointing;
 
 // What one micro-batch's activations depend on.
 struct ActivationInput {
-  model::ModelConfig model;
+  // The model's block list, built without memory (model::Materialize::kNo), once per plan.
+  model::DecoderModel model{nullptr};
   int64_t micro_batch = 1;
   int64_t seq_len = 0;    // tokens per sequence (data.max_length)
   int64_t sp_size = 1;    // sequence-parallel degree: a rank holds seq_len / sp_size of each
@@ -91,7 +80,8 @@ struct ActivationInput {
   int zero_stage = 0;            // stage 3 keeps every parameter gathered under graphs
 };
 
-// The parts, bytes on one rank.
+// The parts of the first layer block and of the head, bytes on one rank (what `dstrain estimate`
+// prints and its tests check).
 struct ActivationParts {
   int64_t tokens = 0;       // N = micro_batch · seq_len / sp_size
   int64_t layer_saved = 0;  // one layer's tensors kept for backward without checkpointing
@@ -121,17 +111,8 @@ struct ActivationRow {
 
 ActivationParts activation_parts(const ActivationInput& in);
 ActivationRow activation_row(const ActivationInput& in, Checkpointing setting);
-// Fastest first: none, selective, plain, offload.
+// Fastest first (model::kCheckpointingSettings): none, selective, plain, offload.
 std::vector<ActivationRow> activation_rows(const ActivationInput& in);
-
-// The input for a run config on a device: micro-batch (training.per_device_train_batch_size),
-// data.max_length, parallel.sequence_parallel_size, the compute dtype (training.bf16 / fp16, else
-// model.dtype resolved against the model's torch_dtype), model.tiled_mlp, model.fused_loss and its
-// chunk, LoRA, training.cuda_graphs: on (where sequence parallelism and tiled MLP do not prevent
-// graphs) with zero.stage. `cuda`: the run's device is a GPU (the fused kernels then run for
-// float32 and bfloat16; the build and DSTRAIN_CUDA_KERNELS are not consulted here).
-ActivationInput activation_input(const config::Config& config, const model::ModelConfig& model,
-                                 bool cuda);
 
 // model.gradient_checkpointing: auto, the fastest setting that fits: the first of `rows` (none,
 // selective, plain, offload) whose predicted peak (model states + activations) fits `limit`.
@@ -161,4 +142,4 @@ std::string format_activations(const ActivationInput& in);
 // [{gradient_checkpointing, device, host}]}, bytes per rank.
 nlohmann::json activations_json(const ActivationInput& in);
 
-}  // namespace dstrain::zero
+}  // namespace dstrain::estimate

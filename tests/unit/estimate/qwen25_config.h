@@ -5,7 +5,7 @@
 
 #include "model/model_config.h"
 
-namespace dstrain::zero::testing {
+namespace dstrain::estimate::testing {
 
 inline model::ModelConfig qwen25_half_billion() {
   return model::parse_model_config(nlohmann::json{{"model_type", "qwen2"},
@@ -20,4 +20,4 @@ inline model::ModelConfig qwen25_half_billion() {
                                                   {"max_position_embeddings", 32768}});
 }
 
-}  // namespace dstrain::zero::testing
+}  // namespace dstrain::estimate::testing

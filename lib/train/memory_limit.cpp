@@ -1,4 +1,4 @@
-#include "train/checkpointing_choice.h"
+#include "train/memory_limit.h"
 
 #include <algorithm>
 #include <fstream>
@@ -11,9 +11,7 @@
 
 #include "comm/nccl_communicator.h"
 #include "core/error.h"
-#include "core/log.h"
 #include "train/device.h"
-#include "zero/estimate.h"
 
 namespace dstrain::train {
 namespace {
@@ -43,8 +41,7 @@ int64_t available_memory(const torch::Device& device) {
     const c10::cuda::CUDAGuard on_device(device);
     size_t free = 0, total = 0;
     if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
-      fail(ErrorKind::kRuntime, "gradient_checkpointing: auto: cannot read the free memory of {}",
-           device.str());
+      fail(ErrorKind::kRuntime, "the run plan: cannot read the free memory of {}", device.str());
     }
     return static_cast<int64_t>(free);
   }
@@ -70,30 +67,6 @@ int64_t planning_limit(comm::Communicator& comm, const torch::Device& device) {
   // A host wait with the communicator's timeout: a rank that never arrives is an error here.
   if (comm.world_size() > 1) comm::synchronize(*comm.all_reduce(negated, comm::ReduceOp::kMax));
   return static_cast<int64_t>(-negated.item<double>() * kHeadroom);
-}
-
-zero::CheckpointingChoice choose_for_run(const config::Config& config,
-                                         const model::ModelConfig& model, int world_size, bool cuda,
-                                         int64_t limit) {
-  const zero::ActivationInput activations = zero::activation_input(config, model, cuda);
-  return zero::choose_checkpointing(zero::activation_rows(activations),
-                                    zero::model_states_bytes(config, model, world_size), limit);
-}
-
-zero::CheckpointingChoice resolve_auto_checkpointing(const config::Config& config,
-                                                     const model::ModelConfig& model,
-                                                     comm::Communicator& comm,
-                                                     const torch::Device& device, int64_t limit) {
-  const zero::CheckpointingChoice choice =
-      choose_for_run(config, model, comm.world_size(), device.is_cuda(), limit);
-  if (comm.rank() == 0) {
-    if (choice.fits) {
-      log::info("{}", zero::describe_choice(choice));
-    } else {
-      log::warn("{}", zero::describe_choice(choice));
-    }
-  }
-  return choice;
 }
 
 }  // namespace dstrain::train

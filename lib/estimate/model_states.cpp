@@ -1,4 +1,4 @@
-#include "zero/estimate.h"
+#include "estimate/model_states.h"
 
 #include <algorithm>
 
@@ -7,9 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/bytes.h"
-#include "zero/partition.h"
 
-namespace dstrain::zero {
+namespace dstrain::estimate {
 namespace {
 
 // Stage 3: elements of this rank's shard (every unit padded to a multiple of N, the persistent
@@ -34,6 +33,16 @@ Stage3Layout stage3_layout(const EstimateInput& in) {
 }
 
 }  // namespace
+
+std::vector<ParamShape> parameter_shapes(const model::DecoderModelImpl& model) {
+  std::vector<ParamShape> out;
+  for (const auto& block : model.blocks()) {
+    for (const auto& [name, tensor] : block->parameters) {
+      out.push_back({name, tensor.numel(), static_cast<int>(block->index)});
+    }
+  }
+  return out;
+}
 
 EstimateRow estimate_row(const EstimateInput& in, int stage, bool offload_optimizer,
                          bool offload_param) {
@@ -137,4 +146,4 @@ std::string format_estimate_json(const EstimateInput& in, const std::string& mod
   return out.dump(2) + "\n";
 }
 
-}  // namespace dstrain::zero
+}  // namespace dstrain::estimate

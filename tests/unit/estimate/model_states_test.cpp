@@ -6,14 +6,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "estimate/model_states.h"
 #include "model/model.h"
 #include "optim/optimizer.h"
 #include "qwen25_config.h"
 #include "tests/common/thread_communicator.h"
 #include "zero/engine.h"
-#include "zero/estimate.h"
 
-namespace dstrain::zero {
+namespace dstrain::estimate {
+using zero::EngineOptions;
+using zero::MemoryReport;
+using zero::NamedParameter;
 namespace {
 
 model::ModelConfig tiny_config() {
@@ -35,7 +38,7 @@ TEST(Estimate, ParameterShapesAreTheModelsParametersBlockByBlock) {
     for (const auto& block : model->blocks()) {
       for (const auto& [name, t] : block->parameters) in_blocks.emplace_back(name, t.numel());
     }
-    const std::vector<ParamShape> shapes = parameter_shapes(c);
+    const std::vector<ParamShape> shapes = parameter_shapes(*model);
     ASSERT_EQ(shapes.size(), in_blocks.size());
     ASSERT_EQ(shapes.size(), model->named_parameters().size());
     int64_t sum = 0;
@@ -57,7 +60,7 @@ TEST(Estimate, ParameterShapesAreTheModelsParametersBlockByBlock) {
 TEST(Estimate, Qwen25HalfBillionMatchesThePublishedCountAndFormulas) {
   const model::ModelConfig c = testing::qwen25_half_billion();
   EstimateInput in;
-  in.params = parameter_shapes(c);
+  in.params = parameter_shapes(*model::DecoderModel(c, model::Materialize::kNo));
   in.world_size = 8;
   int64_t psi = 0;
   for (const ParamShape& p : in.params) psi += p.numel;
@@ -77,7 +80,7 @@ MemoryReport engine_bytes(int stage, int world, bool offload_opt, bool offload_p
     torch::manual_seed(0);
     model::DecoderModel model(tiny_config());
     std::vector<NamedParameter> params;
-    for (const ParamShape& s : parameter_shapes(model->config())) {
+    for (const ParamShape& s : parameter_shapes(*model)) {
       params.push_back({s.name, model->named_parameters()[s.name], s.unit});
     }
     EngineOptions o;
@@ -87,7 +90,7 @@ MemoryReport engine_bytes(int stage, int world, bool offload_opt, bool offload_p
     o.offload_param = offload_param;
     o.param_persistence_threshold = threshold;
     o.reduce_bucket_size = 100'000;
-    auto engine = make_engine(
+    auto engine = zero::make_engine(
         params, comm,
         [](int64_t n, std::vector<optim::Range> no_decay) {
           optim::AdamWOptions a;
@@ -115,7 +118,7 @@ TEST(Estimate, MatchesTheEngineBytesForTheTinyModel) {
         Point{2, 4, true, false, torch::kBFloat16}, Point{3, 2, false, false, torch::kBFloat16},
         Point{3, 3, true, false, torch::kFloat32}, Point{3, 4, true, true, torch::kBFloat16}}) {
     EstimateInput in;
-    in.params = parameter_shapes(tiny_config());
+    in.params = parameter_shapes(*model::DecoderModel(tiny_config(), model::Materialize::kNo));
     in.world_size = p.world;
     in.compute_bytes = p.dtype == torch::kFloat32 ? 4 : 2;
     in.optimizer_bytes = 8;
@@ -140,7 +143,7 @@ TEST(Estimate, MatchesTheEngineBytesForTheTinyModel) {
 
 TEST(Estimate, TableListsEveryStageWithAndWithoutOffload) {
   EstimateInput in;
-  in.params = parameter_shapes(tiny_config());
+  in.params = parameter_shapes(*model::DecoderModel(tiny_config(), model::Materialize::kNo));
   in.world_size = 8;
   const std::string table = format_estimate(in, "tiny");
   for (const char* row :
@@ -154,21 +157,5 @@ TEST(Estimate, TableListsEveryStageWithAndWithoutOffload) {
   EXPECT_NE(table.find("8 ranks"), std::string::npos) << table;
 }
 
-// The model states the auto choices plan with: the row of the run's stage and offload settings.
-TEST(Estimate, ModelStatesBytesIsTheRowOfTheRunsStageAndOffload) {
-  config::Config c;
-  c.training.bf16 = true;
-  const EstimateInput in = estimate_input(c, tiny_config(), 4);
-  c.zero.stage = 2;
-  EXPECT_EQ(model_states_bytes(c, tiny_config(), 4), estimate_row(in, 2, false, false).device());
-  c.zero.stage = 3;
-  c.zero.offload_optimizer.device = "cpu";
-  const int64_t offloaded = model_states_bytes(c, tiny_config(), 4);
-  EXPECT_EQ(offloaded, estimate_row(in, 3, true, false).device());
-  c.zero.offload_param.device = "cpu";
-  EXPECT_EQ(model_states_bytes(c, tiny_config(), 4), estimate_row(in, 3, true, true).device());
-  EXPECT_LT(model_states_bytes(c, tiny_config(), 4), offloaded);
-}
-
 }  // namespace
-}  // namespace dstrain::zero
+}  // namespace dstrain::estimate

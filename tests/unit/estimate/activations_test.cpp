@@ -1,22 +1,25 @@
 // The activation memory model against the CPU allocator: a small decoder trains one micro-batch
 // (fused loss, as the trainer runs it) with each checkpointing setting and with tiled MLP, and the
-// bytes it holds after forward and at its peak are compared with the prediction. Then the `auto`
-// choice against given limits.
+// bytes it holds after forward and at its peak are compared with the prediction; so does the same
+// decoder with blocks of a kind only this file knows. Then the `auto` choice against given limits.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
+#include <string>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "estimate/activations.h"
 #include "model/activation_offload.h"
 #include "model/model.h"
+#include "model/rng_state.h"
 #include "model/tiled_mlp.h"
 #include "qwen25_config.h"
 #include "tests/unit/model/counting_allocator.h"
-#include "zero/estimate_activations.h"
 
-namespace dstrain::zero {
+namespace dstrain::estimate {
 namespace {
 
 using model::testing::CountingScope;
@@ -53,7 +56,7 @@ std::string name_of(const Setting& s, torch::ScalarType dtype) {
 
 ActivationInput input_for(const Setting& s, torch::ScalarType dtype) {
   ActivationInput in;
-  in.model = small_model();
+  in.model = model::DecoderModel(small_model(), model::Materialize::kNo);
   in.micro_batch = kBatch;
   in.seq_len = kSeq;
   in.element_bytes = dtype == torch::kFloat32 ? 4 : 2;
@@ -68,12 +71,16 @@ struct Measured {
   int64_t peak = 0;           // during forward + backward
 };
 
+// Adds blocks to a model in `dtype`.
+using Extend = std::function<void(model::DecoderModelImpl& m, torch::ScalarType dtype)>;
+
 // One micro-batch as the trainer runs it (fused_loss: the head's fused loss, else logits);
 // parameter gradients exist beforehand (a first pass made them), so what is counted is the
-// activations and their gradients.
-Measured measure(const Setting& s, torch::ScalarType dtype) {
+// activations and their gradients. `extend`: blocks added to the small model.
+Measured measure(const Setting& s, torch::ScalarType dtype, const Extend& extend = {}) {
   torch::manual_seed(0);
   model::DecoderModel m = model::build_model(small_model(), dtype, 1);
+  if (extend) extend(*m, dtype);
   m->set_tiled_mlp(s.tiled_mlp);
   m->set_loss_chunk_bytes(kChunkBytes);
   if (s.checkpointing == Checkpointing::kSelective) {
@@ -121,7 +128,7 @@ TEST(EstimateActivations, SavedTensorsAfterForwardMatchTheCpuAllocator) {
       const Setting s{Checkpointing::kNone, tiled};
       const ActivationInput in = input_for(s, dtype);
       const ActivationParts p = activation_parts(in);
-      const int64_t want = p.context + in.model.num_hidden_layers * p.layer_saved + p.head_saved;
+      const int64_t want = p.context + in.model->num_layers() * p.layer_saved + p.head_saved;
       const Measured got = measure(s, dtype);
       std::cout << name_of(s, dtype) << ": kept after forward " << got.after_forward
                 << " bytes, predicted " << want << "\n";
@@ -141,7 +148,7 @@ TEST(EstimateActivations, SelectiveKeepsInputAndAttentionPerLayerOnTheCpuAllocat
     const Setting s{Checkpointing::kSelective, 0};
     const ActivationInput in = input_for(s, dtype);
     const ActivationParts p = activation_parts(in);
-    const int64_t c = in.element_bytes, L = in.model.num_hidden_layers;
+    const int64_t c = in.element_bytes, L = in.model->num_layers();
     ASSERT_EQ(p.layer_attention, kBatch * kSeq * (c * 4 * 16 + 4 * 4)) << "H·D = 4·16, H = 4";
     const int64_t layers = L * (p.layer_input + p.layer_attention);
     const Measured got = measure(s, dtype);
@@ -172,6 +179,88 @@ TEST(EstimateActivations, PeakOfEachSettingMatchesTheCpuAllocator) {
                   0.06 * want.device)
           << name_of(s, dtype);
       EXPECT_EQ(want.host, 0) << "the CPU keeps nothing elsewhere";
+    }
+  }
+}
+
+// A block of a kind no file of dstrain knows, described here only: x + sigmoid(x·Wᵀ)·W with W
+// [K, C]. Its autograd keeps x (the first product's input) and g = sigmoid(x·Wᵀ) (sigmoid's output
+// and the second product's input); its backward holds the output's gradient, dg and dh [N, K], dx
+// [N, C] and the weight's two gradient products [K, C].
+class ToyGateImpl : public torch::nn::Module, public model::Block {
+ public:
+  ToyGateImpl(int64_t hidden, int64_t width)
+      : weight(register_parameter("weight", torch::randn({width, hidden}) * 0.02)) {}
+  torch::Tensor forward(const torch::Tensor& x, const model::BlockContext&) override {
+    const torch::Tensor g = torch::sigmoid(torch::matmul(x, weight.t()));
+    return x + torch::matmul(g, weight);
+  }
+  std::vector<torch::Tensor> weights() override { return {weight}; }
+  model::ActivationMemory activation_memory(const model::ActivationRun& run,
+                                            model::Checkpointing setting) const override {
+    const int64_t K = weight.size(0), C = weight.size(1), c = run.element_bytes, N = run.tokens;
+    model::ActivationMemory m;
+    m.input = N * c * C;
+    const int64_t saved = m.input + N * c * K;
+    const int64_t backward = N * c * (2 * C + 2 * K) + 2 * K * C * c;
+    if (setting == model::Checkpointing::kNone) {
+      m.kept = saved;
+      m.backward = backward;
+      return m;
+    }
+    // Checkpointed (selective too: it has no attention to keep): its input, or on a GPU offloaded
+    // its input in host memory; the recompute brings back the rest and its output.
+    (setting == model::Checkpointing::kOffload && run.cuda ? m.host : m.kept) = m.input;
+    m.backward = saved + m.input + backward;
+    return m;
+  }
+
+  torch::Tensor weight;
+};
+TORCH_MODULE(ToyGate);
+
+constexpr int64_t kToyWidth = 96;
+
+// Two toy blocks among the small model's layers: after layer 0 and after layer 2.
+void add_toys(model::DecoderModelImpl& m, torch::ScalarType dtype) {
+  for (const size_t at : {size_t{2}, size_t{5}}) {
+    ToyGate toy(64, kToyWidth);
+    toy->to(dtype);
+    m.add_block(at, "toy" + std::to_string(at), toy.ptr());
+  }
+}
+
+// The memory model walks the block list: blocks it has never seen are predicted from their own
+// description. After forward the model with two toy blocks holds exactly what they say they keep
+// (checkpointed, with each call's generator state) more than the model without, and the peak of
+// every setting is within the bound the decoder's own blocks meet.
+TEST(EstimateActivations, ABlockOfAKindOfItsOwnIsPredictedFromItsOwnDescription) {
+  torch::set_num_threads(1);
+  for (const torch::ScalarType dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (const Setting& s : {Setting{Checkpointing::kNone, 0}, Setting{Checkpointing::kPlain, 0},
+                             Setting{Checkpointing::kSelective, 0}}) {
+      ActivationInput in = input_for(s, dtype);
+      in.model = model::DecoderModel(small_model(), model::Materialize::kNo);
+      add_toys(*in.model, dtype);
+      ASSERT_EQ(in.model->blocks().size(), 8u);
+      model::ActivationRun run;
+      run.tokens = kBatch * kSeq;
+      run.element_bytes = in.element_bytes;
+      // What they say, and checkpointed, each call's generator state (model/rng_state.h).
+      const int64_t rng =
+          s.checkpointing == Checkpointing::kNone ? 0 : model::capture_rng({}).cpu.nbytes();
+      const int64_t toys_keep =
+          2 * (in.model->blocks()[2]->block->activation_memory(run, s.checkpointing).kept + rng);
+      const Measured without = measure(s, dtype);
+      const Measured with = measure(s, dtype, add_toys);
+      EXPECT_EQ(with.after_forward - without.after_forward, toys_keep) << name_of(s, dtype);
+      const ActivationRow want = activation_row(in, s.checkpointing);
+      std::cout << name_of(s, dtype) << " with toy blocks: peak " << with.peak
+                << " bytes, predicted " << want.device << " ("
+                << fmt::format("{:+.1f}%", 100.0 * (want.device - with.peak) / with.peak) << ")\n";
+      EXPECT_NEAR(static_cast<double>(with.peak), static_cast<double>(want.device),
+                  0.06 * want.device)
+          << name_of(s, dtype);
     }
   }
 }
@@ -240,7 +329,7 @@ TEST(CheckpointingChoice, DescribesTheChoiceThePeaksAndTheLimit) {
 // 4·heads + 8 bytes; offload keeps two layer inputs on the device and every one on the host.
 ActivationInput qwen25_half_billion_on_a_gpu() {
   ActivationInput in;
-  in.model = testing::qwen25_half_billion();
+  in.model = model::DecoderModel(testing::qwen25_half_billion(), model::Materialize::kNo);
   in.micro_batch = 4;
   in.seq_len = 2048;
   in.element_bytes = 2;
@@ -306,4 +395,4 @@ TEST(EstimateActivations, CudaGraphsKeepTheirBuffersOnTop) {
 }
 
 }  // namespace
-}  // namespace dstrain::zero
+}  // namespace dstrain::estimate

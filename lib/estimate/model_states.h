@@ -1,18 +1,17 @@
 #pragma once
 // Per-rank memory of model states (parameters, gradients, fp32 master, optimizer state) for every
 // ZeRO stage and offload choice, computed from the parameter shapes alone, with the same layout
-// rules as the engine (partition.h, stage3_engine.h), so the numbers are what Engine::bytes()
-// measures (padding included). Activations, transient communication buffers and the framework's own
-// memory are not part of model states.
+// rules as the engine (zero/partition.h, zero/stage3_engine.h), so the numbers are what
+// Engine::bytes() measures (padding included; tests/unit/estimate check it). Activations, transient
+// communication buffers and the framework's own memory are not part of model states.
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "config/config.h"
-#include "model/model_config.h"
+#include "model/model.h"
 
-namespace dstrain::zero {
+namespace dstrain::estimate {
 
 // One trainable tensor: its elements and its stage-3 unit, the model block that owns it
 // (model/blocks.h: embedding 0, decoder layer i 1 + i, final norm and untied head L + 1).
@@ -50,21 +49,9 @@ EstimateRow estimate_row(const EstimateInput& in, int stage, bool offload_optimi
 // optimizer offload, with optimizer and parameter offload.
 std::vector<EstimateRow> estimate_all(const EstimateInput& in);
 
-// The trainable tensors of a decoder model described by `config`, block by block, each block's in
-// the order of its weights() (the engines' layout), read from the model built without memory. Their
-// sum is config.num_parameters(true).
-std::vector<ParamShape> parameter_shapes(const model::ModelConfig& config);
-
-// The input for a run config: the model's config.json (model.name_or_path, resolved like the
-// trainer does), compute dtype (training.bf16 / fp16), optimizer and persistence threshold.
-EstimateInput estimate_input(const config::Config& config, const model::ModelConfig& model,
-                             int world_size);
-
-// The device bytes per rank of the model states of `config`'s run on `world_size` ranks: the
-// estimate_row() of its ZeRO stage and offload settings, what the auto micro-batch and
-// checkpointing choices (train/) add activations to.
-int64_t model_states_bytes(const config::Config& config, const model::ModelConfig& model,
-                           int world_size);
+// The trainable tensors of `model` (built without memory), block by block, each block's in the
+// order of its weights() (the engines' layout). Their sum is config.num_parameters(true).
+std::vector<ParamShape> parameter_shapes(const model::DecoderModelImpl& model);
 
 // A table: one row per estimate_all() entry, sizes in binary units, after a header line that names
 // the model, Ψ, the ranks and the dtype.
@@ -76,11 +63,4 @@ std::string format_estimate(const EstimateInput& in, const std::string& model_na
 // per rank.
 std::string format_estimate_json(const EstimateInput& in, const std::string& model_name);
 
-// `dstrain estimate`: loads the run config at `config_path` with `overrides` (key=value), reads its
-// model's config.json and returns the table (or with `json`, format_estimate_json) for `world_size`
-// ranks. Errors: Error(kConfig) for the config, the model's errors for config.json.
-std::string estimate_report(const std::string& config_path,
-                            const std::vector<std::string>& overrides, int world_size,
-                            bool json = false);
-
-}  // namespace dstrain::zero
+}  // namespace dstrain::estimate

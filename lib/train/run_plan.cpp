@@ -1,0 +1,200 @@
+#include "train/run_plan.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "train/component_options.h"
+
+namespace dstrain::train {
+
+std::optional<model::Checkpointing> checkpointing_setting(const config::Config& c) {
+  return model::checkpointing_from_word(c.model.gradient_checkpointing);
+}
+
+RunMemory::RunMemory(config::Config config, const model::ModelConfig& model, int world_size,
+                     bool cuda)
+    : config_(std::move(config)),
+      model_(model, model::Materialize::kNo),
+      world_size_(world_size),
+      cuda_(cuda) {}
+
+estimate::ActivationInput RunMemory::activations(int64_t micro, bool graphs) const {
+  const config::Config& c = config_;
+  estimate::ActivationInput in;
+  in.model = model_;
+  in.micro_batch = micro > 0 ? micro : c.training.per_device_train_batch_size;
+  in.seq_len = c.data.max_length;
+  in.sp_size = c.parallel.sequence_parallel_size;
+  in.element_bytes = c.training.bf16 || c.training.fp16 ? 2 : 4;
+  in.cuda = cuda_;
+  // The kernels take float32 and bfloat16 (model/fused_layer_ops.h): float16 runs the eager ops.
+  in.fused_kernels = cuda_ && !c.training.fp16;
+  in.tiled_mlp = c.model.tiled_mlp;
+  in.fused_loss = c.model.fused_loss;
+  in.loss_chunk_bytes = c.model.fused_loss_chunk_mb > 0 ? c.model.fused_loss_chunk_mb << 20 : 0;
+  in.head_trains = !c.lora.enabled;
+  in.graphs = (graphs || c.training.cuda_graphs == "on") && cuda_ &&
+              c.parallel.sequence_parallel_size <= 1 && c.model.tiled_mlp == 0;
+  in.zero_stage = static_cast<int>(c.zero.stage);
+  return in;
+}
+
+estimate::EstimateInput RunMemory::model_states_input() const {
+  estimate::EstimateInput in;
+  in.params = estimate::parameter_shapes(*model_);
+  in.world_size = world_size_;
+  in.compute_bytes = config_.training.bf16 || config_.training.fp16 ? 2 : 4;
+  const auto& opt = config_.training.optimizer;
+  in.optimizer_bytes = opt.type == "sgd" ? (opt.momentum != 0 ? 4 : 0) : 8;
+  in.param_persistence_threshold = config_.zero.stage3_param_persistence_threshold;
+  return in;
+}
+
+int64_t RunMemory::model_states() const {
+  return estimate::estimate_row(model_states_input(), static_cast<int>(config_.zero.stage),
+                                config_.zero.offload_optimizer.device == "cpu",
+                                config_.zero.offload_param.device == "cpu")
+      .device();
+}
+
+int64_t RunMemory::peak(int64_t micro, model::Checkpointing setting) const {
+  return model_states() + estimate::activation_row(activations(micro), setting).device;
+}
+
+estimate::ActivationRow RunMemory::graphs(int64_t micro, model::Checkpointing setting) const {
+  return estimate::activation_row(activations(micro, /*graphs=*/true), setting);
+}
+
+MicroBatchPlan plan_for_run(const RunMemory& memory, std::optional<model::Checkpointing> setting,
+                            int64_t limit) {
+  std::vector<model::Checkpointing> settings(model::kCheckpointingSettings.begin(),
+                                             model::kCheckpointingSettings.end());
+  if (setting) settings = {*setting};
+  MicroBatchPlan plan;
+  for (const model::Checkpointing s : settings) {
+    plan = plan_micro_batch(
+        samples_per_rank(memory.config().training),
+        [&](int64_t micro) { return memory.peak(micro, s); }, limit);
+    plan.checkpointing = s;
+    if (plan.fits) break;
+  }
+  return plan;
+}
+
+estimate::CheckpointingChoice choose_checkpointing(const RunMemory& memory, int64_t micro,
+                                                   int64_t limit) {
+  return estimate::choose_checkpointing(estimate::activation_rows(memory.activations(micro)),
+                                        memory.model_states(), limit);
+}
+
+bool needs_limit(const config::Config& c, bool cuda) {
+  return c.training.micro_batch_auto || !checkpointing_setting(c) ||
+         (c.training.cuda_graphs == "auto" && cuda);
+}
+
+RunPlan resolve_run_plan(const config::Config& config, const model::ModelConfig& model,
+                         const RunFacts& facts) {
+  if (needs_limit(config, facts.cuda) && facts.limit <= 0) {
+    fail(ErrorKind::kInternal,
+         "run plan: an auto choice needs the memory limit, and none is given");
+  }
+  RunPlan plan;
+  plan.memory = std::make_shared<const RunMemory>(config, model, facts.world_size, facts.cuda);
+  const RunMemory& memory = *plan.memory;
+  plan.data_parallel =
+      facts.world_size / std::max<int64_t>(1, config.parallel.sequence_parallel_size);
+  const config::TrainingSection& t = config.training;
+  const std::optional<model::Checkpointing> setting = checkpointing_setting(config);
+
+  plan.micro_batch = t.per_device_train_batch_size;
+  if (t.micro_batch_auto && facts.kept_micro_batch > 0) {
+    plan.micro_batch = facts.kept_micro_batch;
+    plan.micro_batch_kept = true;
+  } else if (t.micro_batch_auto) {
+    plan.micro_batch_auto = plan_for_run(memory, setting, facts.limit);
+    plan.micro_batch = plan.micro_batch_auto->micro;
+  }
+  plan.accumulation =
+      t.micro_batch_auto ? samples_per_rank(t) / plan.micro_batch : t.gradient_accumulation_steps;
+
+  if (setting) {
+    plan.checkpointing = *setting;
+  } else {
+    plan.checkpointing_auto = choose_checkpointing(memory, plan.micro_batch, facts.limit);
+    plan.checkpointing = plan.checkpointing_auto->setting;
+  }
+
+  GraphsMemory graphs_memory;
+  if (t.cuda_graphs == "auto" && facts.cuda) {
+    graphs_memory.peak = memory.peak(plan.micro_batch, plan.checkpointing);
+    graphs_memory.peak_with_graphs =
+        graphs_memory.peak + memory.graphs(plan.micro_batch, plan.checkpointing).graphs;
+    graphs_memory.limit = facts.limit;
+  }
+  plan.graphs = choose_graphs(config, plan.checkpointing, facts.cuda, graphs_memory);
+  if (plan.graphs.on) {
+    // The memory model's figure for the graphs' pools, exceeded by at most half (allocator
+    // rounding, kernels' workspaces it does not model) before recording stops.
+    const int64_t pools = memory.graphs(plan.micro_batch, plan.checkpointing).graph_pools;
+    plan.graph_pool_budget = pools + pools / 2;
+  }
+  plan.tiled_mlp = config.model.tiled_mlp;
+  plan.engine = engine_options(config);
+  return plan;
+}
+
+void replan_micro_batch(RunPlan& plan, int64_t micro) {
+  const int64_t samples = plan.micro_batch * plan.accumulation;
+  if (micro < 1 || samples % micro != 0) {
+    fail(ErrorKind::kInternal, "run plan: micro-batch {} does not divide the {} samples per rank",
+         micro, samples);
+  }
+  plan.micro_batch = micro;
+  plan.accumulation = samples / micro;
+  if (plan.micro_batch_auto && plan.micro_batch_auto->micro != micro) {
+    plan.micro_batch_auto->micro = micro;
+    plan.micro_batch_auto->peak = plan.memory->peak(micro, plan.micro_batch_auto->checkpointing);
+  }
+}
+
+std::vector<PlanLine> plan_lines(const RunPlan& plan, const config::Config& config) {
+  std::vector<PlanLine> lines;
+  const int64_t global = plan.micro_batch * plan.accumulation * plan.data_parallel;
+  if (plan.micro_batch_kept) {
+    lines.push_back({false, fmt::format("micro-batch auto: {} × accumulation {} = global {}, kept "
+                                        "from the checkpoint",
+                                        plan.micro_batch, plan.accumulation, global)});
+  } else if (plan.micro_batch_auto) {
+    lines.push_back({false, describe_plan(*plan.micro_batch_auto, plan.data_parallel)});
+    if (!plan.micro_batch_auto->fits) {
+      lines.push_back({true,
+                       "micro-batch auto: not even micro-batch 1 is predicted to fit; its "
+                       "trial step ran"});
+    }
+  }
+  if (plan.checkpointing_auto) {
+    lines.push_back(
+        {!plan.checkpointing_auto->fits, estimate::describe_choice(*plan.checkpointing_auto)});
+  }
+  const std::string& graphs = config.training.cuda_graphs;
+  if (plan.graphs.on && plan.graphs.min_speedup > 0) {
+    lines.push_back({false, fmt::format("CUDA graphs: each decoder layer is recorded on its first "
+                                        "step, checked and timed against its eager run; they stay "
+                                        "where the replays are {}x faster",
+                                        plan.graphs.min_speedup)});
+  } else if (plan.graphs.on) {
+    lines.push_back({false,
+                     "CUDA graphs: each decoder layer is recorded on its first step and "
+                     "replayed after"});
+  } else if (graphs == "on") {
+    lines.push_back({true, "training.cuda_graphs: on has no effect: " + plan.graphs.why_not});
+  } else if (graphs == "auto" && plan.memory->cuda()) {
+    lines.push_back({false, "CUDA graphs off: " + plan.graphs.why_not});
+  }
+  return lines;
+}
+
+}  // namespace dstrain::train
