@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include "comm/gloo_communicator.h"
+#include "comm/solo_communicator.h"
 #include "core/error.h"
 #include "lora/adapter_io.h"
 #include "lora/lora_model.h"
@@ -14,6 +15,8 @@
 #include "model/model_config.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
+#include "optim/optimizer.h"
+#include "train/parallelize.h"
 #include "train/sequence_parallel.h"
 
 namespace dstrain::train {
@@ -80,21 +83,6 @@ Batch read_batch(const std::string& ids_path, int64_t vocab) {
   return b;
 }
 
-// The LoRA wiring of a LoRA run (parallelize.h, step 1) on an already cast model: base frozen,
-// adapters built from the adapter's own settings and loaded, then moved to the model's device and
-// dtype as the ZeRO engine's working copies are.
-std::unique_ptr<lora::LoraModel> attach_adapter(model::DecoderModel& m, const std::string& dir,
-                                                torch::Device device, torch::ScalarType dtype) {
-  const lora::Adapter adapter = lora::read_adapter(dir);
-  const std::string key = (stdfs::path(dir) / lora::kAdapterConfigFile).string();
-  for (auto& p : m->parameters()) p.set_requires_grad(false);
-  auto lora_model = std::make_unique<lora::LoraModel>(m, adapter.options, key);
-  lora_model->load(adapter.weights, dir);
-  torch::NoGradGuard no_grad;
-  for (auto& [name, t] : lora_model->named_parameters()) t.set_data(t.detach().to(device, dtype));
-  return lora_model;
-}
-
 // The sequence-parallel group this process belongs to (null for P = 1), checked against the
 // environment, the model and the batch.
 struct Group {
@@ -140,6 +128,35 @@ torch::Tensor gather_sequence(comm::Communicator& world, const torch::Tensor& sl
   return rows.reshape(whole);
 }
 
+// The plan of a run that trains the model directory's weights (with the adapter, its adapters) in
+// `dtype` at ZeRO stage 0, each bucket's gradient averaged over the ranks by the end of backward;
+// nothing is ever updated.
+ParallelPlan debug_plan(const DebugForwardOptions& o, model::DecoderModelImpl& m,
+                        torch::ScalarType dtype) {
+  ParallelPlan plan;
+  plan.engine.stage = 0;
+  plan.engine.compute_dtype = dtype;
+  plan.engine.overlap_comm = false;
+  plan.optimizer = [](int64_t numel, std::vector<optim::Range>) {
+    return optim::make_sgd(numel, optim::SgdOptions{});
+  };
+  auto files = std::make_shared<model::SafetensorsSet>(o.model_dir);
+  model::check_weights(*files, m, o.model_dir);
+  plan.initial_values = [files](const std::string& name, int64_t begin, int64_t end) {
+    return files->read_range(name, begin, end);
+  };
+  if (!o.adapter_dir.empty()) {
+    lora::Adapter adapter = lora::read_adapter(o.adapter_dir);
+    LoraPlan l;
+    l.options = adapter.options;
+    l.key = (stdfs::path(o.adapter_dir) / lora::kAdapterConfigFile).string();
+    l.load = std::move(adapter.weights);
+    l.load_source = o.adapter_dir;
+    plan.lora = std::move(l);
+  }
+  return plan;
+}
+
 }  // namespace
 
 DebugForwardResult debug_forward(const DebugForwardOptions& o) {
@@ -147,56 +164,51 @@ DebugForwardResult debug_forward(const DebugForwardOptions& o) {
   const model::ModelConfig config = model::load_model_config(o.model_dir);
   const torch::ScalarType dtype = model::resolve_dtype(o.dtype, config);
   const Batch batch = read_batch(o.ids_path, config.vocab_size);
-
-  model::DecoderModel m(config);
-  model::load_weights(*m, o.model_dir);
-  m->to(device, dtype);
-  const std::unique_ptr<lora::LoraModel> lora_model =
-      o.adapter_dir.empty() ? nullptr : attach_adapter(m, o.adapter_dir, device, dtype);
-  m->train(!o.eval);
   const int64_t T = batch.ids.size(1);
   Group group = join_group(o, config, T);
+  if (!group.world) {
+    group.world = comm::make_solo_communicator();
+    group.sp = std::make_unique<SequenceParallel>(*group.world, 1);
+  }
+
+  // The model as a run builds it: without memory, then parallelize() (LoRA, sequence parallelism,
+  // the engine filling the parameters from the files in the compute dtype).
+  model::DecoderModel m(config, model::Materialize::kNo);
+  Parallelized parallel =
+      parallelize(m, {*group.world, device, *group.sp}, debug_plan(o, *m, dtype));
+  m->train(!o.eval);
   data::Batch whole;
   whole.input_ids = batch.ids.to(device);
   whole.labels = shift_labels(batch.labels).to(device);  // shifted before any slicing
-  const data::Batch mine = group.sp ? group.sp->slice(whole) : whole;
-  const model::Positions positions = group.sp ? group.sp->positions(T) : model::Positions{};
-  if (group.sp) group.sp->apply(*m);
+  const data::Batch mine = group.sp->slice(whole);
+  const model::Positions positions = group.sp->positions(T);
   // Loss and gradients as training computes them by default (model.fused_loss): the head fused
-  // with the loss. The logits are the head's output on the same hidden states, outside the graph.
+  // with the loss, the engine's backward averaging the gradients over the ranks. The logits are
+  // the head's output on the same hidden states, outside the graph.
   const torch::Tensor hidden = m->hidden_states(mine.input_ids, positions);
-  model::LossSum loss_sum = m->head_loss_sum(hidden, mine.labels);
-  if (group.sp) loss_sum = group.sp->reduce_loss(loss_sum);
-  const torch::Tensor loss = loss_sum.mean();
-  loss.backward();
+  const torch::Tensor loss = group.sp->reduce_loss(m->head_loss_sum(hidden, mine.labels)).mean();
+  parallel.engine->backward(loss, {0, 1});
   torch::Tensor logits;
   {
     torch::NoGradGuard no_grad;
     logits = m->head(hidden);
-    if (group.world) logits = gather_sequence(*group.world, logits);
+    if (group.world->world_size() > 1) logits = gather_sequence(*group.world, logits);
   }
-  // Each rank of a group holds its share of the gradient; the engine's average is the whole.
-  auto group_grad = [&](const torch::Tensor& g) {
-    if (!group.world || !g.defined()) return g;
-    torch::Tensor sum = g.contiguous().clone();
-    group.world->all_reduce(sum, comm::ReduceOp::kAvg)->wait();
-    return sum;
-  };
 
   model::NamedTensors out;
   out.emplace_back("logits", logits.detach().to(torch::kCPU, torch::kFloat32));
   out.emplace_back("loss", loss.detach().to(torch::kCPU, torch::kFloat32));
   auto add_grad = [&](const std::string& name, const torch::Tensor& p) {
-    const torch::Tensor g = group_grad(p.grad());
+    const torch::Tensor g = p.grad();
     out.emplace_back("grad." + name,
                      g.defined() ? g.to(torch::kCPU, torch::kFloat32) : torch::zeros(p.sizes()));
   };
-  if (lora_model) {
-    for (const auto& [name, t] : lora_model->named_parameters()) add_grad(name, t);
+  if (parallel.lora) {
+    for (const auto& [name, t] : parallel.lora->named_parameters()) add_grad(name, t);
   } else {
     for (const auto& item : m->named_parameters()) add_grad(item.key(), item.value());
   }
-  if (group.world && group.world->rank() != 0) {
+  if (group.world->rank() != 0) {
     return {loss.item<double>(), model::dtype_name(dtype), 0, false};
   }
   model::write_safetensors(

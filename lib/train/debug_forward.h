@@ -1,9 +1,12 @@
 #pragma once
 // `dstrain debug forward`: one forward and backward pass of a Hugging Face model directory on
 // given token ids, with logits, loss and gradients written to a safetensors file. It is the
-// dstrain side of the reference comparisons (tests/reference), so it runs
-// the model exactly as training does: the same model code, and with an adapter the same LoRA
-// wiring as a LoRA run (frozen base in the compute dtype, adapters from lib/lora).
+// dstrain side of the reference comparisons (tests/reference), so it runs the model as training
+// does, through train::parallelize() (parallelize.h): the model built without memory, with an
+// adapter the LoRA wiring of a LoRA run (frozen base, adapters from lib/lora), with
+// sequence_parallel its attention over the group, and the ZeRO engine (stage 0) filling the
+// parameters from the files in the compute dtype and averaging the gradients over the ranks in
+// its backward. Nothing is updated.
 //
 // Loss: the Hugging Face causal-LM loss, computed as training computes it by default (the head
 // fused with the loss, model.fused_loss; the logits written are the head's output on the same

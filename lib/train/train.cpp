@@ -16,29 +16,15 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "core/fs.h"
-#include "core/liveness.h"
 #include "core/log.h"
 #include "launcher/slurm.h"
+#include "train/rank_lifetime.h"
 #include "train/trainer.h"
 
 namespace dstrain::train {
 namespace stdfs = std::filesystem;
 
 namespace {
-
-void on_sigusr1(int) {
-  Trainer::stop_requested().store(true);
-}
-
-// SIGUSR1 (Slurm's pre-preemption signal, forwarded by the launcher) asks for a checkpoint within
-// two steps (the ranks' stop vote, step_sync.h) and a clean stop.
-void install_stop_handler() {
-  struct sigaction sa {};
-  sa.sa_handler = on_sigusr1;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGUSR1, &sa, nullptr);
-}
 
 // A rank started directly by srun (`srun dstrain train CONFIG`) has SLURM_* but no RANK: map them
 // onto the torchrun variables before anything reads the world from the environment.
@@ -51,8 +37,9 @@ void adopt_slurm_environment() {
 }  // namespace
 
 int run_train(const TrainOptions& options) {
-  // First, so that the launcher watches this rank from its start (core/liveness.h).
-  const std::unique_ptr<liveness::Beat> beat = liveness::start_beat_from_env();
+  // First, so that the launcher watches this rank from its start (core/liveness.h) and a signal
+  // during start-up is reported like any other.
+  RankLifetime lifetime;
   adopt_slurm_environment();
   const comm::RendezvousOptions ro = comm::rendezvous_options_from_env();
   log::set_rank(ro.rank);
@@ -64,11 +51,10 @@ int run_train(const TrainOptions& options) {
     if (ro.rank <= 0) std::fputs(config::to_yaml(cfg).c_str(), stdout);
     return 0;
   }
-  install_stop_handler();
   Trainer trainer(
       cfg,
       options.resume_from.empty() ? std::string() : ckpt::resolve_checkpoint(options.resume_from),
-      join_world_from_env());
+      join_world_from_env(), &lifetime);
   const RunSummary s = trainer.run();
   log::info("done: {} steps, train loss {:.4f}{}, {:.1f}s{}", s.steps, s.train_loss,
             s.eval_loss >= 0 ? fmt::format(", eval loss {:.4f}", s.eval_loss) : std::string(),

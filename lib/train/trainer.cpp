@@ -43,19 +43,10 @@ namespace stdfs = std::filesystem;
 
 namespace {
 
-// How long the end of a run may take to reach the trackers (a slow or dead MLflow server): at the
-// end of training or after an error, and after a signal. A rank started by the launcher knows
-// when its SIGKILL follows a SIGTERM (--grace): it keeps 2.5 s of that for the rest of its exit
-// (the trackers' last second included), at least half of it, at most kFinishSeconds; 2.5 s fit
-// the default grace of 5 s, and are what a rank started otherwise takes.
+// How long the end of a run may take to reach the trackers (a slow or dead MLflow server) at the
+// end of training or after an error; after a signal, what the launcher's grace leaves
+// (RankLifetime::end_seconds()).
 constexpr double kFinishSeconds = 30;
-constexpr double kSignalFinishSeconds = 2.5;
-
-double signal_finish_seconds() {
-  const std::optional<double> grace = teardown::grace_from_env();
-  if (!grace) return kSignalFinishSeconds;
-  return std::min(kFinishSeconds, std::max(*grace / 2, *grace - kSignalFinishSeconds));
-}
 
 // The cores this process may run on: its CPU affinity (Slurm's --cpus-per-task, taskset, a
 // cgroup's cpuset), else every core of the machine.
@@ -87,18 +78,15 @@ trace::Arg peak_arg(PhasePeaks& peaks, StepPhase phase) {
 
 }  // namespace
 
-std::atomic<bool>& Trainer::stop_requested() {
-  static std::atomic<bool> flag{false};
-  return flag;
-}
-
-Trainer::Trainer(config::Config config, std::string resume_from, World world)
+Trainer::Trainer(config::Config config, std::string resume_from, World world,
+                 RankLifetime* lifetime)
     : cfg_(std::move(config)),
       resume_from_(std::move(resume_from)),
       rank_(world.rank),
       world_(world.size),
       device_(world.device),
-      comm_(std::move(world.comm)) {}
+      comm_(std::move(world.comm)),
+      lifetime_(lifetime) {}
 
 Trainer::~Trainer() = default;
 
@@ -256,18 +244,14 @@ void Trainer::create_metrics() {
   metrics::add_tracking_sinks(*metrics_, t);
   // A signal ends the run within the launcher's grace period (5 s by default): FAILED when the
   // launcher stops the ranks because one failed (it said so on the teardown pipe), else KILLED.
-  auto on_signal = [this, seconds = signal_finish_seconds()](
-                       int signo, const std::optional<teardown::RankFailure>& failure) {
-    const metrics::RunStatus status =
-        failure ? metrics::RunStatus::kFailed : metrics::RunStatus::kKilled;
-    log::warn("{} ({}): the tracked run ends as {}", ::strsignal(signo),
-              failure ? "the launcher stops the job: " + teardown::describe(*failure)
-                      : std::string("the job was stopped"),
-              metrics::to_string(status));
-    metrics_->finish(status, seconds);
-  };
-  termination_ = std::make_unique<metrics::TerminationWatch>(std::move(on_signal),
-                                                             teardown::reason_fd_from_env());
+  if (lifetime_ == nullptr) return;
+  end_handle_ = lifetime_->on_end(
+      [this](int, const std::optional<teardown::RankFailure>& failure, double seconds) {
+        const metrics::RunStatus status =
+            failure ? metrics::RunStatus::kFailed : metrics::RunStatus::kKilled;
+        log::warn("the tracked run ends as {}", metrics::to_string(status));
+        metrics_->finish(status, seconds);
+      });
 }
 
 void Trainer::resolve_model() {
@@ -515,7 +499,7 @@ RunSummary Trainer::run_steps() {
     const bool stop = !votes.empty() && votes[0] > 0;
     if (votes.size() > 1 && votes[1] > 0) agree_graph_fallbacks_voted();
     if (!stop && step_ < total_steps_) {
-      std::vector<double> vote = {stop_requested().load() ? 1.0 : 0.0};
+      std::vector<double> vote = {RankLifetime::stop_requested().load() ? 1.0 : 0.0};
       if (parallel_.graphs) {
         voted_fallbacks_ = parallel_.graphs->take_fallbacks();
         vote.push_back(static_cast<double>(voted_fallbacks_.size()));

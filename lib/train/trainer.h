@@ -18,13 +18,13 @@
 #include "data/loader.h"
 #include "lora/lora_model.h"
 #include "metrics/sinks.h"
-#include "metrics/termination.h"
 #include "model/model.h"
 #include "optim/lr_schedule.h"
 #include "tokenizer/tokenizer.h"
 #include "train/device.h"
 #include "train/parallelize.h"
 #include "train/phase_peaks.h"
+#include "train/rank_lifetime.h"
 #include "train/run_plan.h"
 #include "train/sequence_parallel.h"
 #include "zero/engine.h"
@@ -51,23 +51,23 @@ struct RunSummary {
 class Trainer {
  public:
   // `resume_from`: a complete checkpoint tag directory, or "". `world`: this rank's place, device
-  // and communicator (join_world_from_env() for a launched rank).
-  Trainer(config::Config config, std::string resume_from, World world);
+  // and communicator (join_world_from_env() for a launched rank). `lifetime`: the process's
+  // (rank_lifetime.h), whose SIGUSR1 stop request the ranks vote on (RankLifetime::stop_requested)
+  // and whose end runs rank 0's tracked runs' end; null: nothing runs at a signal.
+  Trainer(config::Config config, std::string resume_from, World world,
+          RankLifetime* lifetime = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
   RunSummary run();
 
-  // Set by the SIGUSR1 handler: save a checkpoint within two steps (the ranks vote) and stop.
-  static std::atomic<bool>& stop_requested();
-
  private:
   // The whole run; run() adds the tracking status on the way out (FAILED on an error).
   RunSummary run_steps();
   void init();
-  // Rank 0: metrics.jsonl, the progress line, TensorBoard, MLflow, and the termination watch that
-  // records KILLED on SIGTERM/SIGINT.
+  // Rank 0: metrics.jsonl, the progress line, TensorBoard, MLflow, and their end at a signal
+  // (FAILED when the launcher stops the job for a failed rank, else KILLED; lifetime_->on_end).
   void create_metrics();
   // The model's directory and config.json, and the tokenizer.
   void resolve_model();
@@ -169,7 +169,8 @@ class Trainer {
     double write_s = 0;  // writer time (in the background when async)
   } ckpt_stats_;
   std::unique_ptr<metrics::MetricsLogger> metrics_;
-  std::unique_ptr<metrics::TerminationWatch> termination_;  // after metrics_: it uses it
+  RankLifetime* lifetime_ = nullptr;
+  RankLifetime::EndHandle end_handle_;       // after metrics_, which it uses
   std::unique_ptr<PhasePeaks> phase_peaks_;  // memory/peak_allocated_mb by phase (CUDA only)
   int64_t total_steps_ = 0;
   int64_t step_ = 0;  // optimizer steps completed

@@ -90,6 +90,30 @@ TEST(Restart, RankKilledAfterTheFirstCommitCompletesWithTheUninterruptedLosses) 
   EXPECT_NE(read_text(dir.file("run/report.html")).find("<line class=\"mark\""), std::string::npos);
 }
 
+// Every rank the launcher stops because another failed says which one failed (train/
+// rank_lifetime.h), not only rank 0, whose tracked runs end FAILED: rank 2 of 3 killed, ranks 0 and
+// 1 name it on their stderr before they die by the SIGTERM.
+TEST(Restart, EveryRankStoppedForAFailedOneNamesIt) {
+  TempDir dir;
+  JobSpec spec = restartable_job();
+  spec.nproc = 3;
+  const std::string token = unique_token();
+  Child job = start_dstrain(launch_args(write_job_config(dir.path(), spec), spec, 0),
+                            {"DSTRAIN_TEST_MARKER=" + token});
+  hit_rank_after_first_commit(dir, token, 2, SIGKILL);
+  const RunResult r = finish(job, 120);
+  EXPECT_NE(r.exit_code, 0);
+  for (const char* rank : {"[rank 0]", "[rank 1]"}) {
+    EXPECT_NE(r.err.find(std::string(rank) +
+                         " warning: Terminated (the launcher stops the job: rank 2 on "),
+              std::string::npos)
+        << rank << "\n"
+        << r.err;
+  }
+  EXPECT_NE(r.err.find("failed: signal SIGKILL (9)): stopping"), std::string::npos) << r.err;
+  EXPECT_TRUE(wait_until([&] { return processes_with_marker(token).empty(); }, 10));
+}
+
 TEST(Restart, ARankThatAlwaysFailsStopsAfterTheRestartsWithItsCauses) {
   TempDir dir;
   const std::string token = unique_token();

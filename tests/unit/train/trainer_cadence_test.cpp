@@ -92,9 +92,9 @@ TEST(TrainerCadence, EvalAndCheckpointsAtTheirIntervalsAndAtTheEnd) {
 
 TEST(TrainerCadence, StopRequestSavesAStepLaterAndStops) {
   dstrain::testing::TempDir dir;
-  Trainer::stop_requested().store(true);
+  RankLifetime::stop_requested().store(true);
   const RunSummary s = train(tiny_config(dir.path(), 50, 0, 0))[0];
-  Trainer::stop_requested().store(false);
+  RankLifetime::stop_requested().store(false);
   EXPECT_TRUE(s.preempted);
   // The vote taken after step 1 is read after step 2 (train/step_sync.h).
   EXPECT_EQ(s.steps, 2);
