@@ -54,8 +54,8 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t index, Material
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& h, const BlockContext& ctx) {
-  const auto [x, normed] =
-      post_attention_layernorm->add_and_forward(h, self_attn(input_layernorm(h), ctx.cos, ctx.sin));
+  const auto [x, normed] = post_attention_layernorm->add_and_forward(
+      h, self_attn(input_layernorm(h), ctx.cos, ctx.sin, ctx.documents.get()));
   return mlp->forward(normed, x);
 }
 

@@ -49,8 +49,13 @@ enum class BlockRole { kEmbedding, kLayer, kHead };
 // What a block's forward reads besides its input: the same for every block of one forward, and
 // copied into whatever runs a block again later (activation checkpointing's recompute).
 struct BlockContext {
-  torch::Tensor cos, sin;  // RoPE tables [T, D] in the model's dtype, at this forward's positions
-  torch::Tensor labels;    // [B, T] aligned labels: the head returns its fused loss; else logits
+  // RoPE tables [T, D] in the model's dtype, at this forward's positions; [B, T, D] with
+  // `documents` (each token's position in its document).
+  torch::Tensor cos, sin;
+  // Rows of packed documents, each attending only to itself (document_attention.h); null: each
+  // row is one sequence.
+  std::shared_ptr<const Documents> documents;
+  torch::Tensor labels;  // [B, T] aligned labels: the head returns its fused loss; else logits
   int64_t loss_chunk_bytes =
       0;                  // the fused loss's chunk (fused_linear_cross_entropy.h); 0: default
   bool training = false;  // the model's mode

@@ -288,6 +288,8 @@ Tensor add_projection_epilogue(const Tensor& residual, const Tensor& x, const Te
 }
 
 Tensor rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  // Tables per row [B, T, D] (packed documents): the eager form (the kernel takes [T, D]).
+  if (cos.dim() == 3) return apply_rope(x, cos.unsqueeze(2), sin.unsqueeze(2));
   if (use_fused_kernels(x) && fused_path_on(FusedPath::kRotary) &&
       cos.scalar_type() == x.scalar_type()) {
     return rotary_kernels(x, cos, sin);

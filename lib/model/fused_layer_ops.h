@@ -66,7 +66,8 @@ torch::Tensor add_projection_epilogue(const torch::Tensor& residual, const torch
                                       const torch::Tensor& weight);
 
 // Rotary embedding of x [B, T, H, D] with the tables cos/sin [T, D] (x's dtype, from
-// rope_tables): x·cos + rotate_half(x)·sin. Returns [B, T, H, D].
+// rope_tables), or [B, T, D] per row (packed documents: eager ops): x·cos + rotate_half(x)·sin.
+// Returns [B, T, H, D].
 torch::Tensor rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
 // silu(gate) · up, elementwise, same shapes.

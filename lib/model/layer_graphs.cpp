@@ -510,7 +510,11 @@ std::string fallback_cause_text(FallbackCause cause) {
 BlockWrapper LayerGraphs::wrapper() {
   return [state = state_](const ModelBlock& block, const torch::Tensor& x, const BlockContext& ctx,
                           const BlockFn& run) -> torch::Tensor {
-    if (block.role != BlockRole::kLayer || !ctx.training || !state->enabled) return run(x);
+    // Packed documents change from one batch to the next inside the layer (its attention's
+    // pieces, the per-row RoPE tables): a recording of one batch would replay its documents.
+    if (block.role != BlockRole::kLayer || !ctx.training || !state->enabled || ctx.documents) {
+      return run(x);
+    }
     std::shared_ptr<Slot> slot;
     if (state->recorder->supports(x) && state->eager_layers.count(block.index) == 0) {
       slot = state->slot_for(block, x, ctx);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/error.h"
 #include "model/fused_layer_ops.h"
 #include "model/fused_qkv.h"
 #include "model/selective_attention.h"
@@ -50,15 +51,21 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
 }
 
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, std::optional<int64_t> window) {
+                               const torch::Tensor& v, std::optional<int64_t> window,
+                               const Documents* documents) {
   const int64_t heads = q.size(1), kv_heads = k.size(1);
   // Inside a selectively checkpointed layer: the output kept by its forward
   // (selective_attention.h). A window the sequence fits in is causal attention, over k and v
   // repeated as below.
   if (AttentionKeep* keep = attention_keep(q, window)) {
+    if (documents != nullptr) {
+      fail(ErrorKind::kInternal,
+           "selective checkpointing does not keep the attention of packed documents");
+    }
     const int64_t groups = window ? heads / kv_heads : 1;
     return keep_attention(*keep, q, repeat_kv(k, groups), repeat_kv(v, groups));
   }
+  if (documents != nullptr) return document_attention(q, k, v, *documents, window);
   if (window) {
     return sliding_window_attention(q, repeat_kv(k, heads / kv_heads),
                                     repeat_kv(v, heads / kv_heads), *window);
@@ -112,7 +119,7 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, std::optional<int64_t> window
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
-                                     const torch::Tensor& sin) {
+                                     const torch::Tensor& sin, const Documents* documents) {
   const int64_t B = x.size(0), T = x.size(1);
   const bool train = is_training();
   auto [q, k, v] = project_qkv(x, train);
@@ -125,7 +132,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   }
   q = rotary(q, cos, sin).transpose(1, 2);  // [B, H, T, D]
   k = rotary(k, cos, sin).transpose(1, 2);  // [B, KV, T, D]
-  const torch::Tensor out = core ? core(q, k, v, window_) : causal_attention(q, k, v, window_);
+  const torch::Tensor out =
+      core ? core(q, k, v, window_, documents) : causal_attention(q, k, v, window_, documents);
   return o_proj->adapted(out.transpose(1, 2).reshape({B, T, heads_ * head_dim_}), train);
 }
 

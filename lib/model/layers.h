@@ -15,6 +15,7 @@
 
 #include <torch/torch.h>
 
+#include "model/document_attention.h"
 #include "model/model_config.h"
 
 namespace dstrain::model {
@@ -66,15 +67,17 @@ TORCH_MODULE(Linear);
 // consecutive query heads. Over every earlier position, or with a window over the `window` latest
 // ones (sliding_window_attention.h); through SDPA's fused kernels, never a [T, T] score matrix.
 // Inside a selectively checkpointed layer the forward keeps its output and the recompute reuses it
-// (selective_attention.h).
+// (selective_attention.h). With `documents` (rows of packed documents), within each document only
+// (document_attention.h).
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, std::optional<int64_t> window);
+                               const torch::Tensor& v, std::optional<int64_t> window,
+                               const Documents* documents = nullptr);
 
 // What a layer's attention runs in causal_attention's place, set from outside the model (sequence
 // parallelism wraps causal_attention in all-to-alls); same contract. Empty: causal_attention.
-using AttentionCore =
-    std::function<torch::Tensor(const torch::Tensor& q, const torch::Tensor& k,
-                                const torch::Tensor& v, std::optional<int64_t> window)>;
+using AttentionCore = std::function<torch::Tensor(
+    const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+    std::optional<int64_t> window, const Documents* documents)>;
 
 // RMSNorm with HF semantics: statistics in float32 whatever the input dtype, the normalised value
 // cast back to the input dtype and then scaled by `weight` [dim].
@@ -100,8 +103,10 @@ TORCH_MODULE(RMSNorm);
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const ModelConfig& config, std::optional<int64_t> window, Materialize materialize);
-  // x: [B, T, C]; cos, sin: [T, D] in x's dtype (the positions of x's tokens). Returns [B, T, C].
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+  // x: [B, T, C]; cos, sin: [T, D] in x's dtype (the positions of x's tokens), or [B, T, D] per
+  // row with packed `documents` (each document attends to itself). Returns [B, T, C].
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const Documents* documents = nullptr);
 
   Linear q_proj{nullptr};   // weight [H·D, C]
   Linear k_proj{nullptr};   // weight [KV·D, C]

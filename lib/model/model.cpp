@@ -141,10 +141,25 @@ std::pair<torch::Tensor, torch::Tensor> DecoderModelImpl::rope(int64_t seq_len,
   }
   if (inv_freq_.device() != like.device()) inv_freq_ = inv_freq_.to(like.device());
   torch::Tensor inv_freq = inv_freq_;
+  // Packed documents: each token at its position in its document, the longest document being
+  // what dynamic scaling sees (transformers: the largest position id + 1).
+  const Documents* documents = positions.documents.get();
+  const int64_t positions_needed = documents ? documents->longest() : end;
+  const int64_t seen = documents ? positions_needed : length;
   // Dynamic scaling depends on the length once it exceeds max_position_embeddings (rope.h).
-  if (config_.rope_scaling.type == "dynamic" && length > config_.max_position_embeddings)
-    inv_freq = rope_inv_freq(config_, length).to(like.device());
-  auto [cos, sin] = rope_tables(inv_freq, end, rope_scaling_);
+  if (config_.rope_scaling.type == "dynamic" && seen > config_.max_position_embeddings)
+    inv_freq = rope_inv_freq(config_, seen).to(like.device());
+  auto [cos, sin] = rope_tables(inv_freq, positions_needed, rope_scaling_);
+  if (documents) {
+    const torch::Tensor at =
+        documents->positions(length).narrow(1, positions.first, seq_len).to(like.device());
+    const auto rows = [&](const torch::Tensor& table) {
+      return table.index_select(0, at.reshape(-1))
+          .view({at.size(0), seq_len, table.size(1)})
+          .to(like.scalar_type());
+    };
+    return {rows(cos), rows(sin)};
+  }
   cos = cos.narrow(0, positions.first, seq_len);
   sin = sin.narrow(0, positions.first, seq_len);
   return {cos.to(like.scalar_type()), sin.to(like.scalar_type())};
@@ -155,6 +170,7 @@ BlockContext DecoderModelImpl::context(int64_t seq_len, const Positions& positio
   BlockContext ctx;
   // The embedding's output has its weight's dtype and device, and so every hidden state.
   std::tie(ctx.cos, ctx.sin) = rope(seq_len, model->embed_tokens->weight, positions);
+  ctx.documents = positions.documents;
   ctx.labels = labels;
   ctx.loss_chunk_bytes = loss_chunk_bytes_;
   ctx.training = is_training();
@@ -190,6 +206,11 @@ torch::Tensor DecoderModelImpl::run_blocks(const torch::Tensor& input_ids,
   if (input_ids.dim() != 2)
     fail(ErrorKind::kInternal, "DecoderModel::forward expects input_ids [B, T], got {} dims",
          input_ids.dim());
+  if (positions.documents) {
+    positions.documents->check(input_ids.size(0), positions.length > 0
+                                                      ? positions.length
+                                                      : positions.first + input_ids.size(1));
+  }
   const BlockContext ctx = context(input_ids.size(1), positions, labels);
   torch::Tensor x = input_ids;
   for (size_t i = 0; i < end; ++i) x = run_block(i, x, ctx);

@@ -46,10 +46,13 @@ struct LossSum {
 // Where the tokens of a forward lie in their sequence, for RoPE: a forward over T tokens sees
 // positions [first, first + T) of a sequence `length` long (dynamic RoPE scales by the whole
 // length). The default, length 0, is the whole sequence from position 0. A rank of a
-// sequence-parallel group runs a slice of each sequence.
+// sequence-parallel group runs a slice of each sequence. With `documents` the rows (of `length`
+// tokens) are packed documents: each token's RoPE position is its index in its document, and each
+// document attends only to itself (document_attention.h).
 struct Positions {
   int64_t first = 0;
   int64_t length = 0;  // 0: first + T
+  std::shared_ptr<const Documents> documents;
 };
 
 // Embedding, decoder layers and final norm: registered as "model" so names start with "model.".
@@ -121,8 +124,8 @@ class DecoderModelImpl : public torch::nn::Module {
   void set_loss_chunk_bytes(int64_t bytes) { loss_chunk_bytes_ = bytes; }
   // The weight the head projects with: lm_head.weight, or model.embed_tokens.weight when tied.
   const torch::Tensor& head_weight() const;
-  // RoPE cos/sin [T, D] for `seq_len` tokens at `positions`, on `like`'s device, in its dtype
-  // (yarn's attention factor applied).
+  // RoPE cos/sin [T, D] for `seq_len` tokens at `positions` ([B, T, D] with packed documents),
+  // on `like`'s device, in its dtype (yarn's attention factor applied).
   std::pair<torch::Tensor, torch::Tensor> rope(int64_t seq_len, const torch::Tensor& like,
                                                const Positions& positions = {});
   // Every block's attention runs `core` in causal_attention's place (layers.h); empty restores it.

@@ -66,6 +66,8 @@ torch::Tensor shift_labels(const torch::Tensor& labels) {
 struct Batch {
   torch::Tensor ids;     // [B, T]
   torch::Tensor labels;  // [B, T], HF convention (not shifted)
+  // From 'position_ids' [B, T] restarting at 0 per document: the rows are packed documents.
+  std::shared_ptr<const model::Documents> documents;
 };
 
 Batch read_batch(const std::string& ids_path, int64_t vocab) {
@@ -75,10 +77,26 @@ Batch read_batch(const std::string& ids_path, int64_t vocab) {
          ids_path);
   }
   const model::SafetensorsFile file(ids_path);
-  Batch b{read_ids(file, "input_ids", vocab, true), read_ids(file, "labels", vocab, false)};
+  Batch b;
+  b.ids = read_ids(file, "input_ids", vocab, true);
+  b.labels = read_ids(file, "labels", vocab, false);
   if (!b.labels.defined()) b.labels = b.ids;
   if (b.labels.sizes() != b.ids.sizes()) {
     fail(ErrorKind::kInput, "{}: 'labels' and 'input_ids' differ in shape", ids_path);
+  }
+  if (file.contains("position_ids")) {
+    const torch::Tensor p = file.read("position_ids");
+    std::optional<model::Documents> documents;
+    if (p.scalar_type() == torch::kInt64 && p.sizes() == b.ids.sizes()) {
+      documents = model::Documents::from_position_ids(p);
+    }
+    if (!documents) {
+      fail(ErrorKind::kInput,
+           "{}: tensor 'position_ids' must be int64 [B, T] like 'input_ids', 0 at the start of "
+           "each row and of each packed document, counting up by 1 within one",
+           ids_path);
+    }
+    b.documents = std::make_shared<const model::Documents>(std::move(*documents));
   }
   return b;
 }
@@ -181,7 +199,8 @@ DebugForwardResult debug_forward(const DebugForwardOptions& o) {
   whole.input_ids = batch.ids.to(device);
   whole.labels = shift_labels(batch.labels).to(device);  // shifted before any slicing
   const data::Batch mine = group.sp->slice(whole);
-  const model::Positions positions = group.sp->positions(T);
+  model::Positions positions = group.sp->positions(T);
+  positions.documents = batch.documents;
   // Loss and gradients as training computes them by default (model.fused_loss): the head fused
   // with the loss, the engine's backward averaging the gradients over the ranks. The logits are
   // the head's output on the same hidden states, outside the graph.

@@ -21,8 +21,11 @@
 namespace dstrain::train {
 
 struct DebugForwardOptions {
-  std::string model_dir;          // Hugging Face model directory (config.json + safetensors)
-  std::string ids_path;           // safetensors: int64 "input_ids" [B, T], optional "labels" [B, T]
+  std::string model_dir;  // Hugging Face model directory (config.json + safetensors)
+  // safetensors: int64 "input_ids" [B, T], optional "labels" [B, T] and "position_ids" [B, T]:
+  // positions restarting at 0 make the rows packed documents, each attending only to itself at
+  // positions from 0 (as transformers reads position ids without an attention mask).
+  std::string ids_path;
   std::string out_path;           // safetensors file to write
   std::string dtype = "float32";  // compute dtype: float32 | bfloat16 (| float16, auto)
   std::string device = "cpu";     // cpu | cuda

@@ -42,11 +42,13 @@ torch::Tensor replicate_kv(const torch::Tensor& x, int64_t P) {
 
 model::AttentionCore ulysses_attention(comm::Communicator& group) {
   return [&group](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                  std::optional<int64_t> window) {
+                  std::optional<int64_t> window, const model::Documents* documents) {
     const int64_t P = group.world_size();
+    // After the exchange a rank holds whole rows (for its heads): packed documents apply as they
+    // are.
     const torch::Tensor out =
         model::causal_attention(to_heads(group, q), to_heads(group, replicate_kv(k, P)),
-                                to_heads(group, replicate_kv(v, P)), window);
+                                to_heads(group, replicate_kv(v, P)), window, documents);
     return to_sequence(group, out);
   };
 }
@@ -101,7 +103,10 @@ data::Batch SequenceParallel::slice(data::Batch batch) const {
 }
 
 model::Positions SequenceParallel::positions(int64_t length) const {
-  return {rank() * (length / size_), length};
+  model::Positions p;
+  p.first = rank() * (length / size_);
+  p.length = length;
+  return p;
 }
 
 model::LossSum SequenceParallel::reduce_loss(const model::LossSum& local) {

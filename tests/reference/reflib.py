@@ -241,30 +241,37 @@ def random_ids(vocab, batch, seq, seed):
     return torch.randint(0, vocab, (batch, seq), generator=g, dtype=torch.int64)
 
 
-def write_ids(path, ids, labels=None):
+def write_ids(path, ids, labels=None, position_ids=None):
     from safetensors.torch import save_file
     tensors = {"input_ids": ids.contiguous()}
     if labels is not None:
         tensors["labels"] = labels.contiguous()
+    if position_ids is not None:
+        tensors["position_ids"] = position_ids.contiguous()
     save_file(tensors, path)
 
 
-def dstrain_forward(tmp, model_dir, ids, dtype="float32", labels=None, extra=()):
-    """`dstrain debug forward`: {"logits", "loss", "grad.<name>"} as fp32 CPU tensors."""
+def dstrain_forward(tmp, model_dir, ids, dtype="float32", labels=None, extra=(),
+                    position_ids=None):
+    """`dstrain debug forward`: {"logits", "loss", "grad.<name>"} as fp32 CPU tensors. With
+    `position_ids` restarting at 0 per document, the rows are packed documents."""
     from safetensors.torch import load_file
     ids_path = os.path.join(tmp, "ids.safetensors")
     out = os.path.join(tmp, f"dstrain-{dtype}.safetensors")
-    write_ids(ids_path, ids, labels)
+    write_ids(ids_path, ids, labels, position_ids)
     run(["debug", "forward", "--model", model_dir, "--ids", ids_path, "--out", out,
          "--dtype", dtype, "--device", device(), *extra])
     return load_file(out)
 
 
-def hf_forward(model, ids, labels=None):
+def hf_forward(model, ids, labels=None, position_ids=None):
     """The same dump from a transformers model: logits, loss (model(ids, labels=...)) and every
-    parameter gradient, fp32 on the CPU."""
+    parameter gradient, fp32 on the CPU. With `position_ids` (no attention mask and no cache),
+    transformers reads the rows as packed documents wherever the positions restart."""
+    extra = {} if position_ids is None else {"position_ids": position_ids.to(model.device),
+                                             "use_cache": False}
     out = model(input_ids=ids.to(model.device),
-                labels=(ids if labels is None else labels).to(model.device))
+                labels=(ids if labels is None else labels).to(model.device), **extra)
     out.loss.backward()
     dump = {"logits": out.logits.detach().float().cpu(), "loss": out.loss.detach().float().cpu()}
     for name, p in model.named_parameters():

@@ -66,6 +66,41 @@ def batch(cfg):
     return ids, labels
 
 
+# Packed rows of TEST_SEQ tokens: documents of these lengths back to back (the last, 11 tokens of
+# padding-like filler in row 0, is a document too).
+PACKED_DOCUMENTS = [[9, 3, 25, 11], [48]]
+
+
+def packed_batch(cfg):
+    """Rows of packed documents: position ids restart at 0 in each, and every document's first
+    label is -100, so that no document is scored against the one before it."""
+    ids = reflib.random_ids(cfg["vocab_size"], len(PACKED_DOCUMENTS), reflib.TEST_SEQ, seed=7)
+    labels = ids.clone()
+    position_ids = torch.empty_like(ids)
+    for row, lengths in enumerate(PACKED_DOCUMENTS):
+        start = 0
+        for n in lengths:
+            position_ids[row, start:start + n] = torch.arange(n)
+            labels[row, start] = -100
+            start += n
+    return ids, labels, position_ids
+
+
+@pytest.mark.parametrize("name", sorted(reflib.TINY_CONFIGS))
+def test_packed_documents_match_fp32(models, tmp, name):
+    """Each document attends only to itself at positions from 0, as transformers' packed-sequence
+    attention computes it (every family; mistral-window's window is shorter than a document)."""
+    cfg = reflib.TINY_CONFIGS[name]
+    ids, labels, position_ids = packed_batch(cfg)
+    want = reflib.hf_forward(reflib.load_hf(models[name]), ids, labels, position_ids)
+    got = reflib.dstrain_forward(tmp, models[name], ids, "float32", labels,
+                                 position_ids=position_ids)
+    reflib.compare_all(got, want, reflib.FP32_TOL)
+    # Not what an unpacked forward of the same rows gives: the documents do attend apart.
+    unpacked = reflib.dstrain_forward(tmp, models[name], ids, "float32", labels)
+    assert reflib.rel_diff(unpacked["logits"], want["logits"]) > 100 * reflib.FP32_TOL
+
+
 TRAIN_STEPS, MICRO, SEQ, LR, WD, WARMUP, CLIP = 20, 2, 32, 2e-3, 0.01, 5, 0.5
 
 

@@ -422,12 +422,12 @@ TEST(DecoderModel, RopeOfASliceIsTheWholeSequencesRows) {
     DecoderModel m(parse_model_config(j));
     const torch::Tensor like = torch::zeros({1});
     const auto [cos, sin] = m->rope(48, like);
-    const auto [cos_slice, sin_slice] = m->rope(12, like, Positions{24, 48});
+    const auto [cos_slice, sin_slice] = m->rope(12, like, Positions{24, 48, nullptr});
     EXPECT_TRUE(cos_slice.equal(cos.narrow(0, 24, 12))) << type;
     EXPECT_TRUE(sin_slice.equal(sin.narrow(0, 24, 12))) << type;
   }
   DecoderModel m(small_config());
-  EXPECT_THROW(m->rope(12, torch::zeros({1}), Positions{40, 48}), Error);
+  EXPECT_THROW(m->rope(12, torch::zeros({1}), Positions{40, 48, nullptr}), Error);
 }
 
 TEST(CausalLmLoss, IgnoresMinus100AndDoesNotShift) {

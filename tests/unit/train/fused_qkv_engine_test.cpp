@@ -105,7 +105,8 @@ void train_rank(const Setup& s, const torch::Tensor& ids, int steps, ThreadCommu
   for (const auto& a : attentions(*m)) {
     model::AttentionImpl* layer = a.get();  // the module outlives every forward here
     a->core = [layer, &run, &mutex](const torch::Tensor& q, const torch::Tensor& k,
-                                    const torch::Tensor& v, std::optional<int64_t> window) {
+                                    const torch::Tensor& v, std::optional<int64_t> window,
+                                    const model::Documents* documents) {
       const bool adjacent = model::adjacent_rows(
           {layer->q_proj->weight, layer->k_proj->weight, layer->v_proj->weight});
       // v [B, KV, T, D]: its positions lie (H + 2·KV)·D apart in the fused product, KV·D apart in
@@ -118,7 +119,7 @@ void train_rank(const Setup& s, const torch::Tensor& ids, int steps, ThreadCommu
       ++(adjacent ? run.adjacent : run.apart);
       run.biases_adjacent += biases_adjacent ? 1 : 0;
       run.fused_cores += fused ? 1 : 0;
-      return model::causal_attention(q, k, v, window);
+      return model::causal_attention(q, k, v, window, documents);
     };
   }
   m->train();

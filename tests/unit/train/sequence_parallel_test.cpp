@@ -1,6 +1,7 @@
 // Sequence parallelism against the whole-sequence computation, with ranks as threads: the Ulysses
 // attention core on its own, then the whole model (loss and every gradient), for P = 2 and 4 and
-// 1, 2 and 4 key/value heads, plain and sliding-window attention.
+// 1, 2 and 4 key/value heads, plain and sliding-window attention, and rows of packed documents
+// whose boundaries fall inside the ranks' slices.
 
 #include "train/sequence_parallel.h"
 
@@ -28,7 +29,8 @@ void expect_close(const torch::Tensor& got, const torch::Tensor& want, const std
 struct AttentionCase {
   int p;
   int kv_heads;
-  int64_t window;  // 0: full causal
+  int64_t window;          // 0: full causal
+  bool documents = false;  // rows of packed documents that cross the ranks' slices
 };
 
 class UlyssesAttention : public ::testing::TestWithParam<AttentionCase> {};
@@ -45,14 +47,16 @@ TEST_P(UlyssesAttention, SlicesEqualWholeSequenceAttentionWithGradients) {
     for (auto& t : ts) t = t.detach().clone().requires_grad_(true);
     return ts;
   };
+  const model::Documents packed{{{3, 9, 4}, {16}}};
+  const model::Documents* documents = c.documents ? &packed : nullptr;
   const auto full = leaves({q, k, v});
-  const torch::Tensor want = model::causal_attention(full[0], full[1], full[2], window);
+  const torch::Tensor want = model::causal_attention(full[0], full[1], full[2], window, documents);
   (want * w).sum().backward();
   run_ranks(c.p, [&](ThreadCommunicator& comm) {
     const int64_t first = comm.rank() * Tl;
     const auto mine =
         leaves({q.narrow(2, first, Tl), k.narrow(2, first, Tl), v.narrow(2, first, Tl)});
-    const torch::Tensor got = ulysses_attention(comm)(mine[0], mine[1], mine[2], window);
+    const torch::Tensor got = ulysses_attention(comm)(mine[0], mine[1], mine[2], window, documents);
     (got * w.narrow(2, first, Tl)).sum().backward();
     const std::string at = "rank " + std::to_string(comm.rank());
     expect_close(got, want.detach().narrow(2, first, Tl), "output, " + at);
@@ -63,17 +67,17 @@ TEST_P(UlyssesAttention, SlicesEqualWholeSequenceAttentionWithGradients) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(HeadsAndWindows, UlyssesAttention,
-                         ::testing::Values(AttentionCase{2, 4, 0}, AttentionCase{2, 2, 0},
-                                           AttentionCase{2, 1, 0}, AttentionCase{4, 4, 0},
-                                           AttentionCase{4, 2, 0}, AttentionCase{4, 1, 0},
-                                           AttentionCase{2, 2, 5}, AttentionCase{4, 1, 3}),
-                         [](const ::testing::TestParamInfo<AttentionCase>& i) {
-                           return "P" + std::to_string(i.param.p) + "Kv" +
-                                  std::to_string(i.param.kv_heads) +
-                                  (i.param.window > 0 ? "Window" + std::to_string(i.param.window)
-                                                      : "");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    HeadsAndWindows, UlyssesAttention,
+    ::testing::Values(AttentionCase{2, 4, 0}, AttentionCase{2, 2, 0}, AttentionCase{2, 1, 0},
+                      AttentionCase{4, 4, 0}, AttentionCase{4, 2, 0}, AttentionCase{4, 1, 0},
+                      AttentionCase{2, 2, 5}, AttentionCase{4, 1, 3}, AttentionCase{2, 2, 0, true},
+                      AttentionCase{4, 1, 3, true}),
+    [](const ::testing::TestParamInfo<AttentionCase>& i) {
+      return "P" + std::to_string(i.param.p) + "Kv" + std::to_string(i.param.kv_heads) +
+             (i.param.window > 0 ? "Window" + std::to_string(i.param.window) : "") +
+             (i.param.documents ? "Documents" : "");
+    });
 
 struct ModelCase {
   int p;
