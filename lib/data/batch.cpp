@@ -12,13 +12,17 @@ Batch collate(const SampleSet& samples, const std::vector<int64_t>& indices, boo
   batch.labels = torch::empty({b, t}, options);
   int64_t* ids = batch.input_ids.data_ptr<int64_t>();
   int64_t* labels = batch.labels.data_ptr<int64_t>();
+  if (samples.packs_documents()) batch.documents.resize(static_cast<size_t>(b));
   for (int64_t row = 0; row < b; ++row) {
+    std::vector<int64_t>* lengths =
+        batch.documents.empty() ? nullptr : &batch.documents[static_cast<size_t>(row)];
     if (indices[row] < 0) {
       std::fill_n(ids + row * t, t, samples.pad_id());
       std::fill_n(labels + row * t, t, kIgnoreIndex);
+      if (lengths) *lengths = {t};
       continue;
     }
-    samples.fill(indices[row], ids + row * t, labels + row * t);
+    samples.fill(indices[row], ids + row * t, labels + row * t, lengths);
     ++batch.num_rows;
   }
   return batch;

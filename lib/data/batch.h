@@ -20,6 +20,9 @@ struct Batch {
   int64_t micro_steps = 1;      // train: micro-steps per optimizer step (gradient accumulation)
   bool last_micro_step = true;  // train: this micro-batch completes an optimizer step
   int64_t num_rows = 0;         // rows holding real samples; eval filler rows come after them
+  // Packed whole documents (SampleOptions::documents): per row the lengths of its documents,
+  // summing to T (a filler row: one of T); empty otherwise.
+  std::vector<std::vector<int64_t>> documents;
 };
 
 // Fills a batch with the samples `indices` (one row each; -1 = filler row: pad ids, labels -100).

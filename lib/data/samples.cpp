@@ -13,6 +13,15 @@ SampleSet::SampleSet(std::shared_ptr<const Corpus> corpus, std::vector<int64_t> 
     fail(ErrorKind::kConfig, "data.max_length: must be at least 1, got {}", options_.max_length);
   }
   const int64_t t = options_.max_length;
+  if (options_.documents) {
+    documents_ = std::move(documents);
+    std::vector<int64_t> lengths;
+    lengths.reserve(documents_.size());
+    for (int64_t d : documents_) lengths.push_back(sequence_length(d));
+    bins_ = pack_documents(lengths, t, options_.documents_window, options_.long_documents);
+    num_samples_ = static_cast<int64_t>(bins_.size());
+    return;
+  }
   if (!options_.packing) {
     for (int64_t d : documents) {
       if (sequence_length(d) >= 2) documents_.push_back(d);
@@ -58,12 +67,17 @@ int64_t SampleSet::copy_stream(int64_t pos, int64_t count, int64_t* out) const {
   return done;
 }
 
-void SampleSet::fill(int64_t index, int64_t* input_ids, int64_t* labels) const {
+void SampleSet::fill(int64_t index, int64_t* input_ids, int64_t* labels,
+                     std::vector<int64_t>* lengths) const {
   if (index < 0 || index >= num_samples_) {
     fail(ErrorKind::kInternal, "sample index {} out of range [0, {}) in {}", index, num_samples_,
          name_);
   }
   const int64_t t = options_.max_length;
+  if (options_.documents) {
+    fill_documents(bins_[static_cast<size_t>(index)], input_ids, labels, lengths);
+    return;
+  }
   std::vector<int64_t> window(t + 1);
   const int64_t n = options_.packing ? copy_stream(index * t, t + 1, window.data())
                                      : copy_document(documents_[index], t + 1, window.data());
@@ -72,6 +86,35 @@ void SampleSet::fill(int64_t index, int64_t* input_ids, int64_t* labels) const {
     input_ids[i] = real ? window[i] : options_.pad_id;
     labels[i] = real ? window[i + 1] : kIgnoreIndex;
   }
+}
+
+// A piece takes sequence tokens [begin, begin + length] of its document: inputs the first
+// `length`, labels the last `length`.
+void SampleSet::fill_documents(const DocumentBin& bin, int64_t* input_ids, int64_t* labels,
+                               std::vector<int64_t>* lengths) const {
+  const int64_t t = options_.max_length;
+  if (lengths) lengths->clear();
+  int64_t at = 0;
+  for (const DocumentPiece& p : bin) {
+    const int64_t doc = documents_[static_cast<size_t>(p.document)];
+    const auto* data = corpus_->document_data(doc);
+    const int64_t n = corpus_->document_length(doc);
+    // The sequence's token k: the document's, then eos (pieces end within the sequence).
+    const auto token = [&](int64_t k) -> int64_t { return k < n ? data[k] : *options_.eos_id; };
+    for (int64_t i = 0; i < p.length; ++i) {
+      input_ids[at + i] = token(p.begin + i);
+      labels[at + i] = token(p.begin + i + 1);
+    }
+    at += p.length;
+    if (lengths) lengths->push_back(p.length);
+  }
+  std::fill(input_ids + at, input_ids + t, options_.pad_id);
+  std::fill(labels + at, labels + t, kIgnoreIndex);
+  if (lengths && at < t) lengths->push_back(t - at);
+}
+
+double SampleSet::padding_fraction() const {
+  return options_.documents ? data::padding_fraction(bins_, options_.max_length) : 0.0;
 }
 
 }  // namespace dstrain::data

@@ -129,9 +129,10 @@ void Trainer::init() {
   if (cfg_.model.fused_loss_chunk_mb > 0)
     model_->set_loss_chunk_bytes(cfg_.model.fused_loss_chunk_mb << 20);
   confirm_micro_batch();
+  // What the plan chose, said once (rank 0), and at the head of config.yaml below.
   const std::vector<PlanLine> plan_said = plan_lines(plan_, cfg_);
   for (const PlanLine& line : plan_said) {
-    if (rank_ != 0) break;
+    if (rank_ != 0) continue;
     if (line.warning) {
       log::warn("{}", line.text);
     } else {
@@ -309,7 +310,12 @@ data::Batch Trainer::on_device(data::Batch b) const {
 }
 
 model::LossSum Trainer::local_loss_sum(const data::Batch& whole) {
-  const model::Positions positions = sp_->positions(whole.input_ids.size(1));
+  model::Positions positions = sp_->positions(whole.input_ids.size(1));
+  // Rows of packed documents (whole rows: a sequence-parallel rank's slice keeps their bounds).
+  if (!whole.documents.empty()) {
+    positions.documents =
+        std::make_shared<const model::Documents>(model::Documents{whole.documents});
+  }
   const data::Batch b = sp_->slice(whole);
   return model_->loss_sum(b.input_ids, b.labels, cfg_.model.fused_loss, positions);
 }

@@ -38,6 +38,50 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> sample(const SampleSet& s,
   return {in, lab};
 }
 
+// Whole documents per sample: sequences 1 2 3 eos (3 positions), 4 5 eos (2), 6..11 eos (6) with
+// T = 5 in one window: the 6-position sequence is split into 5 + 1 (the pieces sharing token 11);
+// first-fit decreasing: 5 fills sample 0, 3 opens sample 1, 2 fills it, 1 opens sample 2. Each
+// piece's labels are its own document's next tokens; padding is one more document.
+TEST(DocumentSamples, WholeDocumentsPerSampleLabelsInsideEachAndTheirLengths) {
+  SampleOptions o = opts(5, true);
+  o.documents = true;
+  SampleSet s(small_corpus(), {0, 1, 2}, o, "mem");
+  ASSERT_EQ(s.size(), 3);
+  std::vector<int64_t> in(5), lab(5), lengths;
+  s.fill(0, in.data(), lab.data(), &lengths);
+  EXPECT_EQ(in, (std::vector<int64_t>{6, 7, 8, 9, 10}));
+  EXPECT_EQ(lab, (std::vector<int64_t>{7, 8, 9, 10, 11}));
+  EXPECT_EQ(lengths, (std::vector<int64_t>{5}));
+  s.fill(1, in.data(), lab.data(), &lengths);
+  EXPECT_EQ(in, (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(lab, (std::vector<int64_t>{2, 3, kEos, 5, kEos}));
+  EXPECT_EQ(lengths, (std::vector<int64_t>{3, 2}));
+  s.fill(2, in.data(), lab.data(), &lengths);
+  EXPECT_EQ(in, (std::vector<int64_t>{11, kPad, kPad, kPad, kPad}));
+  EXPECT_EQ(lab, (std::vector<int64_t>{kEos, -100, -100, -100, -100}));
+  EXPECT_EQ(lengths, (std::vector<int64_t>{1, 4}));
+  // T = 6: the long document whole in sample 0; 3 + 2 and one position of padding in sample 1.
+  o.max_length = 6;
+  SampleSet wider(small_corpus(), {0, 1, 2}, o, "mem");
+  ASSERT_EQ(wider.size(), 2);
+  std::vector<int64_t> in6(6), lab6(6);
+  wider.fill(1, in6.data(), lab6.data(), &lengths);
+  EXPECT_EQ(in6, (std::vector<int64_t>{1, 2, 3, 4, 5, kPad}));
+  EXPECT_EQ(lab6, (std::vector<int64_t>{2, 3, kEos, 5, kEos, -100}));
+  EXPECT_EQ(lengths, (std::vector<int64_t>{3, 2, 1}));
+  EXPECT_DOUBLE_EQ(wider.padding_fraction(), 1.0 / 12.0);
+  // Truncated instead: 6..11 eos keeps its first 5 positions; nothing is left for a third sample.
+  o.max_length = 5;
+  o.long_documents = LongDocuments::kTruncate;
+  SampleSet cut(small_corpus(), {0, 1, 2}, o, "mem");
+  EXPECT_EQ(cut.size(), 2);
+  // A batch carries each row's document lengths, a filler row one document of T.
+  const Batch b = collate(s, {1, -1}, false);
+  EXPECT_EQ(b.documents, (std::vector<std::vector<int64_t>>{{3, 2}, {5}}));
+  EXPECT_TRUE(collate(SampleSet(small_corpus(), {0, 1, 2}, opts(5, true), "mem"), {0}, false)
+                  .documents.empty());
+}
+
 TEST(PadSamples, ShiftedLabelsWithEosAndMinus100OnPadding) {
   SampleSet s(small_corpus(), {0, 1, 2}, opts(5, false), "mem");
   ASSERT_EQ(s.size(), 3);
