@@ -3,7 +3,6 @@
 #include <cmath>
 #include <vector>
 
-#include "core/error.h"
 #include "model/fused_layer_ops.h"
 #include "model/fused_qkv.h"
 #include "model/selective_attention.h"
@@ -57,11 +56,7 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
   // Inside a selectively checkpointed layer: the output kept by its forward
   // (selective_attention.h). A window the sequence fits in is causal attention, over k and v
   // repeated as below.
-  if (AttentionKeep* keep = attention_keep(q, window)) {
-    if (documents != nullptr) {
-      fail(ErrorKind::kInternal,
-           "selective checkpointing does not keep the attention of packed documents");
-    }
+  if (AttentionKeep* keep = attention_keep(q, window, documents != nullptr)) {
     const int64_t groups = window ? heads / kv_heads : 1;
     return keep_attention(*keep, q, repeat_kv(k, groups), repeat_kv(v, groups));
   }

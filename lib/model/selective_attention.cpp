@@ -139,9 +139,13 @@ KeepAttentionScope::~KeepAttentionScope() {
   active_keep = previous_;
 }
 
-AttentionKeep* attention_keep(const torch::Tensor& q, std::optional<int64_t> window) {
+AttentionKeep* attention_keep(const torch::Tensor& q, std::optional<int64_t> window, bool packed) {
   if (active_keep == nullptr) return nullptr;
-  static std::once_flag windowed, device;
+  static std::once_flag windowed, documents, device;
+  if (packed) {
+    warn_recomputed(documents, "rows of packed documents keep no softmax statistics per document");
+    return nullptr;
+  }
   if (window && q.size(2) > *window) {
     warn_recomputed(windowed,
                     "sliding-window layers over sequences longer than their window keep no "

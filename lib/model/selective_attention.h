@@ -31,7 +31,8 @@
 //
 // Not kept (the attention is recomputed as with `true`, after one warning per process): sliding-
 // window layers whose sequence is longer than their window (the tiled band kernel,
-// sliding_window_attention.h, keeps no statistics) and devices other than the CPU and CUDA.
+// sliding_window_attention.h, keeps no statistics), rows of packed documents (their attention
+// runs per document, document_attention.h) and devices other than the CPU and CUDA.
 //
 // Threads: a scope is per thread (the forward's and the autograd engine's run the two calls); an
 // AttentionKeep is used by one layer call at a time, its forward and recompute never overlap.
@@ -79,9 +80,11 @@ class KeepAttentionScope {
   AttentionKeep* previous_;
 };
 
-// The active keep of this thread, if attention over q (with `window`) can be kept; null otherwise
-// (no scope, or a case that is recomputed: see above, warned once per process).
-AttentionKeep* attention_keep(const torch::Tensor& q, std::optional<int64_t> window);
+// The active keep of this thread, if attention over q (with `window`, over rows of packed
+// documents when `packed`) can be kept; null otherwise (no scope, or a case that is recomputed:
+// see above, warned once per process).
+AttentionKeep* attention_keep(const torch::Tensor& q, std::optional<int64_t> window,
+                              bool packed = false);
 
 // Causal attention q [B, H, T, D], k and v [B, KV, T, D] → [B, H, T, D] through `keep`: with grad
 // mode off computed and kept, with it on taken from the keep (see above).

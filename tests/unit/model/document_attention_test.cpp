@@ -131,5 +131,34 @@ TEST(DocumentAttention, APackedRowIsEachDocumentAlone) {
   }
 }
 
+// Checkpointed layers over packed rows, plain and selective (whose attention over packed
+// documents is recomputed, not kept: selective_attention.h), give the gradients of the run without
+// checkpointing.
+TEST(DocumentAttention, CheckpointedLayersGiveTheSameGradients) {
+  const ModelConfig config = testing::small_config("llama");
+  const torch::Tensor ids = torch::randint(0, config.vocab_size, {2, 24}, torch::kLong);
+  Positions packed;
+  packed.documents = std::make_shared<const Documents>(two_rows());
+  const auto grads = [&](const BlockWrapper& wrapper) {
+    torch::manual_seed(4);
+    DecoderModel m(config);
+    m->to(torch::kDouble);
+    m->train();
+    if (wrapper) m->wrap_blocks(WrapperSlot::kCheckpointing, wrapper);
+    m->loss_sum(ids, ids.roll(-1, 1), /*fused=*/true, packed).sum.backward();
+    std::vector<torch::Tensor> out;
+    for (const auto& p : m->parameters()) out.push_back(p.grad().clone());
+    return out;
+  };
+  const std::vector<torch::Tensor> plain = grads({});
+  for (const BlockWrapper& w : {checkpoint_layers(), selective_checkpoint_layers()}) {
+    const std::vector<torch::Tensor> got = grads(w);
+    ASSERT_EQ(got.size(), plain.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(got[i], plain[i], 1e-12, 1e-12)) << "parameter " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dstrain::model
