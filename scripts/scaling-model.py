@@ -1027,16 +1027,20 @@ def check_command(inputs, args):
                                 f"counters {got}")
             rows.append([stage, kind, calls, f"{nbytes:,}",
                          " / ".join(f"{c} / {b:,}" for c, b in got), "equal" if ok else "**differ**"])
-        # One gradient norm a step (the engine's) and the trainer's own.
-        calls = steps + trainer_all_reduces(steps, sets["training.log_interval"])
-        nbytes = calls * ring_bytes("all_reduce", 8, world)
+        # One gradient norm a step (the engine's) and the trainer's own 8-byte ones, and its
+        # 16-byte count of each step's labels and tokens.
+        small = steps + trainer_all_reduces(steps, sets["training.log_interval"])
+        calls = small + steps
+        nbytes = (small * ring_bytes("all_reduce", 8, world) +
+                  steps * ring_bytes("all_reduce", 16, world))
         got = sorted({tuple(other[r]) for r in range(world)})
         ok = got == [(calls, nbytes)]
         if not ok:
-            failures.append(f"stage {stage} 8-byte all_reduces: formula {calls} calls {nbytes} "
+            failures.append(f"stage {stage} small all_reduces: formula {calls} calls {nbytes} "
                             f"bytes, counters {got}")
-        rows.append([stage, f"8-byte all_reduce, whole run of {steps} steps", calls, f"{nbytes:,}",
-                     " / ".join(f"{c} / {b:,}" for c, b in got), "equal" if ok else "**differ**"])
+        rows.append([stage, f"8- and 16-byte all_reduce, whole run of {steps} steps", calls,
+                     f"{nbytes:,}", " / ".join(f"{c} / {b:,}" for c, b in got),
+                     "equal" if ok else "**differ**"])
     text = table(["stage", "collective (per step unless said)", "calls (formula)",
                   "bytes per rank (formula)", "calls / bytes (counters, every step, both ranks)",
                   "check"], rows)

@@ -52,7 +52,13 @@ struct DataSection {
   std::string text_field = "text";
   std::string document = "file";  // for text: one document per `file` or per `line`
   int64_t max_length = 1024;
-  bool packing = true;  // true: concatenate docs with eos, cut to max_length; false: pad/truncate
+  // How documents become samples of max_length tokens (data/samples.h, docs/data.md): "documents"
+  // (whole documents packed into samples, each attending to itself), "stream" (documents and eos
+  // as one stream cut into windows; `true` reads as this, its meaning before the word existed) or
+  // "pad" (one document per sample, padded or truncated; `false` reads as this).
+  std::string packing = "documents";
+  // documents: a document longer than max_length is "split" into pieces or "truncate"d.
+  std::string long_documents = "split";
   // Ids put before each document (tokenizer/document_prefix.h): "auto" (what the tokenizer's
   // post-processor puts, e.g. Llama's bos), "true" (the bos), "false". A config recorded before the
   // key existed (a checkpoint's config.yaml) reads as "false", its behaviour then.
@@ -118,9 +124,14 @@ struct TrainingSection {
   double fp16_min_loss_scale = 1.0;
   int64_t fp16_hysteresis = 2;
   double gradient_clipping = 0.0;  // 0 = off; max global L2 norm
-  int64_t eval_interval = 0;       // steps; 0 = only at each epoch end
-  int64_t eval_max_batches = -1;   // -1 = whole eval set
-  int64_t log_interval = 1;        // steps between metric lines
+  // What a step's loss is the mean of (docs/training.md, "Loss normalisation"): "tokens" (the
+  // labelled tokens of the whole global batch) or "micro_steps" (each micro-batch's token mean,
+  // averaged over the micro-steps and ranks). A config recorded before the key existed reads as
+  // "micro_steps", its behaviour then.
+  std::string loss_normalization = "tokens";
+  int64_t eval_interval = 0;      // steps; 0 = only at each epoch end
+  int64_t eval_max_batches = -1;  // -1 = whole eval set
+  int64_t log_interval = 1;       // steps between metric lines
   // CUDA graphs per layer (train/graphs_choice.h): auto | on | off.
   std::string cuda_graphs = "auto";
 };

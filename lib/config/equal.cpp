@@ -17,8 +17,8 @@ bool operator==(const ModelSection& a, const ModelSection& b) {
 bool operator==(const DataSection& a, const DataSection& b) {
   auto t = [](const DataSection& s) {
     return std::tie(s.train_path, s.eval_path, s.format, s.text_field, s.document, s.max_length,
-                    s.packing, s.add_bos, s.eval_split, s.shuffle, s.drop_last, s.num_workers,
-                    s.num_workers_eval, s.stage_dir);
+                    s.packing, s.long_documents, s.add_bos, s.eval_split, s.shuffle, s.drop_last,
+                    s.num_workers, s.num_workers_eval, s.stage_dir);
   };
   return t(a) == t(b);
 }
@@ -46,8 +46,8 @@ bool operator==(const TrainingSection& a, const TrainingSection& b) {
                     s.gradient_accumulation_steps, s.train_batch_size, s.optimizer, s.scheduler,
                     s.seed, s.bf16, s.fp16, s.fp16_loss_scale, s.fp16_initial_scale_power,
                     s.fp16_loss_scale_window, s.fp16_min_loss_scale, s.fp16_hysteresis,
-                    s.gradient_clipping, s.eval_interval, s.eval_max_batches, s.log_interval,
-                    s.cuda_graphs);
+                    s.gradient_clipping, s.loss_normalization, s.eval_interval, s.eval_max_batches,
+                    s.log_interval, s.cuda_graphs);
   };
   return t(a) == t(b);
 }

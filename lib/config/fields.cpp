@@ -193,6 +193,23 @@ Field add_bos() {
   return f;
 }
 
+// data.packing: documents | stream | pad, kept as that word; `true` and `false`, its values before
+// the words existed, read as stream and pad (what they meant then).
+Field packing() {
+  Field f = make("data.packing", Kind::kString, Range::kAny, {"documents", "stream", "pad"});
+  f.expected = "documents, stream or pad (true: stream, false: pad)";
+  f.parse = [](const YAML::Node& node) -> std::optional<Value> {
+    if (auto b = scalar_bool(node)) return Value(std::string(*b ? "stream" : "pad"));
+    if (!node.IsScalar()) return std::nullopt;
+    const std::string word = lower(node.Scalar());
+    if (word == "documents" || word == "stream" || word == "pad") return Value(word);
+    return std::nullopt;
+  };
+  f.get = [](const Config& c) { return Value(c.data.packing); };
+  f.set = [](Config& c, const Value& v) { c.data.packing = std::get<std::string>(v); };
+  return f;
+}
+
 void add_model_and_data(std::vector<Field>& t) {
   t.push_back(text("model.name_or_path", DSTRAIN_MEMBER(model.name_or_path)));
   t.push_back(text("model.revision", DSTRAIN_MEMBER(model.revision)));
@@ -212,7 +229,9 @@ void add_model_and_data(std::vector<Field>& t) {
   t.push_back(text("data.text_field", DSTRAIN_MEMBER(data.text_field)));
   t.push_back(text("data.document", DSTRAIN_MEMBER(data.document), {"file", "line"}));
   t.push_back(integer("data.max_length", Range::kPositive, DSTRAIN_MEMBER(data.max_length)));
-  t.push_back(boolean("data.packing", DSTRAIN_MEMBER(data.packing)));
+  t.push_back(packing());
+  t.push_back(
+      text("data.long_documents", DSTRAIN_MEMBER(data.long_documents), {"split", "truncate"}));
   t.push_back(add_bos());
   t.push_back(number("data.eval_split", Range::kFractionOpen, DSTRAIN_MEMBER(data.eval_split)));
   t.push_back(boolean("data.shuffle", DSTRAIN_MEMBER(data.shuffle)));
@@ -258,6 +277,8 @@ void add_training_optimizer(std::vector<Field>& t) {
                      DSTRAIN_MEMBER(training.optimizer.momentum)));
   t.push_back(number("training.gradient_clipping", Range::kNonNegative,
                      DSTRAIN_MEMBER(training.gradient_clipping)));
+  t.push_back(text("training.loss_normalization", DSTRAIN_MEMBER(training.loss_normalization),
+                   {"tokens", "micro_steps"}));
 }
 
 void add_training_scheduler(std::vector<Field>& t) {

@@ -1,6 +1,7 @@
 // load_config: read the YAML, walk it against our rules (DeepSpeed parts against DeepSpeed's),
 // apply --set overrides in order, then resolve and validate. See docs/config.md.
 
+#include <algorithm>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -55,11 +56,25 @@ void apply_override(Merger& merger, const std::string& arg) {
 
 // Keys added after a run recorded its config: absent from such a record, they take the value that
 // keeps that run's behaviour, so that resuming it gives the same data (new configs get the
-// schema's default). data.add_bos: no bos was added before the key existed.
-void keep_recorded_behaviour(const std::string& text, const Merger& merger, Config& config) {
+// schema's default). data.add_bos: no bos was added before the key existed;
+// training.loss_normalization: each micro-step's mean was averaged. A record is a text whose
+// leading comment lines include the header to_yaml writes.
+bool is_recorded_config(const std::string& text) {
   const std::string header = std::string("# ") + detail::kResolvedConfigComment;
-  if (text.compare(0, header.size(), header) != 0) return;
+  for (size_t at = 0; at < text.size() && text[at] == '#';) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    if (text.compare(at, end - at, header) == 0) return true;
+    at = end + 1;
+  }
+  return false;
+}
+
+void keep_recorded_behaviour(const std::string& text, const Merger& merger, Config& config) {
+  if (!is_recorded_config(text)) return;
   if (merger.find("data.add_bos") == nullptr) config.data.add_bos = "false";
+  if (merger.find("training.loss_normalization") == nullptr) {
+    config.training.loss_normalization = "micro_steps";
+  }
 }
 
 // A DeepSpeed micro-batch of 1 with accumulation, which users bring from stacks where memory was

@@ -138,6 +138,16 @@ RuleSet build_our_rules() {
   rules.add_field("data.num_workers_eval", "training.num_workers_eval");
   rules.add_field("lora.lora_alpha", "lora.alpha");
   rules.add_field("lora.lora_dropout", "lora.dropout");
+  // TRL's SFTConfig switch for packed documents without padding.
+  KeyRule padding_free;
+  padding_free.field = find_field("data.packing");
+  padding_free.convert = [](const YAML::Node& node,
+                            const Origin& origin) -> std::optional<YAML::Node> {
+    const std::optional<bool> on = scalar_bool(node);
+    if (!on) fail_at(origin, fmt::format("expected true or false, got {}", describe(node)));
+    return YAML::Node(*on ? "documents" : "pad");
+  };
+  rules.add("data.padding_free", std::move(padding_free));
   KeyRule ds;
   ds.deepspeed_config = true;
   rules.add("zero.config", ds);

@@ -1,5 +1,7 @@
 #include "data/batch.h"
 
+#include <algorithm>
+
 namespace dstrain::data {
 
 Batch collate(const SampleSet& samples, const std::vector<int64_t>& indices, bool pin_memory) {
@@ -22,9 +24,11 @@ Batch collate(const SampleSet& samples, const std::vector<int64_t>& indices, boo
       if (lengths) *lengths = {t};
       continue;
     }
-    samples.fill(indices[row], ids + row * t, labels + row * t, lengths);
+    batch.tokens += samples.fill(indices[row], ids + row * t, labels + row * t, lengths);
     ++batch.num_rows;
   }
+  batch.labelled =
+      std::count_if(labels, labels + b * t, [](int64_t l) { return l != kIgnoreIndex; });
   return batch;
 }
 

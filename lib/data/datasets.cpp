@@ -37,6 +37,7 @@ SampleOptions sample_options(const DataOptions& o, const tokenizer::Tokenizer& t
   SampleOptions s;
   s.max_length = o.max_length;
   s.packing = o.packing;
+  s.long_documents = o.long_documents;
   s.keep_partial_window = eval;
   s.eos_id = tok.eos_id();
   s.pad_id = tok.pad_id().value_or(tok.eos_id().value_or(0));
@@ -81,7 +82,7 @@ Datasets build_datasets(const DataOptions& o, const tokenizer::Tokenizer& base) 
     log::info("data: each document starts with token{}{} (data.add_bos: {})",
               tok.prefix().size() > 1 ? "s" : "", ids, o.add_bos);
   }
-  if (o.packing && !tok.eos_id()) {
+  if (o.packing != Packing::kPad && !tok.eos_id()) {
     log::warn("data: the tokenizer has no eos token; packed documents are joined without one");
   }
   SourceStats train_stats, eval_stats;
@@ -110,6 +111,10 @@ Datasets build_datasets(const DataOptions& o, const tokenizer::Tokenizer& base) 
             train_corpus->num_documents(), train_corpus->num_tokens(), nulls_note(train_stats),
             out.train->size(), o.max_length,
             out.eval ? fmt::format(", {} eval samples{}", out.eval->size(), eval_note) : "");
+  log::info(
+      "data: {} packing: {:.1f}% of the train samples' positions are padding{}",
+      packing_word(o.packing), 100.0 * out.train->padding_fraction(),
+      out.eval ? fmt::format(", {:.1f}% of eval's", 100.0 * out.eval->padding_fraction()) : "");
   return out;
 }
 

@@ -26,7 +26,8 @@ struct DataOptions {
   std::string text_field = "text";
   std::string document = "file";  // text: file | line
   int64_t max_length = 1024;
-  bool packing = true;
+  Packing packing = Packing::kDocuments;
+  LongDocuments long_documents = LongDocuments::kSplit;
   std::string add_bos = "auto";  // auto | true | false (tokenizer/document_prefix.h)
   double eval_split = 0.0;       // in [0, 1)
   uint64_t seed = 42;

@@ -47,8 +47,8 @@ bool is_blank(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r'; });
 }
 
-std::string jsonl_text(const std::string& path, int64_t number, std::string_view line,
-                       const std::string& field) {
+nlohmann::json jsonl_object(const std::string& path, int64_t number, std::string_view line,
+                            const std::string& field) {
   nlohmann::json obj;
   try {
     obj = nlohmann::json::parse(line);
@@ -59,12 +59,24 @@ std::string jsonl_text(const std::string& path, int64_t number, std::string_view
     fail(ErrorKind::kInput, "{}:{}: expected a JSON object with a \"{}\" field, got a {}", path,
          number, field, obj.type_name());
   }
+  return obj;
+}
+
+// The string field `field` of `obj`; `key` names the setting that chooses it.
+std::string jsonl_string(const nlohmann::json& obj, const std::string& path, int64_t number,
+                         const std::string& field, const std::string& key) {
   auto it = obj.find(field);
-  if (it == obj.end() || !it->is_string()) {
-    fail(ErrorKind::kInput,
-         "{}:{}: no string field \"{}\" (set data.text_field to the key that holds "
-         "the text)",
-         path, number, field);
+  if (it == obj.end()) {
+    if (obj.contains("messages")) {
+      fail(ErrorKind::kInput, "{}:{}: no field \"{}\" but a \"messages\" field: {}", path, number,
+           field, kChatDataSentence);
+    }
+    fail(ErrorKind::kInput, "{}:{}: no field \"{}\" (set {} to the key that holds it)", path,
+         number, field, key);
+  }
+  if (!it->is_string()) {
+    fail(ErrorKind::kInput, "{}:{}: field \"{}\" is {}, expected a string", path, number, field,
+         it->is_null() ? std::string("null") : std::string("a ") + it->type_name());
   }
   return it->get<std::string>();
 }
@@ -96,10 +108,30 @@ std::vector<std::string> read_jsonl_documents(const std::string& path,
   std::vector<std::string> docs;
   for_each_line(bytes, [&](int64_t number, std::string_view line) {
     if (is_blank(line)) return;
-    std::string text = jsonl_text(path, number, line, text_field);
+    std::string text = jsonl_string(jsonl_object(path, number, line, text_field), path, number,
+                                    text_field, "data.text_field");
     if (!text.empty()) docs.push_back(std::move(text));
   });
   return docs;
+}
+
+std::vector<PromptCompletion> read_jsonl_pairs(const std::string& path,
+                                               const std::string& prompt_field,
+                                               const std::string& completion_field) {
+  const std::string bytes = read_utf8_file(path);
+  std::vector<PromptCompletion> pairs;
+  for_each_line(bytes, [&](int64_t number, std::string_view line) {
+    if (is_blank(line)) return;
+    const nlohmann::json obj = jsonl_object(path, number, line, prompt_field);
+    PromptCompletion p{jsonl_string(obj, path, number, prompt_field, "data.prompt_field"),
+                       jsonl_string(obj, path, number, completion_field, "data.completion_field")};
+    if (p.completion.empty()) {
+      fail(ErrorKind::kInput, "{}:{}: field \"{}\" is empty: a completion is what trains", path,
+           number, completion_field);
+    }
+    pairs.push_back(std::move(p));
+  });
+  return pairs;
 }
 
 }  // namespace dstrain::data

@@ -24,4 +24,22 @@ std::vector<std::string> read_text_documents(const std::string& path, DocumentUn
 std::vector<std::string> read_jsonl_documents(const std::string& path,
                                               const std::string& text_field);
 
+// What a source with a chat `messages` field or column but not the one asked for is told.
+inline constexpr const char* kChatDataSentence =
+    "chat data must be rendered to prompt/completion text first: dstrain applies no chat template "
+    "(docs/data.md, \"Prompt and completion\")";
+
+struct PromptCompletion {
+  std::string prompt;
+  std::string completion;
+};
+
+// JSON Lines of prompt/completion pairs (data.format: prompt_completion): each non-blank line a
+// JSON object whose string fields `prompt_field` and `completion_field` are a pair. Error(kInput)
+// "<file>:<line>: ..." naming the field for a missing field (kChatDataSentence when the object has
+// `messages`), a field that is not a string and an empty completion.
+std::vector<PromptCompletion> read_jsonl_pairs(const std::string& path,
+                                               const std::string& prompt_field,
+                                               const std::string& completion_field);
+
 }  // namespace dstrain::data

@@ -44,10 +44,10 @@ TokenFileHeader parse_header(const unsigned char* h, uint64_t file_size, const s
   hd.vocab_size = get_le(h + 16, 8);
   hd.token_count = get_le(h + 24, 8);
   hd.document_count = get_le(h + 32, 8);
-  if (hd.version != kTokenFileVersion) {
+  if (hd.version != kTokenFileVersion && hd.version != kTokenFileVersionPrompts) {
     fail(ErrorKind::kInput,
-         "{}: token file version {} is not supported (this build reads version {})", path,
-         hd.version, kTokenFileVersion);
+         "{}: token file version {} is not supported (this build reads versions {} and {})", path,
+         hd.version, kTokenFileVersion, kTokenFileVersionPrompts);
   }
   if (hd.token_bytes != 2 && hd.token_bytes != 4) {
     fail(ErrorKind::kInput, "{}: token file dtype field (byte 12) is {}, expected 2 or 4", path,
@@ -57,8 +57,9 @@ TokenFileHeader parse_header(const unsigned char* h, uint64_t file_size, const s
   if (hd.token_count > limit || hd.document_count > limit) {
     fail(ErrorKind::kInput, "{}: token file header counts are implausible", path);
   }
+  const uint64_t prompts = hd.version == kTokenFileVersionPrompts ? 8 * hd.document_count : 0;
   const uint64_t expected = kTokenFileHeaderBytes + 8 * (hd.document_count + 1) +
-                            uint64_t{hd.token_bytes} * hd.token_count;
+                            uint64_t{hd.token_bytes} * hd.token_count + prompts;
   if (file_size < expected) {
     fail(ErrorKind::kInput,
          "{}: token file is truncated: it has {} bytes, its header ({} documents, {} tokens) needs "
@@ -66,7 +67,7 @@ TokenFileHeader parse_header(const unsigned char* h, uint64_t file_size, const s
          path, file_size, hd.document_count, hd.token_count, expected);
   }
   if (file_size > expected) {
-    fail(ErrorKind::kInput, "{}: token file has {} trailing bytes after the last token", path,
+    fail(ErrorKind::kInput, "{}: token file has {} trailing bytes after its data", path,
          file_size - expected);
   }
   return hd;
@@ -111,6 +112,24 @@ std::vector<int32_t> read_tokens(std::ifstream& in, const TokenFileHeader& hd,
   return tokens;
 }
 
+std::vector<int64_t> read_prompt_lengths(std::ifstream& in, const TokenFileHeader& hd,
+                                         const std::vector<int64_t>& offsets,
+                                         const std::string& path) {
+  std::vector<unsigned char> raw(8 * hd.document_count);
+  read_exact(in, raw.data(), raw.size(), path);
+  std::vector<int64_t> lengths(hd.document_count);
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const uint64_t v = get_le(raw.data() + 8 * i, 8);
+    if (v > static_cast<uint64_t>(offsets[i + 1] - offsets[i])) {
+      fail(ErrorKind::kInput,
+           "{}: document {} has a prompt of {} tokens in a token file, longer than its {} tokens",
+           path, i, v, offsets[i + 1] - offsets[i]);
+    }
+    lengths[i] = static_cast<int64_t>(v);
+  }
+  return lengths;
+}
+
 }  // namespace
 
 void write_token_file(const std::string& path, const Corpus& corpus, int64_t vocab_size) {
@@ -121,7 +140,8 @@ void write_token_file(const std::string& path, const Corpus& corpus, int64_t voc
   std::string out;
   out.reserve(kTokenFileHeaderBytes + 8 * corpus.offsets.size() + bytes * corpus.tokens.size());
   out.append(kTokenFileMagic, 8);
-  put_le(out, kTokenFileVersion, 4);
+  const bool prompts = !corpus.prompt_lengths.empty();
+  put_le(out, prompts ? kTokenFileVersionPrompts : kTokenFileVersion, 4);
   put_le(out, static_cast<uint64_t>(bytes), 4);
   put_le(out, static_cast<uint64_t>(vocab_size), 8);
   put_le(out, static_cast<uint64_t>(corpus.num_tokens()), 8);
@@ -134,6 +154,9 @@ void write_token_file(const std::string& path, const Corpus& corpus, int64_t voc
            i, vocab_size);
     }
     put_le(out, static_cast<uint64_t>(t), bytes);
+  }
+  for (int64_t d = 0; prompts && d < corpus.num_documents(); ++d) {
+    put_le(out, static_cast<uint64_t>(corpus.prompt_length(d)), 8);
   }
   fs::write_file_atomic(path, out);
 }
@@ -156,6 +179,9 @@ Corpus read_token_file(const std::string& path, TokenFileHeader* header) {
   Corpus corpus;
   corpus.offsets = read_offsets(in, hd, path);
   corpus.tokens = read_tokens(in, hd, path);
+  if (hd.version == kTokenFileVersionPrompts) {
+    corpus.prompt_lengths = read_prompt_lengths(in, hd, corpus.offsets, path);
+  }
   if (header) *header = hd;
   return corpus;
 }

@@ -12,8 +12,11 @@
 //   32      8   u64          document_count
 //   40      8*(docs+1) u64   document offsets in tokens: 0, ..., token_count (non-decreasing)
 //   ...     token_bytes*token_count  tokens
+//   ...     8*docs      u64      version 2 only: each document's prompt length in tokens (at most
+//                                its length), for prompt/completion data (corpus.h)
 //
-// The file ends exactly after the last token. uint16 is used whenever vocab_size <= 65536.
+// The file ends exactly there. uint16 is used whenever vocab_size <= 65536. Version 1 is written
+// for a corpus without prompts, version 2 for one with; both are read.
 
 #include <cstdint>
 #include <string>
@@ -24,6 +27,7 @@ namespace dstrain::data {
 
 inline constexpr char kTokenFileMagic[8] = {'D', 'S', 'T', 'O', 'K', 'E', 'N', 'S'};
 inline constexpr uint32_t kTokenFileVersion = 1;
+inline constexpr uint32_t kTokenFileVersionPrompts = 2;
 inline constexpr int64_t kTokenFileHeaderBytes = 40;
 
 struct TokenFileHeader {

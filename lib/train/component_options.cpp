@@ -16,7 +16,8 @@ data::DataOptions data_options(const config::Config& c) {
   o.text_field = c.data.text_field;
   o.document = c.data.document;
   o.max_length = c.data.max_length;
-  o.packing = c.data.packing;
+  o.packing = data::packing_from_word(c.data.packing);
+  o.long_documents = data::long_documents_from_word(c.data.long_documents);
   o.add_bos = c.data.add_bos;
   o.eval_split = c.data.eval_split;
   o.seed = c.training.seed;

@@ -38,6 +38,11 @@ GraphsChoice choose_graphs(const config::Config& c, model::Checkpointing checkpo
     g.why_not = "the run is on the CPU; CUDA graphs need a GPU";
   } else if (!blocker.empty()) {
     g.why_not = blocker;
+  } else if (c.data.packing == "documents") {
+    g.why_not =
+        "with data.packing: documents every batch has its own document boundaries, and a recorded "
+        "layer replays the attention of the boundaries it was recorded with (data.packing: "
+        "stream or pad keeps graphs)";
   } else if (automatic && c.zero.stage == 3) {
     g.why_not =
         "at ZeRO stage 3 graphs keep every layer's gathered parameters (the whole model in the "

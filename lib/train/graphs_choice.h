@@ -6,8 +6,9 @@
 // Off on the CPU (graphs are CUDA's), and wherever a layer's work cannot be replayed as recorded:
 // sequence parallelism (the attention exchanges slices with other ranks inside the layer), tiled
 // MLP and selective checkpointing (they restore the RNG or keep tensors from one call for the next
-// inside the layer), activation offload (host copies and events around each layer). `on` there
-// warns that it has no effect.
+// inside the layer), activation offload (host copies and events around each layer); and packed
+// documents (data.packing: documents): each batch's document boundaries set the attention's
+// pieces, which a recording would replay as recorded. `on` there warns that it has no effect.
 //
 // `auto` records them where, besides, the run does not keep ZeRO stage 3's gathered parameters
 // for them (at stage 3 graphs keep every unit's gathered parameters where they were recorded: the

@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -32,6 +33,7 @@
 #include "train/fused_check.h"
 #include "train/graphs_choice.h"
 #include "train/lora_setup.h"
+#include "train/loss_normalization.h"
 #include "train/memory_limit.h"
 #include "train/parallelize.h"
 #include "train/run_outputs.h"
@@ -146,6 +148,7 @@ void Trainer::init() {
   schedule_ = optim::make_lr_schedule(schedule_options(cfg_, total_steps_),
                                       cfg_.training.optimizer.lr, total_steps_);
   tokens_per_step_ = loader_->global_batch() * cfg_.data.max_length;
+  loss_normalization_ = loss_normalization_from_word(cfg_.training.loss_normalization);
   flops_per_token_ = model_config_.training_flops_per_token(cfg_.data.max_length);
 
   create_checkpointer();
@@ -311,8 +314,10 @@ data::Batch Trainer::on_device(data::Batch b) const {
 
 model::LossSum Trainer::local_loss_sum(const data::Batch& whole) {
   model::Positions positions = sp_->positions(whole.input_ids.size(1));
-  // Rows of packed documents (whole rows: a sequence-parallel rank's slice keeps their bounds).
-  if (!whole.documents.empty()) {
+  // Rows of packed documents (whole rows: a sequence-parallel rank's slice keeps their bounds);
+  // rows of one document each are plain rows (the same positions and attention).
+  const auto one_document = [](const std::vector<int64_t>& row) { return row.size() == 1; };
+  if (!std::all_of(whole.documents.begin(), whole.documents.end(), one_document)) {
     positions.documents =
         std::make_shared<const model::Documents>(model::Documents{whole.documents});
   }
@@ -330,20 +335,41 @@ void Trainer::all_reduce(std::vector<double>& values, comm::ReduceOp op) {
 }
 
 // One optimizer step's micro-batches: the loader says which micro-step each one is, and the last
-// one ends the step. Returns this rank's mean loss over them, on the device (read at log steps).
+// one ends the step. They are read first: their labels and tokens, summed over the ranks, normalise
+// the loss (loss_normalization.h) and count the step's real tokens. Returns this rank's value of
+// the step's loss, whose mean over the ranks is the step's loss (mean_loss_over_ranks), on the
+// device.
 torch::Tensor Trainer::train_step(double* fwd_bwd_s, double* data_s) {
-  torch::Tensor loss_sum;
-  data::Batch b;
-  do {
+  std::vector<data::Batch> batches;
+  std::vector<double> counts = {0.0, 0.0};  // labelled positions, document tokens
+  {
     Stopwatch d;
     trace::Span data_span("data", "data");
-    b = on_device(loader_->next());
-    data_span.end();
+    do {
+      batches.push_back(on_device(loader_->next()));
+      counts[0] += static_cast<double>(batches.back().labelled);
+      counts[1] += static_cast<double>(batches.back().tokens);
+    } while (!batches.back().last_micro_step);
     *data_s += d.seconds();
+  }
+  // Summed over the world: each rank of a sequence-parallel group read the same samples. On a GPU
+  // the sum stays on the device, ordered before the step's backward (no host wait).
+  torch::Tensor host = torch::tensor(counts, torch::kFloat64);
+  if (device_.is_cuda()) host = host.pin_memory();
+  torch::Tensor step_counts = host.to(device_, /*non_blocking=*/true);
+  comm_->all_reduce(step_counts, comm::ReduceOp::kSum)->wait();
+  step_counts = step_counts / static_cast<double>(sp_->size());
+  interval_tokens_ =
+      interval_tokens_.defined() ? interval_tokens_ + step_counts[1] : step_counts[1].clone();
+  const int64_t micro_steps = batches.back().micro_steps;
+  const torch::Tensor scale = tokens_scale(step_counts[0], micro_steps, sp_->data_parallel_size());
+  torch::Tensor loss_sum;
+  for (data::Batch& b : batches) {
     Stopwatch f;
     trace::Span forward_span("forward", "forward", {"micro_step", b.micro_step});
-    // With sequence parallelism, the mean over the group's whole sequences.
-    const torch::Tensor loss = sp_->reduce_loss(local_loss_sum(b)).mean();
+    // With sequence parallelism, the group's whole sequences.
+    const torch::Tensor loss =
+        micro_step_loss(sp_->reduce_loss(local_loss_sum(b)), loss_normalization_, scale);
     forward_span.set_arg(peak_arg(*phase_peaks_, StepPhase::kForward));
     forward_span.end();
     trace::Span backward_span("backward", "backward", {"micro_step", b.micro_step});
@@ -352,9 +378,10 @@ torch::Tensor Trainer::train_step(double* fwd_bwd_s, double* data_s) {
     backward_span.end();
     const torch::Tensor value = loss.detach().to(torch::kFloat64);
     loss_sum = loss_sum.defined() ? loss_sum + value : value;
+    b = data::Batch();  // its tensors freed as soon as its backward is done
     *fwd_bwd_s += f.seconds();
-  } while (!b.last_micro_step);
-  return loss_sum / static_cast<double>(b.micro_steps);
+  }
+  return loss_sum / static_cast<double>(micro_steps);
 }
 
 double Trainer::mean_loss_over_ranks(const torch::Tensor& local_loss) {
@@ -404,6 +431,8 @@ void Trainer::log_step(double loss, const zero::StepResult& r, double lr, double
   if (!metrics_) return;
   const double per_step = interval_s / static_cast<double>(std::max<int64_t>(1, interval_steps));
   const double tps = static_cast<double>(tokens_per_step_) / per_step;
+  // Document tokens of the interval's steps over every rank (a host read: log steps only).
+  const double real_tokens = interval_tokens_.defined() ? interval_tokens_.item<double>() : 0.0;
   metrics::Record rec{step_, {}};
   rec.add("train/loss", loss);
   rec.add("train/ppl", std::exp(loss));
@@ -412,6 +441,10 @@ void Trainer::log_step(double loss, const zero::StepResult& r, double lr, double
   if (cfg_.training.fp16) rec.add("loss_scale", r.loss_scale);
   if (r.skipped) rec.add("skipped", 1);
   rec.add("tokens_per_s", tps);
+  rec.add("real_tokens_per_s", real_tokens / interval_s);
+  rec.add("padding_fraction",
+          1.0 - real_tokens / (static_cast<double>(tokens_per_step_) *
+                               static_cast<double>(std::max<int64_t>(1, interval_steps))));
   const double peak = metrics::peak_flops_from_env(0.0);
   if (peak > 0) rec.add("mfu", metrics::mfu(flops_per_token_, tps, peak));
   rec.add("step_time_s", per_step);
@@ -522,6 +555,7 @@ RunSummary Trainer::run_steps() {
                opt_t / n);
       interval.reset();
       interval_steps = 0;
+      interval_tokens_ = torch::Tensor();
       fwd_bwd = data_t = opt_t = 0;
     }
     const bool epoch_end = step_ % steps_per_epoch == 0;

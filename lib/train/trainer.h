@@ -22,6 +22,7 @@
 #include "optim/lr_schedule.h"
 #include "tokenizer/tokenizer.h"
 #include "train/device.h"
+#include "train/loss_normalization.h"
 #include "train/parallelize.h"
 #include "train/phase_peaks.h"
 #include "train/rank_lifetime.h"
@@ -176,6 +177,8 @@ class Trainer {
   int64_t step_ = 0;  // optimizer steps completed
   int64_t tokens_seen_ = 0;
   int64_t tokens_per_step_ = 0;
+  LossNormalization loss_normalization_ = LossNormalization::kTokens;
+  torch::Tensor interval_tokens_;  // document tokens since the last log step, over every rank
   double flops_per_token_ = 0;
   double last_loss_ = 0;
   double last_eval_loss_ = -1;

@@ -33,6 +33,7 @@ class AddBos : public ::testing::Test {
   void SetUp() override {
     options_.train_path = dir_.write("data/a.jsonl", "{\"text\": \"one\"}\n{\"text\": \"two\"}\n");
     options_.max_length = 4;
+    options_.packing = Packing::kStream;  // sample 0: "one", its eos
     options_.cache_dir = dir_.path("cache");
   }
   // The first sample's input ids and the documents of the (single) cache entry.

@@ -24,7 +24,7 @@ std::shared_ptr<const SampleSet> numbered_samples(int64_t n = 40) {
   for (int64_t i = 0; i < n; ++i) docs[i] = i;
   SampleOptions o;
   o.max_length = 4;
-  o.packing = false;
+  o.packing = Packing::kPad;
   o.eos_id = 7;
   return std::make_shared<SampleSet>(c, docs, o, "numbered");
 }

@@ -22,7 +22,7 @@ std::shared_ptr<Corpus> small_corpus() {
   return c;
 }
 
-SampleOptions opts(int64_t t, bool packing, bool partial = false) {
+SampleOptions opts(int64_t t, Packing packing, bool partial = false) {
   SampleOptions o;
   o.max_length = t;
   o.packing = packing;
@@ -43,12 +43,11 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> sample(const SampleSet& s,
 // first-fit decreasing: 5 fills sample 0, 3 opens sample 1, 2 fills it, 1 opens sample 2. Each
 // piece's labels are its own document's next tokens; padding is one more document.
 TEST(DocumentSamples, WholeDocumentsPerSampleLabelsInsideEachAndTheirLengths) {
-  SampleOptions o = opts(5, true);
-  o.documents = true;
+  SampleOptions o = opts(5, Packing::kDocuments);
   SampleSet s(small_corpus(), {0, 1, 2}, o, "mem");
   ASSERT_EQ(s.size(), 3);
   std::vector<int64_t> in(5), lab(5), lengths;
-  s.fill(0, in.data(), lab.data(), &lengths);
+  EXPECT_EQ(s.fill(0, in.data(), lab.data(), &lengths), 5);
   EXPECT_EQ(in, (std::vector<int64_t>{6, 7, 8, 9, 10}));
   EXPECT_EQ(lab, (std::vector<int64_t>{7, 8, 9, 10, 11}));
   EXPECT_EQ(lengths, (std::vector<int64_t>{5}));
@@ -56,7 +55,7 @@ TEST(DocumentSamples, WholeDocumentsPerSampleLabelsInsideEachAndTheirLengths) {
   EXPECT_EQ(in, (std::vector<int64_t>{1, 2, 3, 4, 5}));
   EXPECT_EQ(lab, (std::vector<int64_t>{2, 3, kEos, 5, kEos}));
   EXPECT_EQ(lengths, (std::vector<int64_t>{3, 2}));
-  s.fill(2, in.data(), lab.data(), &lengths);
+  EXPECT_EQ(s.fill(2, in.data(), lab.data(), &lengths), 1);
   EXPECT_EQ(in, (std::vector<int64_t>{11, kPad, kPad, kPad, kPad}));
   EXPECT_EQ(lab, (std::vector<int64_t>{kEos, -100, -100, -100, -100}));
   EXPECT_EQ(lengths, (std::vector<int64_t>{1, 4}));
@@ -75,16 +74,21 @@ TEST(DocumentSamples, WholeDocumentsPerSampleLabelsInsideEachAndTheirLengths) {
   o.long_documents = LongDocuments::kTruncate;
   SampleSet cut(small_corpus(), {0, 1, 2}, o, "mem");
   EXPECT_EQ(cut.size(), 2);
-  // A batch carries each row's document lengths, a filler row one document of T.
-  const Batch b = collate(s, {1, -1}, false);
-  EXPECT_EQ(b.documents, (std::vector<std::vector<int64_t>>{{3, 2}, {5}}));
-  EXPECT_TRUE(collate(SampleSet(small_corpus(), {0, 1, 2}, opts(5, true), "mem"), {0}, false)
-                  .documents.empty());
+  // A batch carries each row's document lengths, a filler row one document of T, and counts its
+  // tokens and labels.
+  const Batch b = collate(s, {1, 2, -1}, false);
+  EXPECT_EQ(b.documents, (std::vector<std::vector<int64_t>>{{3, 2}, {1, 4}, {5}}));
+  EXPECT_EQ(b.tokens, 6);
+  EXPECT_EQ(b.labelled, 6);
+  EXPECT_TRUE(
+      collate(SampleSet(small_corpus(), {0, 1, 2}, opts(5, Packing::kStream), "mem"), {0}, false)
+          .documents.empty());
 }
 
 TEST(PadSamples, ShiftedLabelsWithEosAndMinus100OnPadding) {
-  SampleSet s(small_corpus(), {0, 1, 2}, opts(5, false), "mem");
+  SampleSet s(small_corpus(), {0, 1, 2}, opts(5, Packing::kPad), "mem");
   ASSERT_EQ(s.size(), 3);
+  EXPECT_DOUBLE_EQ(s.padding_fraction(), 1.0 - (3.0 + 2.0 + 5.0) / 15.0);
   auto [in0, lab0] = sample(s, 0);  // 1 2 3 eos → inputs 1 2 3, labels 2 3 eos
   EXPECT_EQ(in0, (std::vector<int64_t>{1, 2, 3, kPad, kPad}));
   EXPECT_EQ(lab0, (std::vector<int64_t>{2, 3, kEos, -100, -100}));
@@ -98,7 +102,7 @@ TEST(PadSamples, DocumentsWithoutALabelAreSkipped) {
   c->add_document(nullptr, 0);  // empty: only eos → nothing to predict
   const int32_t one = 7;
   c->add_document(&one, 1);  // 7 eos → one label
-  SampleSet s(c, {0, 1}, opts(4, false), "mem");
+  SampleSet s(c, {0, 1}, opts(4, Packing::kPad), "mem");
   ASSERT_EQ(s.size(), 1);
   auto [in, lab] = sample(s, 0);
   EXPECT_EQ(in, (std::vector<int64_t>{7, kPad, kPad, kPad}));
@@ -107,7 +111,7 @@ TEST(PadSamples, DocumentsWithoutALabelAreSkipped) {
 
 TEST(PackSamples, ConcatenatesWithEosAndCutsOverlappingWindows) {
   // Stream: 1 2 3 E 4 5 E 6 7 8 9 10 11 E  (L = 14), T = 4 → floor(13/4) = 3 windows.
-  SampleSet s(small_corpus(), {0, 1, 2}, opts(4, true), "mem");
+  SampleSet s(small_corpus(), {0, 1, 2}, opts(4, Packing::kStream), "mem");
   ASSERT_EQ(s.size(), 3);
   auto [in0, lab0] = sample(s, 0);
   EXPECT_EQ(in0, (std::vector<int64_t>{1, 2, 3, kEos}));
@@ -121,9 +125,10 @@ TEST(PackSamples, ConcatenatesWithEosAndCutsOverlappingWindows) {
 }
 
 TEST(PackSamples, PartialWindowKeptForEvalWithMinus100) {
-  SampleSet s(small_corpus(), {0, 1, 2}, opts(4, true, true), "mem");
+  SampleSet s(small_corpus(), {0, 1, 2}, opts(4, Packing::kStream, true), "mem");
   ASSERT_EQ(s.size(), 4);
-  auto [in, lab] = sample(s, 3);  // stream tokens 12..13: 11 E
+  EXPECT_DOUBLE_EQ(s.padding_fraction(), 1.0 - 13.0 / 16.0);  // 13 labels in 4 windows of 4
+  auto [in, lab] = sample(s, 3);                              // stream tokens 12..13: 11 E
   EXPECT_EQ(in, (std::vector<int64_t>{11, kPad, kPad, kPad}));
   EXPECT_EQ(lab, (std::vector<int64_t>{kEos, -100, -100, -100}));
 }
@@ -133,7 +138,7 @@ TEST(PackSamples, EveryStreamTokenIsALabelExactlyOnce) {
   std::vector<int32_t> d(100);
   for (int i = 0; i < 100; ++i) d[i] = i;
   for (int k = 0; k < 7; ++k) c->add_document(d.data() + k * 13, 13);
-  SampleSet s(c, {0, 1, 2, 3, 4, 5, 6}, opts(8, true, true), "mem");
+  SampleSet s(c, {0, 1, 2, 3, 4, 5, 6}, opts(8, Packing::kStream, true), "mem");
   std::vector<int64_t> labels;
   for (int64_t i = 0; i < s.size(); ++i) {
     for (int64_t l : sample(s, i).second) {
@@ -151,13 +156,13 @@ TEST(PackSamples, EveryStreamTokenIsALabelExactlyOnce) {
 }
 
 TEST(PackSamples, DocumentSubsetIsUsedInGivenOrder) {
-  SampleSet s(small_corpus(), {1}, opts(2, true), "mem");  // stream 4 5 E → 1 window
+  SampleSet s(small_corpus(), {1}, opts(2, Packing::kStream), "mem");  // stream 4 5 E → 1 window
   ASSERT_EQ(s.size(), 1);
   EXPECT_EQ(sample(s, 0).second, (std::vector<int64_t>{5, kEos}));
 }
 
 TEST(Collate, BatchTensorsAreInt64WithFillerRows) {
-  SampleSet s(small_corpus(), {0, 1, 2}, opts(4, true), "mem");
+  SampleSet s(small_corpus(), {0, 1, 2}, opts(4, Packing::kStream), "mem");
   Batch b = collate(s, {2, -1}, /*pin_memory=*/true);  // pinning is a no-op without CUDA
   EXPECT_EQ(b.input_ids.dtype(), torch::kInt64);
   EXPECT_EQ(b.input_ids.sizes(), (std::vector<int64_t>{2, 4}));
@@ -175,7 +180,7 @@ TEST(BuildDatasets, EvalSplitIsDeterministicDisjointAndByDocuments) {
   DataOptions o;
   o.train_path = dir.write("t.txt", text);
   o.document = "line";
-  o.packing = false;
+  o.packing = Packing::kPad;
   o.max_length = 32;
   o.eval_split = 0.1;
   BytesTokenizer tok;

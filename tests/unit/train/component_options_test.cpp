@@ -31,7 +31,7 @@ TEST(ComponentOptions, DataOptionsCarryTheDataSectionTheSeedAndTheCacheDir) {
   EXPECT_EQ(o.text_field, "body");
   EXPECT_EQ(o.document, "file");
   EXPECT_EQ(o.max_length, 77);
-  EXPECT_FALSE(o.packing);
+  EXPECT_EQ(o.packing, data::Packing::kPad);
   EXPECT_EQ(o.add_bos, "true");
   EXPECT_EQ(o.eval_split, 0.0);
   EXPECT_EQ(o.seed, 99u);

@@ -13,8 +13,15 @@ GraphsChoice choose(const config::Config& c, model::Checkpointing plan, bool cud
   return choose_graphs(c, plan, cuda, memory);
 }
 
-TEST(GraphsChoice, AutoRecordsThemBelowStage3WhereTheyFitAndKeepsThemWhereTheyPay) {
+// A config whose layers graphs can replay: packed documents set each batch's attention pieces.
+config::Config replayable() {
   config::Config c;
+  c.data.packing = "stream";
+  return c;
+}
+
+TEST(GraphsChoice, AutoRecordsThemBelowStage3WhereTheyFitAndKeepsThemWhereTheyPay) {
+  config::Config c = replayable();
   model::Checkpointing plan = model::Checkpointing::kNone;
   EXPECT_EQ(c.training.cuda_graphs, "auto");
   const GraphsMemory fits{10 << 20, 12 << 20, 12 << 20};
@@ -39,7 +46,7 @@ TEST(GraphsChoice, AutoRecordsThemBelowStage3WhereTheyFitAndKeepsThemWhereTheyPa
 }
 
 TEST(GraphsChoice, OnIsOnForAGpuWhateverItCosts) {
-  config::Config c;
+  config::Config c = replayable();
   model::Checkpointing plan = model::Checkpointing::kNone;
   c.training.cuda_graphs = "on";
   const GraphsChoice on = choose(c, plan, true, {10 << 20, 13 << 20, 12 << 20});
@@ -55,7 +62,7 @@ TEST(GraphsChoice, OnIsOnForAGpuWhateverItCosts) {
 }
 
 TEST(GraphsChoice, WhatPreventsThemIsNamed) {
-  config::Config c;
+  config::Config c = replayable();
   c.training.cuda_graphs = "on";
   model::Checkpointing plan = model::Checkpointing::kNone;
   c.parallel.sequence_parallel_size = 2;
@@ -75,6 +82,19 @@ TEST(GraphsChoice, WhatPreventsThemIsNamed) {
   plan = model::Checkpointing::kOffload;
   EXPECT_NE(choose(c, plan).why_not.find("host"), std::string::npos);
   EXPECT_FALSE(choose(c, plan).on);
+  plan = model::Checkpointing::kNone;
+  for (const std::string packing : {"stream", "pad"}) {
+    c.data.packing = packing;
+    EXPECT_TRUE(choose(c, plan).on) << packing;
+  }
+  c.data.packing = "documents";
+  for (const std::string setting : {"on", "auto"}) {
+    c.training.cuda_graphs = setting;
+    const GraphsChoice documents = choose(c, plan);
+    EXPECT_FALSE(documents.on) << setting;
+    EXPECT_NE(documents.why_not.find("data.packing: documents"), std::string::npos)
+        << documents.why_not;
+  }
 }
 
 }  // namespace

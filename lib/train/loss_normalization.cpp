@@ -1,0 +1,25 @@
+#include "train/loss_normalization.h"
+
+#include "core/error.h"
+
+namespace dstrain::train {
+
+LossNormalization loss_normalization_from_word(const std::string& word) {
+  if (word == "tokens") return LossNormalization::kTokens;
+  if (word == "micro_steps") return LossNormalization::kMicroSteps;
+  fail(ErrorKind::kConfig, "training.loss_normalization: expected tokens or micro_steps, got {}",
+       word);
+}
+
+torch::Tensor tokens_scale(const torch::Tensor& labelled, int64_t micro_steps,
+                           int64_t data_parallel) {
+  return (static_cast<double>(micro_steps * data_parallel) / labelled.clamp_min(1))
+      .to(torch::kFloat);
+}
+
+torch::Tensor micro_step_loss(const model::LossSum& loss, LossNormalization how,
+                              const torch::Tensor& scale) {
+  return how == LossNormalization::kTokens ? loss.sum * scale : loss.mean();
+}
+
+}  // namespace dstrain::train
