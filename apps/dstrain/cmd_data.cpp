@@ -24,10 +24,15 @@ void set_tokenize_command(CLI::App& data, int* exit_code) {
       ->required();
   cmd->add_option("--input", options->input, "Data file, directory or glob pattern")->required();
   cmd->add_option("--output", options->output, "Token file to write (atomically)")->required();
-  cmd->add_option("--format", options->format, "auto | text | jsonl | tokens | parquet")
-      ->check(CLI::IsMember({"auto", "text", "jsonl", "tokens", "parquet"}));
+  cmd->add_option("--format", options->format,
+                  "auto | text | jsonl | tokens | parquet | prompt_completion")
+      ->check(CLI::IsMember({"auto", "text", "jsonl", "tokens", "parquet", "prompt_completion"}));
   cmd->add_option("--text-field", options->text_field,
                   "JSONL key or Parquet column holding the text");
+  cmd->add_option("--prompt-field", options->prompt_field,
+                  "prompt_completion: the JSONL key or Parquet column of the prompt");
+  cmd->add_option("--completion-field", options->completion_field,
+                  "prompt_completion: the JSONL key or Parquet column of the completion");
   cmd->add_option("--document", options->document, "text: one document per file or per line")
       ->check(CLI::IsMember({"file", "line"}));
   cmd->add_option("--add-bos", options->add_bos,

@@ -48,8 +48,11 @@ struct ModelSection {
 struct DataSection {
   std::string train_path;
   std::string eval_path;
-  std::string format = "auto";  // auto | text | jsonl | tokens | parquet
+  std::string format = "auto";  // auto | text | jsonl | tokens | parquet | prompt_completion
   std::string text_field = "text";
+  // format prompt_completion: the key or column of the prompt and of the completion.
+  std::string prompt_field = "prompt";
+  std::string completion_field = "completion";
   std::string document = "file";  // for text: one document per `file` or per `line`
   int64_t max_length = 1024;
   // How documents become samples of max_length tokens (data/samples.h, docs/data.md): "documents"

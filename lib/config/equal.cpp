@@ -16,9 +16,10 @@ bool operator==(const ModelSection& a, const ModelSection& b) {
 
 bool operator==(const DataSection& a, const DataSection& b) {
   auto t = [](const DataSection& s) {
-    return std::tie(s.train_path, s.eval_path, s.format, s.text_field, s.document, s.max_length,
-                    s.packing, s.long_documents, s.add_bos, s.eval_split, s.shuffle, s.drop_last,
-                    s.num_workers, s.num_workers_eval, s.stage_dir);
+    return std::tie(s.train_path, s.eval_path, s.format, s.text_field, s.prompt_field,
+                    s.completion_field, s.document, s.max_length, s.packing, s.long_documents,
+                    s.add_bos, s.eval_split, s.shuffle, s.drop_last, s.num_workers,
+                    s.num_workers_eval, s.stage_dir);
   };
   return t(a) == t(b);
 }

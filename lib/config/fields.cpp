@@ -225,8 +225,10 @@ void add_model_and_data(std::vector<Field>& t) {
   t.push_back(text("data.train_path", DSTRAIN_MEMBER(data.train_path)));
   t.push_back(text("data.eval_path", DSTRAIN_MEMBER(data.eval_path)));
   t.push_back(text("data.format", DSTRAIN_MEMBER(data.format),
-                   {"auto", "text", "jsonl", "tokens", "parquet"}));
+                   {"auto", "text", "jsonl", "tokens", "parquet", "prompt_completion"}));
   t.push_back(text("data.text_field", DSTRAIN_MEMBER(data.text_field)));
+  t.push_back(text("data.prompt_field", DSTRAIN_MEMBER(data.prompt_field)));
+  t.push_back(text("data.completion_field", DSTRAIN_MEMBER(data.completion_field)));
   t.push_back(text("data.document", DSTRAIN_MEMBER(data.document), {"file", "line"}));
   t.push_back(integer("data.max_length", Range::kPositive, DSTRAIN_MEMBER(data.max_length)));
   t.push_back(packing());

@@ -3,12 +3,12 @@
 namespace dstrain::data {
 
 void Corpus::add_document(const int32_t* data, int64_t length, int64_t prompt_length) {
-  if (prompt_length > 0 && prompt_lengths.empty()) {
-    prompt_lengths.assign(static_cast<size_t>(num_documents()), 0);
+  if (prompt_length > 0 || !prompt_lengths.empty()) {
+    prompt_lengths.resize(static_cast<size_t>(num_documents()), 0);
+    prompt_lengths.push_back(prompt_length);
   }
   tokens.insert(tokens.end(), data, data + length);
   offsets.push_back(static_cast<int64_t>(tokens.size()));
-  if (!prompt_lengths.empty()) prompt_lengths.push_back(prompt_length);
 }
 
 void Corpus::append(const Corpus& other) {

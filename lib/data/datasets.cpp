@@ -23,7 +23,13 @@ std::string nulls_note(const SourceStats& stats) {
 
 std::shared_ptr<const Corpus> load(const std::string& path, const DataOptions& o,
                                    const tokenizer::Tokenizer& tok, SourceStats& stats) {
-  SourceOptions so{o.format, o.text_field, o.document, o.threads};
+  SourceOptions so;
+  so.format = o.format;
+  so.text_field = o.text_field;
+  so.document = o.document;
+  so.threads = o.threads;
+  so.prompt_field = o.prompt_field;
+  so.completion_field = o.completion_field;
   auto corpus = std::make_shared<Corpus>(load_corpus_cached(
       path, so, CacheOptions{o.cache_dir, o.max_length, o.staged_cache_dir}, tok, &stats));
   if (corpus->num_tokens() == 0) {
@@ -111,6 +117,14 @@ Datasets build_datasets(const DataOptions& o, const tokenizer::Tokenizer& base) 
             train_corpus->num_documents(), train_corpus->num_tokens(), nulls_note(train_stats),
             out.train->size(), o.max_length,
             out.eval ? fmt::format(", {} eval samples{}", out.eval->size(), eval_note) : "");
+  if (!train_corpus->prompt_lengths.empty()) {
+    int64_t prompt_tokens = 0;
+    for (int64_t n : train_corpus->prompt_lengths) prompt_tokens += n;
+    log::info("data: prompt/completion pairs: {} of {} tokens ({:.1f}%) are prompts, not labelled",
+              prompt_tokens, train_corpus->num_tokens(),
+              100.0 * static_cast<double>(prompt_tokens) /
+                  static_cast<double>(train_corpus->num_tokens()));
+  }
   log::info(
       "data: {} packing: {:.1f}% of the train samples' positions are padding{}",
       packing_word(o.packing), 100.0 * out.train->padding_fraction(),

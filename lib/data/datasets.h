@@ -22,8 +22,10 @@ namespace dstrain::data {
 struct DataOptions {
   std::string train_path;
   std::string eval_path;        // "" = none (or eval_split)
-  std::string format = "auto";  // auto | text | jsonl | tokens | parquet
+  std::string format = "auto";  // auto | text | jsonl | tokens | parquet | prompt_completion
   std::string text_field = "text";
+  std::string prompt_field = "prompt";  // prompt_completion (source.h)
+  std::string completion_field = "completion";
   std::string document = "file";  // text: file | line
   int64_t max_length = 1024;
   Packing packing = Packing::kDocuments;

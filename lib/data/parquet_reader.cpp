@@ -1,10 +1,12 @@
 // Compiled as C++20 (Arrow's headers need it); see parquet_reader.h and cmake/DstrainArrow.cmake.
 #include "data/parquet_reader.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include <arrow/array.h>
 #include <arrow/memory_pool.h>
@@ -18,6 +20,7 @@
 #include <parquet/properties.h>
 
 #include "core/error.h"
+#include "data/text_source.h"
 
 // The wheel's libraries use the new std::string ABI; a translation unit built with the old one
 // would hand them strings they misread.
@@ -118,9 +121,10 @@ bool is_text_type(const arrow::DataType& type) {
   }
 }
 
-// The leaf column index of the top-level string column `field`.
+// The leaf column index of the top-level string column `field`; `key` names the setting that
+// chooses it.
 int text_column(const parquet::arrow::FileReader& reader, const std::string& path,
-                const std::string& field) {
+                const std::string& field, const std::string& key = "data.text_field") {
   std::vector<const parquet::arrow::SchemaField*> found;
   std::string names;
   const auto& fields = reader.manifest().schema_fields;
@@ -130,11 +134,16 @@ int text_column(const parquet::arrow::FileReader& reader, const std::string& pat
   }
   if (fields.size() > kColumnsNamed)
     names += fmt::format(" and {} more", fields.size() - kColumnsNamed);
+  const bool chat = std::any_of(fields.begin(), fields.end(),
+                                [](const auto& f) { return f.field->name() == "messages"; });
+  if (found.empty() && chat) {
+    fail(ErrorKind::kInput, "{}: no column \"{}\" but a \"messages\" column: {}", path, field,
+         kChatDataSentence);
+  }
   if (found.empty()) {
     fail(ErrorKind::kInput,
-         "{}: no column \"{}\" (its columns: {}); set data.text_field to the column that holds "
-         "the text",
-         path, field, fields.empty() ? "none" : names);
+         "{}: no column \"{}\" (its columns: {}); set {} to the column that holds it", path, field,
+         fields.empty() ? "none" : names, key);
   }
   if (found.size() > 1) {
     fail(ErrorKind::kInput, "{}: {} columns are named \"{}\"; the text column must be unique", path,
@@ -246,7 +255,90 @@ void read_row_group(parquet::arrow::FileReader& reader, int group, int column,
   }
 }
 
+// The text of row `i` of a string column (any of is_text_type's); nullopt for NULL.
+std::optional<std::string_view> text_at(const arrow::Array& a, int64_t i) {
+  if (a.IsNull(i)) return std::nullopt;
+  switch (a.type_id()) {
+    case arrow::Type::STRING:
+      return static_cast<const arrow::StringArray&>(a).GetView(i);
+    case arrow::Type::LARGE_STRING:
+      return static_cast<const arrow::LargeStringArray&>(a).GetView(i);
+    case arrow::Type::STRING_VIEW:
+      return static_cast<const arrow::StringViewArray&>(a).GetView(i);
+    default: {
+      const auto& d = static_cast<const arrow::DictionaryArray&>(a);
+      const int64_t k = d.GetValueIndex(i);
+      if (d.dictionary()->IsNull(k)) return std::nullopt;
+      return text_at(*d.dictionary(), k);
+    }
+  }
+}
+
 }  // namespace
+
+ParquetScan read_parquet_pairs(const std::string& path, const std::string& prompt_field,
+                               const std::string& completion_field, int64_t chunk_bytes,
+                               const ParquetPairFn& on_chunk) {
+  check_framing(path);
+  ParquetScan scan;
+  try {
+    auto reader = open_reader(path);
+    const int prompt = text_column(*reader, path, prompt_field, "data.prompt_field");
+    const int completion = text_column(*reader, path, completion_field, "data.completion_field");
+    scan.rows = reader->parquet_reader()->metadata()->num_rows();
+    ParquetPairChunk chunk;
+    chunk.total_rows = scan.rows;
+    std::vector<std::shared_ptr<arrow::RecordBatch>> alive;
+    int64_t bytes = 0, row = 0;
+    const auto flush = [&] {
+      if (!chunk.rows.empty()) on_chunk(chunk);
+      chunk.prompts.clear();
+      chunk.completions.clear();
+      chunk.rows.clear();
+      alive.clear();
+      bytes = 0;
+    };
+    for (int g = 0; g < reader->num_row_groups(); ++g) {
+      const std::string where = fmt::format("cannot read columns \"{}\" and \"{}\" of row group {}",
+                                            prompt_field, completion_field, g);
+      auto batches = reader->GetRecordBatchReader({g}, {prompt, completion});
+      check(batches.status(), path, where);
+      while (true) {
+        std::shared_ptr<arrow::RecordBatch> batch;
+        check((*batches)->ReadNext(&batch), path, fmt::format("{} (rows from {})", where, row));
+        if (!batch) break;
+        alive.push_back(batch);
+        for (int64_t i = 0; i < batch->num_rows(); ++i, ++row) {
+          const std::optional<std::string_view> p = text_at(*batch->column(0), i);
+          const std::optional<std::string_view> c = text_at(*batch->column(1), i);
+          if (!p || !c) {
+            fail(ErrorKind::kInput, "{}: row {}: column \"{}\" is NULL, expected a string", path,
+                 row, p ? completion_field : prompt_field);
+          }
+          if (c->empty()) {
+            fail(ErrorKind::kInput,
+                 "{}: row {}: column \"{}\" is empty: a completion is what trains", path, row,
+                 completion_field);
+          }
+          chunk.prompts.push_back(*p);
+          chunk.completions.push_back(*c);
+          chunk.rows.push_back(row);
+          bytes += static_cast<int64_t>(p->size() + c->size());
+        }
+        chunk.rows_read = row;
+        if (bytes >= chunk_bytes) flush();
+      }
+    }
+    flush();
+    if (row != scan.rows) {
+      fail(ErrorKind::kInput, "{}: the footer counts {} rows but the row groups hold {}", path,
+           scan.rows, row);
+    }
+  } catch (const parquet::ParquetException& e) {
+    fail(ErrorKind::kInput, "{}: cannot read the Parquet file: {}", path, e.what());
+  }
+  return scan;
+}
 
 ParquetScan read_parquet_texts(const std::string& path, const std::string& text_field,
                                int64_t chunk_bytes, const ParquetChunkFn& on_chunk) {

@@ -42,4 +42,23 @@ using ParquetChunkFn = std::function<void(const ParquetTextChunk&)>;
 ParquetScan read_parquet_texts(const std::string& path, const std::string& text_field,
                                int64_t chunk_bytes, const ParquetChunkFn& on_chunk);
 
+// Consecutive rows' prompt and completion texts (data.format: prompt_completion); views as above.
+struct ParquetPairChunk {
+  std::vector<std::string_view> prompts;
+  std::vector<std::string_view> completions;
+  std::vector<int64_t> rows;  // row index in the file of each pair (0-based)
+  int64_t rows_read = 0;
+  int64_t total_rows = 0;
+};
+
+using ParquetPairFn = std::function<void(const ParquetPairChunk&)>;
+
+// The same for the string columns `prompt_field` and `completion_field`: every row is a pair.
+// Errors as read_parquet_texts (a missing column beside a `messages` column says
+// kChatDataSentence, text_source.h), and Error(kInput) naming the file, row and column for a NULL
+// cell and an empty completion.
+ParquetScan read_parquet_pairs(const std::string& path, const std::string& prompt_field,
+                               const std::string& completion_field, int64_t chunk_bytes,
+                               const ParquetPairFn& on_chunk);
+
 }  // namespace dstrain::data

@@ -119,6 +119,85 @@ Corpus load_parquet(const std::string& file, const SourceOptions& o,
   return corpus;
 }
 
+// A pair's document: prompt and completion tokenized as one text; its prompt length: how many of
+// its first tokens are the prompt's tokenized alone (TRL's completion mask: the common prefix).
+// Where a token spans the end of the prompt, the completion's labels start where the two diverge,
+// as TRL's do; one warning says in how many pairs.
+Corpus tokenize_pairs(const std::vector<std::string_view>& prompts,
+                      const std::vector<std::string_view>& completions,
+                      const tokenizer::Tokenizer& tokenizer, const TokenizeSettings& settings,
+                      const std::string& file, const TextOrigin& origin) {
+  std::vector<std::string> joined(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    joined[i].reserve(prompts[i].size() + completions[i].size());
+    joined[i].append(prompts[i]).append(completions[i]);
+  }
+  Corpus corpus = tokenize_texts(std::vector<std::string_view>(joined.begin(), joined.end()),
+                                 tokenizer, settings, origin);
+  TokenizeSettings quiet = settings;
+  quiet.progress = nullptr;
+  quiet.progress_bytes = 0;
+  const Corpus alone = tokenize_texts(prompts, tokenizer, quiet, origin);
+  corpus.prompt_lengths.resize(prompts.size());
+  int64_t spanning = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto d = static_cast<int64_t>(i);
+    const int32_t* prompt = alone.document_data(d);
+    const int64_t n = std::min(alone.document_length(d), corpus.document_length(d));
+    const int64_t common =
+        std::mismatch(prompt, prompt + n, corpus.document_data(d)).first - prompt;
+    corpus.prompt_lengths[i] = common;
+    if (common < alone.document_length(d)) ++spanning;
+  }
+  if (spanning > 0) {
+    log::warn(
+        "data: {}: in {} of {} pairs the prompt's tokens are not the start of the pair's (a token "
+        "spans prompt and completion); the completion's labels start where they diverge, as TRL's "
+        "do",
+        file, spanning, prompts.size());
+  }
+  return corpus;
+}
+
+Corpus load_pairs(const std::string& file, const SourceOptions& o,
+                  const tokenizer::Tokenizer& tokenizer, Progress& progress) {
+  const std::string ext = stdfs::path(file).extension().string();
+  if (ext == ".parquet") {
+    const int64_t bytes = file_bytes(file);
+    Corpus corpus;
+    int64_t credited = 0;
+    const auto on_chunk = [&](const ParquetPairChunk& chunk) {
+      const auto upto =
+          static_cast<int64_t>(static_cast<double>(bytes) * static_cast<double>(chunk.rows_read) /
+                               static_cast<double>(chunk.total_rows));
+      const TokenizeSettings settings{o.threads, /*check_utf8=*/true, &progress, upto - credited};
+      credited = upto;
+      corpus.append(
+          tokenize_pairs(chunk.prompts, chunk.completions, tokenizer, settings, file,
+                         [&](size_t i) { return fmt::format("{}: row {}", file, chunk.rows[i]); }));
+    };
+    read_parquet_pairs(file, o.prompt_field, o.completion_field, kParquetChunkBytes, on_chunk);
+    progress.advance(bytes - credited);
+    return corpus;
+  }
+  if (ext != ".jsonl" && ext != ".ndjson" && ext != ".json") {
+    fail(ErrorKind::kInput,
+         "{}: data.format: prompt_completion reads JSON Lines (.jsonl, .ndjson, .json) and Parquet "
+         "(.parquet) files; this file is neither",
+         file);
+  }
+  const std::vector<PromptCompletion> pairs =
+      read_jsonl_pairs(file, o.prompt_field, o.completion_field);
+  std::vector<std::string_view> prompts, completions;
+  for (const PromptCompletion& p : pairs) {
+    prompts.push_back(p.prompt);
+    completions.push_back(p.completion);
+  }
+  const TokenizeSettings settings{o.threads, /*check_utf8=*/false, &progress, file_bytes(file)};
+  return tokenize_pairs(prompts, completions, tokenizer, settings, file,
+                        [&](size_t i) { return fmt::format("{}: pair {}", file, i); });
+}
+
 Corpus tokenize_file_documents(const std::vector<std::string>& documents, const std::string& file,
                                const SourceOptions& o, const tokenizer::Tokenizer& tokenizer,
                                Progress& progress) {
@@ -139,6 +218,8 @@ Corpus load_file(const std::string& file, Format format, const SourceOptions& op
     }
     case Format::kParquet:
       return load_parquet(file, options, tokenizer, progress, stats);
+    case Format::kPromptCompletion:
+      return load_pairs(file, options, tokenizer, progress);
     case Format::kJsonl:
       return tokenize_file_documents(read_jsonl_documents(file, options.text_field), file, options,
                                      tokenizer, progress);
@@ -159,8 +240,11 @@ Format parse_format(const std::string& value) {
   if (value == "jsonl") return Format::kJsonl;
   if (value == "tokens") return Format::kTokens;
   if (value == "parquet") return Format::kParquet;
+  if (value == "prompt_completion") return Format::kPromptCompletion;
   fail(ErrorKind::kConfig,
-       "data.format: expected one of auto, text, jsonl, tokens, parquet; got \"{}\"", value);
+       "data.format: expected one of auto, text, jsonl, tokens, parquet, prompt_completion; got "
+       "\"{}\"",
+       value);
 }
 
 std::vector<std::string> list_source_files(const std::string& path) {

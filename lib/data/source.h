@@ -9,6 +9,11 @@
 // With format "auto" each file's format is chosen on its own:
 //   starts with the token-file magic → tokens;  .jsonl .ndjson .json → jsonl;  .parquet → parquet;
 //   anything else → text.
+// Format prompt_completion (data.format: prompt_completion) reads JSON Lines (.jsonl .ndjson
+// .json) and Parquet files of prompt/completion pairs (text_source.h, parquet_reader.h): a pair's
+// document is its prompt and completion tokenized as one text, its prompt length how many of its
+// first tokens are those of the prompt tokenized alone, as TRL's completion mask counts them
+// (corpus.h; the labels of those tokens are -100, samples.h).
 // Files are tokenized on all cores (tokenize.h) with a progress display (progress.h); Parquet files
 // are streamed a chunk of rows at a time (parquet_reader.h), never read whole.
 
@@ -21,16 +26,19 @@
 
 namespace dstrain::data {
 
-enum class Format { kAuto, kText, kJsonl, kTokens, kParquet };
+enum class Format { kAuto, kText, kJsonl, kTokens, kParquet, kPromptCompletion };
 
-// "auto" | "text" | "jsonl" | "tokens" | "parquet"; Error(kConfig) naming the value otherwise.
+// "auto" | "text" | "jsonl" | "tokens" | "parquet" | "prompt_completion"; Error(kConfig) naming
+// the value otherwise.
 Format parse_format(const std::string& value);
 
 struct SourceOptions {
   std::string format = "auto";
-  std::string text_field = "text";  // jsonl: key of the document text; parquet: its column
-  std::string document = "file";    // text: one document per "file" or per "line"
-  int threads = 0;                  // tokenizer threads; 0 = every core
+  std::string text_field = "text";      // jsonl: key of the document text; parquet: its column
+  std::string document = "file";        // text: one document per "file" or per "line"
+  int threads = 0;                      // tokenizer threads; 0 = every core
+  std::string prompt_field = "prompt";  // prompt_completion: the prompt's key or column
+  std::string completion_field = "completion";  // ... and the completion's
 };
 
 // What a load saw besides the documents.

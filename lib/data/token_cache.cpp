@@ -101,6 +101,8 @@ std::string format_name(Format f) {
       return "jsonl";
     case Format::kTokens:
       return "tokens";
+    case Format::kPromptCompletion:
+      return "prompt_completion";
     case Format::kParquet:
       return "parquet";
   }
@@ -214,6 +216,11 @@ std::string cache_key_text(const std::vector<std::string>& files, const SourceOp
       kCacheVersion, tokenizer_fingerprint(tokenizer, o.threads), max_length,
       nlohmann::json(o.format).dump(), nlohmann::json(o.text_field).dump(),
       nlohmann::json(o.document).dump());
+  if (requested == Format::kPromptCompletion) {  // other formats keep their keys
+    text +=
+        fmt::format("prompt_field {} completion_field {}\n", nlohmann::json(o.prompt_field).dump(),
+                    nlohmann::json(o.completion_field).dump());
+  }
   for (const std::string& file : files) {
     text +=
         fmt::format("file {} {}\n", hash_file(file), format_name(resolve_format(file, requested)));

@@ -14,7 +14,9 @@ struct TokenizeOptions {
   std::string input;      // file, directory or glob pattern (see source.h)
   std::string output;     // token file to write
   std::string format = "auto";
-  std::string text_field = "text";  // JSONL key or Parquet column
+  std::string text_field = "text";              // JSONL key or Parquet column
+  std::string prompt_field = "prompt";          // format prompt_completion (source.h)
+  std::string completion_field = "completion";  // ...
   std::string document = "file";
   std::string add_bos = "auto";  // as data.add_bos (tokenizer/document_prefix.h)
   int threads = 0;               // 0 = every core

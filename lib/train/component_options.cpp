@@ -14,6 +14,8 @@ data::DataOptions data_options(const config::Config& c) {
   o.eval_path = c.data.eval_path;
   o.format = c.data.format;
   o.text_field = c.data.text_field;
+  o.prompt_field = c.data.prompt_field;
+  o.completion_field = c.data.completion_field;
   o.document = c.data.document;
   o.max_length = c.data.max_length;
   o.packing = data::packing_from_word(c.data.packing);

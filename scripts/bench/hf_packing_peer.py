@@ -8,7 +8,8 @@ eos 256), in one of two ways:
   script does; labels -100 on the padding);
 - flatten: `DataCollatorWithFlattening` (documents of a micro-batch concatenated into one row,
   position ids restarting per document, no padding), documents longer than SEQ + 1 tokens split into
-  pieces of SEQ + 1 as dstrain's data.long_documents: split does; MICRO documents per micro-batch.
+  pieces of SEQ + 1 as dstrain's data.long_documents: split does; as many documents per
+  micro-batch as hold MICRO × SEQ tokens on average (the positions of dstrain's micro-batch).
 
 Run under torchrun. Prints one line per rank: `peer rank=<r> real_tokens_per_s=<f>
 padding_fraction=<f> steps=<n>` (real tokens: positions holding a document's token, all ranks;
@@ -90,6 +91,8 @@ def main():
     else:
         rows = [{"input_ids": d} for d in docs]
         collator = Counting(transformers.DataCollatorWithFlattening())
+        mean = sum(len(d) for d in docs) / len(docs)
+        micro = max(1, round(micro * seq / mean))
     total = steps + WARMUP
     timer = StepTimer()
     with tempfile.TemporaryDirectory() as out:
@@ -106,7 +109,7 @@ def main():
     real_per_step = collator.real / total  # this rank's
     print(f"peer rank={rank} real_tokens_per_s={real_per_step * world / step_s:.1f} "
           f"padding_fraction={1 - collator.real / collator.positions:.4f} "
-          f"steps={len(timer.times)}", flush=True)
+          f"steps={len(timer.times)} micro={micro}", flush=True)
 
 
 def pad_rows(features, seq):

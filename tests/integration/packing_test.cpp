@@ -3,14 +3,18 @@
 // split 1 × 8, 8 × 1 or over 2 ranks gives the same step-1 gradient (fp32, within 1e-6 of its
 // norm), which the micro-step mean does not; the padding each mode leaves is said at start-up and
 // in the metrics; a stream-packed run resumes bit-identically as a documents-packed one does
-// (resume_test.cpp runs the default, documents).
+// (resume_test.cpp runs the default, documents); prompt/completion pairs train and chat data is
+// refused.
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "model/safetensors.h"
 #include "tests/integration/train_util.h"
@@ -144,6 +148,51 @@ TEST(PackedDocuments, AStreamPackedRunResumesBitIdentically) {
   const std::map<long, double> resumed = read_metric(dir.file("run/metrics.jsonl"), "train/loss");
   ASSERT_EQ(resumed.size(), 10u);
   expect_same_losses_after(10, resumed, full);
+}
+
+// data.format: prompt_completion end to end: pairs made of the tiny corpus's lines (the first half
+// the prompt) train, with fewer labels than document tokens; chat data stops the run at once.
+TEST(PromptCompletion, PairsTrainAndChatDataIsRefused) {
+  TempDir dir;
+  {
+    std::ifstream corpus(DSTRAIN_SOURCE_DIR "/configs/data/tiny_corpus.txt");
+    std::ofstream pairs(dir.file("sft.jsonl"));
+    std::string line;
+    for (int i = 0; i < 400 && std::getline(corpus, line); ++i) {
+      const size_t half = line.size() / 2;
+      pairs << nlohmann::json{{"prompt", line.substr(0, half)}, {"completion", line.substr(half)}}
+                   .dump()
+            << "\n";
+    }
+    std::ofstream(dir.file("chat.jsonl"))
+        << R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]})"
+        << "\n";
+  }
+  JobSpec spec;
+  spec.max_steps = 4;
+  spec.max_length = 128;
+  spec.extra_overrides = {"data.train_path=" + dir.file("sft.jsonl"),
+                          "data.format=prompt_completion"};
+  const RunResult r = run_job(dir, spec);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const size_t said = r.out.find("prompt/completion pairs: ");
+  ASSERT_NE(said, std::string::npos) << r.out;
+  const double percent = std::stod(r.out.substr(r.out.find('(', said) + 1));
+  EXPECT_GT(percent, 40.0) << "half of each line is its prompt";
+  EXPECT_LT(percent, 60.0);
+  const std::map<long, double> loss = read_metric(dir.file("run/metrics.jsonl"), "train/loss");
+  ASSERT_EQ(loss.size(), 4u);
+  for (const auto& [step, value] : loss) EXPECT_TRUE(std::isfinite(value)) << step;
+
+  spec.extra_overrides = {"data.train_path=" + dir.file("chat.jsonl"),
+                          "data.format=prompt_completion"};
+  const RunResult chat = run_job(dir, spec);
+  EXPECT_EQ(chat.exit_code, 2) << chat.out << chat.err;
+  EXPECT_NE((chat.out + chat.err).find("chat.jsonl:1"), std::string::npos) << chat.err;
+  EXPECT_NE(
+      (chat.out + chat.err).find("chat data must be rendered to prompt/completion text first"),
+      std::string::npos)
+      << chat.err;
 }
 
 }  // namespace

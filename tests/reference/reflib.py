@@ -280,21 +280,26 @@ def hf_forward(model, ids, labels=None, position_ids=None):
     return dump
 
 
-def read_token_file(path):
-    """Documents of a dstrain token file (docs/data.md, version 1) as lists of ids."""
+def read_token_file(path, with_prompts=False):
+    """Documents of a dstrain token file (docs/data.md, versions 1 and 2) as lists of ids; with
+    `with_prompts`, (documents, prompt lengths), the lengths all 0 for version 1."""
     with open(path, "rb") as f:
         data = f.read()
     if data[:8] != b"DSTOKENS":
         raise ValueError(f"{path}: not a dstrain token file")
     version, width = struct.unpack("<II", data[8:16])
     _vocab, count, docs = struct.unpack("<QQQ", data[16:40])
-    if version != 1 or width not in (2, 4):
+    if version not in (1, 2) or width not in (2, 4):
         raise ValueError(f"{path}: version {version}, width {width} not understood")
     offsets = struct.unpack(f"<{docs + 1}Q", data[40:48 + 8 * docs])
     start = 48 + 8 * docs
-    tokens = struct.unpack(f"<{count}{'H' if width == 2 else 'I'}",
-                           data[start:start + width * count])
-    return [list(tokens[offsets[i]:offsets[i + 1]]) for i in range(docs)]
+    end = start + width * count
+    tokens = struct.unpack(f"<{count}{'H' if width == 2 else 'I'}", data[start:end])
+    documents = [list(tokens[offsets[i]:offsets[i + 1]]) for i in range(docs)]
+    prompts = list(struct.unpack(f"<{docs}Q", data[end:end + 8 * docs])) if version == 2 else [0] * docs
+    if len(data) != end + (8 * docs if version == 2 else 0):
+        raise ValueError(f"{path}: {len(data)} bytes, not what its header says")
+    return (documents, prompts) if with_prompts else documents
 
 
 def pack_samples(documents, eos, seq_len):

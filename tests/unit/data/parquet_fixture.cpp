@@ -73,6 +73,17 @@ void write_parquet_texts(const std::string& path, const std::string& column,
   write(path, arrow::Table::Make(schema, {id_array, text}), options);
 }
 
+void write_parquet_columns(const std::string& path, const std::vector<TextColumn>& columns,
+                           const ParquetWriteOptions& options) {
+  std::vector<std::shared_ptr<arrow::Field>> fields;
+  std::vector<std::shared_ptr<arrow::Array>> arrays;
+  for (const auto& [name, values] : columns) {
+    arrays.push_back(text_array(values, options.string_type));
+    fields.push_back(arrow::field(name, arrays.back()->type()));
+  }
+  write(path, arrow::Table::Make(arrow::schema(fields), arrays), options);
+}
+
 void write_parquet_ints(const std::string& path, const std::string& column,
                         const std::vector<int64_t>& values) {
   arrow::Int64Builder b;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dstrain::data::testing {
@@ -23,6 +24,12 @@ struct ParquetWriteOptions {
 void write_parquet_texts(const std::string& path, const std::string& column,
                          const std::vector<std::optional<std::string>>& texts,
                          const ParquetWriteOptions& options = {});
+
+// A file with the string columns `columns` (name, values; nullopt = NULL), in that order, of
+// equal length.
+using TextColumn = std::pair<std::string, std::vector<std::optional<std::string>>>;
+void write_parquet_columns(const std::string& path, const std::vector<TextColumn>& columns,
+                           const ParquetWriteOptions& options = {});
 
 // A file with one int64 column `column`.
 void write_parquet_ints(const std::string& path, const std::string& column,
