@@ -8,6 +8,7 @@
 #include <torch/autograd.h>
 
 #include "core/error.h"
+#include "model/fused_layer_ops.h"
 #include "model/sliding_window_attention.h"
 
 namespace dstrain::model {
@@ -177,24 +178,111 @@ std::optional<Documents> Documents::from_position_ids(const torch::Tensor& posit
   return d;
 }
 
-torch::Tensor document_attention(const torch::Tensor& q, const torch::Tensor& k,
-                                 const torch::Tensor& v, const Documents& documents,
-                                 std::optional<int64_t> window) {
+namespace {
+
+void check_shapes(const Tensor& q, const Tensor& k, const Tensor& v, const Documents& documents,
+                  std::optional<int64_t> window) {
   if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4 || k.size(2) != q.size(2) ||
       q.size(1) % k.size(1) != 0 || (window && *window <= 0)) {
     fail(ErrorKind::kInternal, "document_attention: q {}, k {}, v {} do not fit",
          c10::str(q.sizes()), c10::str(k.sizes()), c10::str(v.sizes()));
   }
   documents.check(q.size(0), q.size(2));
+}
+
+// FlashAttention's variable-length kernels over every piece at once: q, k, v as [B·T, heads, D]
+// (the pieces back to back, as the rows are), the pieces' cumulative lengths as int32 on the
+// device. A window of w tokens (itself included) is its left size w - 1.
+std::optional<c10::SymInt> window_left(int64_t window) {
+  if (window <= 0) return std::nullopt;
+  return c10::SymInt(window - 1);
+}
+
+std::optional<c10::SymInt> window_right(int64_t window) {
+  if (window <= 0) return std::nullopt;
+  return c10::SymInt(0);
+}
+
+struct VarlenAttention : torch::autograd::Function<VarlenAttention> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& cumulative, int64_t longest, int64_t window) {
+    const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), KV = k.size(1);
+    const Tensor fq = q.transpose(1, 2).reshape({B * T, H, D});
+    const Tensor fk = k.transpose(1, 2).reshape({B * T, KV, D});
+    const Tensor fv = v.transpose(1, 2).reshape({B * T, KV, D});
+    auto [out, lse, rng_state, unused, debug] = at::_flash_attention_forward_symint(
+        fq, fk, fv, cumulative, cumulative, longest, longest, /*dropout_p=*/0.0,
+        /*is_causal=*/true, /*return_debug_mask=*/false, /*scale=*/std::nullopt,
+        window_left(window), window_right(window));
+    ctx->save_for_backward({fq, fk, fv, out, lse, cumulative, rng_state, unused});
+    ctx->saved_data["longest"] = longest;
+    ctx->saved_data["window"] = window;
+    return out.view({B, T, H, D}).transpose(1, 2);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const auto s = ctx->get_saved_variables();
+    const Tensor &fq = s[0], &fk = s[1], &fv = s[2];
+    const int64_t longest = ctx->saved_data["longest"].toInt();
+    const int64_t window = ctx->saved_data["window"].toInt();
+    const int64_t B = grad[0].size(0), H = grad[0].size(1), T = grad[0].size(2),
+                  D = grad[0].size(3), KV = fk.size(1);
+    const Tensor g = grad[0].transpose(1, 2).reshape({B * T, H, D});
+    auto [dq, dk, dv] = at::_flash_attention_backward_symint(
+        g, fq, fk, fv, s[3], s[4], s[5], s[5], longest, longest, /*dropout_p=*/0.0,
+        /*is_causal=*/true, s[6], s[7], /*scale=*/std::nullopt, window_left(window),
+        window_right(window));
+    return {dq.view({B, T, H, D}).transpose(1, 2),
+            dk.view({B, T, KV, D}).transpose(1, 2),
+            dv.view({B, T, KV, D}).transpose(1, 2),
+            Tensor(),
+            Tensor(),
+            Tensor()};
+  }
+};
+
+}  // namespace
+
+bool use_varlen_attention(const Tensor& q) {
+  const auto dtype = q.scalar_type();
+  return q.is_cuda() && (dtype == torch::kBFloat16 || dtype == torch::kHalf) &&
+         q.size(-1) % 8 == 0 && q.size(-1) <= 256 && use_fused_kernels(q) &&
+         fused_path_on(FusedPath::kVarlenAttention);
+}
+
+Tensor varlen_document_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Documents& documents, std::optional<int64_t> window) {
+  check_shapes(q, k, v, documents, window);
+  std::vector<int32_t> cumulative = {0};
+  for (const Piece& p : pieces_of(documents)) {
+    cumulative.push_back(cumulative.back() + static_cast<int32_t>(p.length));
+  }
+  // Page-locked and copied without a host wait: the device is not synchronised per layer.
+  Tensor host = torch::tensor(cumulative, torch::kInt32);
+  if (q.is_cuda()) host = host.pin_memory();
+  const Tensor device_cumulative = host.to(q.device(), /*non_blocking=*/true);
+  return VarlenAttention::apply(q, k, v, device_cumulative, documents.longest(),
+                                window.value_or(0));
+}
+
+Tensor piecewise_document_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Documents& documents, std::optional<int64_t> window) {
+  check_shapes(q, k, v, documents, window);
   const bool wants_grad = torch::GradMode::is_enabled() &&
                           (q.requires_grad() || k.requires_grad() || v.requires_grad());
   if (wants_grad) return DocumentAttention::apply(q, k, v, &documents, window);
-  torch::Tensor out = torch::empty_like(q);
+  Tensor out = torch::empty_like(q);
   for (const Piece& p : pieces_of(documents)) {
     narrow_piece(out, p).copy_(
         attend(narrow_piece(q, p), narrow_piece(k, p), narrow_piece(v, p), window));
   }
   return out;
+}
+
+Tensor document_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Documents& documents, std::optional<int64_t> window) {
+  return use_varlen_attention(q) ? varlen_document_attention(q, k, v, documents, window)
+                                 : piecewise_document_attention(q, k, v, documents, window);
 }
 
 }  // namespace dstrain::model

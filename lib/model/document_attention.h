@@ -11,6 +11,14 @@
 // v and copies its dq, dk, dv into its rows, as sliding_window_attention does with its tiles
 // (differentiating through narrow() views instead would write a zero-padded [B, H, T, D] gradient
 // per piece).
+//
+// On a GPU in bfloat16 or float16 (head size a multiple of 8, at most 256) the pieces go instead
+// through FlashAttention's variable-length kernels as ATen exposes them
+// (at::_flash_attention_forward and _backward with the pieces' cumulative lengths, the window as
+// its left size): one kernel per direction for the whole batch. That path is one of the fused paths
+// (FusedPath::kVarlenAttention, fused_layer_ops.h): checked on the run's card before the first step
+// against the pieces one by one (kernel_check.h) and switched off where it fails;
+// DSTRAIN_CUDA_KERNELS=0 turns it off.
 
 #include <cstdint>
 #include <optional>
@@ -42,5 +50,18 @@ struct Documents {
 torch::Tensor document_attention(const torch::Tensor& q, const torch::Tensor& k,
                                  const torch::Tensor& v, const Documents& documents,
                                  std::optional<int64_t> window);
+
+// Whether document_attention takes the variable-length kernels for q (see above).
+bool use_varlen_attention(const torch::Tensor& q);
+
+// The two paths on their own, whatever the device and switches (for the first-use check):
+// FlashAttention's variable-length kernels (CUDA, bfloat16 or float16 only), and the pieces one by
+// one.
+torch::Tensor varlen_document_attention(const torch::Tensor& q, const torch::Tensor& k,
+                                        const torch::Tensor& v, const Documents& documents,
+                                        std::optional<int64_t> window);
+torch::Tensor piecewise_document_attention(const torch::Tensor& q, const torch::Tensor& k,
+                                           const torch::Tensor& v, const Documents& documents,
+                                           std::optional<int64_t> window);
 
 }  // namespace dstrain::model

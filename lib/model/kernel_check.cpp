@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "kernels/fused_ops.h"
+#include "model/document_attention.h"
 #include "model/fused_qkv.h"
 #include "model/rope.h"
 
@@ -240,6 +241,66 @@ PathCase swiglu_case(const FusedCheckShapes& s, Draw& draw) {
   return c;
 }
 
+// Packed documents' attention by its definition: SDPA with the dense mask of each token's own
+// document's earlier tokens (the `window` latest), key/value heads repeated for the query heads.
+Tensor dense_document_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Documents& d, std::optional<int64_t> window) {
+  const int64_t B = q.size(0), T = q.size(2), groups = q.size(1) / k.size(1);
+  Tensor doc = torch::empty({B, T}, torch::kLong);
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t t = 0, id = 0;
+    for (const int64_t n : d.lengths[static_cast<size_t>(b)]) {
+      doc.narrow(0, b, 1).narrow(1, t, n).fill_(id++);
+      t += n;
+    }
+  }
+  doc = doc.to(q.device());
+  const Tensor i = torch::arange(T, doc.options()).view({1, T, 1});
+  const Tensor j = torch::arange(T, doc.options()).view({1, 1, T});
+  Tensor mask = j.le(i) & doc.unsqueeze(2).eq(doc.unsqueeze(1));
+  if (window) mask = mask & j.gt(i - *window);
+  return at::scaled_dot_product_attention(q, k.repeat_interleave(groups, 1),
+                                          v.repeat_interleave(groups, 1), mask.unsqueeze(1));
+}
+
+// Rows of seq_len positions, each cut into documents of varied lengths (one token, a few, most of
+// the row, the whole row), as many rows as the check's size allows.
+PathCase varlen_attention_case(const FusedCheckShapes& s, Draw& draw) {
+  PathCase c;
+  c.path = FusedPath::kVarlenAttention;
+  const int64_t T = std::max<int64_t>(2, std::min(s.seq_len, rows_for(s, s.heads * s.head_dim)));
+  const int64_t B = std::max<int64_t>(1, rows_for(s, s.heads * s.head_dim) / T);
+  c.rows = B * T;
+  auto documents = std::make_shared<Documents>();
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t first = b % 4 == 3 ? T : 1 + (b * 7) % (T - 1);
+    std::vector<int64_t> row = {first};
+    const int64_t rest = T - first;
+    if (rest > 2) {
+      row.push_back(rest / 3);
+      row.push_back(rest - rest / 3);
+    } else if (rest > 0) {
+      row.push_back(rest);
+    }
+    documents->lengths.push_back(row);
+  }
+  const std::optional<int64_t> window =
+      s.sliding_window > 0 ? std::optional<int64_t>(s.sliding_window) : std::nullopt;
+  c.inputs = {{"q", draw.normal({B, s.heads, T, s.head_dim})},
+              {"k", draw.normal({B, s.kv_heads, T, s.head_dim})},
+              {"v", draw.normal({B, s.kv_heads, T, s.head_dim})}};
+  c.outputs = {"attention"};
+  c.fused = [documents, window](const Tensors& in) {
+    return Tensors{in[0].is_cuda()
+                       ? varlen_document_attention(in[0], in[1], in[2], *documents, window)
+                       : dense_document_attention(in[0], in[1], in[2], *documents, window)};
+  };
+  c.eager = [documents, window](const Tensors& in) {
+    return Tensors{piecewise_document_attention(in[0], in[1], in[2], *documents, window)};
+  };
+  return c;
+}
+
 }  // namespace
 
 double dtype_eps(torch::ScalarType t) {
@@ -286,6 +347,20 @@ std::vector<FusedCheck> check_fused_paths(const FusedCheckShapes& shapes,
         break;
       case FusedPath::kSwiglu:
         c = swiglu_case(shapes, draw);
+        break;
+      case FusedPath::kVarlenAttention:
+        if (shapes.device.is_cuda() &&
+            !use_varlen_attention(
+                torch::empty({0, shapes.head_dim},
+                             torch::TensorOptions().dtype(shapes.dtype).device(shapes.device)))) {
+          FusedCheck r;
+          r.path = path;
+          r.passed = true;
+          r.tensor = "not used at this dtype or head size";
+          results.push_back(r);
+          continue;
+        }
+        c = varlen_attention_case(shapes, draw);
         break;
     }
     results.push_back(compare(c, shapes, fault));

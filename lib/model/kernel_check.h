@@ -37,6 +37,7 @@ struct FusedCheckShapes {
   int64_t kv_heads = 0;
   int64_t head_dim = 0;
   bool qkv_bias = false;
+  int64_t sliding_window = 0;  // the model's attention window (0: none)
   double eps = 1e-6;
   torch::ScalarType dtype = torch::kFloat;
   torch::Device device = torch::kCPU;
@@ -62,7 +63,10 @@ struct FusedCheck {
 double dtype_eps(torch::ScalarType t);
 
 // One check per fused path, in FusedPath's order. On the CPU the CUDA kernels' float32
-// references stand in for the kernels (float32 only), so the tests run the same comparison.
+// references stand in for the kernels (float32 only), so the tests run the same comparison; for
+// packed documents' attention the dense block-diagonal masked SDPA stands in for FlashAttention's
+// variable-length kernels, which run in bfloat16 and float16 only (another dtype on a GPU: the
+// path is not used, and its check says so).
 std::vector<FusedCheck> check_fused_paths(const FusedCheckShapes& shapes,
                                           const std::optional<PlantedFault>& fault = {});
 

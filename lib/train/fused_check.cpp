@@ -109,6 +109,7 @@ void check_fused_kernels_for_run(comm::Communicator& comm, const model::ModelCon
   s.kv_heads = model.num_key_value_heads;
   s.head_dim = model.head_dim;
   s.qkv_bias = model.qkv_bias;
+  s.sliding_window = model.sliding_window.value_or(0);
   s.eps = model.rms_norm_eps;
   s.dtype = dtype;
   s.device = device;

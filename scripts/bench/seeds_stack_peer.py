@@ -3,7 +3,7 @@
 engine, set up from a train.yaml the way the users' training script does it, on one GPU.
 
   seeds_stack_peer.py --config_yml TRAIN_YAML --steps S --warmup W [--device cuda|cpu]
-                      [--doc-len 4096] [--attn eager|sdpa]
+                      [--doc-len 4096 | --token-file F] [--attn eager|sdpa]
 
 TRAIN_YAML is the users' config (SEEDS_TRAIN_YAML below: Qwen2.5-0.5B, LoRA r=16 on
 q/k/v/o_proj, ZeRO-3, micro-batch 1 x accumulation 8, 1024 tokens, bf16) with model.name_or_path a
@@ -20,7 +20,8 @@ What follows their script:
 - data: their Dataset (each text tokenized with truncation to data.max_length and padding to
   max_length, attention_mask, labels = input_ids), DistributedSampler(shuffle=True), DataLoader
   (per_device_train_batch_size, pin_memory, training.num_workers workers, drop_last). The texts are
-  random token ids (documents of --doc-len tokens: none shorter than max_length, so no padding);
+  random token ids (documents of --doc-len tokens: none shorter than max_length, so no padding),
+  or with --token-file the documents of a dstrain token file (version 1), padded as theirs are;
 - loop: for each batch, `engine(**batch)` (transformers' loss), `engine.backward(loss)`,
   `engine.step()`; the optimizer steps every gradient_accumulation_steps micro-batches.
 Left out: their LinearLR warm-up (torch 2.11 refuses it: a start factor of 0 raises ValueError,
@@ -30,7 +31,8 @@ evaluation and checkpoint saving (not part of a training step). One process, as 
 
 A step is one optimizer step (accumulation x micro-batch x max_length tokens), timed as
 gpu_train_peer.py does: CUDA events around it, the median over the steps after --warmup.
-Prints one JSON line: tokens_per_s, step_ms, max_allocated_gb, max_reserved_gb, loss. Exit 3 on
+Prints one JSON line: tokens_per_s (all positions), real_tokens_per_s (positions holding a
+document's token: the attention mask's), step_ms, max_allocated_gb, max_reserved_gb, loss. Exit 3 on
 CUDA out of memory, 1 on other errors. --device cpu runs it on the CPU (DS_ACCELERATOR=cpu,
 torch.distributed over Gloo, wall-clock timing): a check that the stack works, not a measurement.
 """
@@ -89,15 +91,31 @@ def single_process_env():
         os.environ.setdefault(key, value)
 
 
-def make_dataset(torch, n, doc_len, vocab, max_len, pad_id, seed):
-    """Their ParquetTextDataset over n random documents: each item what
+def token_file_documents(torch, path):
+    """The documents of a dstrain token file (docs/data.md, version 1) as 1-D int64 tensors."""
+    import struct
+    with open(path, "rb") as f:
+        data = f.read()
+    version, width = struct.unpack("<II", data[8:16])
+    _vocab, count, docs = struct.unpack("<QQQ", data[16:40])
+    if data[:8] != b"DSTOKENS" or version != 1 or width != 2:
+        raise ValueError(f"{path}: not a version-1 uint16 dstrain token file")
+    offsets = struct.unpack(f"<{docs + 1}Q", data[40:48 + 8 * docs])
+    start = 48 + 8 * docs
+    tokens = torch.frombuffer(bytearray(data[start:start + 2 * count]), dtype=torch.int16)
+    tokens = tokens.to(torch.int64) & 0xFFFF
+    return [tokens[offsets[i]:offsets[i + 1]] for i in range(docs)]
+
+
+def make_dataset(torch, n, doc_len, vocab, max_len, pad_id, seed, documents=None):
+    """Their ParquetTextDataset over n random documents (or the given `documents`): each item what
     tokenizer(text, truncation=True, max_length=max_len, padding="max_length",
     return_tensors="pt") gives (squeezed), with labels a copy of input_ids."""
 
     class RandomTextDataset(torch.utils.data.Dataset):
         def __init__(self):
             g = torch.Generator().manual_seed(seed)
-            self.texts = torch.randint(0, vocab, (n, doc_len), generator=g)
+            self.texts = documents or torch.randint(0, vocab, (n, doc_len), generator=g)
 
         def __len__(self):
             return len(self.texts)
@@ -147,6 +165,7 @@ def main(argv):
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--doc-len", type=int, default=4096)
+    p.add_argument("--token-file", help="documents from a dstrain token file instead")
     p.add_argument("--attn", choices=["eager", "sdpa"], help="instead of the config's choice")
     args = p.parse_args(argv)
     if args.device == "cpu":
@@ -183,19 +202,22 @@ def main(argv):
         max_len = int(data_cfg.get("max_length", 1024))
         steps = args.warmup + args.steps
         pad = config.pad_token_id if config.pad_token_id is not None else config.eos_token_id
+        documents = token_file_documents(torch, args.token_file) if args.token_file else None
         train_ds = make_dataset(torch, steps * accum * micro, args.doc_len, config.vocab_size,
-                                max_len, pad, int(train_cfg.get("seed", 42)))
+                                max_len, pad, int(train_cfg.get("seed", 42)), documents)
         train_samp = torch.utils.data.distributed.DistributedSampler(train_ds, shuffle=True)
         train_dl = torch.utils.data.DataLoader(
             train_ds, batch_size=micro, sampler=train_samp, pin_memory=True,
             num_workers=int(train_cfg.get("num_workers", 4)), drop_last=True)
-        times, step, micro_step, loss = [], 0, 0, None
+        times, reals, step, micro_step, loss, real = [], [], 0, 0, None, 0
         engine.train()
         for ep in range(int(train_cfg.get("epochs", 3))):
             train_samp.set_epoch(ep)
             for batch in train_dl:
                 if micro_step % accum == 0:
                     timer = Timer(torch, args.device)
+                    real = 0
+                real += int(batch["attention_mask"].sum())  # on the host: no device sync
                 batch = {k: v.to(engine.device) for k, v in batch.items()}
                 out = engine(**batch)
                 loss = out.loss
@@ -209,6 +231,7 @@ def main(argv):
                 progress(f"step {step}: {seconds * 1e3:.1f} ms, loss {loss.item():.4f}")
                 if step > args.warmup:
                     times.append(seconds)
+                    reals.append(real / seconds)
                 if step == steps:
                     break
             if step == steps:
@@ -219,7 +242,8 @@ def main(argv):
     step_s = statistics.median(times)
     on_cuda = args.device == "cuda"
     print(json.dumps({
-        "tokens_per_s": accum * micro * max_len / step_s, "step_ms": step_s * 1e3,
+        "tokens_per_s": accum * micro * max_len / step_s,
+        "real_tokens_per_s": statistics.median(reals), "step_ms": step_s * 1e3,
         "max_allocated_gb": torch.cuda.max_memory_allocated() / 2**30 if on_cuda else None,
         "max_reserved_gb": torch.cuda.max_memory_reserved() / 2**30 if on_cuda else None,
         "loss": loss.item(), "steps": len(times), "accumulation": accum, "micro": micro,
