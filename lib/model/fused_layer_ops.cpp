@@ -290,8 +290,13 @@ Tensor add_projection_epilogue(const Tensor& residual, const Tensor& x, const Te
 }
 
 Tensor rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  // Tables per row [B, T, D] (packed documents): the eager form (the kernel takes [T, D]).
-  if (cos.dim() == 3) return apply_rope(x, cos.unsqueeze(2), sin.unsqueeze(2));
+  if (cos.dim() == 3) {  // per token (packed documents)
+    if (use_fused_kernels(x) && fused_path_on(FusedPath::kRotary) &&
+        cos.scalar_type() == x.scalar_type() && x.stride(0) == x.size(1) * x.stride(1)) {
+      return rotary_kernels_per_token(x, cos, sin);
+    }
+    return apply_rope(x, cos.unsqueeze(2), sin.unsqueeze(2));
+  }
   if (use_fused_kernels(x) && fused_path_on(FusedPath::kRotary) &&
       cos.scalar_type() == x.scalar_type()) {
     return rotary_kernels(x, cos, sin);
@@ -309,6 +314,17 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
 
 Tensor rotary_kernels(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   return Rotary::apply(x, cos.contiguous(), sin.contiguous());
+}
+
+Tensor rotary_kernels_per_token(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  const int64_t B = x.size(0), T = x.size(1), H = x.size(2), D = x.size(3);
+  if (x.stride(0) != T * x.stride(1) || cos.dim() != 3) {
+    fail(ErrorKind::kInternal, "rotary_kernels_per_token: x {} strides {}, tables {}",
+         c10::str(x.sizes()), c10::str(x.strides()), c10::str(cos.sizes()));
+  }
+  // The rows as one sequence of B·T tokens, the tables as one [B·T, D] table.
+  return rotary_kernels(x.view({1, B * T, H, D}), cos.reshape({B * T, D}), sin.reshape({B * T, D}))
+      .view({B, T, H, D});
 }
 
 Tensor swiglu_kernels(const Tensor& gate, const Tensor& up) {

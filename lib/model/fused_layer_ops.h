@@ -68,8 +68,10 @@ torch::Tensor add_projection_epilogue(const torch::Tensor& residual, const torch
                                       const torch::Tensor& weight);
 
 // Rotary embedding of x [B, T, H, D] with the tables cos/sin [T, D] (x's dtype, from
-// rope_tables), or [B, T, D] per row (packed documents: eager ops): x·cos + rotate_half(x)·sin.
-// Returns [B, T, H, D].
+// rope_tables), or [B, T, D] per token (packed documents: each token at its position in its
+// document): x·cos + rotate_half(x)·sin. Returns [B, T, H, D]. Per-token tables go through the
+// kernel as one sequence of B·T tokens where x's rows follow each other in memory as its tokens do
+// (the projections' outputs), else through the eager ops.
 torch::Tensor rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
 // silu(gate) · up, elementwise, same shapes.
@@ -79,6 +81,10 @@ torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 // their CPU references (float32 only) otherwise.
 torch::Tensor rotary_kernels(const torch::Tensor& x, const torch::Tensor& cos,
                              const torch::Tensor& sin);
+// The same with per-token tables cos/sin [B, T, D]; x's rows must follow each other in memory as
+// its tokens do (stride(0) == T · stride(1)).
+torch::Tensor rotary_kernels_per_token(const torch::Tensor& x, const torch::Tensor& cos,
+                                       const torch::Tensor& sin);
 torch::Tensor swiglu_kernels(const torch::Tensor& gate, const torch::Tensor& up);
 
 // The kernels' RoPE arguments for x [B, T, H, D] (last dimension contiguous) into out (contiguous,

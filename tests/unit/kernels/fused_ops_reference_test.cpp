@@ -54,6 +54,35 @@ TEST(FusedOpsReference, RopeIsTransformersRotationAndItsInverseTheGradient) {
   expect_close(rope_ref(grad, cos, sin, true), xg.grad());
 }
 
+// Packed documents: per-token tables [B, T, D] (each token at its position in its document) go
+// through the kernel as one sequence of B·T tokens over the strided projection output; forward and
+// gradient equal the eager rotation with those tables.
+TEST(FusedOpsReference, RopeWithPerTokenTablesIsTheEagerRotation) {
+  torch::manual_seed(3);
+  const int64_t B = 2, T = 6, H = 3, D = 8;
+  auto [cos_t, sin_t] = tables(T, D);
+  // Row 0: documents of 4 and 2 tokens; row 1: one of 6.
+  const Tensor positions = torch::tensor({0, 1, 2, 3, 0, 1, 0, 1, 2, 3, 4, 5}).view({B, T});
+  const Tensor cos = cos_t.index({positions}), sin = sin_t.index({positions});
+  const Tensor wide = torch::randn({B, T, H * D + 4});
+  const Tensor x = wide.narrow(2, 0, H * D).view({B, T, H, D});
+  ASSERT_FALSE(x.is_contiguous());
+  ASSERT_EQ(x.stride(0), T * x.stride(1));
+  const Tensor wide_f = wide.clone().requires_grad_(true);
+  const Tensor xe = x.detach().clone().requires_grad_(true);
+  const Tensor fused =
+      model::rotary_kernels_per_token(wide_f.narrow(2, 0, H * D).view({B, T, H, D}), cos, sin);
+  const Tensor eager = model::apply_rope(xe, cos.unsqueeze(2), sin.unsqueeze(2));
+  expect_close(fused.detach(), eager.detach());
+  const Tensor grad = torch::randn({B, T, H, D});
+  fused.backward(grad);
+  eager.backward(grad);
+  expect_close(wide_f.grad().narrow(2, 0, H * D).view({B, T, H, D}), xe.grad());
+  // Rows that do not follow each other in memory are not flattened.
+  const Tensor gapped = torch::randn({B, T + 1, H, D}).narrow(1, 0, T);
+  EXPECT_THROW(model::rotary_kernels_per_token(gapped, cos, sin), Error);
+}
+
 TEST(FusedOpsReference, RopeUsesBothHalvesOfTheTables) {
   // Tables whose halves differ (not what rope_tables makes) still follow the stated formula.
   torch::manual_seed(2);
