@@ -95,24 +95,41 @@ void check_vocab(const Corpus& corpus, const std::string& file, int64_t vocab_si
   }
 }
 
+// The progress of a Parquet file tokenized chunk by chunk: each chunk credits the file's bytes in
+// proportion to the rows read so far, finish() the rest.
+class ParquetProgress {
+ public:
+  ParquetProgress(const std::string& file, Progress& progress)
+      : bytes_(file_bytes(file)), progress_(progress) {}
+  // The settings that tokenize (checking UTF-8) the chunk ending at `rows_read` of `total_rows`.
+  TokenizeSettings chunk(const SourceOptions& o, int64_t rows_read, int64_t total_rows) {
+    const auto upto =
+        static_cast<int64_t>(static_cast<double>(bytes_) * static_cast<double>(rows_read) /
+                             static_cast<double>(total_rows));
+    const TokenizeSettings settings{o.threads, /*check_utf8=*/true, &progress_, upto - credited_};
+    credited_ = upto;
+    return settings;
+  }
+  void finish() { progress_.advance(bytes_ - credited_); }
+
+ private:
+  int64_t bytes_;
+  Progress& progress_;
+  int64_t credited_ = 0;
+};
+
 // Streams the text column chunk by chunk into the tokenizer; progress advances with the rows read.
 Corpus load_parquet(const std::string& file, const SourceOptions& o,
                     const tokenizer::Tokenizer& tokenizer, Progress& progress, SourceStats& stats) {
-  const int64_t bytes = file_bytes(file);
+  ParquetProgress credit(file, progress);
   Corpus corpus;
-  int64_t credited = 0;
   const auto on_chunk = [&](const ParquetTextChunk& chunk) {
-    const auto upto =
-        static_cast<int64_t>(static_cast<double>(bytes) * static_cast<double>(chunk.rows_read) /
-                             static_cast<double>(chunk.total_rows));
-    const TokenizeSettings settings{o.threads, /*check_utf8=*/true, &progress, upto - credited};
-    credited = upto;
-    corpus.append(tokenize_texts(chunk.texts, tokenizer, settings, [&](size_t i) {
-      return fmt::format("{}: row {}", file, chunk.rows[i]);
-    }));
+    corpus.append(
+        tokenize_texts(chunk.texts, tokenizer, credit.chunk(o, chunk.rows_read, chunk.total_rows),
+                       [&](size_t i) { return fmt::format("{}: row {}", file, chunk.rows[i]); }));
   };
   const ParquetScan scan = read_parquet_texts(file, o.text_field, kParquetChunkBytes, on_chunk);
-  progress.advance(bytes - credited);
+  credit.finish();
   stats.null_rows += scan.null_rows;
   log::debug("data: {}: {} rows, {} NULL, {} empty", file, scan.rows, scan.null_rows,
              scan.empty_rows);
@@ -163,21 +180,16 @@ Corpus load_pairs(const std::string& file, const SourceOptions& o,
                   const tokenizer::Tokenizer& tokenizer, Progress& progress) {
   const std::string ext = stdfs::path(file).extension().string();
   if (ext == ".parquet") {
-    const int64_t bytes = file_bytes(file);
+    ParquetProgress credit(file, progress);
     Corpus corpus;
-    int64_t credited = 0;
     const auto on_chunk = [&](const ParquetPairChunk& chunk) {
-      const auto upto =
-          static_cast<int64_t>(static_cast<double>(bytes) * static_cast<double>(chunk.rows_read) /
-                               static_cast<double>(chunk.total_rows));
-      const TokenizeSettings settings{o.threads, /*check_utf8=*/true, &progress, upto - credited};
-      credited = upto;
       corpus.append(
-          tokenize_pairs(chunk.prompts, chunk.completions, tokenizer, settings, file,
+          tokenize_pairs(chunk.prompts, chunk.completions, tokenizer,
+                         credit.chunk(o, chunk.rows_read, chunk.total_rows), file,
                          [&](size_t i) { return fmt::format("{}: row {}", file, chunk.rows[i]); }));
     };
     read_parquet_pairs(file, o.prompt_field, o.completion_field, kParquetChunkBytes, on_chunk);
-    progress.advance(bytes - credited);
+    credit.finish();
     return corpus;
   }
   if (ext != ".jsonl" && ext != ".ndjson" && ext != ".json") {

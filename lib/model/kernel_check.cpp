@@ -301,6 +301,15 @@ PathCase varlen_attention_case(const FusedCheckShapes& s, Draw& draw) {
   return c;
 }
 
+// The check of a path the run does not take at its shapes: passed, saying why.
+FusedCheck not_used(FusedPath path, const char* why) {
+  FusedCheck r;
+  r.path = path;
+  r.passed = true;
+  r.tensor = why;
+  return r;
+}
+
 }  // namespace
 
 double dtype_eps(torch::ScalarType t) {
@@ -327,11 +336,7 @@ std::vector<FusedCheck> check_fused_paths(const FusedCheckShapes& shapes,
       case FusedPath::kAddRmsNorm:
         if (shapes.hidden > kernels::kAddRmsNormMaxHidden) {
           // The layer takes the eager ops at this width whatever the switch says.
-          FusedCheck r;
-          r.path = path;
-          r.passed = true;
-          r.tensor = "not used at this hidden size";
-          results.push_back(r);
+          results.push_back(not_used(path, "not used at this hidden size"));
           continue;
         }
         c = add_rms_norm_case(shapes, draw);
@@ -353,11 +358,7 @@ std::vector<FusedCheck> check_fused_paths(const FusedCheckShapes& shapes,
             !use_varlen_attention(
                 torch::empty({0, shapes.head_dim},
                              torch::TensorOptions().dtype(shapes.dtype).device(shapes.device)))) {
-          FusedCheck r;
-          r.path = path;
-          r.passed = true;
-          r.tensor = "not used at this dtype or head size";
-          results.push_back(r);
+          results.push_back(not_used(path, "not used at this dtype or head size"));
           continue;
         }
         c = varlen_attention_case(shapes, draw);
