@@ -4,6 +4,9 @@
 #include "comm/autograd.h"
 
 #include <cstdint>
+#include <vector>
+
+#include "core/error.h"
 
 namespace dstrain::comm {
 namespace {
@@ -22,6 +25,30 @@ torch::Tensor sum(Communicator& comm, const torch::Tensor& x) {
   torch::Tensor out = x.contiguous().clone();
   comm.all_reduce(out, ReduceOp::kSum)->wait();
   return out;
+}
+
+// [world · n, ...] of every rank's x [n, ...], in rank order.
+torch::Tensor gather(Communicator& comm, const torch::Tensor& x) {
+  torch::Tensor input = x.contiguous();
+  std::vector<int64_t> shape = input.sizes().vec();
+  shape[0] *= comm.world_size();
+  torch::Tensor output = torch::empty(shape, input.options());
+  comm.all_gather(output, input)->wait();
+  return output;
+}
+
+// Rank r's rows of x [world · n, ...] summed over the ranks.
+torch::Tensor scatter(Communicator& comm, const torch::Tensor& x) {
+  torch::Tensor input = x.contiguous();
+  std::vector<int64_t> shape = input.sizes().vec();
+  if (shape.empty() || shape[0] % comm.world_size() != 0) {
+    fail(ErrorKind::kInternal, "reduce_scatter_rows: {} rows over {} ranks",
+         shape.empty() ? 0 : shape[0], comm.world_size());
+  }
+  shape[0] /= comm.world_size();
+  torch::Tensor output = torch::empty(shape, input.options());
+  comm.reduce_scatter(output, input, ReduceOp::kSum)->wait();
+  return output;
 }
 
 Communicator& comm_of(AutogradContext* ctx) {
@@ -52,7 +79,66 @@ struct AllReduceSum : torch::autograd::Function<AllReduceSum> {
   }
 };
 
+struct EnterParallel : torch::autograd::Function<EnterParallel> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, Communicator* comm) {
+    keep_comm(ctx, *comm);
+    return x.view_as(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {sum(comm_of(ctx), grads[0]), torch::Tensor()};
+  }
+};
+
+struct LeaveParallel : torch::autograd::Function<LeaveParallel> {
+  static torch::Tensor forward(AutogradContext*, const torch::Tensor& x, Communicator* comm) {
+    return sum(*comm, x);
+  }
+  static variable_list backward(AutogradContext*, variable_list grads) {
+    return {grads[0], torch::Tensor()};
+  }
+};
+
+struct GatherRows : torch::autograd::Function<GatherRows> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, Communicator* comm) {
+    keep_comm(ctx, *comm);
+    return gather(*comm, x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {scatter(comm_of(ctx), grads[0]), torch::Tensor()};
+  }
+};
+
+struct ReduceScatterRows : torch::autograd::Function<ReduceScatterRows> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, Communicator* comm) {
+    keep_comm(ctx, *comm);
+    return scatter(*comm, x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {gather(comm_of(ctx), grads[0]), torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+torch::Tensor enter_parallel(Communicator& comm, const torch::Tensor& x) {
+  if (comm.world_size() == 1) return x;
+  return EnterParallel::apply(x, &comm);
+}
+
+torch::Tensor leave_parallel(Communicator& comm, const torch::Tensor& x) {
+  if (comm.world_size() == 1) return x;
+  return LeaveParallel::apply(x, &comm);
+}
+
+torch::Tensor gather_rows(Communicator& comm, const torch::Tensor& x) {
+  if (comm.world_size() == 1) return x;
+  return GatherRows::apply(x, &comm);
+}
+
+torch::Tensor reduce_scatter_rows(Communicator& comm, const torch::Tensor& x) {
+  if (comm.world_size() == 1) return x;
+  return ReduceScatterRows::apply(x, &comm);
+}
 
 torch::Tensor all_to_all(Communicator& comm, const torch::Tensor& x) {
   if (comm.world_size() == 1) return x;
