@@ -23,13 +23,7 @@ std::string nulls_note(const SourceStats& stats) {
 
 std::shared_ptr<const Corpus> load(const std::string& path, const DataOptions& o,
                                    const tokenizer::Tokenizer& tok, SourceStats& stats) {
-  SourceOptions so;
-  so.format = o.format;
-  so.text_field = o.text_field;
-  so.document = o.document;
-  so.threads = o.threads;
-  so.prompt_field = o.prompt_field;
-  so.completion_field = o.completion_field;
+  const SourceOptions so = source_options(o);
   auto corpus = std::make_shared<Corpus>(load_corpus_cached(
       path, so, CacheOptions{o.cache_dir, o.max_length, o.staged_cache_dir}, tok, &stats));
   if (corpus->num_tokens() == 0) {

@@ -274,18 +274,36 @@ std::optional<std::string_view> text_at(const arrow::Array& a, int64_t i) {
   }
 }
 
+// Opens `path` (its framing checked first) and runs `read(reader, scan)` with scan.rows the
+// footer's count; `read` returns the rows it read, which must be that count. The Parquet reader's
+// exceptions become input errors naming the file (most of Arrow reports a Status; a few paths of
+// the Parquet reader throw instead).
+template <typename Read>
+ParquetScan scan_file(const std::string& path, Read&& read) {
+  check_framing(path);
+  ParquetScan scan;
+  try {
+    auto reader = open_reader(path);
+    scan.rows = reader->parquet_reader()->metadata()->num_rows();
+    const int64_t rows = read(*reader, scan);
+    if (rows != scan.rows) {
+      fail(ErrorKind::kInput, "{}: the footer counts {} rows but the row groups hold {}", path,
+           scan.rows, rows);
+    }
+  } catch (const parquet::ParquetException& e) {
+    fail(ErrorKind::kInput, "{}: cannot read the Parquet file: {}", path, e.what());
+  }
+  return scan;
+}
+
 }  // namespace
 
 ParquetScan read_parquet_pairs(const std::string& path, const std::string& prompt_field,
                                const std::string& completion_field, int64_t chunk_bytes,
                                const ParquetPairFn& on_chunk) {
-  check_framing(path);
-  ParquetScan scan;
-  try {
-    auto reader = open_reader(path);
-    const int prompt = text_column(*reader, path, prompt_field, "data.prompt_field");
-    const int completion = text_column(*reader, path, completion_field, "data.completion_field");
-    scan.rows = reader->parquet_reader()->metadata()->num_rows();
+  return scan_file(path, [&](parquet::arrow::FileReader& reader, ParquetScan& scan) {
+    const int prompt = text_column(reader, path, prompt_field, "data.prompt_field");
+    const int completion = text_column(reader, path, completion_field, "data.completion_field");
     ParquetPairChunk chunk;
     chunk.total_rows = scan.rows;
     std::vector<std::shared_ptr<arrow::RecordBatch>> alive;
@@ -298,10 +316,10 @@ ParquetScan read_parquet_pairs(const std::string& path, const std::string& promp
       alive.clear();
       bytes = 0;
     };
-    for (int g = 0; g < reader->num_row_groups(); ++g) {
+    for (int g = 0; g < reader.num_row_groups(); ++g) {
       const std::string where = fmt::format("cannot read columns \"{}\" and \"{}\" of row group {}",
                                             prompt_field, completion_field, g);
-      auto batches = reader->GetRecordBatchReader({g}, {prompt, completion});
+      auto batches = reader.GetRecordBatchReader({g}, {prompt, completion});
       check(batches.status(), path, where);
       while (true) {
         std::shared_ptr<arrow::RecordBatch> batch;
@@ -330,40 +348,22 @@ ParquetScan read_parquet_pairs(const std::string& path, const std::string& promp
       }
     }
     flush();
-    if (row != scan.rows) {
-      fail(ErrorKind::kInput, "{}: the footer counts {} rows but the row groups hold {}", path,
-           scan.rows, row);
-    }
-  } catch (const parquet::ParquetException& e) {
-    fail(ErrorKind::kInput, "{}: cannot read the Parquet file: {}", path, e.what());
-  }
-  return scan;
+    return row;
+  });
 }
 
 ParquetScan read_parquet_texts(const std::string& path, const std::string& text_field,
                                int64_t chunk_bytes, const ParquetChunkFn& on_chunk) {
-  check_framing(path);
-  ParquetScan scan;
-  try {
-    auto reader = open_reader(path);
-    const int column = text_column(*reader, path, text_field);
-    const auto metadata = reader->parquet_reader()->metadata();
-    scan.rows = metadata->num_rows();
+  return scan_file(path, [&](parquet::arrow::FileReader& reader, ParquetScan& scan) {
+    const int column = text_column(reader, path, text_field);
     ChunkBuilder chunks(chunk_bytes, scan.rows, on_chunk, scan);
     int64_t row = 0;
-    for (int g = 0; g < reader->num_row_groups(); ++g) {
-      read_row_group(*reader, g, column, path, text_field, row, chunks);
+    for (int g = 0; g < reader.num_row_groups(); ++g) {
+      read_row_group(reader, g, column, path, text_field, row, chunks);
     }
     chunks.flush();
-    if (row != scan.rows) {
-      fail(ErrorKind::kInput, "{}: the footer counts {} rows but the row groups hold {}", path,
-           scan.rows, row);
-    }
-  } catch (const parquet::ParquetException& e) {
-    // Most of Arrow reports a Status; a few paths of the Parquet reader throw instead.
-    fail(ErrorKind::kInput, "{}: cannot read the Parquet file: {}", path, e.what());
-  }
-  return scan;
+    return row;
+  });
 }
 
 }  // namespace dstrain::data

@@ -41,6 +41,20 @@ struct SourceOptions {
   std::string completion_field = "completion";  // ... and the completion's
 };
 
+// The source options of a run's or a command's options (DataOptions, TokenizeOptions: the same
+// member names).
+template <typename Options>
+SourceOptions source_options(const Options& o) {
+  SourceOptions s;
+  s.format = o.format;
+  s.text_field = o.text_field;
+  s.document = o.document;
+  s.threads = o.threads;
+  s.prompt_field = o.prompt_field;
+  s.completion_field = o.completion_field;
+  return s;
+}
+
 // What a load saw besides the documents.
 struct SourceStats {
   int64_t null_rows = 0;  // Parquet rows whose text is NULL (skipped)

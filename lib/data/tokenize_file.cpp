@@ -15,14 +15,7 @@ TokenizeSummary tokenize_to_file(const TokenizeOptions& o, const tokenizer::Toke
   const tokenizer::PrefixedTokenizer tokenizer(
       base, tokenizer::document_prefix(base, o.add_bos, "--add-bos"));
   SourceStats stats;
-  SourceOptions source;
-  source.format = o.format;
-  source.text_field = o.text_field;
-  source.document = o.document;
-  source.threads = o.threads;
-  source.prompt_field = o.prompt_field;
-  source.completion_field = o.completion_field;
-  const Corpus corpus = load_corpus(o.input, source, tokenizer, &stats);
+  const Corpus corpus = load_corpus(o.input, source_options(o), tokenizer, &stats);
   if (corpus.num_tokens() == 0) {
     fail(ErrorKind::kInput,
          "{}: the dataset is empty: {} documents, no tokens ({} NULL rows); nothing written",

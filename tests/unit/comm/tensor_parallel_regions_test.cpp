@@ -43,7 +43,9 @@ void expect_close(const Tensor& got, const Tensor& want, const std::string& what
       << what << ": max difference " << (got - want).abs().max().item<double>();
 }
 
-TEST(TensorParallelRegions, ColumnThenRowParallelMlpIsTheWholeLayer) {
+// The layer split over 2 and 3 ranks against the whole layer on one process; with
+// `split_tokens` each rank holds its rows of x and of the output's gradient.
+void expect_the_whole_layer(bool split_tokens) {
   const Whole w = whole_layer();
   const Tensor x = w.x.clone().requires_grad_(true), w1 = w.w1.clone().requires_grad_(true),
                w2 = w.w2.clone().requires_grad_(true);
@@ -52,40 +54,30 @@ TEST(TensorParallelRegions, ColumnThenRowParallelMlpIsTheWholeLayer) {
   for (const int ranks : {2, 3}) {
     run_ranks(ranks, [&](ThreadCommunicator& comm) {
       const int64_t shard = kInner / ranks, r = comm.rank();
-      const Tensor xr = w.x.clone().requires_grad_(true);
+      const auto mine = [&](const Tensor& t) {
+        return split_tokens ? t.narrow(0, r * (kTokens / ranks), kTokens / ranks) : t;
+      };
+      const Tensor xr = mine(w.x).clone().requires_grad_(true);
       const Tensor w1r = w.w1.narrow(0, r * shard, shard).clone().requires_grad_(true);
       const Tensor w2r = w.w2.narrow(1, r * shard, shard).clone().requires_grad_(true);
-      const Tensor out = leave_parallel(comm, mlp(enter_parallel(comm, xr), w1r, w2r));
-      expect_close(out, want.detach(), "output on rank " + std::to_string(r));
-      out.backward(w.grad_out);
-      expect_close(xr.grad(), x.grad(), "input gradient");
+      const Tensor out = split_tokens
+                             ? reduce_scatter_rows(comm, mlp(gather_rows(comm, xr), w1r, w2r))
+                             : leave_parallel(comm, mlp(enter_parallel(comm, xr), w1r, w2r));
+      expect_close(out, mine(want.detach()), "output on rank " + std::to_string(r));
+      out.backward(mine(w.grad_out));
+      expect_close(xr.grad(), mine(x.grad()), "input gradient");
       expect_close(w1r.grad(), w1.grad().narrow(0, r * shard, shard), "w1 shard gradient");
       expect_close(w2r.grad(), w2.grad().narrow(1, r * shard, shard), "w2 shard gradient");
     });
   }
 }
 
+TEST(TensorParallelRegions, ColumnThenRowParallelMlpIsTheWholeLayer) {
+  expect_the_whole_layer(/*split_tokens=*/false);
+}
+
 TEST(TensorParallelRegions, WithTheTokensSplitOutsideTheRegion) {
-  const Whole w = whole_layer();
-  const Tensor x = w.x.clone().requires_grad_(true), w1 = w.w1.clone().requires_grad_(true),
-               w2 = w.w2.clone().requires_grad_(true);
-  const Tensor want = mlp(x, w1, w2);
-  want.backward(w.grad_out);
-  for (const int ranks : {2, 3}) {
-    run_ranks(ranks, [&](ThreadCommunicator& comm) {
-      const int64_t shard = kInner / ranks, rows = kTokens / ranks, r = comm.rank();
-      // Each rank holds its rows of x and of the output's gradient.
-      const Tensor xr = w.x.narrow(0, r * rows, rows).clone().requires_grad_(true);
-      const Tensor w1r = w.w1.narrow(0, r * shard, shard).clone().requires_grad_(true);
-      const Tensor w2r = w.w2.narrow(1, r * shard, shard).clone().requires_grad_(true);
-      const Tensor out = reduce_scatter_rows(comm, mlp(gather_rows(comm, xr), w1r, w2r));
-      expect_close(out, want.detach().narrow(0, r * rows, rows), "output rows");
-      out.backward(w.grad_out.narrow(0, r * rows, rows));
-      expect_close(xr.grad(), x.grad().narrow(0, r * rows, rows), "input rows' gradient");
-      expect_close(w1r.grad(), w1.grad().narrow(0, r * shard, shard), "w1 shard gradient");
-      expect_close(w2r.grad(), w2.grad().narrow(1, r * shard, shard), "w2 shard gradient");
-    });
-  }
+  expect_the_whole_layer(/*split_tokens=*/true);
 }
 
 TEST(TensorParallelRegions, OneRankIsTheIdentity) {
