@@ -14,7 +14,8 @@ namespace dstrain::launcher {
 namespace {
 
 struct BatchShape {
-  int64_t micro = 1, accum = 1, train_batch_size = -1, sequence_parallel = 1;
+  int64_t micro = 1, accum = 1, train_batch_size = -1;
+  int64_t sequence_parallel = 1, tensor_parallel = 1;
 };
 
 BatchShape batch_shape(const LocalLaunchOptions& launch, int world) {
@@ -23,7 +24,8 @@ BatchShape batch_shape(const LocalLaunchOptions& launch, int world) {
   load.world_size = world;
   const config::Config c = config::load_config(launch.config_path, load);
   return {c.training.per_device_train_batch_size, c.training.gradient_accumulation_steps,
-          c.training.train_batch_size, c.parallel.sequence_parallel_size};
+          c.training.train_batch_size, c.parallel.sequence_parallel_size,
+          c.parallel.tensor_parallel_size};
 }
 
 // The nearest whole accumulation for b's global batch on new_world ranks.
@@ -94,13 +96,13 @@ void check_elastic_batch(const LocalLaunchOptions& launch, bool allow_change, in
   const int world = std::accumulate(node_sizes.begin(), node_sizes.end(), 0);
   const BatchShape b = batch_shape(launch, world);  // read once for every world it could shrink to
   for (int smaller : shrunk_worlds(node_sizes, min_nodes)) {
-    // Sequence-parallel groups cannot be formed at all: no batch choice helps.
-    if (smaller % b.sequence_parallel != 0) {
-      fail(
-          ErrorKind::kConfig,
-          "--min-nodes {} lets the job shrink to {} rank(s), which parallel.sequence_parallel_size "
-          "{} does not divide; raise --min-nodes or use hosts whose rank counts keep it",
-          min_nodes, smaller, b.sequence_parallel);
+    // Sequence- or tensor-parallel groups cannot be formed at all: no batch choice helps.
+    if (smaller % (b.sequence_parallel * b.tensor_parallel) != 0) {
+      fail(ErrorKind::kConfig,
+           "--min-nodes {} lets the job shrink to {} rank(s), which "
+           "parallel.sequence_parallel_size {} x parallel.tensor_parallel_size {} does not "
+           "divide; raise --min-nodes or use hosts whose rank counts keep it",
+           min_nodes, smaller, b.sequence_parallel, b.tensor_parallel);
     }
     if (!allow_change && !batch_kept(b, world, smaller)) {
       fail(ErrorKind::kConfig, "--min-nodes {} lets the job shrink to {} rank(s): {}", min_nodes,

@@ -69,8 +69,8 @@ std::string name_node(const std::string& message, const std::string& host) {
 
 }  // namespace
 
-int validate_config(const LocalLaunchOptions& o, int world_size) {
-  return static_cast<int>(load_run_config(o, world_size).parallel.sequence_parallel_size);
+config::ParallelSection validate_config(const LocalLaunchOptions& o, int world_size) {
+  return load_run_config(o, world_size).parallel;
 }
 
 void stage_node_inputs(const LocalLaunchOptions& o, int world_size, const std::string& host,
@@ -131,14 +131,15 @@ void add_shared_gpu_env(WorldPlan& plan) {
 
 WorldPlan plan_local_launch(const LocalLaunchOptions& options) {
   check_local_options(options);
-  const int sequence_parallel = options.exec ? 1 : validate_config(options, options.nproc);
+  const config::ParallelSection parallel =
+      options.exec ? config::ParallelSection{} : validate_config(options, options.nproc);
   PlanRequest request;
   request.nodes = {NodeSpec{"localhost", options.nproc, {}}};
   request.master_addr = options.master_addr;
   request.master_port = options.master_port != 0 ? options.master_port : find_free_port();
   request.command = rank_command(options);
   WorldPlan plan = make_world_plan(request);
-  plan.sequence_parallel_size = sequence_parallel;
+  plan.parallel = parallel;
   if (wants_shared_gpu(options)) add_shared_gpu_env(plan);
   return plan;
 }

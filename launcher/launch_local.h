@@ -49,8 +49,8 @@ void check_local_options(const LocalLaunchOptions& options);
 std::vector<std::string> rank_command(const LocalLaunchOptions& options);
 
 // Loads the config once (with `world_size` ranks), so an error is reported once, not per rank.
-// Returns its parallel.sequence_parallel_size (for the plan's groups).
-int validate_config(const LocalLaunchOptions& options, int world_size);
+// Returns its parallel section (for the plan's groups).
+config::ParallelSection validate_config(const LocalLaunchOptions& options, int world_size);
 
 // Node-local staging for the ranks of one node (stage_inputs.h): when --stage-dir or the config's
 // data.stage_dir names a directory, stages the run's inputs there, prints the report on stderr

@@ -119,8 +119,10 @@ MultiNodePlan plan_multi_node(const MultiNodeOptions& o, const char* const* envi
                    plan.nodes.end());
   if (plan.nodes.empty()) fail(ErrorKind::kRuntime, "no host left to run on");
   plan.world = make_world_plan(world_request(o, launch, plan.nodes));
-  if (!launch.exec)
-    plan.world.sequence_parallel_size = validate_config(launch, plan.world.world_size);
+  if (!launch.exec) {
+    plan.world.parallel = validate_config(launch, plan.world.world_size);
+    check_tensor_parallel_nodes(plan.world);
+  }
   RemoteEnvSources sources;
   sources.environ = environ;
   const char* home = std::getenv("HOME");

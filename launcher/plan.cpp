@@ -1,6 +1,7 @@
 #include "launcher/plan.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 
@@ -78,24 +79,102 @@ WorldPlan make_world_plan(const PlanRequest& request) {
   return plan;
 }
 
+namespace {
+
+// The ranks of group `g` of `size` ranks `stride` apart: the groups of `stride` consecutive blocks
+// of `size · stride` ranks (train/tensor_parallel.h's layout).
+std::vector<int> group_ranks(int g, int size, int stride) {
+  std::vector<int> ranks;
+  const int block = g / stride, offset = g % stride;
+  for (int i = 0; i < size; ++i) ranks.push_back(block * size * stride + i * stride + offset);
+  return ranks;
+}
+
+// "  group 0: ranks 0-1 on node 0 (host)\n", or "ranks 0, 2, 4" when they are not consecutive.
+std::string group_line(const WorldPlan& plan, int g, const std::vector<int>& ranks,
+                       const char* collectives) {
+  const RankSpec& first = plan.ranks[static_cast<size_t>(ranks.front())];
+  const RankSpec& last = plan.ranks[static_cast<size_t>(ranks.back())];
+  std::string out = fmt::format("  group {}: ranks ", g);
+  if (ranks.back() - ranks.front() + 1 == static_cast<int>(ranks.size())) {
+    out += fmt::format("{}-{}", first.rank, last.rank);
+  } else {
+    out += fmt::format("{}", fmt::join(ranks, ", "));
+  }
+  if (first.node_rank == last.node_rank) {
+    return out + fmt::format(" on node {} ({})\n", first.node_rank, first.host);
+  }
+  return out + fmt::format(" across nodes {}-{}: its {} cross the network\n", first.node_rank,
+                           last.node_rank, collectives);
+}
+
+}  // namespace
+
 std::string format_parallel_groups(const WorldPlan& plan) {
-  const int p = plan.sequence_parallel_size;
-  if (p <= 1 || plan.world_size % p != 0) return "";
-  std::string out =
-      fmt::format("sequence-parallel groups of {} consecutive ranks (data-parallel size {}):\n", p,
-                  plan.world_size / p);
-  for (int g = 0; g < plan.world_size / p; ++g) {
-    const RankSpec& first = plan.ranks[static_cast<size_t>(g * p)];
-    const RankSpec& last = plan.ranks[static_cast<size_t>(g * p + p - 1)];
-    out += fmt::format("  group {}: ranks {}-{}", g, first.rank, last.rank);
-    if (first.node_rank == last.node_rank) {
-      out += fmt::format(" on node {} ({})\n", first.node_rank, first.host);
-    } else {
-      out += fmt::format(" across nodes {}-{}: its all-to-alls cross the network\n",
-                         first.node_rank, last.node_rank);
+  const int p = static_cast<int>(plan.parallel.sequence_parallel_size);
+  const int t = static_cast<int>(plan.parallel.tensor_parallel_size);
+  if ((p <= 1 && t <= 1) || plan.world_size % (p * t) != 0) return "";
+  std::string out;
+  const int dp = plan.world_size / (p * t);
+  if (t > 1) {
+    out += fmt::format("tensor-parallel groups of {} consecutive ranks{}:\n", t,
+                       plan.parallel.tensor_sequence_parallel
+                           ? " (sequence parallelism between the layers' parallel regions)"
+                           : "");
+    for (int g = 0; g < plan.world_size / t; ++g) {
+      out += group_line(plan, g, group_ranks(g, t, 1), "per-layer collectives");
     }
   }
+  if (p > 1) {
+    out += t == 1 ? fmt::format("sequence-parallel groups of {} consecutive ranks", p)
+                  : fmt::format("sequence-parallel groups of {} ranks {} apart", p, t);
+    out += fmt::format(" (data-parallel size {}):\n", dp);
+    for (int g = 0; g < plan.world_size / p; ++g) {
+      out += group_line(plan, g, group_ranks(g, p, t), "all-to-alls");
+    }
+  }
+  if (t > 1) {
+    out += fmt::format(
+        "data-parallel size {}: ZeRO shards each tensor-parallel slice over the {} ranks that "
+        "hold it\n",
+        dp, plan.world_size / t);
+  }
   return out;
+}
+
+void check_tensor_parallel_nodes(const WorldPlan& plan) {
+  std::vector<int> ranks_per_node;
+  std::vector<std::string> hosts;
+  for (const RankSpec& rank : plan.ranks) {
+    if (rank.node_rank >= static_cast<int>(ranks_per_node.size())) {
+      ranks_per_node.push_back(0);
+      hosts.push_back(rank.host);
+    }
+    ++ranks_per_node.back();
+  }
+  check_tensor_parallel_nodes(plan.parallel, ranks_per_node, hosts);
+}
+
+void check_tensor_parallel_nodes(const config::ParallelSection& parallel,
+                                 const std::vector<int>& ranks_per_node,
+                                 const std::vector<std::string>& hosts) {
+  const int t = static_cast<int>(parallel.tensor_parallel_size);
+  if (t <= 1 || parallel.tensor_parallel_across_nodes) return;
+  std::vector<int> node_of;  // by rank
+  for (size_t n = 0; n < ranks_per_node.size(); ++n) {
+    node_of.insert(node_of.end(), static_cast<size_t>(ranks_per_node[n]), static_cast<int>(n));
+  }
+  for (size_t g = 0; (g + 1) * static_cast<size_t>(t) <= node_of.size(); ++g) {
+    const size_t first = g * static_cast<size_t>(t), last = first + static_cast<size_t>(t) - 1;
+    const int a = node_of[first], b = node_of[last];
+    if (a == b) continue;
+    fail(ErrorKind::kConfig,
+         "parallel.tensor_parallel_size ({}): tensor-parallel group {} (ranks {}-{}) spans nodes "
+         "{} ({}) and {} ({}): its collectives run at every layer and need one node's links; give "
+         "each node a multiple of {} ranks, or set parallel.tensor_parallel_across_nodes: true",
+         t, g, first, last, a, hosts.at(static_cast<size_t>(a)), b,
+         hosts.at(static_cast<size_t>(b)), t);
+  }
 }
 
 std::vector<RankSpec> ranks_on_node(const WorldPlan& plan, int node_rank) {

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "config/config.h"
+
 namespace dstrain::launcher {
 
 // Ordered (name, value) pairs; order is preserved so printed plans are stable.
@@ -46,9 +48,10 @@ struct WorldPlan {
   std::string master_addr;
   int master_port = 0;
   std::vector<RankSpec> ranks;  // ranks[i].rank == i
-  // parallel.sequence_parallel_size of the run (1 without sequence parallelism, or with --exec):
-  // the ranks form groups of this many consecutive ranks.
-  int sequence_parallel_size = 1;
+  // The run's parallel section (the defaults with --exec): its tensor-parallel groups are
+  // tensor_parallel_size consecutive ranks, its sequence-parallel groups sequence_parallel_size
+  // ranks tensor_parallel_size apart (train/tensor_parallel.h).
+  config::ParallelSection parallel;
 };
 
 // Builds the plan. Throws Error(kUsage) for an empty node list, nproc < 1, devices not matching
@@ -58,10 +61,18 @@ WorldPlan make_world_plan(const PlanRequest& request);
 // The ranks of one node, in rank order (what a node agent spawns).
 std::vector<RankSpec> ranks_on_node(const WorldPlan& plan, int node_rank);
 
-// For --dry-run: the sequence-parallel groups, one line each ("  group 0: ranks 0-1 on node 0
-// (host)"), a group spread over nodes marked as such (its all-to-alls then cross the network).
-// Empty without sequence parallelism.
+// For --dry-run: the tensor-parallel and the sequence-parallel groups, one line each ("  group 0:
+// ranks 0-1 on node 0 (host)"), a group spread over nodes marked as such (its collectives then
+// cross the network), and the data-parallel degree. Empty without either.
 std::string format_parallel_groups(const WorldPlan& plan);
+
+// Error(kConfig) naming parallel.tensor_parallel_size, the group and its nodes when a
+// tensor-parallel group spans nodes, unless parallel.tensor_parallel_across_nodes: of `plan`, or
+// of nodes holding `ranks_per_node` consecutive ranks each, named `hosts`.
+void check_tensor_parallel_nodes(const WorldPlan& plan);
+void check_tensor_parallel_nodes(const config::ParallelSection& parallel,
+                                 const std::vector<int>& ranks_per_node,
+                                 const std::vector<std::string>& hosts);
 
 // Throws Error(kUsage) naming `flag` unless 1 <= port <= 65535.
 void check_port(int port, const char* flag);

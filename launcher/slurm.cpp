@@ -13,6 +13,7 @@
 #include "launcher/elastic_batch.h"
 #include "launcher/hostlist.h"
 #include "launcher/output.h"
+#include "launcher/plan.h"
 #include "launcher/program_path.h"
 #include "launcher/shell_quote.h"
 #include "launcher/slurm_step.h"
@@ -241,7 +242,12 @@ int run_slurm_launch(const SlurmLaunchOptions& options) {
     resolved.launch.config_path = std::filesystem::absolute(resolved.launch.config_path).string();
     int nodes =
         int_var(env, find(env, "SLURM_JOB_NUM_NODES") ? "SLURM_JOB_NUM_NODES" : "SLURM_NNODES", 1);
-    validate_config(resolved.launch, nodes * resolved.launch.nproc);
+    const config::ParallelSection parallel =
+        validate_config(resolved.launch, nodes * resolved.launch.nproc);
+    std::vector<std::string> hosts;
+    for (int n = 0; n < nodes; ++n) hosts.push_back(fmt::format("Slurm node {}", n));
+    check_tensor_parallel_nodes(
+        parallel, std::vector<int>(static_cast<size_t>(nodes), resolved.launch.nproc), hosts);
   } else {
     resolved.launch.args[0] = resolve_program(resolved.launch.args[0]);
   }

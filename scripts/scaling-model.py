@@ -18,10 +18,14 @@ reduce-scattered as their gradients complete. A collective costs NCCL's latency 
 bytes a rank sends divided by the published bus bandwidth. Compute is the measured 0.5B step's
 FLOP rate applied to each shape's FLOPs, except where the inputs carry measured_layers (from
 scripts/bench/layer-times): that shape's decoder layers and optimizer as measured, extrapolated to
-its depth. Python 3, standard library only.
+its depth. Tensor parallelism (a projection of its design: TP ranks inside a node, data parallel
+outermost) splits every matrix TP ways, puts its collectives on NVLink between the matmuls, on the
+compute stream, and runs ZeRO over each TP rank's data-parallel group across the nodes. Python 3,
+standard library only.
 """
 import argparse
 import collections
+import copy
 import json
 import math
 import os
@@ -86,7 +90,8 @@ def kind_name(kind):
 
 
 class Shape:
-    """A Llama/Qwen2-shaped decoder: hidden H, intermediate I, L layers, heads, kv heads, vocab."""
+    """A Llama/Qwen2-shaped decoder: hidden H, intermediate I, L layers, heads, kv heads, vocab;
+    as one rank of a tensor-parallel group of `tp` sees it (tensor_parallel())."""
 
     KEYS = ("hidden", "intermediate", "layers", "heads", "kv_heads", "head_dim", "vocab")
 
@@ -104,44 +109,63 @@ class Shape:
         self.seq = s.get("seq", 2048)
         self.checkpointing = bool(s.get("checkpointing", False))
         self.element_bytes = s.get("element_bytes", 2)
+        self.tp = 1
 
-    def parameters(self):
-        """[(name, numel, unit)] in dstrain's named_parameters() order; units are the model's blocks
-        (lib/model/blocks.h: embedding 0, layer i 1 + i, norm and lm_head L+1)."""
+    def tensor_parallel(self, tp):
+        """The shape as one rank of a tensor-parallel group of `tp` sees it (Megatron's split: q, k,
+        v, gate and up by columns, o and down by rows, embedding and head by vocabulary rows, 1/tp
+        of each a rank; norms whole), and the group's micro-batch `tp` times one GPU's, so that
+        every GPU still has the same tokens a step."""
+        for what, v in (("heads", self.heads), ("kv_heads", self.kv_heads),
+                        ("intermediate", self.I), ("vocab", self.V)):
+            if v % tp:
+                raise InputError(f"shapes.{self.name}.{what} ({v}) does not split {tp} ways")
+        out = copy.copy(self)
+        out.tp, out.micro = tp, self.micro * tp
+        return out
+
+    def parameters(self, whole=False):
+        """[(name, numel, unit)] in dstrain's named_parameters() order, the rank's 1/tp of each
+        split one (`whole`: the unsplit model); units are the model's blocks (lib/model/blocks.h:
+        embedding 0, layer i 1 + i, norm and lm_head L+1)."""
         H, q, kv = self.H, self.heads * self.head_dim, self.kv_heads * self.head_dim
-        out = [("model.embed_tokens.weight", self.V * H, 0)]
+        t = 1 if whole else self.tp
+        out = [("model.embed_tokens.weight", self.V * H // t, 0)]
         for i in range(self.L):
             p, u = f"model.layers.{i}.", 1 + i
-            out.append((p + "self_attn.q_proj.weight", q * H, u))
+            out.append((p + "self_attn.q_proj.weight", q * H // t, u))
             if self.qkv_bias:
-                out.append((p + "self_attn.q_proj.bias", q, u))
+                out.append((p + "self_attn.q_proj.bias", q // t, u))
             for proj in ("k_proj", "v_proj"):
-                out.append((p + f"self_attn.{proj}.weight", kv * H, u))
+                out.append((p + f"self_attn.{proj}.weight", kv * H // t, u))
                 if self.qkv_bias:
-                    out.append((p + f"self_attn.{proj}.bias", kv, u))
-            out.append((p + "self_attn.o_proj.weight", H * q, u))
+                    out.append((p + f"self_attn.{proj}.bias", kv // t, u))
+            out.append((p + "self_attn.o_proj.weight", H * q // t, u))
             for proj in ("gate_proj", "up_proj"):
-                out.append((p + f"mlp.{proj}.weight", self.I * H, u))
-            out.append((p + "mlp.down_proj.weight", H * self.I, u))
+                out.append((p + f"mlp.{proj}.weight", self.I * H // t, u))
+            out.append((p + "mlp.down_proj.weight", H * self.I // t, u))
             out.append((p + "input_layernorm.weight", H, u))
             out.append((p + "post_attention_layernorm.weight", H, u))
         out.append(("model.norm.weight", H, self.L + 1))
         if not self.tied:
-            out.append(("lm_head.weight", self.V * H, self.L + 1))
+            out.append(("lm_head.weight", self.V * H // t, self.L + 1))
         return out
 
     def numel(self):
+        """Elements a rank holds (the whole model without tensor parallelism)."""
         return sum(n for _, n, _ in self.parameters())
 
     def tokens(self):
+        """Tokens of one micro-step: one GPU's, or its tensor-parallel group's."""
         return self.micro * self.seq
 
     def segment_forward_flops(self):
-        """Forward FLOPs per token of each segment (embed, layer 0..L-1, head): 2 per matmul weight
-        plus attention's 4·heads·head_dim·seq per layer; three times that forward + backward is
-        docs/models.md's 6·N + 12·L·H·Q·T (N counting the LM head, tied or not)."""
+        """Forward FLOPs per token of each segment (embed, layer 0..L-1, head) of the whole model:
+        2 per matmul weight plus attention's 4·heads·head_dim·seq per layer; three times that
+        forward + backward is docs/models.md's 6·N + 12·L·H·Q·T (N counting the LM head, tied
+        or not)."""
         per_layer = collections.Counter()
-        for _, n, u in self.parameters():
+        for _, n, u in self.parameters(whole=True):
             per_layer[u] += n
         attention = 4 * self.heads * self.head_dim * self.seq
         layers = [2 * per_layer[1 + i] + attention for i in range(self.L)]
@@ -234,6 +258,31 @@ def engine_collectives(shape, stage, n, micro_steps, opts, element_bytes, norm=T
     return {k: tuple(v) for k, v in out.items()}
 
 
+def tp_collectives(shape, sequence_parallel):
+    """Tensor parallelism's collectives of one micro-step over the tp ranks of a group, each
+    between two matmuls: (forward, backward), a list per segment (embedding, layers, head) of
+    (kind, buffer bytes). S is the group's activation, tokens x hidden in the compute dtype. With
+    sequence parallelism a layer all-gathers S before and reduce-scatters it after each of
+    attention and the MLP, forward and backward (and again in the recompute of a checkpointed
+    layer); the embedding reduce-scatters its output, the head all-gathers its input and
+    reduce-scatters its input's gradient. Without, a layer all-reduces S twice forward and twice
+    backward, the embedding its output, the head its input's gradient. The vocabulary-parallel loss
+    all-reduces 3 fp32 values a token (maximum, sum of exponentials, target logit)."""
+    S = shape.tokens() * shape.H * shape.element_bytes
+    if sequence_parallel:
+        layer = [("all_gather", S), ("reduce_scatter", S)] * 2
+        embed, head_in = [("reduce_scatter", S)], [("all_gather", S)]
+        head_grad = [("reduce_scatter", S)]
+    else:
+        layer = [("all_reduce", S)] * 2
+        embed, head_in, head_grad = [("all_reduce", S)], [], [("all_reduce", S)]
+    loss = [("all_reduce", shape.tokens() * 4)] * 3
+    recompute = 2 if shape.checkpointing else 1
+    forward = [embed] + [layer] * shape.L + [head_in + loss]
+    backward = [[]] + [layer * recompute] * shape.L + [head_grad]
+    return forward, backward
+
+
 # ----------------------------------------------------------------------------------------------
 # Time of one collective: NCCL's latency model plus bytes over the published bus bandwidth
 
@@ -244,13 +293,21 @@ class Network:
         self.inter = {int(k): v for k, v in inputs.get("network.inter_node_busbw_gbs", dict).items()}
         self.lat = inputs.get("network.nccl_latency_us", dict)
         self.proto = inputs.get("network.protocol_bandwidth", dict)
+        self.nic = inputs.get("network.per_nic_busbw_gbs")
         self.override = inter_node_override
 
-    def busbw(self, nodes):
+    def busbw(self, nodes, per_node):
+        """A ring's busbw over `nodes` nodes with `per_node` of its ranks in each. Across nodes each
+        rank has its own NIC, and the rings of the other groups on the node (a group per
+        tensor-parallel rank) use theirs at the same time, so a group gets per_node NICs: at most
+        per_node x one NIC's busbw, besides the measured figure for whole nodes."""
         if nodes == 1:
             return self.intra
         if self.override is not None:
             return self.override
+        return min(self._whole_nodes(nodes), per_node * self.nic)
+
+    def _whole_nodes(self, nodes):
         known = sorted(self.inter)
         if nodes <= known[0]:
             return self.inter[known[0]]
@@ -271,7 +328,7 @@ class Network:
         """The fastest of NCCL's protocols (and, for all-reduce, of ring and tree)."""
         if n <= 1:
             return 0.0
-        bus = self.busbw(nodes)
+        bus = self.busbw(nodes, n // nodes)
         allreduce = kind == "all_reduce"
         steps = 2 * (n - 1) if allreduce else n - 1
         inter = (2 * nodes if nodes > 1 else 0) if allreduce else nodes - 1
@@ -340,28 +397,49 @@ class Timeline:
 
 
 class Compute:
-    """Seconds of each segment's forward and backward, and of the optimizer per element owned:
-    from the FLOPs at `rate`, or, with `measured` (a measured_layers entry), each decoder layer's
-    as measured and the optimizer's per element as measured (embedding and head still at `rate`)."""
+    """Seconds of each segment's forward and backward on the compute stream, and of the optimizer
+    per element owned: from the FLOPs at `rate`, or, with `measured` (a measured_layers entry),
+    each decoder layer's as measured and the optimizer's per element as measured (embedding and
+    head still at `rate`). With tensor parallelism (shape.tp > 1) a rank does 1/tp of its group's
+    FLOPs at `efficiency` times the rate of whole matrices, and each segment's tensor-parallel
+    collectives (tp_fwd, tp_bwd; tp_norm: the gradient norm's) run on `net` in a node between its
+    matmuls, counted in fwd and bwd."""
 
-    def __init__(self, inputs, shape, rate, measured=None):
+    def __init__(self, inputs, shape, rate, measured=None, net=None, sequence_parallel=True,
+                 efficiency=1.0):
         self.shape = shape
-        tokens = shape.tokens()
+        tp, tokens = shape.tp, shape.tokens()
         fwd = [f * tokens / rate for f in shape.segment_forward_flops()]
-        self.fwd = fwd
         recompute = [0.0] + fwd[1:-1] + [0.0] if shape.checkpointing else [0.0] * len(fwd)
-        self.bwd = [2 * f + r for f, r in zip(fwd, recompute)]
+        bwd = [2 * f + r for f, r in zip(fwd, recompute)]
         ref = inputs.shape(inputs.get("compute.shape", str))
         self.opt_per_element = inputs.get("compute.optimizer_ms") * 1e-3 / ref.numel()
         if measured:
             layers = range(1, len(fwd) - 1)
-            self.fwd = [measured["forward_ms"] * 1e-3 if k in layers else f for k, f in enumerate(fwd)]
-            self.bwd = [measured["backward_ms"] * 1e-3 if k in layers else b
-                        for k, b in enumerate(self.bwd)]
+            scale = tokens / (measured["micro"] * measured["seq"])
+            fwd = [measured["forward_ms"] * 1e-3 * scale if k in layers else f
+                   for k, f in enumerate(fwd)]
+            bwd = [measured["backward_ms"] * 1e-3 * scale if k in layers else b
+                   for k, b in enumerate(bwd)]
             self.opt_per_element = measured["optimizer_ns_per_element"] * 1e-9
+        self.tp_fwd, self.tp_bwd, self.tp_norm = [0.0] * len(fwd), [0.0] * len(bwd), 0.0
+        if tp > 1:
+            def seconds(calls):
+                return sum(net.seconds(k, ring_bytes(k, b, tp), tp, 1) for k, b in calls)
+
+            forward, backward = tp_collectives(shape, sequence_parallel)
+            self.tp_fwd, self.tp_bwd = [seconds(c) for c in forward], [seconds(c) for c in backward]
+            self.tp_norm = seconds([("all_reduce", 8)])
+        share = tp * efficiency
+        self.fwd = [f / share + c for f, c in zip(fwd, self.tp_fwd)]
+        self.bwd = [b / share + c for b, c in zip(bwd, self.tp_bwd)]
+
+    def tp_seconds(self):
+        """Tensor parallelism's collectives in one step (all on the critical path)."""
+        return sum(self.tp_fwd) + sum(self.tp_bwd) + self.tp_norm
 
     def step(self, owned):
-        return sum(self.fwd) + sum(self.bwd) + self.opt_per_element * owned
+        return sum(self.fwd) + sum(self.bwd) + self.opt_per_element * owned + self.tp_norm
 
 
 def measured_layers(inputs, shapes):
@@ -411,11 +489,12 @@ def sharded_step(tl, shape, comp, n, opts):
     # Gradients are final when their segment's backward ends; backward runs head ... embed.
     position = {seg: segs - 1 - seg for seg in range(segs)}
     cuts = buckets(off, n, opts["reduce_bucket_size"])
+    width = cuts[0][1] - cuts[0][0]  # every bucket but the last
     ready = [0] * len(cuts)
     for (_, size, unit), begin in zip(params, offsets):
-        for b, (lo, hi) in enumerate(cuts):
-            if begin < hi and begin + size > lo:
-                ready[b] = max(ready[b], position[unit])
+        last = min((begin + size - 1) // width, len(cuts) - 1)
+        for b in range(min(begin // width, len(cuts) - 1), last + 1):
+            ready[b] = max(ready[b], position[unit])
     clipping = opts["gradient_clipping"]
     gathers = []
 
@@ -444,6 +523,7 @@ def sharded_step(tl, shape, comp, n, opts):
     while in_flight:
         retire(in_flight.popleft())
     tl.wait(tl.launch("all_reduce", 8))
+    tl.compute(comp.tp_norm)  # the tensor-parallel group's sum of the norm
     if clipping:
         for b in reversed(range(len(cuts))):
             update(b)
@@ -555,6 +635,7 @@ class Stage3Run:
         while self.reductions:
             self.retire_oldest()
         tl.wait(tl.launch("all_reduce", 8))
+        tl.compute(self.comp.tp_norm)  # the tensor-parallel group's sum of the norm
         if self.clipping:
             tl.compute(self.comp.opt_per_element * (sum(self.units.padded) + self.units.persistent) /
                        self.n)
@@ -599,11 +680,18 @@ def model_state_bytes(shape, stage, n, opts):
     return 2 * padded + grads + 12 * padded // n
 
 
-def activation_bytes(shape, loss_chunk_gib):
-    a = 12 * shape.H + 6 * shape.I + 4 * shape.kv_heads * shape.head_dim
+def activation_bytes(shape, loss_chunk_gib, sequence_parallel=True):
+    """Per token and layer, bf16: the layer input, the two norms' outputs and the residual (8H)
+    and q, the attention output, k, v, gate, up and the SwiGLU output (4H + 6I + 4Hkv). With
+    tensor parallelism a rank keeps 1/tp of its group's: of all of them with sequence parallelism,
+    of the second kind only without."""
+    H, tp = shape.H, shape.tp
+    outer, inner = 8 * H, 4 * H + 6 * shape.I + 4 * shape.kv_heads * shape.head_dim
+    split = (lambda b: b / tp) if tp > 1 else (lambda b: b)
+    a = split(outer + inner) if sequence_parallel else outer + split(inner)
     tokens = shape.tokens()
     if shape.checkpointing:  # each layer's input kept; one layer's tensors and their gradients live
-        per_token = shape.L * 2 * shape.H + 2 * a
+        per_token = shape.L * (split(2 * H) if sequence_parallel else 2 * H) + 2 * a
     else:
         per_token = shape.L * a
     return tokens * per_token + loss_chunk_gib * GIB
@@ -633,6 +721,20 @@ def transient_bytes(net, shape, comp, stage, scale, opts):
 
 def fmt(v, digits=1):
     return f"{v:,.{digits}f}"
+
+
+Layout = collections.namedtuple("Layout", "tp dp stage step tp_comm zero_comm memory fits "
+                                          "tokens_per_s mfu")
+
+
+def layout_name(l):
+    return f"{l.tp} × 1 × {l.dp}, stage {l.stage}"
+
+
+def gain(base_step, step):
+    """Throughput against a baseline step, as +x% (or −x%)."""
+    g = 100 * (base_step / step - 1)
+    return "0%" if abs(g) < 0.5 else f"{'+' if g > 0 else '−'}{abs(g):.0f}%"
 
 
 def table(header, rows):
@@ -672,9 +774,41 @@ class Model:
         self.memory = inputs.get("compute.memory_gb") * GB
         self.loss_chunk = inputs.get("activation_bytes.loss_chunk_gib")
         self.measured = measured_layers(inputs, self.shapes)
+        self.tp_shapes, self.tp_sizes, self.tp_efficiency = self.tensor_parallel_inputs()
+        self.tp_sequence_parallel = inputs.get("tensor_parallel.sequence_parallel", bool)
+        self._layouts = {}
 
-    def compute(self, shape):
-        return Compute(self.inputs, shape, self.rate, self.measured.get(shape.name))
+    def tensor_parallel_inputs(self):
+        where = f"{self.inputs.path}: tensor_parallel"
+        by_name = {s.name: s for s in self.shapes}
+        names = self.inputs.get("tensor_parallel.shapes", list)
+        if not names or any(n not in by_name for n in names):
+            raise InputError(f"{where}.shapes is {names!r}; expected names from shapes "
+                             f"({', '.join(by_name)})")
+        sizes = self.inputs.get("tensor_parallel.sizes", list)
+        efficiency = self.inputs.get("tensor_parallel.efficiency", dict)
+        for tp in sizes:
+            if not isinstance(tp, int) or tp <= 0:
+                raise InputError(f"{where}.sizes has {tp!r}; expected positive integers")
+            if tp > 1 and not isinstance(efficiency.get(str(tp)), (int, float)):
+                raise InputError(f"{where}.efficiency has no number for size {tp}")
+            for n, nodes in self.scales:
+                if (n // nodes) % tp:
+                    raise InputError(f"{where}.sizes: {tp} does not divide the {n // nodes} GPUs "
+                                     "of a node (a tensor-parallel group lies inside one)")
+        for name in names:  # every split must be whole
+            for tp in sizes:
+                try:
+                    by_name[name].tensor_parallel(tp)
+                except InputError as e:
+                    raise InputError(f"{self.inputs.path}: {e}")
+        return ([by_name[n] for n in names], sizes,
+                {int(k): float(v) for k, v in efficiency.items()})
+
+    def compute(self, shape, sequence_parallel=None):
+        sp = self.tp_sequence_parallel if sequence_parallel is None else sequence_parallel
+        return Compute(self.inputs, shape, self.rate, self.measured.get(shape.name), self.net, sp,
+                       self.tp_efficiency.get(shape.tp, 1.0))
 
     def origin(self, shape):
         if shape.name == self.ref.name:
@@ -695,7 +829,9 @@ class Model:
                           ("network.intra_node_busbw_gbs", "busbw in a node (NVLink), GB/s"),
                           ("network.per_nic_busbw_gbs", "busbw of one 400 Gb/s NIC, GB/s"),
                           ("network.inter_node_busbw_gbs",
-                           "busbw across nodes (reduce-scatter), GB/s, by node count")):
+                           "busbw across nodes (reduce-scatter), GB/s, by node count"),
+                          ("tensor_parallel.efficiency",
+                           "matmul rate of a rank's 1/TP of each matrix, by TP size")):
             section, name = key.split(".")
             entry = self.inputs.get(section, dict).get(name)
             if not isinstance(entry, dict) or not {"value", "kind", "where"} <= entry.keys():
@@ -769,10 +905,151 @@ class Model:
                       "step ms (no overlap)", "efficiency (overlap)", "efficiency (no overlap)",
                       "tokens/s per GPU", "MFU"], rows)
 
-    def total_memory(self, s, comp, stage, scale):
-        return (model_state_bytes(s, stage, scale[0], self.opts) +
-                transient_bytes(self.net, s, comp, stage, scale, self.opts) +
-                activation_bytes(s, self.loss_chunk))
+    def total_memory(self, s, comp, stage, scale, opts=None, sequence_parallel=True):
+        opts = opts or self.opts
+        return (model_state_bytes(s, stage, scale[0], opts) +
+                transient_bytes(self.net, s, comp, stage, scale, opts) +
+                activation_bytes(s, self.loss_chunk, sequence_parallel))
+
+    # -- tensor parallelism
+
+    def layout(self, shape, tp, stage, scale, prefetch_layers=None, sequence_parallel=None):
+        """One layout of `scale` (GPUs, nodes): tensor-parallel groups of `tp` inside each node,
+        ZeRO `stage` over the GPUs / tp ranks of each group's data-parallel group (8 / tp of them
+        a node, every node), one step at the same tokens a GPU; dstrain's defaults, or stage 3's
+        prefetch budget set to `prefetch_layers` of the rank's layer units."""
+        sp = self.tp_sequence_parallel if sequence_parallel is None else sequence_parallel
+        n, nodes = scale
+        s = shape.tensor_parallel(tp)
+        comp = self.compute(s, sp)
+        dp = n // tp
+        opts = self.opts
+        if prefetch_layers is not None:
+            layer = Units(s, dp, opts["stage3_param_persistence_threshold"]).padded[1]
+            opts = dict(opts, stage3_prefetch_bucket_size=prefetch_layers * layer)
+        tl = simulate(self.net, s, comp, stage, (dp, nodes), opts, False)
+        memory = self.total_memory(s, comp, stage, (dp, nodes), opts, sp)
+        tps = shape.tokens() / tl.t
+        return Layout(tp, dp, stage, tl.t, comp.tp_seconds(), tl.comm_busy, memory,
+                      memory <= self.memory, tps, shape.flops_per_token() * tps / self.peak)
+
+    def layouts(self, shape, scale, prefetch_layers=None):
+        """{(tp, stage): Layout} of every size and stage (computed once)."""
+        key = (shape.name, scale, prefetch_layers)
+        if key not in self._layouts:
+            self._layouts[key] = {(tp, stage): self.layout(shape, tp, stage, scale, prefetch_layers)
+                                  for tp in self.tp_sizes for stage in STAGES}
+        return self._layouts[key]
+
+    @staticmethod
+    def fastest(layouts, tp=None):
+        """The fastest layout that fits (of size `tp`); None if none does."""
+        fit = [l for l in layouts.values() if l.fits and tp in (None, l.tp)]
+        return min(fit, key=lambda l: l.step) if fit else None
+
+    def tp_traffic_table(self):
+        rows = []
+        for shape in self.tp_shapes:
+            for tp in self.tp_sizes:
+                if tp == 1:
+                    continue
+                s, sp = shape.tensor_parallel(tp), self.tp_sequence_parallel
+                forward, backward = tp_collectives(s, sp)
+                calls = [c for seg in forward + backward for c in seg] + [("all_reduce", 8)]
+                sent = sum(ring_bytes(k, b, tp) for k, b in calls)
+                comp, other = self.compute(s, sp), self.compute(s, not sp)
+                layer_tp = comp.tp_fwd[1] + comp.tp_bwd[1]
+                act = [activation_bytes(s, self.loss_chunk, v) / GB for v in (sp, not sp)]
+                rows.append([shape.name, tp, f"{s.numel() / 1e9:.2f} B", f"{s.micro} × {s.seq}",
+                             fmt(s.tokens() * s.H * s.element_bytes / 1e6, 0), len(calls),
+                             fmt(sent / GB, 1), fmt(comp.tp_seconds() * 1e3),
+                             fmt(layer_tp * 1e3, 2),
+                             fmt((comp.fwd[1] + comp.bwd[1] - layer_tp) * 1e3, 2),
+                             fmt(act[0]), fmt(other.tp_seconds() * 1e3), fmt(act[1])])
+        other = "without" if self.tp_sequence_parallel else "with"
+        return table(["shape", "TP", "elements a rank", "group's micro-batch", "S MB",
+                      "TP collectives a step", "GB a rank sends (NVLink)", "their ms a step",
+                      "one layer: TP ms", "one layer: compute ms", "activations GB a GPU",
+                      f"{other} its sequence parallelism: TP ms a step", "activations GB a GPU"],
+                     rows)
+
+    def tp_layouts_table(self):
+        """For every shape, scale and TP size, its fastest ZeRO stage that fits (or the fastest,
+        marked, where none does), against ZeRO-3 alone."""
+        def pick(every, tp):
+            return self.fastest(every, tp) or min((v for v in every.values() if v.tp == tp),
+                                                  key=lambda v: v.step)
+
+        rows = []
+        for shape in self.tp_shapes:
+            for scale in self.scales:
+                every, tuned = self.layouts(shape, scale), self.layouts(shape, scale, 1)
+                for tp in self.tp_sizes:
+                    l, t = pick(every, tp), pick(tuned, tp)
+                    rows.append([shape.name, scale[0], f"{l.tp} × {l.dp}", l.stage,
+                                 "yes" if l.fits else "**no**", fmt(l.memory / GB),
+                                 fmt(l.tp_comm * 1e3), fmt(l.zero_comm * 1e3), fmt(l.step * 1e3),
+                                 fmt(l.tokens_per_s, 0), f"{100 * l.mfu:.1f}%",
+                                 gain(every[(1, 3)].step, l.step), t.stage, fmt(t.step * 1e3),
+                                 gain(tuned[(1, 3)].step, t.step)])
+        return table(["shape", "GPUs", "TP × DP", "stage", "fits", "GB a GPU",
+                      "TP comm ms (serial)", "ZeRO comm ms", "step ms", "tokens/s per GPU", "MFU",
+                      "vs ZeRO-3 alone", "prefetch 1 layer: stage", "step ms",
+                      "vs ZeRO-3 alone"], rows)
+
+    def tp_best_table(self):
+        rows = []
+        for shape in self.tp_shapes:
+            for scale in self.scales:
+                for settings, prefetch in (("dstrain's defaults", None), ("1 layer", 1)):
+                    every = self.layouts(shape, scale, prefetch)
+                    best, base = self.fastest(every), every[(1, 3)]
+                    row = [shape.name, scale[0], settings]
+                    if best is None:
+                        rows.append(row + ["nothing fits"] + [""] * 7)
+                        continue
+                    beat = sorted((l.tp, l.stage) for l in every.values()
+                                  if l.fits and l.step < base.step and (l.tp, l.stage) != (1, 3))
+                    rows.append(row + [layout_name(best), fmt(best.step * 1e3),
+                                       fmt(best.tokens_per_s, 0), f"{100 * best.mfu:.1f}%",
+                                       fmt(base.step * 1e3), f"{100 * base.mfu:.1f}%",
+                                       gain(base.step, best.step),
+                                       ", ".join(f"{t} × {st}" for t, st in beat) or "none"])
+        return table(["shape", "GPUs", "stage 3 prefetch",
+                      "fastest layout that fits (TP × SP × DP, stage)", "step ms",
+                      "tokens/s per GPU", "MFU", "ZeRO-3 alone: step ms", "MFU", "gain",
+                      "layouts faster than ZeRO-3 alone (TP × stage)"], rows)
+
+    def tp_published_table(self):
+        rows = []
+        by_name = {s.name: s for s in self.shapes}
+        for i, r in enumerate(self.inputs.get("published_tensor_parallel", list)):
+            where = f"{self.inputs.path}: published_tensor_parallel[{i}]"
+            try:
+                shape = by_name[r["shape"]]
+                scale, tp, stage = (r["gpus"], r["nodes"]), r["tp"], r["stage"]
+                per_gpu = r["global_batch"] * r["seq"] / r["gpus"]
+                if "mfu" in r:
+                    mfu = f"{100 * r['mfu']:.0f}% (published)"
+                else:  # this page's FLOPs a token at the run's length, times its tokens/s
+                    run = Shape(shape.name, dict(self.inputs.get("shapes", dict)[shape.name],
+                                                 seq=r["seq"]), where)
+                    mfus = [100 * run.flops_per_token() * r[k] / self.peak for k in
+                            ("tokens_per_s_per_gpu", "async_tp_tokens_per_s_per_gpu") if k in r]
+                    mfu = f"{mfus[0]:.1f}% (from {r['tokens_per_s_per_gpu']:,} tokens/s)" + "".join(
+                        f"; async TP {m:.1f}%" for m in mfus[1:])
+                layout = f"TP {tp} × PP {r['pp']} × DP {r['gpus'] // (tp * r['pp'])}"
+            except (KeyError, TypeError) as e:
+                raise InputError(f"{where}: missing or malformed {e}")
+            if scale[0] % scale[1] or (scale[0] // scale[1]) % tp:
+                raise InputError(f"{where}: {tp} does not divide the GPUs of a node")
+            ours, tuned = (self.layout(shape, tp, stage, scale, p) for p in (None, 1))
+            rows.append([r["name"], scale[0], layout, f"{per_gpu:,.0f}", mfu,
+                         f"{shape.name}, {layout_name(ours)}", "yes" if ours.fits else "**no**",
+                         f"{100 * ours.mfu:.1f}%", f"{100 * tuned.mfu:.1f}%"])
+        return table(["published run (H100)", "GPUs", "layout", "tokens a GPU a step", "MFU",
+                      "dstrain, same GPUs, TP and sharding (model)", "fits", "MFU (defaults)",
+                      "MFU (prefetch 1 layer)"], rows)
 
     def memory_table(self):
         rows = []
@@ -885,6 +1162,10 @@ class Model:
             ("memory", self.memory_table()),
             ("calibration", self.calibration_table()),
             ("sensitivity", self.sensitivity_table()),
+            ("tp-traffic", self.tp_traffic_table()),
+            ("tp-layouts", self.tp_layouts_table()),
+            ("tp-best", self.tp_best_table()),
+            ("tp-published", self.tp_published_table()),
             ("published", self.published_table()),
             ("measured", self.measured_table()),
         ])

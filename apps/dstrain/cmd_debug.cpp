@@ -57,6 +57,18 @@ void set_forward_command(CLI::App& debug, int* exit_code) {
       ->type_name("P")
       ->check(CLI::PositiveNumber)
       ->default_val(1);
+  cmd->add_option("--tensor-parallel", o->tensor_parallel,
+                  "Run as one rank of a tensor-parallel group of T processes started by "
+                  "'dstrain launch --nproc T --exec -- dstrain debug forward ...' (CPU), each "
+                  "holding 1/T of every layer; rank 0 writes OUT")
+      ->type_name("T")
+      ->check(CLI::PositiveNumber)
+      ->default_val(1);
+  cmd->add_option("--tensor-sequence-parallel", o->tensor_sequence_parallel,
+                  "With --tensor-parallel: the region's sequence parallelism, as "
+                  "parallel.tensor_sequence_parallel")
+      ->type_name("BOOL")
+      ->default_val(true);
   cmd->callback([o, exit_code] {
     const train::DebugForwardResult r = train::debug_forward(*o);
     if (!r.wrote) {

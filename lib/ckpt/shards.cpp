@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -23,22 +24,36 @@ namespace {
 constexpr char kSep = '|';
 
 std::string piece_name(const Piece& p) {
-  return fmt::format("{}{}{}{}{}{}{}", p.kind, kSep, p.param, kSep, p.begin, kSep, p.end);
+  std::string name =
+      fmt::format("{}{}{}{}{}{}{}", p.kind, kSep, p.param, kSep, p.begin, kSep, p.end);
+  if (p.columns) name += fmt::format("{}c{}+{}", kSep, p.columns->offset, p.columns->length);
+  return name;
 }
 
-// Splits "<kind>|<param>|<begin>|<end>"; false for extras and anything else.
+// Splits "<kind>|<param>|<begin>|<end>[|c<offset>+<length>]"; false for extras and anything else.
 bool parse_piece_name(const std::string& name, std::string* kind, std::string* param,
-                      int64_t* begin, int64_t* end) {
-  const auto a = name.find(kSep);
-  const auto d = name.rfind(kSep);
-  if (a == std::string::npos || d == a) return false;
-  const auto c = name.rfind(kSep, d - 1);
-  if (c == std::string::npos || c <= a) return false;
+                      int64_t* begin, int64_t* end, std::optional<Columns>* columns) {
+  std::vector<std::string> parts;
+  for (size_t start = 0;;) {
+    const size_t sep = name.find(kSep, start);
+    parts.push_back(name.substr(start, sep == std::string::npos ? sep : sep - start));
+    if (sep == std::string::npos) break;
+    start = sep + 1;
+  }
+  if (parts.size() != 4 && parts.size() != 5) return false;
   try {
-    *kind = name.substr(0, a);
-    *param = name.substr(a + 1, c - a - 1);
-    *begin = std::stoll(name.substr(c + 1, d - c - 1));
-    *end = std::stoll(name.substr(d + 1));
+    *kind = parts[0];
+    *param = parts[1];
+    *begin = std::stoll(parts[2]);
+    *end = std::stoll(parts[3]);
+    columns->reset();
+    if (parts.size() == 5) {
+      const std::string& c = parts[4];
+      const size_t plus = c.find('+');
+      if (c.empty() || c[0] != 'c' || plus == std::string::npos) return false;
+      *columns = Columns{std::stoll(c.substr(1, plus - 1)), std::stoll(c.substr(plus + 1))};
+      if ((*columns)->offset < 0 || (*columns)->length <= 0) return false;
+    }
   } catch (const std::exception&) {
     return false;
   }
@@ -162,8 +177,9 @@ void CheckpointReader::index_rank(int rank) {
     const auto name = jn.get<std::string>();
     std::string kind, param;
     int64_t begin = 0, end = 0;
-    if (parse_piece_name(name, &kind, &param, &begin, &end)) {
-      index_[{kind, param}].push_back(Entry{rank, name, begin, end});
+    std::optional<Columns> columns;
+    if (parse_piece_name(name, &kind, &param, &begin, &end, &columns)) {
+      index_[{kind, param}].push_back(Entry{rank, name, begin, end, columns});
     }
   }
 }
@@ -201,6 +217,10 @@ torch::Tensor CheckpointReader::read(const std::string& kind, const std::string&
   const auto it = index_.find({kind, param});
   if (it != index_.end()) {
     for (const Entry& e : it->second) {
+      if (e.columns) {
+        covered += read_columns(e, param, begin, end, out);
+        continue;
+      }
       const int64_t lo = std::max(begin, e.begin);
       const int64_t hi = std::min(end, e.end);
       if (lo >= hi) continue;
@@ -215,6 +235,49 @@ torch::Tensor CheckpointReader::read(const std::string& kind, const std::string&
          param, begin, end);
   }
   return out;
+}
+
+int64_t CheckpointReader::read_columns(const Entry& e, const std::string& param, int64_t begin,
+                                       int64_t end, torch::Tensor& out) const {
+  const std::vector<int64_t>& shape = shapes_.at(param);
+  if (shape.size() != 2 || e.columns->offset + e.columns->length > shape[1]) {
+    fail(ErrorKind::kInput, "checkpoint {}: piece {} is a column slice of {} {}", dir_, e.tensor,
+         param, c10::str(c10::IntArrayRef(shape)));
+  }
+  const int64_t W = shape[1], o = e.columns->offset, l = e.columns->length;
+  // The rows both the request and the piece reach, and the piece's elements of them, read once.
+  const int64_t first = std::max(begin / W, e.begin / l);
+  const int64_t last = std::min((end - 1) / W, (e.end - 1) / l);
+  if (first > last) return 0;
+  const int64_t from = std::max(e.begin, first * l), to = std::min(e.end, (last + 1) * l);
+  const torch::Tensor data = shard(e.rank).read_range(e.tensor, from - e.begin, to - e.begin);
+  int64_t copied = 0;
+  // Local elements [a, b) of one row (a, b within [row·l, (row+1)·l)): whole row·W + o + ...
+  const auto copy_row = [&](int64_t row, int64_t a, int64_t b) {
+    const int64_t w0 = row * W + o + (a - row * l);
+    const int64_t lo = std::max(w0, begin), hi = std::min(w0 + (b - a), end);
+    if (lo >= hi) return;
+    out.narrow(0, lo - begin, hi - lo).copy_(data.narrow(0, a - from + (lo - w0), hi - lo));
+    copied += hi - lo;
+  };
+  // Rows whole in the piece and whose columns lie inside the request: one strided copy.
+  int64_t full_first = std::max((from + l - 1) / l, (begin - o + W - 1) / W);
+  const int64_t last_inside = end - o - l;  // row·W <= this: the row's columns end by `end`
+  int64_t full_last = std::min(to / l - 1, last_inside >= 0 ? last_inside / W : -1);
+  full_first = std::max(full_first, first);
+  full_last = std::min(full_last, last);
+  if (full_first <= full_last) {
+    const int64_t rows = full_last - full_first + 1;
+    torch::Tensor target =
+        out.as_strided({rows, l}, {W, 1}, out.storage_offset() + full_first * W + o - begin);
+    target.copy_(data.narrow(0, full_first * l - from, rows * l).view({rows, l}));
+    copied += rows * l;
+  }
+  for (int64_t row = first; row <= last; ++row) {
+    if (row >= full_first && row <= full_last) continue;
+    copy_row(row, std::max(from, row * l), std::min(to, (row + 1) * l));
+  }
+  return copied;
 }
 
 torch::Tensor CheckpointReader::read_full(const std::string& kind, const std::string& param) const {

@@ -4,9 +4,12 @@
 //
 // A piece is elements [begin, end) of the flattened parameter `param` for one state kind
 // ("master", "exp_avg", ...). Pieces are stored in the rank's safetensors shard as float32 tensors
-// named "<kind>|<param>|<begin>|<end>"; the full parameter shape is in the shard's JSON. Because
-// pieces are addressed by parameter and range, a checkpoint written at one world size / ZeRO stage
-// loads at any other: the reader assembles a requested range from every piece that overlaps it.
+// named "<kind>|<param>|<begin>|<end>"; the full parameter shape is in the shard's JSON. A piece of
+// a column slice (stateful.h, Columns: a tensor-parallel rank's part of a row-parallel weight) is
+// "<kind>|<param>|<begin>|<end>|c<offset>+<length>", its range over those columns flattened.
+// Because pieces are addressed by parameter and range, a checkpoint written at one world size /
+// ZeRO stage loads at any other: the reader assembles a requested range from every piece that
+// overlaps it.
 //
 // The save protocol that uses these (checkpointer.h): every rank write_shard(), then rank 0, once
 // every rank's done record exists, finalize(): it reads each rank's record (size + crc32 of its
@@ -79,8 +82,13 @@ class CheckpointReader {
     std::string tensor;
     int64_t begin;
     int64_t end;
+    std::optional<Columns> columns;
   };
   const model::SafetensorsFile& shard(int rank) const;
+  // Copies what column piece `e` of `param` holds of the whole tensor's elements [begin, end)
+  // into `out` (those elements); returns how many.
+  int64_t read_columns(const Entry& e, const std::string& param, int64_t begin, int64_t end,
+                       torch::Tensor& out) const;
   void index_rank(int rank);
 
   std::string dir_;

@@ -14,6 +14,7 @@
 // Each component states a version of its layout; restore refuses a version newer than it knows.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,8 +24,16 @@
 
 namespace dstrain::ckpt {
 
+// Columns [offset, offset + length) of a 2-D tensor: a tensor-parallel rank's slice of a
+// row-parallel weight (train/tensor_parallel.h).
+struct Columns {
+  int64_t offset = 0;
+  int64_t length = 0;
+};
+
 // Elements [begin, end) of the flattened tensor `param` (full shape `shape`) for state `kind`
-// ("master", "exp_avg", ...). `data`: 1-D, numel = end - begin, any float dtype (stored as fp32).
+// ("master", "exp_avg", ...); with `columns`, of those columns of the 2-D tensor flattened row by
+// row. `data`: 1-D, numel = end - begin, any float dtype (stored as fp32).
 struct Piece {
   std::string kind;
   std::string param;
@@ -32,6 +41,7 @@ struct Piece {
   int64_t begin = 0;
   int64_t end = 0;
   torch::Tensor data;
+  std::optional<Columns> columns = std::nullopt;
 };
 
 // Named tensors of one rank, any dtype.

@@ -14,32 +14,37 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// The buffers go to the communicator detached: its work may run on another thread, where grad
+// mode is on and an op on a tensor that requires grad would be recorded (or refused).
+
 torch::Tensor exchange(Communicator& comm, const torch::Tensor& x) {
-  torch::Tensor input = x.contiguous();
+  torch::Tensor input = x.detach().contiguous();
   torch::Tensor output = torch::empty_like(input);
   comm.all_to_all(output, input)->wait();
   return output;
 }
 
 torch::Tensor sum(Communicator& comm, const torch::Tensor& x) {
-  torch::Tensor out = x.contiguous().clone();
+  torch::Tensor out = x.detach().contiguous().clone();
   comm.all_reduce(out, ReduceOp::kSum)->wait();
   return out;
 }
 
 // [world · n, ...] of every rank's x [n, ...], in rank order.
 torch::Tensor gather(Communicator& comm, const torch::Tensor& x) {
-  torch::Tensor input = x.contiguous();
+  torch::Tensor input = x.detach().contiguous();
   std::vector<int64_t> shape = input.sizes().vec();
   shape[0] *= comm.world_size();
   torch::Tensor output = torch::empty(shape, input.options());
-  comm.all_gather(output, input)->wait();
+  // The communicators take flat buffers.
+  torch::Tensor flat = output.view({-1});
+  comm.all_gather(flat, input.view({-1}))->wait();
   return output;
 }
 
 // Rank r's rows of x [world · n, ...] summed over the ranks.
 torch::Tensor scatter(Communicator& comm, const torch::Tensor& x) {
-  torch::Tensor input = x.contiguous();
+  torch::Tensor input = x.detach().contiguous();
   std::vector<int64_t> shape = input.sizes().vec();
   if (shape.empty() || shape[0] % comm.world_size() != 0) {
     fail(ErrorKind::kInternal, "reduce_scatter_rows: {} rows over {} ranks",
@@ -47,7 +52,8 @@ torch::Tensor scatter(Communicator& comm, const torch::Tensor& x) {
   }
   shape[0] /= comm.world_size();
   torch::Tensor output = torch::empty(shape, input.options());
-  comm.reduce_scatter(output, input, ReduceOp::kSum)->wait();
+  torch::Tensor flat = output.view({-1});
+  comm.reduce_scatter(flat, input.view({-1}), ReduceOp::kSum)->wait();
   return output;
 }
 

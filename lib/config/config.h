@@ -173,9 +173,21 @@ struct ZeroSection {
 };
 
 // How the ranks divide the work beyond data parallelism (docs/training.md, "Sequence
-// parallelism"): world = data-parallel degree × sequence_parallel_size.
+// parallelism", "Tensor parallelism"): world = data-parallel degree × sequence_parallel_size ×
+// tensor_parallel_size, tensor parallelism innermost (train/tensor_parallel.h).
 struct ParallelSection {
   int64_t sequence_parallel_size = 1;  // P: ranks sharing each sequence (DeepSpeed-Ulysses)
+  int64_t tensor_parallel_size = 1;    // T: ranks sharing each layer (Megatron-LM)
+  // Megatron's sequence parallelism inside tensor parallelism: norms and residuals on the token
+  // rows split over the T ranks.
+  bool tensor_sequence_parallel = true;
+  // A tensor-parallel group's ranks may be on different nodes (the launchers refuse that
+  // otherwise: its collectives run at every layer).
+  bool tensor_parallel_across_nodes = false;
+  // The data-parallel degree of `world` ranks.
+  int64_t data_parallel(int64_t world) const {
+    return world / (sequence_parallel_size * tensor_parallel_size);
+  }
 };
 
 // MLflow tracking (docs/training.md): on when a tracking URI is given here or in the environment.

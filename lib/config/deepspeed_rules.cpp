@@ -51,6 +51,8 @@ void add_batch_and_optimizer(RuleSet& r) {
   r.add_field("steps_per_print", "training.log_interval");
   r.add_field("wall_clock_breakdown", "logging.wall_clock_breakdown");
   r.add_field("sequence_parallel_size", "parallel.sequence_parallel_size");
+  // DeepSpeed's automatic tensor parallelism (AutoTP) degree.
+  r.add_field("tensor_parallel.autotp_size", "parallel.tensor_parallel_size");
   r.add("optimizer.type", converted("training.optimizer", convert_optimizer_type));
   r.add_field("optimizer.params.lr", "training.lr");
   r.add_field("optimizer.params.betas", "training.betas");

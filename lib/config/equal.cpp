@@ -99,7 +99,11 @@ bool operator==(const CheckpointSection& a, const CheckpointSection& b) {
 }
 
 bool operator==(const ParallelSection& a, const ParallelSection& b) {
-  return a.sequence_parallel_size == b.sequence_parallel_size;
+  auto t = [](const ParallelSection& s) {
+    return std::tie(s.sequence_parallel_size, s.tensor_parallel_size, s.tensor_sequence_parallel,
+                    s.tensor_parallel_across_nodes);
+  };
+  return t(a) == t(b);
 }
 
 bool operator==(const Config& a, const Config& b) {

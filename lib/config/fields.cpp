@@ -366,6 +366,12 @@ void add_zero(std::vector<Field>& t) {
 void add_parallel(std::vector<Field>& t) {
   t.push_back(integer("parallel.sequence_parallel_size", Range::kPositive,
                       DSTRAIN_MEMBER(parallel.sequence_parallel_size)));
+  t.push_back(integer("parallel.tensor_parallel_size", Range::kPositive,
+                      DSTRAIN_MEMBER(parallel.tensor_parallel_size)));
+  t.push_back(boolean("parallel.tensor_sequence_parallel",
+                      DSTRAIN_MEMBER(parallel.tensor_sequence_parallel)));
+  t.push_back(boolean("parallel.tensor_parallel_across_nodes",
+                      DSTRAIN_MEMBER(parallel.tensor_parallel_across_nodes)));
 }
 
 void add_logging_and_checkpoint(std::vector<Field>& t) {

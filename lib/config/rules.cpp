@@ -138,6 +138,9 @@ RuleSet build_our_rules() {
   rules.add_field("data.num_workers_eval", "training.num_workers_eval");
   rules.add_field("lora.lora_alpha", "lora.alpha");
   rules.add_field("lora.lora_dropout", "lora.dropout");
+  // Megatron-LM's names.
+  rules.add_field("parallel.tensor_model_parallel_size", "parallel.tensor_parallel_size");
+  rules.add_field("parallel.sequence_parallel", "parallel.tensor_sequence_parallel");
   // TRL's SFTConfig switch for packed documents without padding.
   KeyRule padding_free;
   padding_free.field = find_field("data.packing");

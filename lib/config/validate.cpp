@@ -19,11 +19,14 @@ std::string describe_origin(const Merger& merger, const std::string& field_path)
                       : fmt::format("{} at {}", a->origin.key, a->origin.where);
 }
 
-std::string world_term(int world, int64_t sp) {
-  return sp == 1
-             ? fmt::format("world size ({})", world)
-             : fmt::format("data-parallel size ({} = world size {} / sequence_parallel_size {})",
-                           world, world * sp, sp);
+// `world`: the data-parallel degree of the world's ranks under `p`.
+std::string world_term(int world, const ParallelSection& p) {
+  const int64_t sp = p.sequence_parallel_size, tp = p.tensor_parallel_size;
+  if (sp == 1 && tp == 1) return fmt::format("world size ({})", world);
+  std::string by;
+  if (sp > 1) by += fmt::format(" / sequence_parallel_size {}", sp);
+  if (tp > 1) by += fmt::format(" / tensor_parallel_size {}", tp);
+  return fmt::format("data-parallel size ({} = world size {}{})", world, world * sp * tp, by);
 }
 
 // per_device_train_batch_size: auto. The samples each data-parallel rank takes per step: the
@@ -32,7 +35,7 @@ std::string world_term(int world, int64_t sp) {
 // the accumulation. The config then holds micro-batch 1 × those samples; the trainer picks a
 // divisor of them, so the global batch stays exact.
 void resolve_auto_batch(TrainingSection& t, const Merger& merger, const std::string& file,
-                        int world, int64_t sp) {
+                        int world, const ParallelSection& sp) {
   const Assigned* split = merger.micro_batch_under_auto();
   const int64_t split_micro = split ? std::get<int64_t>(split->value) : 1;
   int64_t samples = split_micro * t.gradient_accumulation_steps;
@@ -59,9 +62,10 @@ void resolve_auto_batch(TrainingSection& t, const Merger& merger, const std::str
 
 // DeepSpeed's rule: train_batch_size = micro * accumulation * world; any two given determine the
 // third. "Given" means written somewhere (our section, DeepSpeed keys or --set), not defaulted.
-// `world` is the data-parallel degree: the world size over sequence_parallel_size (`sp`).
+// `world` is the data-parallel degree: the world size over sequence_parallel_size and
+// tensor_parallel_size (`sp`).
 void resolve_batch(TrainingSection& t, const Merger& merger, const std::string& file, int world,
-                   int64_t sp) {
+                   const ParallelSection& sp) {
   if (t.micro_batch_auto) {
     resolve_auto_batch(t, merger, file, world, sp);
     return;
@@ -102,7 +106,14 @@ void resolve_batch(TrainingSection& t, const Merger& merger, const std::string& 
 // World = data-parallel degree × P; every rank of a sequence-parallel group keeps max_length / P
 // tokens of each sequence.
 void check_parallel(const Config& c, const Merger& m, const std::string& file, int world) {
-  const int64_t p = c.parallel.sequence_parallel_size;
+  const int64_t p = c.parallel.sequence_parallel_size, t = c.parallel.tensor_parallel_size;
+  if (world % (p * t) != 0) {
+    fail_at(origin_of(m, "parallel.tensor_parallel_size", file),
+            fmt::format("the world size ({}) is not divisible by sequence_parallel_size ({}) x "
+                        "tensor_parallel_size ({}): world = data-parallel degree x "
+                        "sequence_parallel_size x tensor_parallel_size",
+                        world, p, t));
+  }
   if (world % p != 0) {
     fail_at(origin_of(m, "parallel.sequence_parallel_size", file),
             fmt::format("the world size ({}) is not divisible by sequence_parallel_size ({}): "
@@ -200,9 +211,10 @@ void resolve_and_validate(Config& config, const Merger& merger, const std::strin
           "a branch, tag or commit of the hub repo (default main)");
   check_data(config.data, merger, file);
   check_parallel(config, merger, file, world_size);
-  // The batch is counted over data-parallel ranks: a sequence-parallel group reads one sample.
-  const int64_t sp = config.parallel.sequence_parallel_size;
-  resolve_batch(config.training, merger, file, world_size / static_cast<int>(sp), sp);
+  // The batch is counted over data-parallel ranks: a sequence- or tensor-parallel group reads one
+  // sample.
+  resolve_batch(config.training, merger, file,
+                static_cast<int>(config.parallel.data_parallel(world_size)), config.parallel);
   check_precision_and_optimizer(config, merger, file);
   warn_unused_warmup(config, merger);
   check_zero(config.zero, merger, file);

@@ -16,14 +16,24 @@ namespace dstrain::lora {
 // LoraModel::named_parameters(), so storage moved by the engine is seen here.
 class LoraAdapter : public model::LinearAdapter {
  public:
-  LoraAdapter(torch::Tensor a, torch::Tensor b, double scale, double dropout)
-      : A(std::move(a)), B(std::move(b)), scale_(scale), dropout_(dropout) {}
+  // `split`: the projection's weight's over `tp` (tensor parallelism; null: none).
+  LoraAdapter(torch::Tensor a, torch::Tensor b, double scale, double dropout,
+              model::TensorParallel* tp, model::TensorSplit split)
+      : A(std::move(a)),
+        B(std::move(b)),
+        scale_(scale),
+        dropout_(dropout),
+        tp_(tp),
+        row_parallel_(tp != nullptr && split.dim == 1) {}
 
   // x [..., in] → [..., out]
   torch::Tensor delta(const torch::Tensor& x, bool training) override {
-    const torch::Tensor h = training && dropout_ > 0 ? torch::dropout(x, dropout_, true) : x;
+    const torch::Tensor h = training && dropout_ > 0 ? dropout(x) : x;
     namespace F = torch::nn::functional;
-    return F::linear(F::linear(h, A), B) * scale_;
+    // The whole one of A and B: this rank's gradient of it is its part (tensor_parallel.h).
+    const torch::Tensor a = tp_ && !row_parallel_ ? model::summed_gradient(tp_, A) : A;
+    const torch::Tensor b = row_parallel_ ? model::summed_gradient(tp_, B) : B;
+    return F::linear(F::linear(h, a), b) * scale_;
   }
   std::vector<torch::Tensor> parameters() const override { return {A, B}; }
 
@@ -31,8 +41,24 @@ class LoraAdapter : public model::LinearAdapter {
   torch::Tensor B;  // [out, r]
 
  private:
+  // A row-parallel projection's input is this rank's columns of the whole input: the whole
+  // input's mask is drawn (as torch::dropout draws it on the CPU) and this rank's columns taken.
+  torch::Tensor dropout(const torch::Tensor& x) const {
+    if (!row_parallel_) return torch::dropout(x, dropout_, true);
+    std::vector<int64_t> whole = x.sizes().vec();
+    const int64_t k = whole.back();
+    whole.back() = k * tp_->size();
+    const torch::Tensor mask = torch::empty(whole, x.options())
+                                   .bernoulli_(1 - dropout_)
+                                   .div_(1 - dropout_)
+                                   .narrow(-1, tp_->rank() * k, k);
+    return x * mask;
+  }
+
   double scale_;
   double dropout_;
+  model::TensorParallel* tp_;
+  bool row_parallel_;
 };
 
 namespace {
@@ -63,6 +89,22 @@ std::string lora_b_name(const std::string& module) {
   return module + ".lora_B.weight";
 }
 
+model::TensorSplit tensor_split(const std::string& name) {
+  for (const auto& [suffix, a] :
+       {std::pair<std::string, bool>{".lora_A.weight", true}, {".lora_B.weight", false}}) {
+    if (name.size() <= suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      continue;
+    }
+    const int dim =
+        model::tensor_split(name.substr(0, name.size() - suffix.size()) + ".weight").dim;
+    // A [r, in] by columns under a row-parallel weight; B [out, r] by rows under a column one.
+    if (a) return dim == 1 ? model::TensorSplit{1} : model::TensorSplit{};
+    return dim == 0 ? model::TensorSplit{0} : model::TensorSplit{};
+  }
+  return model::tensor_split(name);
+}
+
 LoraModel::LoraModel(model::DecoderModel model, LoraOptions options, const std::string& key)
     : model_(std::move(model)), options_(std::move(options)) {
   if (options_.init != "default" && options_.init != "gaussian") {
@@ -77,13 +119,20 @@ LoraModel::LoraModel(model::DecoderModel model, LoraOptions options, const std::
   // A generator of its own: the adapters' values depend on the seed alone, not on what else
   // drew from the global generator.
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(options_.seed);
+  model::TensorParallel* tp = model_->tensor_parallel();
   torch::NoGradGuard no_grad;
   for (auto& t : targets_) {
-    torch::Tensor a = initial_a(options_.r, t.in_features, options_.init, gen);
+    const model::TensorSplit split =
+        tp ? model::tensor_split(t.path + ".weight") : model::TensorSplit{};
+    // A drawn whole (a row-parallel projection's input is this rank's columns of it), then sliced.
+    const int64_t columns = split.dim == 1 ? tp->size() : 1;
+    torch::Tensor a = initial_a(options_.r, t.in_features * columns, options_.init, gen);
+    if (columns > 1) a = a.narrow(1, tp->rank() * t.in_features, t.in_features).contiguous();
     torch::Tensor b = torch::zeros({t.out_features, options_.r}, torch::kFloat);
     a.set_requires_grad(true);
     b.set_requires_grad(true);
-    auto adapter = std::make_shared<LoraAdapter>(a, b, options_.scale(), options_.dropout);
+    auto adapter =
+        std::make_shared<LoraAdapter>(a, b, options_.scale(), options_.dropout, tp, split);
     t.linear->adapter = adapter;
     adapters_.push_back(std::move(adapter));
   }
@@ -132,21 +181,39 @@ void LoraModel::load(const std::vector<LoraWeights>& from, const std::string& so
   std::map<std::string, const LoraWeights*> by_module;
   for (const auto& w : from) by_module[w.module] = &w;
   torch::NoGradGuard no_grad;
+  model::TensorParallel* tp = model_->tensor_parallel();
+  // The whole tensor `t` is of this rank's `local` slice of it, cut along `split`.
+  const auto whole_sizes = [tp](const torch::Tensor& local, model::TensorSplit split) {
+    std::vector<int64_t> sizes = local.sizes().vec();
+    if (tp && !split.replicated()) sizes.at(static_cast<size_t>(split.dim)) *= tp->size();
+    return sizes;
+  };
+  const auto slice = [tp](const torch::Tensor& whole, const torch::Tensor& local,
+                          model::TensorSplit split) {
+    if (!tp || split.replicated()) return whole;
+    const int64_t n = local.size(split.dim);
+    return whole.narrow(split.dim, tp->rank() * n, n);
+  };
   for (size_t i = 0; i < targets_.size(); ++i) {
-    const auto it = by_module.find(targets_[i].path);
+    const std::string& module = targets_[i].path;
+    const auto it = by_module.find(module);
     if (it == by_module.end()) {
-      fail(ErrorKind::kInput, "{}: the adapter has no weights for module {}", source,
-           targets_[i].path);
+      fail(ErrorKind::kInput, "{}: the adapter has no weights for module {}", source, module);
     }
     LoraAdapter& a = *adapters_[i];
-    if (it->second->A.sizes() != a.A.sizes() || it->second->B.sizes() != a.B.sizes()) {
+    const model::TensorSplit split_a = tensor_split(lora_a_name(module));
+    const model::TensorSplit split_b = tensor_split(lora_b_name(module));
+    const std::vector<int64_t> want_a = whole_sizes(a.A, split_a),
+                               want_b = whole_sizes(a.B, split_b);
+    if (it->second->A.sizes() != c10::IntArrayRef(want_a) ||
+        it->second->B.sizes() != c10::IntArrayRef(want_b)) {
       fail(ErrorKind::kInput,
            "{}: module {}: lora_A {} / lora_B {} do not fit this model, which needs {} / {}",
-           source, targets_[i].path, shape_str(it->second->A.sizes()),
-           shape_str(it->second->B.sizes()), shape_str(a.A.sizes()), shape_str(a.B.sizes()));
+           source, module, shape_str(it->second->A.sizes()), shape_str(it->second->B.sizes()),
+           shape_str(want_a), shape_str(want_b));
     }
-    a.A.copy_(it->second->A);
-    a.B.copy_(it->second->B);
+    a.A.copy_(slice(it->second->A, a.A, split_a));
+    a.B.copy_(slice(it->second->B, a.B, split_b));
     by_module.erase(it);
   }
   if (!by_module.empty()) {

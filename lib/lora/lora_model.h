@@ -13,6 +13,14 @@
 //
 // Lifetime: the LoraModel must outlive every forward of the model; its destructor removes the
 // adapters from the model.
+//
+// On a tensor-parallel model (model/tensor_parallel.h) each rank holds the slices of A and B that
+// match its projection's: a column-parallel projection's (q/k/v, gate/up) B by rows and A whole, a
+// row-parallel one's (o_proj, down_proj) A by columns and B whole (tensor_split() below). A is
+// drawn whole, as one rank draws it, and sliced; loaded weights are whole and sliced; the whole
+// one of the two gets its gradient summed over the group (only its part is this rank's); dropout
+// on a row-parallel projection's input draws the whole input's mask and takes this rank's
+// columns, so a group whose ranks share the generator's state draws one rank's masks.
 
 #include <memory>
 #include <string>
@@ -37,6 +45,10 @@ struct LoraWeights {
 // Parameter names used for the trainable tensors (in checkpoints and the engine).
 std::string lora_a_name(const std::string& module);  // "<module>.lora_A.weight"
 std::string lora_b_name(const std::string& module);  // "<module>.lora_B.weight"
+
+// How a parameter of the model or of its adapters is split over a tensor-parallel group:
+// model::tensor_split() for the model's, and for an adapter's as the class comment says.
+model::TensorSplit tensor_split(const std::string& name);
 
 class LoraAdapter;
 

@@ -41,16 +41,26 @@ BlockWrapper selective_checkpoint_layers() {
 }
 
 torch::Tensor TokenEmbedding::forward(const torch::Tensor& ids, const BlockContext&) {
-  return embed_(ids);
+  if (tp_ == nullptr) return embed_(ids);
+  // The ids outside this rank's rows look up row 0 and are zeroed (so they add no gradient).
+  const torch::Tensor outside = ids.lt(first_).logical_or_(ids.ge(first_ + embed_->weight.size(0)));
+  const torch::Tensor local = (ids - first_).masked_fill_(outside, 0);
+  return leave_region(tp_, embed_(local).masked_fill(outside.unsqueeze(-1), 0));
 }
 
-DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t index, Materialize m)
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t index, Materialize m,
+                                   TensorParallel* tp)
     : heads_(c.num_attention_heads) {
-  self_attn = register_module("self_attn", Attention(c, c.attention_window(index), m));
-  mlp = register_module("mlp", Mlp(c, m));
+  self_attn = register_module("self_attn", Attention(c, c.attention_window(index), m, tp));
+  mlp = register_module("mlp", Mlp(c, m, tp));
   input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, m));
   post_attention_layernorm =
       register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, m));
+  // Under sequence parallelism each rank normalises its own token rows.
+  if (tp != nullptr && tp->sequence_parallel()) {
+    input_layernorm->gradient_group = tp;
+    post_attention_layernorm->gradient_group = tp;
+  }
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& h, const BlockContext& ctx) {
@@ -206,12 +216,17 @@ torch::Tensor LmHead::forward(const torch::Tensor& h, const BlockContext& ctx) {
 }
 
 torch::Tensor LmHead::logits(const torch::Tensor& h) {
-  return torch::nn::functional::linear(norm_(h), weight());
+  if (tp_ == nullptr) return torch::nn::functional::linear(norm_(h), weight());
+  return tp_->gather_last(torch::nn::functional::linear(enter_region(tp_, norm_(h)), weight()));
 }
 
 torch::Tensor LmHead::loss_sum(const torch::Tensor& h, const torch::Tensor& labels,
                                int64_t chunk_bytes) {
-  return linear_cross_entropy_sum(norm_(h), weight(), labels, kIgnoreIndex, chunk_bytes);
+  if (tp_ == nullptr) {
+    return linear_cross_entropy_sum(norm_(h), weight(), labels, kIgnoreIndex, chunk_bytes);
+  }
+  return linear_cross_entropy_sum(enter_region(tp_, norm_(h)), weight(), labels, kIgnoreIndex,
+                                  chunk_bytes, VocabSlice{tp_, first_});
 }
 
 }  // namespace dstrain::model

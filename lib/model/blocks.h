@@ -160,10 +160,14 @@ BlockWrapper checkpoint_layers(std::shared_ptr<ActivationOffload> offload = null
 // everything but attention. For WrapperSlot::kCheckpointing.
 BlockWrapper selective_checkpoint_layers();
 
-// The token embedding (model.embed_tokens): ids [B, T] → [B, T, C].
+// The token embedding (model.embed_tokens): ids [B, T] → [B, T, C]. With `tp` (tensor_parallel.h)
+// vocabulary-parallel: `embed` holds the ids [first, first + its rows), the ranks' lookups summed
+// (this rank's token rows [n, C] under its sequence parallelism).
 class TokenEmbedding final : public Block {
  public:
-  explicit TokenEmbedding(torch::nn::Embedding embed) : embed_(std::move(embed)) {}
+  explicit TokenEmbedding(torch::nn::Embedding embed, TensorParallel* tp = nullptr,
+                          int64_t first = 0)
+      : embed_(std::move(embed)), tp_(tp), first_(first) {}
   torch::Tensor forward(const torch::Tensor& ids, const BlockContext& ctx) override;
   std::vector<torch::Tensor> weights() override { return {embed_->weight}; }
   // Nothing: its backward reads the token ids, which the batch holds anyway.
@@ -173,14 +177,19 @@ class TokenEmbedding final : public Block {
 
  private:
   torch::nn::Embedding embed_;
+  TensorParallel* tp_;
+  int64_t first_;
 };
 
 // Pre-norm residual decoder layer (model.layers.N): h + attn(norm(h)), then h + mlp(norm(h)).
 class DecoderLayerImpl : public torch::nn::Module, public Block {
  public:
   // Layer number `index` of the model: its attention window is config.attention_window(index).
+  // With `tp`, `config` is tensor_parallel_config()'s: attention and MLP tensor-parallel
+  // (tensor_parallel.h); under its sequence parallelism h and the result are this rank's token
+  // rows [n, C].
   DecoderLayerImpl(const ModelConfig& config, int64_t index,
-                   Materialize materialize = Materialize::kYes);
+                   Materialize materialize = Materialize::kYes, TensorParallel* tp = nullptr);
   torch::Tensor forward(const torch::Tensor& h, const BlockContext& ctx) override;
   // Every parameter, the attention's q, k and v weights first, then their biases: ZeRO lays a
   // block's parameters out in this order, so the three weights (and biases) lie back to back and
@@ -205,11 +214,19 @@ TORCH_MODULE(DecoderLayer);
 
 // The head: the final norm (model.norm), then the projection onto the vocabulary with lm_head, or
 // with the embedding's weight when the embeddings are tied (`lm_head` null). hidden [B, T, C] →
-// logits [B, T, V], or the fused loss.
+// logits [B, T, V], or the fused loss. With `tp` (tensor_parallel.h) vocabulary-parallel, the
+// weight holding the ids [first, first + its rows): the loss is computed across the slices and
+// logits are gathered; under its sequence parallelism hidden is this rank's token rows [n, C] and
+// logits come as [B·T, V].
 class LmHead final : public Block {
  public:
-  LmHead(RMSNorm norm, Linear lm_head, torch::nn::Embedding tied)
-      : norm_(std::move(norm)), lm_head_(std::move(lm_head)), tied_(std::move(tied)) {}
+  LmHead(RMSNorm norm, Linear lm_head, torch::nn::Embedding tied, TensorParallel* tp = nullptr,
+         int64_t first = 0)
+      : norm_(std::move(norm)),
+        lm_head_(std::move(lm_head)),
+        tied_(std::move(tied)),
+        tp_(tp),
+        first_(first) {}
   torch::Tensor forward(const torch::Tensor& h, const BlockContext& ctx) override;
   std::vector<torch::Tensor> weights() override { return {norm_->weight, weight()}; }
   // The same under every setting: the head is not checkpointed.
@@ -226,6 +243,8 @@ class LmHead final : public Block {
   RMSNorm norm_;
   Linear lm_head_;
   torch::nn::Embedding tied_;
+  TensorParallel* tp_;
+  int64_t first_;
 };
 
 }  // namespace dstrain::model

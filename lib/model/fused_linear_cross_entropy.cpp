@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "model/fused_layer_ops.h"
+#include "model/tensor_parallel.h"
 
 namespace dstrain::model {
 namespace {
@@ -64,13 +65,43 @@ Tensor logits_loss(Tensor& logits, const Tensor& y, int64_t ignore_index, bool g
   return loss;
 }
 
+// logits_loss for a rank's vocabulary slice (VocabSlice): logits [n, V/T] of the ids [first,
+// first + V/T); the loss of the whole vocabulary, the gradient of this rank's logits.
+Tensor sliced_logits_loss(Tensor& logits, const Tensor& y, int64_t ignore_index, bool grad,
+                          const VocabSlice& slice) {
+  const auto dtype = logits.scalar_type();
+  Tensor z = logits.to(torch::kFloat);
+  logits.reset();
+  Tensor top = std::get<0>(z.max(1));  // [n]
+  slice.tp->all_reduce_(top, /*max=*/true);
+  z.sub_(top.unsqueeze(1));
+  const Tensor ignored = y.eq(ignore_index);
+  const Tensor here = y.ge(slice.first)
+                          .logical_and_(y.lt(slice.first + z.size(1)))
+                          .logical_and_(ignored.logical_not());
+  const Tensor target = (y - slice.first).masked_fill_(here.logical_not(), 0).unsqueeze(1);
+  // Row 0: Σ exp(z - max) over the slice; row 1: the label's z where this rank holds it.
+  Tensor sums = torch::empty({2, z.size(0)}, z.options());
+  sums[1].copy_(z.gather(1, target).squeeze(1).masked_fill_(here.logical_not(), 0));
+  z.exp_();
+  sums[0].copy_(z.sum(1));
+  slice.tp->all_reduce_(sums, /*max=*/false);
+  const Tensor loss = (sums[0].log() - sums[1]).masked_fill_(ignored, 0).sum();
+  if (!grad) return loss;
+  Tensor g = z.div_(sums[0].unsqueeze(1)).masked_fill_(ignored.unsqueeze(1), 0);
+  g.scatter_add_(1, target, here.to(torch::kFloat).neg_().unsqueeze(1));
+  logits = g.to(dtype);
+  return loss;
+}
+
 // One chunk: h [n, C], w [V, C], y [n]. Returns the chunk's summed loss (float32 scalar) and
 // fills `grads` with the gradients of that sum.
 Tensor chunk_loss(const Tensor& h, const Tensor& w, const Tensor& y, int64_t ignore_index,
-                  ChunkGrads grads) {
+                  ChunkGrads grads, const VocabSlice& slice) {
   const bool grad = grads.hidden.defined() || grads.weight.defined();
   Tensor logits = torch::mm(h, w.t());  // [n, V]
-  const Tensor loss = logits_loss(logits, y, ignore_index, grad);
+  const Tensor loss = slice.tp ? sliced_logits_loss(logits, y, ignore_index, grad, slice)
+                               : logits_loss(logits, y, ignore_index, grad);
   if (!grad) return loss;
   const Tensor& g = logits;  // d(sum)/d(logits), in h's dtype
   if (grads.hidden.defined()) grads.hidden.copy_(torch::mm(g, w));
@@ -80,14 +111,15 @@ Tensor chunk_loss(const Tensor& h, const Tensor& w, const Tensor& y, int64_t ign
 
 // The loss sum over all chunks of h [N, C] / y [N]; gradients into `grads` (dh [N, C], dW [V, C]).
 Tensor chunked_loss(const Tensor& h, const Tensor& w, const Tensor& y, int64_t ignore_index,
-                    int64_t chunk_tokens, const ChunkGrads& grads) {
+                    int64_t chunk_tokens, const ChunkGrads& grads, const VocabSlice& slice) {
   Tensor sum = torch::zeros({}, h.options().dtype(torch::kFloat));
   const int64_t N = h.size(0);
   for (int64_t start = 0; start < N; start += chunk_tokens) {
     const int64_t n = std::min(chunk_tokens, N - start);
     ChunkGrads chunk{grads.hidden.defined() ? grads.hidden.narrow(0, start, n) : Tensor(),
                      grads.weight};
-    sum.add_(chunk_loss(h.narrow(0, start, n), w, y.narrow(0, start, n), ignore_index, chunk));
+    sum.add_(
+        chunk_loss(h.narrow(0, start, n), w, y.narrow(0, start, n), ignore_index, chunk, slice));
   }
   return sum;
 }
@@ -106,14 +138,15 @@ Tensor take_saved(AutogradContext* ctx, const std::string& key) {
 
 struct LinearCrossEntropySum : torch::autograd::Function<LinearCrossEntropySum> {
   static Tensor forward(AutogradContext* ctx, const Tensor& hidden, const Tensor& weight,
-                        const Tensor& labels, int64_t ignore_index, int64_t chunk_tokens) {
+                        const Tensor& labels, int64_t ignore_index, int64_t chunk_tokens,
+                        VocabSlice slice) {
     const Tensor h = hidden.reshape({-1, weight.size(1)});
     const auto fp32 = h.options().dtype(torch::kFloat);
     ChunkGrads grads;
     if (ctx->needs_input_grad(0)) grads.hidden = torch::empty(h.sizes(), fp32);
     if (ctx->needs_input_grad(1)) grads.weight = torch::zeros(weight.sizes(), fp32);
     const Tensor sum =
-        chunked_loss(h, weight, labels.reshape({-1}), ignore_index, chunk_tokens, grads);
+        chunked_loss(h, weight, labels.reshape({-1}), ignore_index, chunk_tokens, grads, slice);
     ctx->saved_data["dh"] = grads.hidden;
     ctx->saved_data["dw"] = grads.weight;
     ctx->saved_data["hidden_shape"] = hidden.sizes().vec();
@@ -132,7 +165,7 @@ struct LinearCrossEntropySum : torch::autograd::Function<LinearCrossEntropySum> 
     const std::vector<int64_t> shape = ctx->saved_data["hidden_shape"].toIntVector();
     if (dh.defined()) dh = dh.mul_(scale).to(hidden_dtype).view(shape);
     if (dw.defined()) dw = dw.mul_(scale).to(weight_dtype);
-    return {dh, dw, Tensor(), Tensor(), Tensor()};
+    return {dh, dw, Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
 
@@ -163,18 +196,19 @@ int64_t loss_chunk_tokens(int64_t vocab, int64_t chunk_bytes) {
 }
 
 Tensor linear_cross_entropy_sum(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
-                                int64_t ignore_index, int64_t chunk_bytes) {
+                                int64_t ignore_index, int64_t chunk_bytes,
+                                const VocabSlice& slice) {
   check_shapes(hidden, weight, labels);
   const int64_t chunk_tokens = loss_chunk_tokens(
       weight.size(0), chunk_bytes > 0 ? chunk_bytes : loss_chunk_bytes(hidden.device()));
   const bool wants_grad =
       torch::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
   if (wants_grad) {
-    return LinearCrossEntropySum::apply(hidden, weight, labels, ignore_index, chunk_tokens);
+    return LinearCrossEntropySum::apply(hidden, weight, labels, ignore_index, chunk_tokens, slice);
   }
   torch::NoGradGuard no_grad;
   return chunked_loss(hidden.reshape({-1, weight.size(1)}), weight, labels.reshape({-1}),
-                      ignore_index, chunk_tokens, ChunkGrads{});
+                      ignore_index, chunk_tokens, ChunkGrads{}, slice);
 }
 
 }  // namespace dstrain::model

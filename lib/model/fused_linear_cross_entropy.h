@@ -41,6 +41,16 @@
 
 namespace dstrain::model {
 
+class TensorParallel;
+
+// The weight's rows as one rank's slice of a vocabulary split over a tensor-parallel group
+// (tensor_parallel.h): they are the ids [first, first + V) of the whole vocabulary, and the
+// labels are ids of the whole vocabulary. tp null: the weight is the whole vocabulary.
+struct VocabSlice {
+  TensorParallel* tp = nullptr;
+  int64_t first = 0;
+};
+
 // Default budget for one chunk's float32 logits: on the CPU, and on a GPU, where fewer and larger
 // chunks matter more (the float32 weight gradient is read and written once per chunk; a Qwen2.5
 // vocabulary makes that 1 GB a chunk) and memory is plentiful beside the model.
@@ -62,8 +72,15 @@ int64_t loss_chunk_tokens(int64_t vocab, int64_t chunk_bytes);
 // Labels outside [0, V) other than ignore_index: the error torch's gather raises. Backward may run
 // once (the stored gradients are handed over, not copied). chunk_bytes 0: loss_chunk_bytes of
 // hidden's device.
+//
+// With a vocabulary slice every rank of its group calls this with the same hidden and labels: the
+// chunks' maximum logit, the sums of exp and the label's logit are reduced over the group (two
+// collectives a chunk, the same number on every rank), so each rank returns the whole
+// vocabulary's loss, and its gradients are its slice's: dW of its rows, and its part of dL/dh
+// (the tensor-parallel region's enter sums the parts). Computed in float32 from the logits as on
+// the CPU, not with the fused GPU kernel (which needs the whole row).
 torch::Tensor linear_cross_entropy_sum(const torch::Tensor& hidden, const torch::Tensor& weight,
                                        const torch::Tensor& labels, int64_t ignore_index,
-                                       int64_t chunk_bytes = 0);
+                                       int64_t chunk_bytes = 0, const VocabSlice& slice = {});
 
 }  // namespace dstrain::model

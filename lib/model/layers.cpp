@@ -27,6 +27,21 @@ torch::Tensor repeat_kv(const torch::Tensor& x, int64_t groups) {
   return x.unsqueeze(2).expand({B, KV, groups, T, D}).reshape({B, KV * groups, T, D});
 }
 
+// A row-parallel projection's partial products (this rank's slice of the input features, the
+// adapter's delta included: tensor_parallel.h) summed over the group, then its bias once.
+torch::Tensor leave_row_parallel(const LinearImpl& p, const torch::Tensor& partial,
+                                 TensorParallel* tp) {
+  const torch::Tensor whole = leave_region(tp, partial);
+  if (!p.bias.defined()) return whole;
+  // Added to this rank's token rows under sequence parallelism: its gradient there is a part.
+  return whole + (tp->sequence_parallel() ? summed_gradient(tp, p.bias) : p.bias);
+}
+
+// This rank's partial products of a row-parallel projection, without its bias.
+torch::Tensor partial_products(const LinearImpl& p, const torch::Tensor& x, bool training) {
+  return p.add_delta(at::linear(x, p.weight), x, training);
+}
+
 }  // namespace
 
 LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias, Materialize materialize)
@@ -89,19 +104,21 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps, Materialize materialize) : eps
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  return rms_norm(x, weight, eps_);
+  return rms_norm(x, summed_gradient(gradient_group, weight), eps_);
 }
 
 std::pair<torch::Tensor, torch::Tensor> RMSNormImpl::add_and_forward(const torch::Tensor& x,
                                                                      const torch::Tensor& delta) {
-  return add_rms_norm(x, delta, weight, eps_);
+  return add_rms_norm(x, delta, summed_gradient(gradient_group, weight), eps_);
 }
 
-AttentionImpl::AttentionImpl(const ModelConfig& c, std::optional<int64_t> window, Materialize m)
+AttentionImpl::AttentionImpl(const ModelConfig& c, std::optional<int64_t> window, Materialize m,
+                             TensorParallel* tp)
     : heads_(c.num_attention_heads),
       kv_heads_(c.num_key_value_heads),
       head_dim_(c.head_dim),
-      window_(window) {
+      window_(window),
+      tp_(tp) {
   const int64_t C = c.hidden_size, q = heads_ * head_dim_, kv = kv_heads_ * head_dim_;
   q_proj = register_module("q_proj", Linear(C, q, c.qkv_bias, m));
   k_proj = register_module("k_proj", Linear(C, kv, c.qkv_bias, m));
@@ -110,11 +127,17 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, std::optional<int64_t> window
   if (c.qk_norm) {
     q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps, m));
     k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps, m));
+    // Each rank normalises its own heads: its gradient of the shared weights is its heads' part.
+    q_norm->gradient_group = tp;
+    k_norm->gradient_group = tp;
   }
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
+torch::Tensor AttentionImpl::forward(const torch::Tensor& input, const torch::Tensor& cos,
                                      const torch::Tensor& sin, const Documents* documents) {
+  torch::Tensor x = enter_region(tp_, input);
+  // Sequence parallelism's gathered token rows [B·T, C]: T is the RoPE tables' length.
+  if (x.dim() == 2) x = x.view({-1, cos.size(-2), x.size(-1)});
   const int64_t B = x.size(0), T = x.size(1);
   const bool train = is_training();
   auto [q, k, v] = project_qkv(x, train);
@@ -129,7 +152,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   k = rotary(k, cos, sin).transpose(1, 2);  // [B, KV, T, D]
   const torch::Tensor out =
       core ? core(q, k, v, window_, documents) : causal_attention(q, k, v, window_, documents);
-  return o_proj->adapted(out.transpose(1, 2).reshape({B, T, heads_ * head_dim_}), train);
+  const torch::Tensor heads = out.transpose(1, 2).reshape({B, T, heads_ * head_dim_});
+  if (tp_ == nullptr) return o_proj->adapted(heads, train);
+  return leave_row_parallel(*o_proj, partial_products(*o_proj, heads, train), tp_);
 }
 
 std::array<torch::Tensor, 3> AttentionImpl::project_qkv(const torch::Tensor& x, bool training) {
@@ -142,16 +167,17 @@ std::array<torch::Tensor, 3> AttentionImpl::project_qkv(const torch::Tensor& x, 
           v_proj->add_delta(y.v, x, training)};
 }
 
-MlpImpl::MlpImpl(const ModelConfig& c, Materialize m) {
+MlpImpl::MlpImpl(const ModelConfig& c, Materialize m, TensorParallel* tp) : tp_(tp) {
   const int64_t C = c.hidden_size, I = c.intermediate_size;
   gate_proj = register_module("gate_proj", Linear(C, I, c.mlp_bias, m));
   up_proj = register_module("up_proj", Linear(C, I, c.mlp_bias, m));
   down_proj = register_module("down_proj", Linear(I, C, c.mlp_bias, m));
 }
 
-torch::Tensor MlpImpl::untiled(const torch::Tensor& x, bool training,
-                               const torch::Tensor& residual) {
+torch::Tensor MlpImpl::untiled(const torch::Tensor& x, bool training, const torch::Tensor& residual,
+                               bool partial) {
   const torch::Tensor h = swiglu(gate_proj->adapted(x, training), up_proj->adapted(x, training));
+  if (partial) return partial_products(*down_proj, h, training);
   if (residual.defined() && !down_proj->bias.defined() && use_fused_kernels(h)) {
     return down_proj->add_delta(add_projection(residual, h, down_proj->weight), h, training);
   }
@@ -161,17 +187,22 @@ torch::Tensor MlpImpl::untiled(const torch::Tensor& x, bool training,
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x, const torch::Tensor& residual) {
   const int64_t C = x.size(-1);
-  if (mlp_tile_tokens(tiling_, x.numel() / std::max<int64_t>(C, 1), C) == 0) {
+  if (tp_ == nullptr && mlp_tile_tokens(tiling_, x.numel() / std::max<int64_t>(C, 1), C) == 0) {
     return untiled(x, is_training(), residual);
   }
   return residual + forward(x);
 }
 
-torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+torch::Tensor MlpImpl::forward(const torch::Tensor& input) {
   const bool train = is_training();
+  const torch::Tensor x = enter_region(tp_, input);
+  const bool partial = tp_ != nullptr;
   const int64_t C = x.size(-1);
   const int64_t tile = mlp_tile_tokens(tiling_, x.numel() / std::max<int64_t>(C, 1), C);
-  if (tile == 0) return untiled(x, train);
+  const auto out_of_region = [&](const torch::Tensor& y) {
+    return partial ? leave_row_parallel(*down_proj, y, tp_) : y;
+  };
+  if (tile == 0) return out_of_region(untiled(x, train, {}, partial));
   // The closure holds the module (not `this`): the graph may outlive this call.
   auto self = std::static_pointer_cast<MlpImpl>(shared_from_this());
   std::vector<torch::Tensor> params;
@@ -183,11 +214,12 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   for (const auto& p : parameters()) params.push_back(p);
   const torch::Tensor rows = x.reshape({-1, C});  // [B·T, C]
   const torch::Tensor out =
-      tiled_tokenwise([self, train](const torch::Tensor& t) { return self->untiled(t, train); },
+      tiled_tokenwise([self, train, partial](
+                          const torch::Tensor& t) { return self->untiled(t, train, {}, partial); },
                       rows, tile, params);
   std::vector<int64_t> shape = x.sizes().vec();
   shape.back() = out.size(1);
-  return out.view(shape);
+  return out_of_region(out.view(shape));
 }
 
 }  // namespace dstrain::model

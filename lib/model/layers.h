@@ -17,6 +17,7 @@
 
 #include "model/document_attention.h"
 #include "model/model_config.h"
+#include "model/tensor_parallel.h"
 
 namespace dstrain::model {
 
@@ -91,6 +92,10 @@ class RMSNormImpl : public torch::nn::Module {
                                                           const torch::Tensor& delta);
 
   torch::Tensor weight;  // [dim]
+  // Tensor parallelism: a replicated weight whose gradient on this rank is only its part, read
+  // through summed_gradient() (tensor_parallel.h); null: read as it is.
+  TensorParallel* gradient_group = nullptr;
+
  private:
   double eps_;
 };
@@ -99,12 +104,16 @@ TORCH_MODULE(RMSNorm);
 // Causal grouped-query self-attention with RoPE (Qwen3: per-head q_norm/k_norm before RoPE),
 // over every earlier position or, with a window, the `window` latest ones (itself included; see
 // sliding_window_attention.h). Where use_fused_qkv(x) holds, q/k/v are one matrix product
-// (fused_qkv.h), the adapters' deltas added per projection after it.
+// (fused_qkv.h), the adapters' deltas added per projection after it. With `tp` (tensor
+// parallelism, tensor_parallel.h) built from tensor_parallel_config(): this rank's heads, o_proj
+// row-parallel.
 class AttentionImpl : public torch::nn::Module {
  public:
-  AttentionImpl(const ModelConfig& config, std::optional<int64_t> window, Materialize materialize);
+  AttentionImpl(const ModelConfig& config, std::optional<int64_t> window, Materialize materialize,
+                TensorParallel* tp = nullptr);
   // x: [B, T, C]; cos, sin: [T, D] in x's dtype (the positions of x's tokens), or [B, T, D] per
-  // row with packed `documents` (each document attends to itself). Returns [B, T, C].
+  // row with packed `documents` (each document attends to itself). Returns [B, T, C]. With tensor
+  // parallelism and its sequence parallelism, x and the result are this rank's token rows [n, C].
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const Documents* documents = nullptr);
 
@@ -122,14 +131,17 @@ class AttentionImpl : public torch::nn::Module {
 
   int64_t heads_, kv_heads_, head_dim_;
   std::optional<int64_t> window_;
+  TensorParallel* tp_;
 };
 TORCH_MODULE(Attention);
 
 // SwiGLU MLP: down(silu(gate(x)) * up(x)). Optionally tiled over tokens (tiled_mlp.h): the
-// [tokens, I] intermediates then exist one tile at a time, in training and in eval.
+// [tokens, I] intermediates then exist one tile at a time, in training and in eval. With `tp`
+// (tensor_parallel.h): gate/up column-parallel, down row-parallel; x and the result are this rank's
+// token rows [n, C] under its sequence parallelism.
 class MlpImpl : public torch::nn::Module {
  public:
-  MlpImpl(const ModelConfig& config, Materialize materialize);
+  MlpImpl(const ModelConfig& config, Materialize materialize, TensorParallel* tp = nullptr);
   torch::Tensor forward(const torch::Tensor& x);  // [B, T, C] -> [B, T, C]
   // residual + forward(x), the add fused into the down projection where add_projection fuses it
   // (fused_layer_ops.h; not with a down_proj bias or a tiled MLP).
@@ -142,9 +154,12 @@ class MlpImpl : public torch::nn::Module {
   Linear down_proj{nullptr};  // [C, I]
 
  private:
-  // [..., C] -> [..., C], plus residual when it is defined.
-  torch::Tensor untiled(const torch::Tensor& x, bool training, const torch::Tensor& residual = {});
+  // [..., C] -> [..., C], plus residual when it is defined. `partial`: this rank's partial
+  // products of the row-parallel down projection, without its bias (tensor parallelism).
+  torch::Tensor untiled(const torch::Tensor& x, bool training, const torch::Tensor& residual = {},
+                        bool partial = false);
   int64_t tiling_ = 0;
+  TensorParallel* tp_;
 };
 TORCH_MODULE(Mlp);
 

@@ -8,7 +8,8 @@
 
 namespace dstrain::model {
 
-DecoderBackboneImpl::DecoderBackboneImpl(const ModelConfig& c, Materialize materialize) {
+DecoderBackboneImpl::DecoderBackboneImpl(const ModelConfig& c, Materialize materialize,
+                                         TensorParallel* tp) {
   auto opts = torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size);
   // As in HF, the pad row gets no gradient from the lookup (it still does from a tied lm_head).
   if (c.pad_token_id && *c.pad_token_id >= 0 && *c.pad_token_id < c.vocab_size)
@@ -19,21 +20,28 @@ DecoderBackboneImpl::DecoderBackboneImpl(const ModelConfig& c, Materialize mater
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(opts));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-    layers->push_back(DecoderLayer(c, i, materialize));
+    layers->push_back(DecoderLayer(c, i, materialize, tp));
   norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, materialize));
+  if (tp != nullptr && tp->sequence_parallel()) norm->gradient_group = tp;
 }
 
-DecoderModelImpl::DecoderModelImpl(ModelConfig config, Materialize materialize)
-    : config_(std::move(config)) {
-  model = register_module("model", DecoderBackbone(config_, materialize));
+DecoderModelImpl::DecoderModelImpl(ModelConfig config, Materialize materialize,
+                                   std::shared_ptr<TensorParallel> tp)
+    : config_(std::move(config)), tp_(std::move(tp)) {
+  const int64_t tp_rank = tp_ ? tp_->rank() : 0, tp_size = tp_ ? tp_->size() : 1;
+  const ModelConfig local = tensor_parallel_config(config_, tp_rank, tp_size);
+  // The first id of this rank's vocabulary slice (embedding and head).
+  const int64_t first = tp_rank * local.vocab_size;
+  model = register_module("model", DecoderBackbone(local, materialize, tp_.get()));
   if (!config_.tie_word_embeddings) {
     lm_head = register_module(
-        "lm_head", Linear(config_.hidden_size, config_.vocab_size, /*bias=*/false, materialize));
+        "lm_head", Linear(local.hidden_size, local.vocab_size, /*bias=*/false, materialize));
   }
   inv_freq_ = rope_inv_freq(config_, config_.max_position_embeddings);
   rope_scaling_ = rope_attention_scaling(config_);
   head_ = std::make_shared<LmHead>(model->norm, lm_head,
-                                   lm_head ? torch::nn::Embedding(nullptr) : model->embed_tokens);
+                                   lm_head ? torch::nn::Embedding(nullptr) : model->embed_tokens,
+                                   tp_.get(), first);
   std::vector<std::shared_ptr<const ModelBlock>> blocks;
   auto add = [&](std::string name, BlockRole role, std::shared_ptr<Block> block) {
     ModelBlock b;
@@ -43,7 +51,7 @@ DecoderModelImpl::DecoderModelImpl(ModelConfig config, Materialize materialize)
     blocks.push_back(std::make_shared<const ModelBlock>(std::move(b)));
   };
   add("model.embed_tokens", BlockRole::kEmbedding,
-      std::make_shared<TokenEmbedding>(model->embed_tokens));
+      std::make_shared<TokenEmbedding>(model->embed_tokens, tp_.get(), first));
   for (int64_t i = 0; i < num_layers(); ++i)
     add(fmt::format("model.layers.{}", i), BlockRole::kLayer, decoder_layer(i).ptr());
   add("head", BlockRole::kHead, head_);
@@ -214,6 +222,10 @@ torch::Tensor DecoderModelImpl::run_blocks(const torch::Tensor& input_ids,
   const BlockContext ctx = context(input_ids.size(1), positions, labels);
   torch::Tensor x = input_ids;
   for (size_t i = 0; i < end; ++i) x = run_block(i, x, ctx);
+  // Tensor parallelism's sequence parallelism: the head's logits of every token row, [B·T, V].
+  if (end == blocks_.size() && !labels.defined() && x.dim() == 2) {
+    x = x.view({input_ids.size(0), input_ids.size(1), x.size(-1)});
+  }
   return x;
 }
 

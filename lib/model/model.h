@@ -32,6 +32,7 @@
 #include "model/blocks.h"
 #include "model/layers.h"
 #include "model/model_config.h"
+#include "model/tensor_parallel.h"
 
 namespace dstrain::model {
 
@@ -58,7 +59,9 @@ struct Positions {
 // Embedding, decoder layers and final norm: registered as "model" so names start with "model.".
 class DecoderBackboneImpl : public torch::nn::Module {
  public:
-  DecoderBackboneImpl(const ModelConfig& config, Materialize materialize);
+  // With `tp`, `config` is tensor_parallel_config()'s (this rank's shapes).
+  DecoderBackboneImpl(const ModelConfig& config, Materialize materialize,
+                      TensorParallel* tp = nullptr);
 
   torch::nn::Embedding embed_tokens{nullptr};  // [V, C]
   torch::nn::ModuleList layers{nullptr};       // L × DecoderLayer
@@ -71,8 +74,11 @@ class DecoderModelImpl : public torch::nn::Module {
   // Builds the modules in float32 with LibTorch's default initialisation; call init_weights() or
   // load_weights() next, then ->to(dtype/device). With Materialize::kNo nothing is allocated or
   // drawn, whatever the size (a 70B config builds in milliseconds), and nothing can be read from
-  // the parameters until someone gives them data.
-  explicit DecoderModelImpl(ModelConfig config, Materialize materialize = Materialize::kYes);
+  // the parameters until someone gives them data. With `tp` the model is that rank's part of a
+  // tensor-parallel model (tensor_parallel.h): its parameters have the Hugging Face names and this
+  // rank's shapes (tensor_split()); `config` stays the whole model's.
+  explicit DecoderModelImpl(ModelConfig config, Materialize materialize = Materialize::kYes,
+                            std::shared_ptr<TensorParallel> tp = nullptr);
 
   // The blocks in forward order (blocks.h); every parameter belongs to exactly one of them.
   const std::vector<std::shared_ptr<const ModelBlock>>& blocks() const { return blocks_; }
@@ -97,7 +103,8 @@ class DecoderModelImpl : public torch::nn::Module {
   BlockContext context(int64_t seq_len, const Positions& positions = {},
                        const torch::Tensor& labels = {});
 
-  // input_ids [B, T] int64 → logits [B, T, V] in the model's dtype. Ids must lie in [0, vocab_size)
+  // input_ids [B, T] int64 → logits [B, T, V] in the model's dtype (every rank of a tensor-parallel
+  // group: the whole vocabulary). Ids must lie in [0, vocab_size)
   // (not checked here: that would cost a device sync per step; the data pipeline guarantees it).
   // `positions`: where input_ids lie in their sequences, for a sequence-parallel slice.
   torch::Tensor forward(const torch::Tensor& input_ids, const Positions& positions = {});
@@ -107,8 +114,8 @@ class DecoderModelImpl : public torch::nn::Module {
   // float rounding.
   LossSum loss_sum(const torch::Tensor& input_ids, const torch::Tensor& labels, bool fused,
                    const Positions& positions = {});
-  // Every block but the head: input_ids [B, T] → hidden [B, T, C]. forward(ids) is
-  // head(hidden_states(ids)).
+  // Every block but the head: input_ids [B, T] → hidden [B, T, C] (this rank's token rows [n, C]
+  // under tensor parallelism's sequence parallelism). forward(ids) is head(hidden_states(ids)).
   torch::Tensor hidden_states(const torch::Tensor& input_ids, const Positions& positions = {});
   // The head's logits: hidden [B, T, C] → [B, T, V].
   torch::Tensor head(const torch::Tensor& hidden);
@@ -134,6 +141,8 @@ class DecoderModelImpl : public torch::nn::Module {
   // tile.
   void set_tiled_mlp(int64_t setting);
   const ModelConfig& config() const { return config_; }
+  // The tensor-parallel group this model is a part of; null: the whole model.
+  TensorParallel* tensor_parallel() const { return tp_.get(); }
   int64_t num_layers() const { return config_.num_hidden_layers; }
   DecoderLayer decoder_layer(int64_t index) const;
 
@@ -150,6 +159,7 @@ class DecoderModelImpl : public torch::nn::Module {
                            const torch::Tensor& labels, size_t end);
 
   ModelConfig config_;
+  std::shared_ptr<TensorParallel> tp_;
   // [D/2] float32 for sequences up to max_position_embeddings (all lengths but dynamic's longer
   // ones); not a parameter or buffer (never cast, never saved)
   torch::Tensor inv_freq_;

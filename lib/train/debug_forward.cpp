@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "comm/gloo_communicator.h"
@@ -18,6 +19,7 @@
 #include "optim/optimizer.h"
 #include "train/parallelize.h"
 #include "train/sequence_parallel.h"
+#include "train/tensor_parallel.h"
 
 namespace dstrain::train {
 namespace stdfs = std::filesystem;
@@ -101,34 +103,47 @@ Batch read_batch(const std::string& ids_path, int64_t vocab) {
   return b;
 }
 
-// The sequence-parallel group this process belongs to (null for P = 1), checked against the
-// environment, the model and the batch.
+// The group this process belongs to (sequence- or tensor-parallel; a solo world for neither),
+// checked against the environment, the model and the batch.
 struct Group {
   std::unique_ptr<comm::Communicator> world;
+  std::shared_ptr<TensorParallelGroup> tp;
   std::unique_ptr<SequenceParallel> sp;
 };
 
-Group join_group(const DebugForwardOptions& o, const model::ModelConfig& config, int64_t T) {
-  const int p = o.sequence_parallel;
-  if (p == 1) return {};
-  if (o.device != "cpu") {
-    fail(ErrorKind::kUsage, "--sequence-parallel {}: runs on --device cpu only (over Gloo)", p);
-  }
-  if (T % p != 0) {
-    fail(ErrorKind::kInput,
-         "--ids {}: the sequence length {} is not divisible by "
-         "--sequence-parallel {}",
-         o.ids_path, T, p);
-  }
-  SequenceParallel::check_model(config, p, o.model_dir);
+Group join_group(const DebugForwardOptions& o, const model::ModelConfig& config, int64_t B,
+                 int64_t T) {
+  const int p = o.sequence_parallel, t = o.tensor_parallel, n = p * t;
   Group g;
-  g.world = comm::make_gloo_communicator(comm::rendezvous_options_from_env());
-  if (g.world->world_size() != p) {
-    fail(ErrorKind::kUsage,
-         "--sequence-parallel {}: expected a world of {} ranks (dstrain launch --nproc {} --exec "
-         "-- dstrain debug forward ...), WORLD_SIZE is {}",
-         p, p, p, g.world->world_size());
+  if (n == 1) {
+    g.world = comm::make_solo_communicator();
+  } else {
+    const std::string flag =
+        p > 1 ? fmt::format("--sequence-parallel {}", p) : fmt::format("--tensor-parallel {}", t);
+    if (p > 1 && t > 1) {
+      fail(ErrorKind::kUsage, "--sequence-parallel and --tensor-parallel: one or the other");
+    }
+    if (o.device != "cpu")
+      fail(ErrorKind::kUsage, "{}: runs on --device cpu only (over Gloo)", flag);
+    if (T % p != 0) {
+      fail(ErrorKind::kInput, "--ids {}: the sequence length {} is not divisible by {}", o.ids_path,
+           T, flag);
+    }
+    if (t > 1 && o.tensor_sequence_parallel && (B * T) % t != 0) {
+      fail(ErrorKind::kInput, "--ids {}: the {} x {} tokens are not divisible by {}", o.ids_path, B,
+           T, flag);
+    }
+    model::check_tensor_parallel(config, t, o.model_dir, "--tensor-parallel");
+    SequenceParallel::check_model(config, p, o.model_dir);
+    g.world = comm::make_gloo_communicator(comm::rendezvous_options_from_env());
+    if (g.world->world_size() != n) {
+      fail(ErrorKind::kUsage,
+           "{}: expected a world of {} ranks (dstrain launch --nproc {} --exec -- dstrain debug "
+           "forward ...), WORLD_SIZE is {}",
+           flag, n, n, g.world->world_size());
+    }
   }
+  g.tp = std::make_shared<TensorParallelGroup>(*g.world, t, o.tensor_sequence_parallel);
   g.sp = std::make_unique<SequenceParallel>(*g.world, p);
   return g;
 }
@@ -149,8 +164,9 @@ torch::Tensor gather_sequence(comm::Communicator& world, const torch::Tensor& sl
 // The plan of a run that trains the model directory's weights (with the adapter, its adapters) in
 // `dtype` at ZeRO stage 0, each bucket's gradient averaged over the ranks by the end of backward;
 // nothing is ever updated.
-ParallelPlan debug_plan(const DebugForwardOptions& o, model::DecoderModelImpl& m,
-                        torch::ScalarType dtype) {
+// With tensor parallelism `m` is this rank's slice, which reads its slices of the files' values.
+ParallelPlan debug_plan(const DebugForwardOptions& o, model::DecoderModel m,
+                        TensorParallelGroup& tp, torch::ScalarType dtype) {
   ParallelPlan plan;
   plan.engine.stage = 0;
   plan.engine.compute_dtype = dtype;
@@ -159,10 +175,14 @@ ParallelPlan debug_plan(const DebugForwardOptions& o, model::DecoderModelImpl& m
     return optim::make_sgd(numel, optim::SgdOptions{});
   };
   auto files = std::make_shared<model::SafetensorsSet>(o.model_dir);
-  model::check_weights(*files, m, o.model_dir);
+  // The files hold the whole model.
+  model::DecoderModel whole =
+      tp.size() == 1 ? m : model::DecoderModel(m->config(), model::Materialize::kNo);
+  model::check_weights(*files, *whole, o.model_dir);
   plan.initial_values = [files](const std::string& name, int64_t begin, int64_t end) {
     return files->read_range(name, begin, end);
   };
+  if (tp.size() > 1) plan.initial_values = slice_source(plan.initial_values, *m, tp);
   if (!o.adapter_dir.empty()) {
     lora::Adapter adapter = lora::read_adapter(o.adapter_dir);
     LoraPlan l;
@@ -183,17 +203,16 @@ DebugForwardResult debug_forward(const DebugForwardOptions& o) {
   const torch::ScalarType dtype = model::resolve_dtype(o.dtype, config);
   const Batch batch = read_batch(o.ids_path, config.vocab_size);
   const int64_t T = batch.ids.size(1);
-  Group group = join_group(o, config, T);
-  if (!group.world) {
-    group.world = comm::make_solo_communicator();
-    group.sp = std::make_unique<SequenceParallel>(*group.world, 1);
-  }
+  Group group = join_group(o, config, batch.ids.size(0), T);
+  TensorParallelGroup& tp = *group.tp;
 
-  // The model as a run builds it: without memory, then parallelize() (LoRA, sequence parallelism,
-  // the engine filling the parameters from the files in the compute dtype).
-  model::DecoderModel m(config, model::Materialize::kNo);
+  // The model as a run builds it: without memory (this rank's slice with tensor parallelism), then
+  // parallelize() (LoRA, sequence parallelism, the engine filling the parameters from the files in
+  // the compute dtype).
+  model::DecoderModel m(config, model::Materialize::kNo,
+                        tp.size() > 1 ? group.tp : std::shared_ptr<TensorParallelGroup>());
   Parallelized parallel =
-      parallelize(m, {*group.world, device, *group.sp}, debug_plan(o, *m, dtype));
+      parallelize(m, {tp.replicas(), device, *group.sp}, debug_plan(o, m, tp, dtype));
   m->train(!o.eval);
   data::Batch whole;
   whole.input_ids = batch.ids.to(device);
@@ -211,16 +230,19 @@ DebugForwardResult debug_forward(const DebugForwardOptions& o) {
   {
     torch::NoGradGuard no_grad;
     logits = m->head(hidden);
-    if (group.world->world_size() > 1) logits = gather_sequence(*group.world, logits);
+    // The region's sequence parallelism: the token rows of every row, [B·T, V].
+    if (logits.dim() == 2) logits = logits.view({batch.ids.size(0), T, -1});
+    if (group.sp->size() > 1) logits = gather_sequence(*group.world, logits);
   }
 
   model::NamedTensors out;
   out.emplace_back("logits", logits.detach().to(torch::kCPU, torch::kFloat32));
   out.emplace_back("loss", loss.detach().to(torch::kCPU, torch::kFloat32));
+  // The whole parameter's gradient (with tensor parallelism gathered from the slices).
   auto add_grad = [&](const std::string& name, const torch::Tensor& p) {
     const torch::Tensor g = p.grad();
-    out.emplace_back("grad." + name,
-                     g.defined() ? g.to(torch::kCPU, torch::kFloat32) : torch::zeros(p.sizes()));
+    const torch::Tensor mine = g.defined() ? g.to(torch::kFloat32) : torch::zeros(p.sizes());
+    out.emplace_back("grad." + name, tp.whole(mine, name).to(torch::kCPU));
   };
   if (parallel.lora) {
     for (const auto& [name, t] : parallel.lora->named_parameters()) add_grad(name, t);

@@ -40,6 +40,12 @@ struct DebugForwardOptions {
   // running the training code path of sequence_parallel.h on its T/P tokens of each sequence;
   // rank 0 writes the file with the whole sequences' logits and the group's gradients. CPU only.
   int sequence_parallel = 1;
+  // T > 1: one rank of a tensor-parallel group of T processes over Gloo (as above, WORLD_SIZE =
+  // T), holding its slice of the model (tensor_parallel.h), with the region's sequence
+  // parallelism when tensor_sequence_parallel; rank 0 writes the whole logits and the whole
+  // parameters' gradients. CPU only; not with sequence_parallel.
+  int tensor_parallel = 1;
+  bool tensor_sequence_parallel = true;
 };
 
 struct DebugForwardResult {
@@ -52,8 +58,10 @@ struct DebugForwardResult {
 // Writes to `out_path`: "logits" [B, T, V], "loss" [] and, without an adapter, "grad.<parameter>"
 // for every model parameter; with one, "grad.<module>.lora_A.weight" / "lora_B.weight" for every
 // adapted module (the base is frozen, as in a LoRA run). All float32 on the CPU.
-// Error(kUsage) for --device cuda without a GPU, for sequence_parallel with cuda or in a world
-// of another size; Error(kInput) when T is not divisible by sequence_parallel; Error(kInput) for a
+// Error(kUsage) for --device cuda without a GPU, for sequence_parallel or tensor_parallel with
+// cuda, with each other or in a world of another size; Error(kInput) when T is not divisible by
+// sequence_parallel (or, with the region's sequence parallelism, B·T by tensor_parallel);
+// Error(kConfig) for a model tensor_parallel cannot split; Error(kInput) for a
 // missing or malformed ids file (ids outside the vocabulary, shapes) and for an adapter lib/lora
 // cannot use or that does not fit the model (lora/adapter_io.h, LoraModel::load).
 DebugForwardResult debug_forward(const DebugForwardOptions& options);

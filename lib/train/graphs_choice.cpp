@@ -36,6 +36,10 @@ GraphsChoice choose_graphs(const config::Config& c, model::Checkpointing checkpo
       layer_graphs_blocker(checkpointing, c.model.tiled_mlp, c.parallel.sequence_parallel_size);
   if (!cuda) {
     g.why_not = "the run is on the CPU; CUDA graphs need a GPU";
+  } else if (c.parallel.tensor_parallel_size > 1) {
+    g.why_not =
+        "with tensor parallelism each layer's collectives run on the tensor-parallel group, which "
+        "a recorded layer does not replay";
   } else if (!blocker.empty()) {
     g.why_not = blocker;
   } else if (c.data.packing == "documents") {

@@ -130,8 +130,9 @@ void Trainer::log_lora() const {
             cfg_.lora.init_from.empty() ? std::string() : ", from " + cfg_.lora.init_from);
 }
 
-std::string Trainer::base_checksum(const model::ValueSource& values) {
-  const auto params = model_->named_parameters();
+std::string Trainer::base_checksum(const model::ValueSource& values,
+                                   model::DecoderModelImpl& whole) {
+  const auto params = whole.named_parameters();
   std::vector<double> parts(2 * params.size(), 0.0);  // crc, bytes: exact in a double
   for (size_t i = static_cast<size_t>(rank_); i < params.size(); i += static_cast<size_t>(world_)) {
     const torch::Tensor& p = params[i].value();
@@ -177,18 +178,21 @@ void Trainer::save_lora_adapter() {
                 piece.elements.end - piece.elements.begin)
         .copy_(piece.tensors.at("master"));
   }
-  comm_->all_reduce(flat, comm::ReduceOp::kSum)->wait();
-  flat = flat.cpu();
+  // Over the ranks that hold this rank's slices (every rank without tensor parallelism): the
+  // slices whole on each of them; then the whole tensors from the slices.
+  tp_->replicas().all_reduce(flat, comm::ReduceOp::kSum)->wait();
+  std::map<std::string, torch::Tensor> whole;
+  for (const auto& [name, t] : params) {
+    whole[name] =
+        tp_->whole(flat.narrow(0, offset.at(name), t.numel()).view(t.sizes()), name).cpu();
+  }
   if (rank_ == 0) {
     lora::Adapter adapter;
     adapter.options = parallel_.lora->options();
     adapter.base_model = cfg_.model.name_or_path;
     for (const auto& w : parallel_.lora->weights()) {
-      auto full = [&](const std::string& name, const torch::Tensor& like) {
-        return flat.narrow(0, offset.at(name), like.numel()).view(like.sizes());
-      };
-      adapter.weights.push_back({w.module, full(lora::lora_a_name(w.module), w.A),
-                                 full(lora::lora_b_name(w.module), w.B)});
+      adapter.weights.push_back(
+          {w.module, whole.at(lora::lora_a_name(w.module)), whole.at(lora::lora_b_name(w.module))});
     }
     const stdfs::path dir = run_files::lora_adapter_dir(cfg_.logging.out_dir);
     lora::write_adapter(dir, adapter, torch::kFloat);

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "train/component_options.h"
+#include "train/tensor_parallel.h"
 
 namespace dstrain::train {
 
@@ -14,11 +15,25 @@ std::optional<model::Checkpointing> checkpointing_setting(const config::Config& 
   return model::checkpointing_from_word(c.model.gradient_checkpointing);
 }
 
+namespace {
+
+// The group a run's model is built for: `given`, or the shapes of one with tensor parallelism.
+std::shared_ptr<model::TensorParallel> model_group(const config::ParallelSection& p,
+                                                   std::shared_ptr<model::TensorParallel> given) {
+  if (p.tensor_parallel_size <= 1) return nullptr;
+  if (given) return given;
+  return tensor_parallel_shapes(static_cast<int>(p.tensor_parallel_size),
+                                p.tensor_sequence_parallel);
+}
+
+}  // namespace
+
 RunMemory::RunMemory(config::Config config, const model::ModelConfig& model, int world_size,
-                     bool cuda)
+                     bool cuda, std::shared_ptr<model::TensorParallel> tensor_parallel)
     : config_(std::move(config)),
-      model_(model, model::Materialize::kNo),
-      world_size_(world_size),
+      model_(model, model::Materialize::kNo,
+             model_group(config_.parallel, std::move(tensor_parallel))),
+      world_size_(world_size / static_cast<int>(config_.parallel.tensor_parallel_size)),
       cuda_(cuda) {}
 
 estimate::ActivationInput RunMemory::activations(int64_t micro, bool graphs) const {
@@ -102,10 +117,10 @@ RunPlan resolve_run_plan(const config::Config& config, const model::ModelConfig&
          "run plan: an auto choice needs the memory limit, and none is given");
   }
   RunPlan plan;
-  plan.memory = std::make_shared<const RunMemory>(config, model, facts.world_size, facts.cuda);
+  plan.memory = std::make_shared<const RunMemory>(config, model, facts.world_size, facts.cuda,
+                                                  facts.tensor_parallel);
   const RunMemory& memory = *plan.memory;
-  plan.data_parallel =
-      facts.world_size / std::max<int64_t>(1, config.parallel.sequence_parallel_size);
+  plan.data_parallel = config.parallel.data_parallel(facts.world_size);
   const config::TrainingSection& t = config.training;
   const std::optional<model::Checkpointing> setting = checkpointing_setting(config);
 

@@ -47,8 +47,11 @@ std::optional<model::Checkpointing> checkpointing_setting(const config::Config& 
 class RunMemory {
  public:
   // `cuda`: the run's device is a GPU (the fused kernels then run for float32 and bfloat16; the
-  // build and DSTRAIN_CUDA_KERNELS are not consulted here).
-  RunMemory(config::Config config, const model::ModelConfig& model, int world_size, bool cuda);
+  // build and DSTRAIN_CUDA_KERNELS are not consulted here). With parallel.tensor_parallel_size > 1
+  // the model is one rank's slice, built for `tensor_parallel` (the run's group; null: its shapes
+  // alone, tensor_parallel.h), and ZeRO shards it over world_size / T ranks.
+  RunMemory(config::Config config, const model::ModelConfig& model, int world_size, bool cuda,
+            std::shared_ptr<model::TensorParallel> tensor_parallel = nullptr);
 
   const config::Config& config() const { return config_; }
   const model::DecoderModel& model() const { return model_; }
@@ -100,6 +103,9 @@ struct RunFacts {
   // per_device_train_batch_size: auto: the micro-batch the checkpoint resumed recorded for this
   // run's data-parallel ranks and samples per rank; 0: none.
   int64_t kept_micro_batch = 0;
+  // The run's tensor-parallel group (parallel.tensor_parallel_size > 1), which the plan's model is
+  // built for; null: the model's shapes alone.
+  std::shared_ptr<model::TensorParallel> tensor_parallel;
 };
 
 // Whether `c` on a GPU or not (`cuda`) has an auto choice that plans against the memory limit.
@@ -118,7 +124,8 @@ struct RunPlan {
   int64_t tiled_mlp = 0;          // model.tiled_mlp
   zero::EngineOptions engine;     // initial_values are the trainer's
 
-  int64_t data_parallel = 1;  // ranks that take different samples (world / sequence parallel)
+  // Ranks that take different samples (world / sequence parallel / tensor parallel).
+  int64_t data_parallel = 1;
 };
 
 // The plan for `config` with `model` (its config.json) on `facts`. Pure: the same inputs give the

@@ -53,14 +53,20 @@ model::AttentionCore ulysses_attention(comm::Communicator& group) {
   };
 }
 
-SequenceParallel::SequenceParallel(comm::Communicator& world, int size)
-    : size_(size), world_rank_(world.rank()), world_size_(world.world_size()) {
-  if (size < 1 || world_size_ % size != 0) {
+SequenceParallel::SequenceParallel(comm::Communicator& world, int size, int tensor_parallel)
+    : size_(size),
+      tensor_parallel_(tensor_parallel),
+      world_rank_(world.rank()),
+      world_size_(world.world_size()) {
+  if (size < 1 || world_size_ % (size * tensor_parallel) != 0) {
     fail(ErrorKind::kConfig,
-         "{} ({}) must divide the world size ({}): world = data-parallel degree x {}", kSizeKey,
-         size, world_size_, kSizeKey);
+         "{} ({}) x parallel.tensor_parallel_size ({}) must divide the world size ({}): world = "
+         "data-parallel degree x {} x parallel.tensor_parallel_size",
+         kSizeKey, size, tensor_parallel, world_size_, kSizeKey);
   }
-  if (size > 1) group_ = world.split(world_rank_ / size);
+  // The ranks with this rank's data-parallel and tensor-parallel rank.
+  const int T = tensor_parallel;
+  if (size > 1) group_ = world.split(data_parallel_rank() * T + world_rank_ % T);
 }
 
 void SequenceParallel::check_model(const model::ModelConfig& c, int size,

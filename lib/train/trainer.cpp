@@ -97,12 +97,19 @@ void Trainer::init() {
   if (cfg_.logging.trace) trace::start();
   phase_peaks_ = std::make_unique<PhasePeaks>(allocator_peak_source(device_));
   const int threads = set_intra_op_threads();
-  // Anything random during training (dropout) draws from LibTorch's default generator, which is
-  // otherwise seeded at random: seed it so runs repeat exactly.
-  torch::manual_seed(cfg_.training.seed + static_cast<uint64_t>(rank_));
   const int sp_size = static_cast<int>(cfg_.parallel.sequence_parallel_size);
+  const int tp_size = static_cast<int>(cfg_.parallel.tensor_parallel_size);
+  // Anything random during training (dropout) draws from LibTorch's default generator, which is
+  // otherwise seeded at random: seed it so runs repeat exactly. The ranks of a tensor-parallel
+  // group draw alike, what one rank without tensor parallelism draws (lora_model.h).
+  torch::manual_seed(cfg_.training.seed + static_cast<uint64_t>(rank_ / tp_size));
   SequenceParallel::check_length(cfg_.data.max_length, sp_size);
-  sp_ = std::make_unique<SequenceParallel>(*comm_, sp_size);
+  check_tensor_parallel_length(cfg_.data.max_length, sp_size, tp_size,
+                               cfg_.parallel.tensor_sequence_parallel);
+  // The groups in one order on every rank: tensor parallel (innermost), then sequence parallel.
+  tp_ = std::make_shared<TensorParallelGroup>(*comm_, tp_size,
+                                              cfg_.parallel.tensor_sequence_parallel);
+  sp_ = std::make_unique<SequenceParallel>(*comm_, sp_size, tp_size);
 
   resolve_model();
   build_data();
@@ -120,12 +127,22 @@ void Trainer::init() {
       cfg_.training.per_device_train_batch_size * cfg_.data.max_length / std::max(1, sp_size),
       cfg_.data.max_length / std::max(1, sp_size), plan.engine.compute_dtype, device_);
   prepare_cuda_graphs(plan);
-  plan.initial_values = initial_values();
+  // The whole model's values; a tensor-parallel rank reads its slices of them.
+  model::DecoderModel whole =
+      tp_->size() == 1 ? model_ : model::DecoderModel(model_config_, model::Materialize::kNo);
+  const model::ValueSource values = initial_values(*whole);
+  plan.initial_values = tp_->size() == 1 ? values : slice_source(values, *model_, *tp_);
   if (cfg_.lora.enabled) {
     plan.lora = lora_plan(cfg_);
-    base_checksum_ = base_checksum(plan.initial_values);
+    base_checksum_ = base_checksum(values, *whole);
   }
-  parallel_ = parallelize(model_, {*comm_, device_, *sp_}, std::move(plan));
+  if (tp_->size() > 1) {
+    plan.engine.tensor_parallel = &tp_->group();
+    plan.engine.replicated = replicated_parameter;
+  }
+  // ZeRO shards over the ranks that hold this rank's slice (all of them without tensor
+  // parallelism).
+  parallel_ = parallelize(model_, {tp_->replicas(), device_, *sp_}, std::move(plan));
   if (parallel_.lora) log_lora();
   model_->train();
   if (cfg_.model.fused_loss_chunk_mb > 0)
@@ -165,12 +182,22 @@ void Trainer::init() {
       "thread(s) per rank",
       cfg_.model.name_or_path, model_config_.num_parameters(true) / 1e6,
       model_config_.num_hidden_layers, total_steps_, tokens_per_step_, cfg_.zero.stage, threads);
+  if (tp_->size() > 1) {
+    log::info(
+        "tensor parallel: {} group(s) of {} consecutive ranks{}, each holding 1/{} of every "
+        "layer, the embedding and the head; ZeRO shards each slice over {} ranks (data-parallel "
+        "size {})",
+        world_ / tp_->size(), tp_->size(),
+        tp_->sequence_parallel() ? " with sequence parallelism between the parallel regions" : "",
+        tp_->size(), world_ / tp_->size(), sp_->data_parallel_size());
+  }
   if (sp_->size() > 1) {
     log::info(
-        "sequence parallel: {} group(s) of {} consecutive ranks (data-parallel size {}), "
+        "sequence parallel: {} group(s) of {} {} (data-parallel size {}), "
         "{} tokens of each sequence per rank",
-        sp_->data_parallel_size(), sp_->size(), sp_->data_parallel_size(),
-        cfg_.data.max_length / sp_->size());
+        world_ / sp_->size(), sp_->size(),
+        tp_->size() > 1 ? fmt::format("ranks {} apart", tp_->size()) : "consecutive ranks",
+        sp_->data_parallel_size(), cfg_.data.max_length / sp_->size());
   }
   if (parallel_.engine->can_update_during_backward()) {
     log::info("no gradient clipping: each bucket/unit is updated during backward, once reduced");
@@ -184,6 +211,7 @@ void Trainer::plan_run() {
   facts.cuda = device_.is_cuda();
   if (needs_limit(cfg_, facts.cuda)) facts.limit = planning_limit(*comm_, device_);
   if (cfg_.training.micro_batch_auto) facts.kept_micro_batch = recorded_micro_batch();
+  if (tp_->size() > 1) facts.tensor_parallel = tp_;
   plan_ = resolve_run_plan(cfg_, model_config_, facts);
   if (cfg_.training.micro_batch_auto) {
     apply_micro_batch(cfg_.training, plan_.micro_batch, plan_.data_parallel);
@@ -274,7 +302,11 @@ void Trainer::resolve_model() {
             .string();
   }
   model_config_ = model::load_model_config(model_dir_);
-  SequenceParallel::check_model(model_config_, sp_->size(), cfg_.model.name_or_path);
+  model::check_tensor_parallel(model_config_, tp_->size(), cfg_.model.name_or_path,
+                               "parallel.tensor_parallel_size");
+  // Sequence parallelism splits the heads of one tensor-parallel slice.
+  SequenceParallel::check_model(model::tensor_parallel_config(model_config_, 0, tp_->size()),
+                                sp_->size(), cfg_.model.name_or_path);
   const std::string tok = cfg_.model.tokenizer.empty() ? model_dir_ : cfg_.model.tokenizer;
   tokenizer_ = tokenizer::load_tokenizer(tok);
   if (tokenizer_->vocab_size() > model_config_.vocab_size) {
@@ -284,10 +316,10 @@ void Trainer::resolve_model() {
   }
 }
 
-model::ValueSource Trainer::initial_values() {
-  if (cfg_.model.init != "pretrained") return model::init_source(*model_, cfg_.training.seed);
+model::ValueSource Trainer::initial_values(model::DecoderModelImpl& whole) {
+  if (cfg_.model.init != "pretrained") return model::init_source(whole, cfg_.training.seed);
   auto files = std::make_shared<model::SafetensorsSet>(model_dir_);
-  model::check_weights(*files, *model_, model_dir_);
+  model::check_weights(*files, whole, model_dir_);
   return [files](const std::string& name, int64_t begin, int64_t end) {
     return files->read_range(name, begin, end);
   };
@@ -358,7 +390,7 @@ torch::Tensor Trainer::train_step(double* fwd_bwd_s, double* data_s) {
   if (device_.is_cuda()) host = host.pin_memory();
   torch::Tensor step_counts = host.to(device_, /*non_blocking=*/true);
   comm_->all_reduce(step_counts, comm::ReduceOp::kSum)->wait();
-  step_counts = step_counts / static_cast<double>(sp_->size());
+  step_counts = step_counts / static_cast<double>(sp_->size() * tp_->size());
   interval_tokens_ =
       interval_tokens_.defined() ? interval_tokens_ + step_counts[1] : step_counts[1].clone();
   const int64_t micro_steps = batches.back().micro_steps;
@@ -420,6 +452,8 @@ EvalResult Trainer::evaluate() {
   }
   model_->train();
   all_reduce(acc);
+  // The ranks of a tensor-parallel group scored the same tokens.
+  for (double& v : acc) v /= tp_->size();
   r.tokens = static_cast<int64_t>(acc[1]);
   r.loss = acc[1] > 0 ? acc[0] / acc[1] : 0.0;
   r.ppl = std::exp(r.loss);

@@ -28,6 +28,7 @@
 #include "train/rank_lifetime.h"
 #include "train/run_plan.h"
 #include "train/sequence_parallel.h"
+#include "train/tensor_parallel.h"
 #include "zero/engine.h"
 
 namespace dstrain::train {
@@ -72,12 +73,13 @@ class Trainer {
   void create_metrics();
   // The model's directory and config.json, and the tokenizer.
   void resolve_model();
-  // The model's parameters by name: ranges of its safetensors files (model.init: pretrained), or
-  // the seeded initialisation.
-  model::ValueSource initial_values();
-  // LoRA: lora::base_checksum of the base, computed by the ranks together from its initial values
-  // (each rank checksums every world-th parameter) without materialising it.
-  std::string base_checksum(const model::ValueSource& values);
+  // The values of `whole`'s parameters (the whole model, built without memory) by name: ranges of
+  // its safetensors files (model.init: pretrained, checked against its shapes), or the seeded
+  // initialisation.
+  model::ValueSource initial_values(model::DecoderModelImpl& whole);
+  // LoRA: lora::base_checksum of the base `whole`, computed by the ranks together from its
+  // initial values (each rank checksums every world-th parameter) without materialising it.
+  std::string base_checksum(const model::ValueSource& values, model::DecoderModelImpl& whole);
   // Collective: the run plan (run_plan.h) against this rank's world and device, the micro-batch
   // it chose applied to cfg_.
   void plan_run();
@@ -143,7 +145,9 @@ class Trainer {
   int world_ = 1;
   torch::Device device_{torch::kCPU};  // cuda:LOCAL_RANK or the CPU (device.h)
   std::unique_ptr<comm::Communicator> comm_;
-  std::unique_ptr<SequenceParallel> sp_;  // its group outlives the model that uses it
+  // The groups outlive the model that uses them (the model shares the tensor-parallel group).
+  std::shared_ptr<TensorParallelGroup> tp_;
+  std::unique_ptr<SequenceParallel> sp_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::string model_dir_;
   model::ModelConfig model_config_;
@@ -160,6 +164,7 @@ class Trainer {
   std::vector<model::LayerFallback> voted_fallbacks_;  // this rank's, in the pending stop vote
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::unique_ptr<ckpt::Stateful> progress_state_;
+  std::unique_ptr<ckpt::Stateful> engine_state_;  // tensor parallelism: the engine's, whole
   std::unique_ptr<ckpt::Stateful> lora_reference_;
   std::unique_ptr<ckpt::Checkpointer> checkpointer_;  // after the components it saves
   struct {

@@ -98,6 +98,12 @@ struct EngineOptions {
   bool keep_gathered_memory = false;
   bool offload_optimizer = false;  // stages 1-3: master, optimizer state and the update on the host
   bool offload_param = false;      // stage 3: parameter shards on the host
+  // Tensor parallelism (lib/train/tensor_parallel.h): the engine's ranks hold one slice of the
+  // model, and `tensor_parallel` is the group whose ranks hold the other slices. The global
+  // gradient norm sums Σg² over it too, counting the parameters every rank of it holds whole
+  // (those `replicated` says, by name) once. Null: the engine's ranks hold the whole model.
+  comm::Communicator* tensor_parallel = nullptr;
+  std::function<bool(const std::string& name)> replicated;
   // Where the initial values come from; unset: from the parameters themselves (which must then
   // hold them). The master is built from them (so compute-dtype rounding never reaches it), then
   // the compute-dtype parameters. At stage 3 each rank asks only for its own shard's elements and

@@ -39,6 +39,8 @@ MasterState::MasterState(torch::Tensor master, bool aliases_params, MasterLayout
       aliases_params_(aliases_params),
       layout_(std::move(layout)),
       clip_(options.gradient_clipping),
+      tensor_parallel_(options.tensor_parallel),
+      replicated_(options.replicated),
       scaler_(options.compute_dtype == torch::kHalf, options.loss_scaling) {
   optimizer_ = make_optimizer(master_.numel(), no_decay_ranges());
   if (!optimizer_) fail(ErrorKind::kInternal, "zero engine: the optimizer factory returned null");
@@ -54,21 +56,48 @@ std::vector<Range> MasterState::no_decay_ranges() const {
 }
 
 StepResult MasterState::step(torch::Tensor grad32, const torch::Tensor& local_sq, double lr) {
-  StepResult result = reduce_norm(local_sq);
+  StepResult result = reduce_norm(local_sq, replicated_sq(grad32));
   if (result.skipped) return result;
   begin_update(lr);
   update(std::move(grad32), 0, coefficient(result));
   return result;
 }
 
-StepResult MasterState::reduce_norm(const torch::Tensor& local_sq) {
+torch::Tensor MasterState::replicated_sq(const torch::Tensor& grad, int64_t offset,
+                                         std::optional<Range> owned) const {
+  if (tensor_parallel_ == nullptr) return torch::Tensor();
+  const Range mine = owned ? Range{offset + owned->begin, offset + owned->end}
+                           : Range{offset, offset + grad.numel()};
+  torch::Tensor sq = torch::zeros({1}, grad.options().dtype(torch::kFloat64));
+  for (const MasterPiece& piece : layout_.owned) {
+    if (!replicated_(piece.param)) continue;
+    const int64_t begin = std::max(mine.begin, piece.offset);
+    const int64_t end =
+        std::min(mine.end, piece.offset + piece.elements.end - piece.elements.begin);
+    if (begin < end) sq += squared_norm(grad.narrow(0, begin - offset, end - begin));
+  }
+  return sq;
+}
+
+StepResult MasterState::reduce_norm(const torch::Tensor& local_sq,
+                                    const torch::Tensor& replicated_sq) {
   StepResult result;
   result.loss_scale = scaler_.scale();
   // All-reduced on the communicator's device, where the norm and the coefficient stay: without
   // fp16 loss scaling nothing here waits for the device. With it, whether to skip the step is
   // decided on the host (one sync per step).
   torch::Tensor sq = local_sq.to(device_, torch::kFloat64).reshape({1});
-  comm_.all_reduce(sq, comm::ReduceOp::kSum)->wait();
+  if (tensor_parallel_ == nullptr) {
+    comm_.all_reduce(sq, comm::ReduceOp::kSum)->wait();
+  } else {
+    // This slice's Σg² and its replicated part over the engine's ranks, then the slices' sums
+    // over the group with each replicated parameter counted once (T equal copies, 1/T each).
+    torch::Tensor both = torch::cat({sq, replicated_sq.to(device_, torch::kFloat64).reshape({1})});
+    comm_.all_reduce(both, comm::ReduceOp::kSum)->wait();
+    const double copies = tensor_parallel_->world_size();
+    sq = (both[0] - both[1] * (1.0 - 1.0 / copies)).reshape({1}).contiguous();
+    tensor_parallel_->all_reduce(sq, comm::ReduceOp::kSum)->wait();
+  }
   result.grad_norm_tensor = sq.sqrt() / result.loss_scale;
   if (scaler_.enabled()) result.skipped = scaler_.update(!std::isfinite(sq.item<double>()));
   return result;
@@ -93,6 +122,7 @@ void MasterState::arm_backward_update(std::optional<double> lr) {
   backward_lr_ = no_norm_needed() ? lr : std::nullopt;
   backward_pieces_ = 0;
   if (backward_lr_) backward_sq_ = torch::zeros({1}, master_.options().dtype(torch::kFloat64));
+  backward_replicated_sq_ = torch::Tensor();
 }
 
 void MasterState::backward_update(torch::Tensor grad, int64_t offset, Range owned,
@@ -100,6 +130,10 @@ void MasterState::backward_update(torch::Tensor grad, int64_t offset, Range owne
   if (!backward_lr_) fail(ErrorKind::kInternal, "zero engine: backward update not armed");
   if (backward_pieces_++ == 0) begin_update(*backward_lr_);
   backward_sq_ += squared_norm(grad.narrow(0, owned.begin, owned.end - owned.begin));
+  if (tensor_parallel_ != nullptr) {
+    const torch::Tensor sq = replicated_sq(grad, offset, owned);
+    backward_replicated_sq_ = backward_replicated_sq_.defined() ? backward_replicated_sq_ + sq : sq;
+  }
   update(std::move(grad), offset, torch::Tensor(), compute_copy);
 }
 
@@ -109,7 +143,10 @@ StepResult MasterState::finish_backward_update(size_t pieces) {
          backward_pieces_, pieces);
   }
   backward_lr_.reset();
-  return reduce_norm(backward_sq_);
+  if (tensor_parallel_ != nullptr && !backward_replicated_sq_.defined()) {
+    backward_replicated_sq_ = torch::zeros_like(backward_sq_);
+  }
+  return reduce_norm(backward_sq_, backward_replicated_sq_);
 }
 
 std::vector<std::string> MasterState::state_kinds() const {

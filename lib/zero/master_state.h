@@ -93,7 +93,16 @@ class MasterState {
   // whatever the norm, so begin_update() and update() (with an undefined coef) may come first,
   // while the other pieces' gradients are still being computed, and reduce_norm() only reports.
   bool no_norm_needed() const { return clip_ == 0 && !scaler_.enabled(); }
-  StepResult reduce_norm(const torch::Tensor& local_sq);
+  // `replicated_sq`: with tensor parallelism (EngineOptions::tensor_parallel), the part of
+  // local_sq from the parameters every rank of its group holds whole (replicated_sq()), which its
+  // sum over the group counts once; undefined without.
+  StepResult reduce_norm(const torch::Tensor& local_sq,
+                         const torch::Tensor& replicated_sq = torch::Tensor());
+  // Σg² of the owned pieces of the replicated parameters in `grad`, which holds the master's
+  // elements [offset, offset + grad.numel()), of which elements `owned` (relative to grad) are
+  // this rank's (all when absent); undefined without tensor parallelism.
+  torch::Tensor replicated_sq(const torch::Tensor& grad, int64_t offset = 0,
+                              std::optional<Range> owned = std::nullopt) const;
   // fp32, one element where the master lives; undefined when it is 1.
   torch::Tensor coefficient(const StepResult& reduced) const;
   void begin_update(double lr) { optimizer_->begin_step(lr); }
@@ -138,6 +147,8 @@ class MasterState {
   bool aliases_params_;
   MasterLayout layout_;
   double clip_;
+  comm::Communicator* tensor_parallel_;
+  std::function<bool(const std::string&)> replicated_;
   LossScaler scaler_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   // The update during backward: its learning rate while armed, the pieces updated so far and
@@ -145,6 +156,7 @@ class MasterState {
   std::optional<double> backward_lr_;
   size_t backward_pieces_ = 0;
   torch::Tensor backward_sq_;
+  torch::Tensor backward_replicated_sq_;
 };
 
 }  // namespace dstrain::zero

@@ -2,6 +2,7 @@
 """The `ranks` step of gpu-bundle/run (scripts/gpu/run, docs/gpu.md): many ranks on one GPU.
 
   ranks.py --bundle DIR --work DIR --table OUT.md --figure FILE --limit SECONDS [--cpu] [--full]
+           [--tensor-parallel]
 
 Every rank of a job computes on the one GPU (`dstrain launch --share-gpu`; DSTRAIN_SHARE_GPU=1 for
 `dstrain resume`), so NCCL runs its real collectives between the ranks over its socket transport.
@@ -30,6 +31,13 @@ list (--full runs the GPU's list there too, but for the GPU-only case).
      NCCL communicator records no spans), and the measured times are the NCCL kernels' device
      times in logging.profile_steps (steps 3-4 of rank 0). Over Gloo the time is the collective's
      span on the communicator's thread.
+
+--tensor-parallel (the `tensor-parallel` step): parts 1 and 3 for tensor parallelism instead
+(parallel.tensor_parallel_size T): T = 2 with and without the region's sequence parallelism, T = 4
+(the tiny model with 4 key/value heads and a vocabulary of 260), 2 data-parallel x 2 tensor-
+parallel ranks at ZeRO 1-3, and 2 tensor-parallel x 2 sequence-parallel ranks, fp32 and bf16,
+each against one rank with the same global batch (a group of T ranks reads one rank's batch); the
+collectives per step of the fp32 cases.
 
 Jobs run side by side (8 ranks at a time on a GPU, one job at a time on 2 CPU cores); no new job
 starts when its estimate would pass the limit, and the table says which did not run. Writes the
@@ -63,6 +71,9 @@ STOP_SLACK_S = 5    # the launcher must name the stopped rank within the timeout
 
 class Ctx:
     pass
+
+
+CTX = Ctx()  # the step's one context (main() fills it)
 
 
 RUNNING = set()  # the launchers of the jobs running now (their process groups)
@@ -313,10 +324,50 @@ def equivalence_cases(ctx):
     return cases
 
 
+def kv4_model(ctx):
+    """The tiny model with 4 key/value heads and a vocabulary of 260 (T = 4 divides every count),
+    written once under the work directory; the override that trains it."""
+    path = os.path.join(ctx.work, "models", "kv4")
+    if not os.path.exists(os.path.join(path, "config.json")):
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(ctx.configs, "models", "tiny", "config.json")) as f:
+            config = json.load(f)
+        config.update(num_key_value_heads=4, vocab_size=260)
+        with open(os.path.join(path, "config.json"), "w") as f:
+            json.dump(config, f, indent=1)
+    return f"model.name_or_path={path}"
+
+
+def tensor_parallel_cases(ctx):
+    """--tensor-parallel: the GPU's list; on --cpu (without --full) the rehearsal's reduced one."""
+    tp2, tp4 = "parallel.tensor_parallel_size=2", "parallel.tensor_parallel_size=4"
+    cases = []
+    for dtype in ("fp32", "bf16"):
+        traced = dtype == "fp32"
+        cases += [Case("tp2", 2, dtype, [tp2], ("plain", dtype, 1), False, traced=traced),
+                  Case("tp2 no region sp", 2, dtype,
+                       [tp2, "parallel.tensor_sequence_parallel=false"], ("plain", dtype, 1),
+                       False, traced=traced),
+                  Case("tp4", 4, dtype, [tp4, kv4_model(ctx)], ("kv4", dtype, 1), False,
+                       traced=traced)]
+        for stage in (1, 2, 3):
+            cases.append(Case(f"zero{stage} dp2 x tp2", 4, dtype,
+                              [f"zero.stage={stage}", tp2] + (STAGE3 if stage == 3 else []),
+                              ("plain", dtype, 2), False, stage=stage, traced=traced))
+        cases.append(Case("tp2 x sp2", 4, dtype, [tp2, "parallel.sequence_parallel_size=2"],
+                          ("plain", dtype, 1), False))
+    if ctx.cpu and not ctx.full:
+        keep = {("tp2", 2, "fp32"), ("zero3 dp2 x tp2", 4, "fp32")}
+        cases = [c for c in cases if (c.name, c.world, c.dtype) in keep]
+    return cases
+
+
 def reference_sets(ref):
     kind, dtype, global_accum = ref
     return (["zero.stage=0", f"training.gradient_accumulation_steps={global_accum}"] +
-            dtype_sets(dtype) + (LORA if kind == "lora" else []))
+            dtype_sets(dtype) + (LORA if kind == "lora" else []) +
+            ([f"model.name_or_path={os.path.join(CTX.work, 'models', 'kv4')}"]
+             if kind == "kv4" else []))
 
 
 def case_key(case):
@@ -659,6 +710,8 @@ def build_tasks(ctx, cases):
                               plain_job_task(ctx, "twin-" + case_key(c), c.world,
                                              sets + ["training.max_steps=4"], 90, traced=True,
                                              device="cpu"), pool="cpu"))
+    if ctx.tensor_parallel:
+        return tasks  # the references first: the cases compare against them
     stop_est = STOP_TIMEOUT_S + STOP_SLACK_S + est(2)
     restart_steps = 30 if ctx.cpu else 60
     failure = [Task("stop-rank0", 2, stop_est, stop_task(ctx, 2, 0)),
@@ -805,9 +858,12 @@ def main(argv):
     p.add_argument("--cpu", action="store_true")
     p.add_argument("--full", action="store_true", help="the GPU's case list on --cpu too")
     p.add_argument("--gpu-ranks", type=int, default=8, help="ranks side by side on the GPU")
+    p.add_argument("--tensor-parallel", action="store_true",
+                   help="the tensor-parallel cases instead (the `tensor-parallel` step)")
     a = p.parse_args(argv)
     signal.signal(signal.SIGTERM, stop_running)
-    ctx = Ctx()
+    ctx = CTX
+    ctx.tensor_parallel = a.tensor_parallel
     ctx.t0 = time.monotonic()
     ctx.deadline = ctx.t0 + a.limit - 12  # the tables and the teardown of a late job
     ctx.bundle, ctx.work, ctx.cpu, ctx.full = a.bundle, a.work, a.cpu, a.full
@@ -831,7 +887,7 @@ def main(argv):
               (": the ranks run on the CPU anyway" if a.cpu else ""), flush=True)
         if not a.cpu:
             ctx.env.pop("DSTRAIN_SHARE_GPU")
-    cases = equivalence_cases(ctx)
+    cases = tensor_parallel_cases(ctx) if a.tensor_parallel else equivalence_cases(ctx)
     tasks = build_tasks(ctx, cases)
     print(f"{len(tasks)} tasks, {len(cases)} equivalence cases, limit {a.limit:.0f} s, "
           f"{'CPU (Gloo)' if a.cpu else 'one GPU (NCCL)'}", flush=True)
@@ -842,8 +898,9 @@ def main(argv):
 
 def report(ctx, a, cases, tasks, states):
     eq, passed, failed, missing, exact = equivalence_table(ctx, cases, states)
-    checks = [qwen_check(ctx), resume_check(ctx), restart_check(ctx), stop_check(ctx, 0),
-              stop_check(ctx, 3)]
+    checks = [] if ctx.tensor_parallel else [qwen_check(ctx), resume_check(ctx),
+                                             restart_check(ctx), stop_check(ctx, 0),
+                                             stop_check(ctx, 3)]
     if not ctx.cpu:
         apps = gpu_apps()
         checks.append(("GPU empty at the end", "- at the end nvidia-smi lists "
@@ -871,7 +928,8 @@ def report(ctx, a, cases, tasks, states):
     text = "\n".join(
         [f"Ranks {where}, {time.monotonic() - ctx.t0:.0f} s", "",
          "### Each case against one rank with the same global batch", ""] + eq +
-        ["", "### Checkpoints, restarts, frozen ranks", ""] + [c[1] for c in checks] +
+        (["", "### Checkpoints, restarts, frozen ranks", ""] + [c[1] for c in checks]
+         if checks else []) +
         ["", f"### Collectives per step (fp32, rank 0; calls and bytes: the communicator's "
          f"counters{source})", ""] + (coll if rows else ["no traced run finished"]) +
         ([""] + [f"not run (time): {', '.join(not_run)}"] if not_run else []) +

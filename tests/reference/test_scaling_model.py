@@ -196,3 +196,69 @@ def test_measured_layers_replace_the_extrapolated_layers(tmp, model):
     assert r.returncode == 2
     assert r.stderr.strip() == (f"scaling-model: {path}: measured_layers.llama3-8b.seq is 1024; "
                                 "the shape has 2048")
+
+
+def test_tensor_parallel_rank_holds_its_split_of_every_matrix(model):
+    """Megatron's split: 1/TP of every matrix, embedding and head a rank, the norms whole; the
+    group's micro-batch TP times one GPU's; the FLOPs (and so MFU) stay the whole model's."""
+    s = model.Inputs(INPUTS).shape("llama3-8b")
+    norms = (2 * s.L + 1) * s.H
+    for tp in (2, 4, 8):
+        r = s.tensor_parallel(tp)
+        assert r.numel() == (s.numel() - norms) // tp + norms
+        assert r.tokens() == tp * s.tokens()
+        assert r.flops_per_token() == s.flops_per_token()
+    with pytest.raises(model.InputError, match="kv_heads"):
+        s.tensor_parallel(16)  # 8 kv heads do not split 16 ways
+
+
+def test_tensor_parallel_collectives_and_their_time(model):
+    """Per layer 2 all-gathers and 2 reduce-scatters of S forward and as many backward (again in
+    the recompute of a checkpointed layer), serial on NVLink; compute per GPU unchanged at the
+    same tokens a GPU; the no-overlap timeline is still compute plus every collective."""
+    m = model.Model(model.Inputs(INPUTS))
+    for name, recompute in (("llama3-8b", 1), ("llama3-70b", 2)):
+        shape = next(s for s in m.shapes if s.name == name)
+        for tp in (2, 8):
+            s = shape.tensor_parallel(tp)
+            fwd, bwd = model.tp_collectives(s, True)
+            S = s.tokens() * s.H * 2
+            assert fwd[1] == [("all_gather", S), ("reduce_scatter", S)] * 2
+            assert bwd[1] == fwd[1] * recompute
+            comp, whole = m.compute(s), m.compute(shape)
+            one = m.net.seconds("all_gather", S // tp * (tp - 1), tp, 1)
+            assert comp.tp_fwd[1] == pytest.approx(4 * one, rel=1e-9)  # RS costs as AG does
+            assert comp.fwd[1] - comp.tp_fwd[1] == pytest.approx(whole.fwd[1], rel=1e-12)
+            scale = (64, 8)
+            dp = scale[0] // tp
+            for stage in (1, 3):
+                ser = model.simulate(m.net, s, comp, stage, (dp, scale[1]), m.opts, True)
+                ideal = comp.step(model.owned_elements(s, stage, dp, m.opts))
+                assert ser.t == pytest.approx(ideal + ser.comm_busy, rel=1e-9)
+
+
+def test_data_parallel_group_of_a_tp_rank_gets_its_own_nics(model):
+    """TP inside a node: a TP rank's data-parallel group has 8 / TP ranks a node, and the TP
+    groups' rings run at once, so across nodes it gets 8 / TP NICs' busbw at most."""
+    net = model.Network(model.Inputs(INPUTS))
+    assert net.busbw(8, 8) == 345  # whole nodes: the measured figure
+    assert net.busbw(8, 4) == 4 * 47
+    assert net.busbw(64, 1) == 47
+    assert net.busbw(1, 1) == 360
+
+
+def test_tensor_parallel_of_one_is_the_projection(model):
+    """TP 1 is the ZeRO projection above: the same step, and ZeRO-3 alone is its baseline."""
+    m = model.Model(model.Inputs(INPUTS))
+    shape = next(s for s in m.shapes if s.name == "llama3-8b")
+    for scale in m.scales:
+        for stage in (1, 2, 3):
+            tl = model.simulate(m.net, shape, m.compute(shape), stage, scale, m.opts, False)
+            l = m.layout(shape, 1, stage, scale)
+            assert (l.step, l.tp_comm, l.dp) == (tl.t, 0.0, scale[0])
+    # Activations a GPU: with TP's sequence parallelism the same as TP 1; without, more.
+    loss = m.loss_chunk
+    for tp in (2, 4, 8):
+        s = shape.tensor_parallel(tp)
+        assert model.activation_bytes(s, loss) == pytest.approx(model.activation_bytes(shape, loss))
+        assert model.activation_bytes(s, loss, False) > model.activation_bytes(shape, loss)

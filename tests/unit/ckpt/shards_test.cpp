@@ -102,6 +102,40 @@ TEST_F(ShardsTest, RanksWithoutAPieceOfAParameterStillAssembleIt) {
   EXPECT_EQ(shapes, (std::map<std::string, std::vector<int64_t>>{{"b", {7}}, {"w", {4, 5}}}));
 }
 
+// Column pieces (a tensor-parallel rank's slice of a row-parallel weight): "w" [4, 6] saved by 4
+// ranks, ranks 2t and 2t+1 holding columns [3t, 3t + 3) and each a range of them that ends inside
+// a row; any range of the whole tensor assembles from them, also mixed with plain pieces.
+TEST_F(ShardsTest, ColumnPiecesAssembleIntoAnyRangeOfTheWholeTensor) {
+  const std::string tag = tag_for_step(10);
+  stdfs::create_directories(dir_ / tag);
+  const torch::Tensor whole = values(100, 0, 24).view({4, 6});
+  for (int r = 0; r < 4; ++r) {
+    const int64_t t = r / 2, first = (r % 2) * 5, last = r % 2 == 0 ? 5 : 12;
+    const torch::Tensor columns = whole.narrow(1, 3 * t, 3).reshape({-1});
+    Piece p{"master", "w", {4, 6}, first, last, columns.narrow(0, first, last - first)};
+    p.columns = Columns{3 * t, 3};
+    std::vector<Piece> pieces = {p};
+    if (r == 0) pieces.push_back({"master", "b", {7}, 0, 7, values(500, 0, 7)});
+    write_shard((dir_ / tag).string(), r, pieces, {}, json::object());
+  }
+  Manifest m;
+  m.tag = tag;
+  m.step = 10;
+  m.world_size = 4;
+  finalize(dir_.string(), m, 0);
+  const CheckpointReader reader((dir_ / tag).string());
+  EXPECT_TRUE(torch::equal(reader.read_full("master", "w"), whole));
+  for (const auto& [begin, end] : std::vector<std::pair<int64_t, int64_t>>{
+           {0, 24}, {1, 23}, {4, 5}, {5, 19}, {6, 12}, {13, 14}, {17, 24}}) {
+    EXPECT_TRUE(torch::equal(reader.read("master", "w", begin, end), values(100, begin, end)))
+        << begin << ", " << end;
+  }
+  EXPECT_TRUE(torch::equal(reader.read("master", "b", 2, 6), values(500, 2, 6)));
+  // A column slice that is not there: the range is not covered.
+  expect_error([&] { reader.read("exp_avg", "w", 0, 24); }, ErrorKind::kInput,
+               {"does not hold exp_avg of w elements [0, 24)"});
+}
+
 TEST_F(ShardsTest, ManifestRecordsEveryFileWithSizeAndCrc) {
   const std::string tag_dir = save(2);
   std::ifstream in(stdfs::path(tag_dir) / kManifestFile);

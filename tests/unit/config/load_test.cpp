@@ -22,6 +22,7 @@ using testing::load_error;
 using testing::minimal_yaml;
 using ::testing::Not;
 using testing::TempDir;
+using testing::world;
 
 TEST(ConfigLoad, SeedTrainYamlLoadsWithItsValues) {
   const std::string path = testing::seed_dir() + "/train.yaml";
@@ -322,16 +323,42 @@ TEST(ConfigLoad, EveryTrainerArgumentNamesAKeyThatExists) {
   }
 }
 
-// Tensor and pipeline parallelism, by the names Megatron and DeepSpeed configs use: said to be
-// missing, not taken for a misspelling of parallel.sequence_parallel_size.
-TEST(ConfigLoad, TensorAndPipelineParallelSizesAreNotSupportedYet) {
-  for (const char* key : {"pipeline_parallel_size", "tensor_parallel_size",
-                          "tensor_model_parallel_size", "pipeline_model_parallel_size"}) {
+// Pipeline parallelism, by the names Megatron and DeepSpeed configs use: said to be missing, not
+// taken for a misspelling of parallel.sequence_parallel_size.
+TEST(ConfigLoad, PipelineParallelSizesAreNotSupportedYet) {
+  for (const char* key : {"pipeline_parallel_size", "pipeline_model_parallel_size"}) {
     const std::string error =
         load_error(minimal_yaml("parallel:\n  " + std::string(key) + ": 2\n"));
     EXPECT_THAT(error, HasSubstr("parallel." + std::string(key) + ": not supported yet"));
     EXPECT_THAT(error, Not(HasSubstr("did you mean")));
   }
+}
+
+// Tensor parallelism under dstrain's name, Megatron-LM's (tensor_model_parallel_size, and
+// sequence_parallel for its sequence parallelism) and DeepSpeed's AutoTP size; two names that
+// disagree are refused naming both.
+TEST(ConfigLoad, TensorParallelSizeUnderEachName) {
+  TempDir dir;
+  for (const char* key : {"tensor_parallel_size", "tensor_model_parallel_size"}) {
+    const std::string path = dir.write(
+        std::string(key) + ".yaml",
+        minimal_yaml("parallel:\n  " + std::string(key) + ": 2\n  sequence_parallel: false\n"));
+    const Config c = load_config(path, world(2));
+    EXPECT_EQ(c.parallel.tensor_parallel_size, 2) << key;
+    EXPECT_FALSE(c.parallel.tensor_sequence_parallel) << key;
+  }
+  dir.write("ds.json", R"({"tensor_parallel": {"autotp_size": 2}})");
+  EXPECT_EQ(load_config(dir.write("ds.yaml", minimal_yaml("deepspeed: ds.json\n")), world(2))
+                .parallel.tensor_parallel_size,
+            2);
+  const std::string error = load_error(
+      minimal_yaml("parallel:\n  tensor_parallel_size: 2\n  tensor_model_parallel_size: 4\n"),
+      world(4));
+  EXPECT_THAT(error, HasSubstr("tensor_model_parallel_size"));
+  EXPECT_THAT(error, HasSubstr("conflicts with"));
+  EXPECT_THAT(load_error(minimal_yaml("parallel:\n  tensor_parallel_size: 2\n"), world(3)),
+              HasSubstr("the world size (3) is not divisible by sequence_parallel_size (1) x "
+                        "tensor_parallel_size (2)"));
 }
 
 // lr_scheduler: constant_with_warmup loads; a warmup key beside constant warns that it has no

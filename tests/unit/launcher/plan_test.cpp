@@ -2,9 +2,11 @@
 
 #include <map>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "tests/common/expect_error.h"
 
 namespace dstrain::launcher {
 namespace {
@@ -45,15 +47,62 @@ TEST(WorldPlan, SequenceParallelGroupsAreConsecutiveRanksAndNameTheirNodes) {
   r.nodes = {{"a", 2, {}}, {"b", 2, {}}};
   WorldPlan plan = make_world_plan(r);
   EXPECT_EQ(format_parallel_groups(plan), "");
-  plan.sequence_parallel_size = 2;
+  plan.parallel.sequence_parallel_size = 2;
   EXPECT_EQ(format_parallel_groups(plan),
             "sequence-parallel groups of 2 consecutive ranks (data-parallel size 2):\n"
             "  group 0: ranks 0-1 on node 0 (a)\n"
             "  group 1: ranks 2-3 on node 1 (b)\n");
-  plan.sequence_parallel_size = 4;
+  plan.parallel.sequence_parallel_size = 4;
   EXPECT_EQ(format_parallel_groups(plan),
             "sequence-parallel groups of 4 consecutive ranks (data-parallel size 1):\n"
             "  group 0: ranks 0-3 across nodes 0-1: its all-to-alls cross the network\n");
+}
+
+// Tensor-parallel groups are consecutive ranks, sequence-parallel groups T apart inside each
+// data-parallel block (train/tensor_parallel.h); a tensor-parallel group across nodes is refused
+// unless allowed.
+TEST(WorldPlan, TensorParallelGroupsAreConsecutiveAndTheSequenceParallelOnesTApart) {
+  PlanRequest r = local_request(1);
+  r.nodes = {{"a", 4, {}}, {"b", 4, {}}};
+  WorldPlan plan = make_world_plan(r);
+  plan.parallel.tensor_parallel_size = 2;
+  plan.parallel.sequence_parallel_size = 2;
+  plan.parallel.tensor_sequence_parallel = false;
+  EXPECT_EQ(format_parallel_groups(plan),
+            "tensor-parallel groups of 2 consecutive ranks:\n"
+            "  group 0: ranks 0-1 on node 0 (a)\n"
+            "  group 1: ranks 2-3 on node 0 (a)\n"
+            "  group 2: ranks 4-5 on node 1 (b)\n"
+            "  group 3: ranks 6-7 on node 1 (b)\n"
+            "sequence-parallel groups of 2 ranks 2 apart (data-parallel size 2):\n"
+            "  group 0: ranks 0, 2 on node 0 (a)\n"
+            "  group 1: ranks 1, 3 on node 0 (a)\n"
+            "  group 2: ranks 4, 6 on node 1 (b)\n"
+            "  group 3: ranks 5, 7 on node 1 (b)\n"
+            "data-parallel size 2: ZeRO shards each tensor-parallel slice over the 4 ranks that "
+            "hold it\n");
+  check_tensor_parallel_nodes(plan);
+  plan.parallel.tensor_parallel_size = 8;
+  plan.parallel.sequence_parallel_size = 1;
+  EXPECT_THAT(
+      format_parallel_groups(plan),
+      ::testing::HasSubstr("  group 0: ranks 0-7 across nodes 0-1: its per-layer collectives cross "
+                           "the network\n"));
+  dstrain::testing::expect_error([&] { check_tensor_parallel_nodes(plan); }, ErrorKind::kConfig,
+                                 {"parallel.tensor_parallel_size (8): tensor-parallel group 0 "
+                                  "(ranks 0-7) spans nodes 0 (a) and 1 (b)",
+                                  "parallel.tensor_parallel_across_nodes: true"});
+  plan.parallel.tensor_parallel_across_nodes = true;
+  check_tensor_parallel_nodes(plan);
+  // Slurm's shape: 3 ranks a node cannot hold groups of 2.
+  config::ParallelSection p;
+  p.tensor_parallel_size = 2;
+  dstrain::testing::expect_error(
+      [&] {
+        check_tensor_parallel_nodes(p, {3, 3}, {"n0", "n1"});
+      },
+      ErrorKind::kConfig, {"tensor-parallel group 1 (ranks 2-3) spans nodes 0 (n0) and 1 (n1)"});
+  check_tensor_parallel_nodes(p, {4, 4}, {"n0", "n1"});
 }
 
 TEST(WorldPlan, RanksFollowNodeOrderAcrossNodes) {

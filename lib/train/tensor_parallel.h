@@ -1,0 +1,106 @@
+#pragma once
+// Tensor parallelism (parallel.tensor_parallel_size = T) over the ranks of a job: the groups and
+// the collectives model/tensor_parallel.h asks for.
+//
+// Rank layout, innermost first: tensor parallel, then sequence parallel (Ulysses,
+// sequence_parallel_size = P), then data parallel:
+//
+//   rank = (data-parallel rank · P + sequence-parallel rank) · T + tensor-parallel rank
+//
+// so a tensor-parallel group is T consecutive ranks (one node: the launcher places consecutive
+// ranks on one node), a sequence-parallel group the P ranks with the same data-parallel and
+// tensor-parallel rank, and the data-parallel degree is N / (P·T). The ranks of a tensor-parallel
+// group read the same samples and compute the same loss; each holds its slice of the model.
+// ZeRO shards each slice over the ranks that hold it (the N/T ranks with the same tensor-parallel
+// rank: the data- and sequence-parallel ranks of that slice), so stage 3 is 2-D: FSDP × TP.
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ckpt/stateful.h"
+#include "comm/communicator.h"
+#include "lora/lora_model.h"
+#include "model/model.h"
+#include "model/tensor_parallel.h"
+
+namespace dstrain::train {
+
+class TensorParallelGroup final : public model::TensorParallel {
+ public:
+  // Collective over `world` (two splits) when size > 1. Error(kConfig) naming
+  // parallel.tensor_parallel_size when it does not divide the world size.
+  TensorParallelGroup(comm::Communicator& world, int size, bool sequence_parallel);
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  bool sequence_parallel() const override { return sequence_parallel_; }
+  torch::Tensor enter(const torch::Tensor& x) override;
+  torch::Tensor leave(const torch::Tensor& x) override;
+  torch::Tensor gather_rows(const torch::Tensor& x) override;
+  torch::Tensor reduce_scatter_rows(const torch::Tensor& x) override;
+  torch::Tensor gather_last(const torch::Tensor& x) override;
+  void all_reduce_(torch::Tensor& x, bool max) override;
+
+  // The ranks holding this rank's slice (the world when size is 1): where ZeRO shards it.
+  comm::Communicator& replicas() { return replicas_ ? *replicas_ : world_; }
+  // Collective over the group: the whole parameter `name` (of the model or its adapters) from
+  // every rank's slice `local` of it (a parameter every rank holds whole: the group's rank 0's
+  // copy); `local` itself for a group of one.
+  torch::Tensor whole(const torch::Tensor& local, const std::string& name);
+  // The group itself (the world's own for size 1 is never used).
+  comm::Communicator& group();
+
+ private:
+  comm::Communicator& world_;
+  int size_;
+  int rank_;
+  bool sequence_parallel_;
+  std::unique_ptr<comm::Communicator> group_;     // null when size is 1
+  std::unique_ptr<comm::Communicator> replicas_;  // null when size is 1
+};
+
+// The shapes of rank 0 of a tensor-parallel group of `size`, without the group: for models built
+// without memory to estimate one rank's memory (`dstrain estimate`). Its collectives are
+// Error(kInternal).
+std::shared_ptr<model::TensorParallel> tensor_parallel_shapes(int size, bool sequence_parallel);
+
+// The values of `model`'s parameters (one rank's slice, its shapes) read from `whole`, the whole
+// model's values by name: each local range becomes the whole parameter's elements of this rank's
+// slice (contiguous for a row slice, a segment of every row for a column slice, read in blocks of
+// rows).
+model::ValueSource slice_source(model::ValueSource whole, model::DecoderModelImpl& model,
+                                const model::TensorParallel& tp);
+
+// Whether every rank of the group holds parameter `name` (of the model or of its adapters) whole
+// (lora::tensor_split()).
+bool replicated_parameter(const std::string& name);
+
+// The engine's checkpoint state in the whole model's coordinates, so that checkpoints stay
+// layout-free: a rank's pieces become pieces of the whole parameters (a row slice's range moved
+// by the slice's offset, a column slice saved as ckpt::Columns, a replicated parameter saved by
+// the group's rank 0 alone), and a restore reads this rank's slice of the whole parameters from
+// whatever layout wrote them. `engine` must outlive it; `model` (the rank's slice) and `lora`
+// (its adapters, or null) give the parameters' shapes on this rank.
+class TensorParallelState final : public ckpt::Stateful {
+ public:
+  TensorParallelState(ckpt::Stateful& engine, model::DecoderModelImpl& model,
+                      const lora::LoraModel* lora, const model::TensorParallel& tp);
+  int state_version() const override { return engine_.state_version(); }
+  ckpt::State snapshot_state(ckpt::Snapshot how) const override;
+  void restore_state(const ckpt::StateIn& in) override;
+
+ private:
+  ckpt::Stateful& engine_;
+  std::map<std::string, std::vector<int64_t>> shapes_;  // this rank's
+  int64_t size_, rank_;
+};
+
+// Error(kConfig) naming the keys unless data.max_length / sequence_parallel_size is divisible by
+// T under tensor parallelism's sequence parallelism (each rank keeps an equal share of the token
+// rows between the layers' parallel regions).
+void check_tensor_parallel_length(int64_t max_length, int sequence_parallel, int size,
+                                  bool tensor_sequence_parallel);
+
+}  // namespace dstrain::train

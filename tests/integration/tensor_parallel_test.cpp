@@ -1,0 +1,325 @@
+// Tensor parallelism end to end: `dstrain launch` of 2 and 4 real processes over Gloo with
+// parallel.tensor_parallel_size T, against N/T processes without it (one process when N = T). A
+// tensor-parallel group trains on exactly the batches of one rank, so every step's loss and
+// gradient norm (clipping on) and the final eval loss must agree; in fp32 within 1e-5 relative
+// (the measured difference is about 2e-7: the group's partial products are summed in another
+// order), bf16 within bf16's rounding. T = 2 and 4, with and without the region's sequence
+// parallelism, T2 × DP2 at ZeRO 1, 2 and 3, T2 × sequence parallelism 2, accumulation,
+// activation checkpointing, tiled MLP, and the families (Mistral with a window shorter than the
+// sequence, Qwen2 with biases and tied embeddings, Qwen3 with q/k norms). Then the launcher's
+// groups and the configuration errors (exit 2 naming the key).
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/safetensors.h"
+#include "tests/integration/train_util.h"
+
+namespace dstrain::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The tiny model's config.json with `changes`, written to <dir>/model; returns the override that
+// trains it.
+std::string write_model(const TempDir& dir, const nlohmann::json& changes) {
+  std::ifstream in(std::string(DSTRAIN_SOURCE_DIR) + "/configs/models/tiny/config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  config.update(changes);
+  std::filesystem::create_directories(dir.file("model"));
+  std::ofstream(dir.file("model/config.json")) << config.dump(2);
+  return "model.name_or_path=" + dir.file("model");
+}
+
+struct Curves {
+  std::map<long, double> train, grad_norm, eval;
+  std::map<std::string, torch::Tensor> adapter;  // the LoRA adapter written at the end, if any
+};
+
+Curves run_curves(int nproc, int stage, int accum, const std::vector<std::string>& extra) {
+  TempDir dir;
+  JobSpec spec;
+  spec.nproc = nproc;
+  spec.stage = stage;
+  spec.accum = accum;
+  spec.clip = 1.0;
+  spec.max_steps = 6;
+  spec.extra_overrides = {"zero.stage3_param_persistence_threshold=1000"};
+  spec.extra_overrides.insert(spec.extra_overrides.end(), extra.begin(), extra.end());
+  const RunResult r = run_job(dir, spec);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string metrics = dir.file("run/metrics.jsonl");
+  Curves c{read_metric(metrics, "train/loss"),
+           read_metric(metrics, "grad_norm"),
+           read_metric(metrics, "eval/loss"),
+           {}};
+  const std::string adapter = dir.file("run/lora_adapter/adapter_model.safetensors");
+  if (std::filesystem::exists(adapter)) {
+    const model::SafetensorsFile f(adapter);
+    for (const std::string& name : f.names()) c.adapter[name] = f.read(name);
+  }
+  return c;
+}
+
+// Tensor by tensor within `tol` of the largest value.
+void expect_same_tensors(const std::map<std::string, torch::Tensor>& got,
+                         const std::map<std::string, torch::Tensor>& want, double tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, b] : want) {
+    ASSERT_TRUE(got.count(name)) << name;
+    const torch::Tensor& a = got.at(name);
+    ASSERT_EQ(a.sizes(), b.sizes()) << name;
+    const double scale = std::max(1e-3, b.abs().max().item<double>());
+    EXPECT_LT((a - b).abs().max().item<double>(), tol * scale) << name;
+  }
+}
+
+void expect_same_curve(const std::map<long, double>& got, const std::map<long, double>& want,
+                       double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (const auto& [step, value] : want) {
+    ASSERT_TRUE(got.count(step)) << what << " step " << step;
+    EXPECT_NEAR(got.at(step), value, tol * std::abs(value)) << what << " step " << step;
+  }
+}
+
+struct Case {
+  std::string name;
+  int world;
+  int t;
+  int stage;
+  int accum;
+  std::vector<std::string> extra;    // both runs
+  std::vector<std::string> tp_only;  // the tensor-parallel run only
+  nlohmann::json model;              // changes to the tiny model's config.json
+  double tol = 1e-5;
+};
+
+class TensorParallelRun : public ::testing::TestWithParam<Case> {};
+
+TEST_P(TensorParallelRun, LossesEqualOneRankWithTheSameBatches) {
+  const Case c = GetParam();
+  const TempDir models;
+  std::vector<std::string> extra = c.extra;
+  if (!c.model.is_null()) extra.push_back(write_model(models, c.model));
+  std::vector<std::string> with_tp = extra;
+  with_tp.insert(with_tp.end(), c.tp_only.begin(), c.tp_only.end());
+  with_tp.push_back("parallel.tensor_parallel_size=" + std::to_string(c.t));
+  const Curves got = run_curves(c.world, c.stage, c.accum, with_tp);
+  // The same run on the N/T data-parallel ranks without tensor parallelism: the same batches.
+  const Curves want = run_curves(c.world / c.t, c.stage, c.accum, extra);
+  ASSERT_EQ(want.train.size(), 6u);
+  expect_same_curve(got.train, want.train, c.tol, "train/loss");
+  expect_same_curve(got.grad_norm, want.grad_norm, c.tol, "grad_norm");
+  ASSERT_EQ(want.eval.size(), 1u);
+  expect_same_curve(got.eval, want.eval, c.tol, "eval/loss");
+  EXPECT_LT(got.train.rbegin()->second, got.train.begin()->second) << "it did not learn";
+  // A LoRA run's adapter, gathered whole from the slices: the same tensors.
+  expect_same_tensors(got.adapter, want.adapter, 10 * c.tol);
+}
+
+// Four key/value heads and a vocabulary of 260: T = 4 divides every count.
+const nlohmann::json kFourWay = {{"num_key_value_heads", 4}, {"vocab_size", 260}};
+const std::string kNoRegionSp = "parallel.tensor_sequence_parallel=false";
+// LoRA on every projection (column- and row-parallel ones) with dropout: one rank's masks.
+const std::vector<std::string> kLora = {"lora.enabled=true", "lora.target_modules=[all-linear]",
+                                        "lora.dropout=0.1", "training.lr=1e-2"};
+
+INSTANTIATE_TEST_SUITE_P(
+    Megatron, TensorParallelRun,
+    ::testing::Values(
+        Case{"T2Stage0", 2, 2, 0, 1, {}, {}, nullptr},
+        Case{"T2Stage0NoRegionSequenceParallel", 2, 2, 0, 1, {}, {kNoRegionSp}, nullptr},
+        Case{"T4Stage2Accum2", 4, 4, 2, 2, {}, {}, kFourWay},
+        Case{"T4Stage0NoRegionSequenceParallel", 4, 4, 0, 1, {}, {kNoRegionSp}, kFourWay},
+        Case{"T2Dp2Stage1", 4, 2, 1, 1, {}, {}, nullptr},
+        Case{"T2Dp2Stage2", 4, 2, 2, 1, {}, {}, nullptr},
+        Case{"T2Dp2Stage3", 4, 2, 3, 1, {}, {}, nullptr},
+        Case{"T2Sp2", 4, 2, 2, 1, {"parallel.sequence_parallel_size=2"}, {}, kFourWay},
+        Case{"T2Checkpointing", 2, 2, 3, 1, {"model.gradient_checkpointing=true"}, {}, nullptr},
+        Case{"T2SelectiveCheckpointing",
+             2,
+             2,
+             2,
+             1,
+             {"model.gradient_checkpointing=selective"},
+             {},
+             nullptr},
+        Case{"T2TiledMlp", 2, 2, 2, 1, {"model.tiled_mlp=8"}, {}, nullptr},
+        Case{"T2MistralWindow",
+             2,
+             2,
+             2,
+             1,
+             {},
+             {},
+             {{"model_type", "mistral"}, {"sliding_window", 12}}},
+        Case{"T2Qwen2BiasesTied", 2, 2, 1, 1, {}, {}, {{"model_type", "qwen2"}}},
+        Case{"T2Qwen3QkNormsUntied",
+             2,
+             2,
+             3,
+             1,
+             {},
+             {},
+             {{"model_type", "qwen3"}, {"tie_word_embeddings", false}}},
+        Case{"T2LoraStage3Dropout", 2, 2, 3, 1, kLora, {}, nullptr},
+        Case{"T2Dp2LoraStage2", 4, 2, 2, 1, kLora, {}, nullptr},
+        Case{"T2Bf16", 2, 2, 2, 1, {"training.bf16=true"}, {}, nullptr, 2e-2}),
+    [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+// A T2 x DP2 checkpoint (stage 2, global batch 8: micro 2 x accumulation 2 x 2) resumed as T1 x
+// DP4, T4 and on one rank with the same global batch: the uninterrupted run's losses. The
+// checkpoint holds the whole parameters (column pieces for the row-parallel weights): its export
+// is the model of the same run without tensor parallelism.
+TEST(TensorParallelResume, T2Dp2CheckpointResumesAsT1Dp4T4AndOneRank) {
+  TempDir dir;
+  const std::string model = write_model(dir, kFourWay);
+  JobSpec spec;
+  spec.nproc = 4;
+  spec.stage = 2;
+  spec.accum = 2;
+  spec.clip = 1.0;
+  spec.max_steps = 6;
+  spec.checkpoint_interval = 3;
+  spec.extra_overrides = {model, "parallel.tensor_parallel_size=2"};
+  RunResult r = run_job(dir, spec);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto full = read_metric(dir.file("run/metrics.jsonl"), "train/loss");
+  ASSERT_EQ(full.size(), 6u);
+  struct Layout {
+    std::string name;
+    int nproc, t, accum;
+  };
+  for (const Layout& l :
+       {Layout{"T1xDP4", 4, 1, 1}, Layout{"T4", 4, 4, 4}, Layout{"1 rank", 1, 1, 4}}) {
+    const std::string out =
+        dir.file("resumed-" + std::to_string(l.nproc) + "-" + std::to_string(l.t));
+    r = run_dstrain({"resume", dir.file("ckpt/step_00000003"), "--nproc", std::to_string(l.nproc),
+                     "--set", "parallel.tensor_parallel_size=" + std::to_string(l.t), "--set",
+                     "training.gradient_accumulation_steps=" + std::to_string(l.accum), "--set",
+                     "logging.out_dir=" + out, "--set", "checkpoint.dir=" + out + "/ckpt"},
+                    {}, 180);
+    ASSERT_EQ(r.exit_code, 0) << l.name << "\n" << r.out << r.err;
+    const auto resumed = read_metric(out + "/metrics.jsonl", "train/loss");
+    ASSERT_EQ(resumed.size(), 3u) << l.name;
+    for (const auto& [step, loss] : resumed) {
+      EXPECT_NEAR(loss, full.at(step), 1e-5 * std::abs(loss)) << l.name << " step " << step;
+    }
+  }
+  // The same run without tensor parallelism (2 ranks: the same global batch): its step-3 export
+  // and the tensor-parallel one hold the same model, tensor by tensor.
+  TempDir plain;
+  spec.nproc = 2;
+  spec.extra_overrides = {model};
+  r = run_job(plain, spec);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const auto& [from, to] :
+       {std::pair<std::string, std::string>{dir.file("ckpt/step_00000003"), dir.file("hf-tp")},
+        {plain.file("ckpt/step_00000003"), plain.file("hf")}}) {
+    r = run_dstrain({"export", from, "--out", to}, {}, 120);
+    ASSERT_EQ(r.exit_code, 0) << from << "\n" << r.out << r.err;
+  }
+  const model::SafetensorsFile got(dir.file("hf-tp/model.safetensors"));
+  const model::SafetensorsFile want(plain.file("hf/model.safetensors"));
+  ASSERT_EQ(got.names(), want.names());
+  for (const std::string& name : want.names()) {
+    const torch::Tensor a = got.read(name), b = want.read(name);
+    ASSERT_EQ(a.sizes(), b.sizes()) << name;
+    const double scale = std::max(1e-3, b.abs().max().item<double>());
+    EXPECT_LT((a - b).abs().max().item<double>(), 1e-5 * scale) << name;
+  }
+}
+
+TEST(TensorParallelFailure, AKilledRankOfAGroupTearsTheJobDownAndIsNamed) {
+  TempDir dir;
+  JobSpec spec;
+  spec.nproc = 4;
+  spec.max_steps = 100000;
+  spec.checkpoint_interval = 2;
+  spec.extra_overrides = {"parallel.tensor_parallel_size=2"};
+  const std::string token = unique_token();
+  std::vector<std::string> args = {"launch", "--nproc", "4", write_job_config(dir.path(), spec)};
+  for (const std::string& kv : spec.extra_overrides) args.insert(args.end(), {"--set", kv});
+  Child job = start_dstrain(args, {"DSTRAIN_TEST_MARKER=" + token});
+  ASSERT_TRUE(wait_until([&] { return file_exists(dir.file("ckpt/latest")); }, 120));
+  pid_t victim = -1;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        victim = rank_pid(processes_with_marker(token), 1);
+        return victim > 0;
+      },
+      20));
+  const auto killed = std::chrono::steady_clock::now();
+  ::kill(victim, SIGKILL);
+  const RunResult r = finish(job, 60);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(seconds, 15) << "the job took " << seconds << " s to stop";
+  EXPECT_THAT(r.err, HasSubstr("rank 1 failed on host"));
+  EXPECT_THAT(r.err, HasSubstr("signal SIGKILL (9)"));
+  EXPECT_THAT(r.err,
+              HasSubstr("[rank 0] warning: Terminated (the launcher stops the job: rank 1 on "));
+  EXPECT_TRUE(wait_until([&] { return processes_with_marker(token).empty(); }, 10));
+}
+
+TEST(TensorParallelLaunch, DryRunShowsTheGroups) {
+  TempDir dir;
+  JobSpec spec;
+  const std::string cfg = write_job_config(dir.path(), spec);
+  const RunResult r = run_dstrain({"launch", "--nproc", "8", "--dry-run", cfg, "--set",
+                                   "parallel.tensor_parallel_size=2", "--set",
+                                   "parallel.sequence_parallel_size=2"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("tensor-parallel groups of 2 consecutive ranks (sequence "
+                               "parallelism between the layers' parallel regions):\n"
+                               "  group 0: ranks 0-1 on node 0 (localhost)\n"));
+  EXPECT_THAT(r.out, HasSubstr("  group 3: ranks 6-7 on node 0 (localhost)\n"));
+  EXPECT_THAT(r.out, HasSubstr("sequence-parallel groups of 2 ranks 2 apart (data-parallel size "
+                               "2):\n  group 0: ranks 0, 2 on node 0 (localhost)\n  group 1: "
+                               "ranks 1, 3 on node 0 (localhost)\n"));
+  EXPECT_THAT(r.out, HasSubstr("data-parallel size 2: ZeRO shards each tensor-parallel slice "
+                               "over the 4 ranks that hold it\n"));
+}
+
+TEST(TensorParallelLaunch, BadLayoutsAreExit2NamingTheKey) {
+  TempDir dir;
+  JobSpec spec;
+  const std::string cfg = write_job_config(dir.path(), spec);
+  // The world not divisible (the launcher's check).
+  RunResult r = run_dstrain(
+      {"launch", "--nproc", "3", "--dry-run", cfg, "--set", "parallel.tensor_parallel_size=2"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("parallel.tensor_parallel_size"));
+  EXPECT_THAT(r.err, HasSubstr("the world size (3) is not divisible"));
+  // The tiny model's 2 key/value heads cannot be split 4 ways: every rank stops with the model's
+  // error, the launcher passes on exit 2.
+  r = launch_job(cfg, 4, {"parallel.tensor_parallel_size=4"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.out + r.err, HasSubstr("num_key_value_heads (2) is not divisible by "
+                                       "parallel.tensor_parallel_size (4)"));
+  // A group across nodes (two hosts of 3 ranks), refused before anything starts.
+  const std::string hosts = dir.file("hostfile");
+  std::ofstream(hosts) << "a slots=3\nb slots=3\n";
+  r = run_dstrain({"launch", "--hostfile", hosts, "--dry-run", cfg, "--set",
+                   "parallel.tensor_parallel_size=2"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("tensor-parallel group 1 (ranks 2-3) spans nodes 0 (a) and 1 (b)"));
+}
+
+}  // namespace
+}  // namespace dstrain::testing

@@ -1,0 +1,283 @@
+// Tensor parallelism against the whole model, with ranks as threads: T = 2 and 4 ranks, each
+// holding its slice of the model (model/tensor_parallel.h), with and without the sequence
+// parallelism of the region, for every family (Llama with attention and MLP biases, Mistral with a
+// window shorter than the sequence, Qwen2 with q/k/v biases, Qwen3 with q/k norms, tied
+// embeddings, a padding id): the fused loss, the logits, the unfused loss over them and every
+// parameter's gradient equal one process running the whole model; the initial values of a slice
+// are the whole model's (slice_source); LoRA adapters are slices of the whole model's with their
+// gradients; a model that does not divide is refused naming the count.
+
+#include "train/tensor_parallel.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "lora/lora_model.h"
+#include "model/model.h"
+#include "tests/common/expect_error.h"
+#include "tests/common/thread_communicator.h"
+
+namespace dstrain::train {
+namespace {
+
+using dstrain::testing::run_ranks;
+using dstrain::testing::ThreadCommunicator;
+
+// float32 over two layers: the summation orders differ (the ranks' partial products are added by
+// the all-reduce), a few ulps of the values' scale.
+constexpr double kTol = 2e-5;
+
+void expect_close(const torch::Tensor& got, const torch::Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  const double scale = std::max(1.0, want.abs().max().item<double>());
+  EXPECT_LT((got - want).abs().max().item<double>(), kTol * scale) << what;
+}
+
+struct Family {
+  std::string name;
+  nlohmann::json config;
+};
+
+nlohmann::json base(const std::string& type, int64_t kv_heads) {
+  return {{"model_type", type},
+          {"vocab_size", 96},
+          {"hidden_size", 64},
+          {"intermediate_size", 96},
+          {"num_hidden_layers", 2},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", kv_heads},
+          {"max_position_embeddings", 128},
+          {"rms_norm_eps", 1e-6},
+          {"rope_theta", 10000.0},
+          {"tie_word_embeddings", false}};
+}
+
+std::vector<Family> families() {
+  std::vector<Family> out;
+  nlohmann::json llama = base("llama", 4);
+  llama["attention_bias"] = true;  // q/k/v/o biases: o_proj's is a row-parallel bias
+  llama["mlp_bias"] = true;        // down_proj's too
+  llama["pad_token_id"] = 50;      // the padding row lies in one rank's slice
+  out.push_back({"LlamaBiases", llama});
+  nlohmann::json mistral = base("mistral", 4);
+  mistral["sliding_window"] = 5;
+  out.push_back({"MistralWindow", mistral});
+  nlohmann::json qwen2 = base("qwen2", 4);
+  qwen2["tie_word_embeddings"] = true;
+  out.push_back({"Qwen2TiedBiases", qwen2});
+  nlohmann::json qwen3 = base("qwen3", 4);
+  qwen3["head_dim"] = 8;
+  out.push_back({"Qwen3QkNorms", qwen3});
+  return out;
+}
+
+struct Case {
+  Family family;
+  int tp;
+  bool sequence_parallel;
+};
+
+std::pair<torch::Tensor, torch::Tensor> batch(int64_t rows, int64_t T, int64_t vocab) {
+  torch::manual_seed(11);
+  const torch::Tensor ids = torch::randint(0, vocab, {rows, T + 1}, torch::kInt64);
+  torch::Tensor labels = ids.narrow(1, 1, T).clone();
+  labels.index_put_({0, torch::indexing::Slice(0, 5)}, model::kIgnoreIndex);
+  return {ids.narrow(1, 0, T).contiguous(), labels};
+}
+
+// Slice `rank` of `size` of the whole model's `name`.
+torch::Tensor slice_of(const std::string& name, const torch::Tensor& whole, int rank, int size) {
+  const model::TensorSplit split = model::tensor_split(name);
+  if (split.replicated()) return whole;
+  const int64_t n = whole.size(split.dim) / size;
+  return whole.narrow(split.dim, rank * n, n);
+}
+
+class TensorParallelModel : public ::testing::TestWithParam<Case> {};
+
+TEST_P(TensorParallelModel, LossLogitsAndEveryGradientEqualTheWholeModel) {
+  const Case c = GetParam();
+  const model::ModelConfig config = model::parse_model_config(c.family.config);
+  const int64_t T = 16;
+  const auto [ids, labels] = batch(2, T, config.vocab_size);
+  model::DecoderModel whole = model::build_model(config, torch::kFloat32, 3);
+  const model::LossSum want = whole->loss_sum(ids, labels, /*fused=*/true);
+  want.mean().backward();
+  torch::Tensor want_logits;
+  {
+    torch::NoGradGuard no_grad;
+    want_logits = whole->forward(ids);
+  }
+  std::map<std::string, torch::Tensor> whole_params;
+  for (const auto& item : whole->named_parameters()) whole_params[item.key()] = item.value();
+
+  run_ranks(c.tp, [&](ThreadCommunicator& world) {
+    auto tp = std::make_shared<TensorParallelGroup>(world, c.tp, c.sequence_parallel);
+    model::DecoderModel local(config, model::Materialize::kYes, tp);
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& item : local->named_parameters()) {
+        item.value().copy_(slice_of(item.key(), whole_params.at(item.key()), tp->rank(), c.tp));
+      }
+    }
+    const std::string at = "rank " + std::to_string(tp->rank());
+    const model::LossSum got = local->loss_sum(ids, labels, /*fused=*/true);
+    EXPECT_EQ(got.count.item<int64_t>(), want.count.item<int64_t>());
+    expect_close(got.sum.detach(), want.sum.detach(), "loss sum, " + at);
+    got.mean().backward();
+    for (const auto& item : local->named_parameters()) {
+      const torch::Tensor& whole_grad = whole_params.at(item.key()).grad();
+      ASSERT_TRUE(item.value().grad().defined()) << item.key() << ", " << at;
+      expect_close(item.value().grad(), slice_of(item.key(), whole_grad, tp->rank(), c.tp),
+                   item.key() + " gradient, " + at);
+    }
+    torch::NoGradGuard no_grad;
+    expect_close(local->forward(ids), want_logits, "logits, " + at);
+    expect_close(local->loss_sum(ids, labels, /*fused=*/false).sum, want.sum.detach(),
+                 "unfused loss, " + at);
+  });
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (const Family& f : families()) {
+    for (const int tp : {2, 4}) {
+      for (const bool sp : {false, true}) out.push_back({f, tp, sp});
+    }
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, TensorParallelModel, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& i) {
+                           return i.param.family.name + "T" + std::to_string(i.param.tp) +
+                                  (i.param.sequence_parallel ? "SequenceParallel" : "");
+                         });
+
+// A slice's initial values come from the whole model's: rows of the column-parallel weights, the
+// columns of each row of the row-parallel ones (read in blocks of rows), replicated ones whole.
+TEST(TensorParallelValues, SliceSourceReadsEachRanksSliceOfTheWholeValues) {
+  const model::ModelConfig config = model::parse_model_config(families()[0].config);
+  model::DecoderModel whole(config, model::Materialize::kNo);
+  const model::ValueSource values = model::init_source(*whole, 5);
+  run_ranks(2, [&](ThreadCommunicator& world) {
+    auto tp = std::make_shared<TensorParallelGroup>(world, 2, true);
+    model::DecoderModel local(config, model::Materialize::kNo, tp);
+    const model::ValueSource sliced = slice_source(values, *local, *tp);
+    for (const auto& item : local->named_parameters()) {
+      const std::string& name = item.key();
+      const torch::Tensor all = values(name, 0, whole->named_parameters()[name].numel())
+                                    .view(whole->named_parameters()[name].sizes());
+      const torch::Tensor want = slice_of(name, all, tp->rank(), 2).reshape({-1});
+      const int64_t n = item.value().numel();
+      EXPECT_TRUE(torch::equal(sliced(name, 0, n), want)) << name;
+      // A range that starts and ends inside rows.
+      if (n > 10) {
+        EXPECT_TRUE(torch::equal(sliced(name, 3, n - 7), want.narrow(0, 3, n - 10))) << name;
+      }
+    }
+  });
+}
+
+TEST(TensorParallelValues, ReplicatedParametersAreTheNormsAndRowParallelBiases) {
+  EXPECT_TRUE(replicated_parameter("model.norm.weight"));
+  EXPECT_TRUE(replicated_parameter("model.layers.0.input_layernorm.weight"));
+  EXPECT_TRUE(replicated_parameter("model.layers.1.self_attn.o_proj.bias"));
+  EXPECT_TRUE(replicated_parameter("model.layers.1.mlp.down_proj.bias"));
+  EXPECT_TRUE(replicated_parameter("model.layers.1.self_attn.q_norm.weight"));
+  EXPECT_FALSE(replicated_parameter("model.layers.0.self_attn.q_proj.bias"));
+  EXPECT_FALSE(replicated_parameter("model.layers.0.mlp.down_proj.weight"));
+  EXPECT_FALSE(replicated_parameter("model.embed_tokens.weight"));
+  EXPECT_FALSE(replicated_parameter("lm_head.weight"));
+  // Adapters: A whole and B by rows under a column-parallel projection, A by columns and B
+  // whole under a row-parallel one.
+  EXPECT_TRUE(replicated_parameter("model.layers.0.self_attn.q_proj.lora_A.weight"));
+  EXPECT_EQ(lora::tensor_split("model.layers.0.self_attn.q_proj.lora_B.weight").dim, 0);
+  EXPECT_EQ(lora::tensor_split("model.layers.0.mlp.down_proj.lora_A.weight").dim, 1);
+  EXPECT_TRUE(replicated_parameter("model.layers.0.mlp.down_proj.lora_B.weight"));
+}
+
+// LoRA on every projection of a tensor-parallel model: each rank's A and B are its slices of the
+// whole model's (drawn whole, then sliced; loaded whole, then sliced), and after one forward and
+// backward the loss and every adapter gradient equal the whole model's.
+TEST(TensorParallelLora, AdaptersAreSlicesOfTheWholeModelsWithTheirGradients) {
+  const model::ModelConfig config = model::parse_model_config(families()[3].config);  // Qwen3
+  const auto [ids, labels] = batch(2, 16, config.vocab_size);
+  lora::LoraOptions options;
+  options.r = 4;
+  options.alpha = 8;
+  options.target_modules = {"all-linear"};
+  options.seed = 9;
+  model::DecoderModel whole = model::build_model(config, torch::kFloat32, 3);
+  for (auto& p : whole->parameters()) p.set_requires_grad(false);
+  lora::LoraModel whole_lora(whole, options, "lora");
+  // B = 0 would hide every B gradient path but one: start from a loaded, non-zero B.
+  std::vector<lora::LoraWeights> loaded = whole_lora.weights();
+  torch::manual_seed(5);
+  for (auto& w : loaded) w.B = torch::randn(w.B.sizes()) * 0.1;
+  whole_lora.load(loaded, "test");
+  whole->loss_sum(ids, labels, /*fused=*/true).mean().backward();
+  std::map<std::string, torch::Tensor> whole_params;
+  for (const auto& item : whole->named_parameters()) whole_params[item.key()] = item.value();
+  std::map<std::string, torch::Tensor> want;
+  for (const auto& [name, t] : whole_lora.named_parameters()) want[name] = t;
+  for (const bool sp : {false, true}) {
+    run_ranks(2, [&](ThreadCommunicator& world) {
+      auto tp = std::make_shared<TensorParallelGroup>(world, 2, sp);
+      model::DecoderModel local(config, model::Materialize::kYes, tp);
+      {
+        torch::NoGradGuard no_grad;
+        for (auto& item : local->named_parameters()) {
+          item.value().copy_(slice_of(item.key(), whole_params.at(item.key()), tp->rank(), 2));
+          item.value().set_requires_grad(false);
+        }
+      }
+      lora::LoraModel local_lora(local, options, "lora");
+      const std::string at =
+          "rank " + std::to_string(tp->rank()) + (sp ? ", sequence parallel" : "");
+      // As drawn: A whole or sliced, B zero.
+      for (const auto& [name, t] : local_lora.named_parameters()) {
+        if (name.find("lora_A") == std::string::npos) continue;
+        const torch::Tensor w = want.at(name);
+        const model::TensorSplit split = lora::tensor_split(name);
+        const torch::Tensor slice =
+            split.replicated()
+                ? w
+                : w.narrow(split.dim, tp->rank() * t.size(split.dim), t.size(split.dim));
+        EXPECT_TRUE(torch::equal(t.detach(), slice.detach())) << name << " as drawn, " << at;
+      }
+      local_lora.load(loaded, "test");
+      local->loss_sum(ids, labels, /*fused=*/true).mean().backward();
+      for (const auto& [name, t] : local_lora.named_parameters()) {
+        const model::TensorSplit split = lora::tensor_split(name);
+        const torch::Tensor g = want.at(name).grad();
+        const torch::Tensor slice =
+            split.replicated()
+                ? g
+                : g.narrow(split.dim, tp->rank() * t.size(split.dim), t.size(split.dim));
+        ASSERT_TRUE(t.grad().defined()) << name << ", " << at;
+        expect_close(t.grad(), slice, name + " gradient, " + at);
+      }
+    });
+  }
+}
+
+TEST(TensorParallelChecks, CountsThatDoNotDivideAreRefusedNamingThem) {
+  model::ModelConfig config = model::parse_model_config(base("llama", 2));
+  dstrain::testing::expect_error(
+      [&] { model::check_tensor_parallel(config, 4, "tiny", "parallel.tensor_parallel_size"); },
+      ErrorKind::kConfig,
+      {"num_key_value_heads (2) is not divisible by parallel.tensor_parallel_size (4)"});
+  config.num_key_value_heads = 4;
+  config.vocab_size = 97;
+  dstrain::testing::expect_error(
+      [&] { model::check_tensor_parallel(config, 2, "tiny", "parallel.tensor_parallel_size"); },
+      ErrorKind::kConfig, {"vocab_size (97) is not divisible"});
+  dstrain::testing::expect_error([] { check_tensor_parallel_length(30, 1, 4, true); },
+                                 ErrorKind::kConfig, {"data.max_length (30)"});
+  check_tensor_parallel_length(30, 1, 4, false);  // whole token rows between the regions
+}
+
+}  // namespace
+}  // namespace dstrain::train
