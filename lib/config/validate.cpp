@@ -107,13 +107,6 @@ void resolve_batch(TrainingSection& t, const Merger& merger, const std::string& 
 // tokens of each sequence.
 void check_parallel(const Config& c, const Merger& m, const std::string& file, int world) {
   const int64_t p = c.parallel.sequence_parallel_size, t = c.parallel.tensor_parallel_size;
-  if (world % (p * t) != 0) {
-    fail_at(origin_of(m, "parallel.tensor_parallel_size", file),
-            fmt::format("the world size ({}) is not divisible by sequence_parallel_size ({}) x "
-                        "tensor_parallel_size ({}): world = data-parallel degree x "
-                        "sequence_parallel_size x tensor_parallel_size",
-                        world, p, t));
-  }
   if (world % p != 0) {
     fail_at(origin_of(m, "parallel.sequence_parallel_size", file),
             fmt::format("the world size ({}) is not divisible by sequence_parallel_size ({}): "
@@ -125,6 +118,13 @@ void check_parallel(const Config& c, const Merger& m, const std::string& file, i
             fmt::format("data.max_length ({}, {}) is not divisible by sequence_parallel_size ({}): "
                         "each rank of a sequence-parallel group keeps max_length / {} tokens",
                         c.data.max_length, describe_origin(m, "data.max_length"), p, p));
+  }
+  if (world % (p * t) != 0) {
+    fail_at(origin_of(m, "parallel.tensor_parallel_size", file),
+            fmt::format("the world size ({}) is not divisible by sequence_parallel_size ({}) x "
+                        "tensor_parallel_size ({}): world = data-parallel degree x "
+                        "sequence_parallel_size x tensor_parallel_size",
+                        world, p, t));
   }
 }
 

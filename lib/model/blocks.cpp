@@ -50,7 +50,7 @@ torch::Tensor TokenEmbedding::forward(const torch::Tensor& ids, const BlockConte
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t index, Materialize m,
                                    TensorParallel* tp)
-    : heads_(c.num_attention_heads) {
+    : heads_(c.num_attention_heads), tp_(tp) {
   self_attn = register_module("self_attn", Attention(c, c.attention_window(index), m, tp));
   mlp = register_module("mlp", Mlp(c, m, tp));
   input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, m));
@@ -122,6 +122,12 @@ std::vector<Projection> DecoderLayerImpl::projections() {
 // every token, one tile's recomputed intermediates and their gradients, and the MLP weights'
 // float32 gradient sums.
 //
+// Tensor parallelism (tensor_parallel.h) with its sequence parallelism: the layer's input and its
+// norms' tensors are this rank's N/T token rows, and its projections keep the rows gathered whole
+// (c·C for every token, twice: attention's and the MLP's input) where the norms' outputs were.
+// Without it the norms run on every token and their outputs are what the projections keep, as
+// above; every other term is this rank's heads' and MLP width's (its config's).
+//
 // Checkpointed, it keeps its input, c·C per token (selective: also its attention's output and
 // log-sum-exp, c·HD + 4·heads, and on a GPU the recompute's attention holds k and v repeated to the
 // query heads, c·2·(HD − KVD) more; offloaded on a GPU: the input in host memory), and its backward
@@ -138,7 +144,9 @@ ActivationMemory DecoderLayerImpl::activation_memory(const ActivationRun& run,
   const int64_t attention = c * (2 * HD + 2 * KVD) + 4 * heads_;
   const int64_t mlp_saved = (fused ? 3 : 4) * c * I;
   const int64_t tile = mlp_tile_tokens(run.tiled_mlp, N, C);
-  const int64_t saved = N * (2 * norm + attention + (tile > 0 ? 0 : mlp_saved));
+  const int64_t T = tp_ != nullptr && tp_->sequence_parallel() ? tp_->size() : 1;
+  const int64_t norms = T == 1 ? N * 2 * norm : (N / T) * 2 * (norm - c * C) + N * 2 * c * C;
+  const int64_t saved = norms + N * (attention + (tile > 0 ? 0 : mlp_saved));
   const int64_t attention_grads = N * (c * C + c * (2 * HD + 2 * KVD) + (run.cuda ? 4 * HD : 0));
   const int64_t backward =
       tile == 0
@@ -146,7 +154,7 @@ ActivationMemory DecoderLayerImpl::activation_memory(const ActivationRun& run,
           : std::max(attention_grads,
                      N * c * C + tile * (mlp_saved + (fused ? 3 : 4) * c * I) + 4 * 3 * C * I);
   ActivationMemory m;
-  m.input = N * c * C;
+  m.input = (N / T) * c * C;
   switch (setting) {
     case Checkpointing::kNone:
       m.kept = saved;
@@ -184,14 +192,19 @@ ActivationMemory DecoderLayerImpl::activation_memory(const ActivationRun& run,
 // (and their float32 copy in reduced precision). Its backward casts the fused loss's gradients
 // to the activations' and weight's dtype; unfused, it holds the gradients of the loss and of the
 // float32 logits.
+//
+// Tensor parallelism: V is this rank's slice of the vocabulary, and its loss over the slice runs
+// as the eager operations (the fused kernel needs whole rows); with its sequence parallelism the
+// norm runs on this rank's N/T token rows, gathered whole for the projection.
 ActivationMemory LmHead::activation_memory(const ActivationRun& run, Checkpointing) const {
   const int64_t V = weight().size(0), C = weight().size(1);
   const int64_t c = run.element_bytes, N = run.tokens;
-  const bool fused = run.fused_kernels;
-  const int64_t norm = (fused ? c * C : 4 * C + c * C) + c * C + 4;
+  const bool fused = run.fused_kernels && tp_ == nullptr;
+  const int64_t T = tp_ != nullptr && tp_->sequence_parallel() ? tp_->size() : 1;
+  const int64_t norm = (run.fused_kernels ? c * C : 4 * C + c * C) + c * C + 4;
   ActivationMemory m;
-  m.input = N * c * C;
-  m.kept = N * (norm - (run.fused_loss ? c * C : 0));
+  m.input = (N / T) * c * C;
+  m.kept = (N / T) * (norm - (run.fused_loss ? c * C : 0));
   if (!run.fused_loss) {
     m.kept += 4 * N * V;
     m.forward = N * V * (c + (c == 4 ? 0 : 4));

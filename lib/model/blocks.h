@@ -170,9 +170,10 @@ class TokenEmbedding final : public Block {
       : embed_(std::move(embed)), tp_(tp), first_(first) {}
   torch::Tensor forward(const torch::Tensor& ids, const BlockContext& ctx) override;
   std::vector<torch::Tensor> weights() override { return {embed_->weight}; }
-  // Nothing: its backward reads the token ids, which the batch holds anyway.
+  // Nothing: its backward reads the token ids, which the batch holds anyway; vocabulary-parallel,
+  // the ids within its rows (int64) and the mask of the others (bool).
   ActivationMemory activation_memory(const ActivationRun& run, Checkpointing) const override {
-    return {8 * run.tokens, 0, 0, 0, 0};
+    return {8 * run.tokens, tp_ ? 9 * run.tokens : 0, 0, 0, 0};
   }
 
  private:
@@ -209,6 +210,7 @@ class DecoderLayerImpl : public torch::nn::Module, public Block {
 
  private:
   int64_t heads_ = 0;  // attention heads (the float32 log-sum-exp per head and token)
+  TensorParallel* tp_ = nullptr;
 };
 TORCH_MODULE(DecoderLayer);
 

@@ -39,7 +39,14 @@ std::string estimate_report(const std::string& config_path,
   const estimate::EstimateInput in = memory.model_states_input();
   const estimate::ActivationInput activations = memory.activations();
   if (!json) {
-    return estimate::format_estimate(in, dir.string()) + "\n" +
+    const int64_t T = config.parallel.tensor_parallel_size;
+    const std::string slice =
+        T == 1 ? ""
+               : fmt::format(
+                     "Tensor parallelism {}: each rank holds 1/{} of every layer, the embedding "
+                     "and the head; below, one slice on the {} ranks that hold it.\n",
+                     T, T, world_size / T);
+    return slice + estimate::format_estimate(in, dir.string()) + "\n" +
            estimate::format_activations(activations) + auto_micro_batch_note(config.training);
   }
   nlohmann::json out = nlohmann::json::parse(estimate::format_estimate_json(in, dir.string()));

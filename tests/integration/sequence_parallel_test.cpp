@@ -35,38 +35,6 @@ struct Case {
   double tol = 1e-5;
 };
 
-// The gradient norm is compared too: AdamW's update hardly changes when every gradient is scaled
-// alike, so equal losses alone would not show a gradient off by a constant factor.
-struct Curves {
-  std::map<long, double> train, grad_norm, eval;
-};
-
-Curves run_curves(int nproc, int stage, int accum, const std::vector<std::string>& extra) {
-  TempDir dir;
-  JobSpec spec;
-  spec.nproc = nproc;
-  spec.stage = stage;
-  spec.accum = accum;
-  spec.clip = 1.0;
-  spec.max_steps = 6;
-  spec.extra_overrides = {"zero.stage3_param_persistence_threshold=1000"};
-  spec.extra_overrides.insert(spec.extra_overrides.end(), extra.begin(), extra.end());
-  const RunResult r = run_job(dir, spec);
-  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  const std::string metrics = dir.file("run/metrics.jsonl");
-  return {read_metric(metrics, "train/loss"), read_metric(metrics, "grad_norm"),
-          read_metric(metrics, "eval/loss")};
-}
-
-void expect_same_curve(const std::map<long, double>& got, const std::map<long, double>& want,
-                       double tol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (const auto& [step, loss] : want) {
-    ASSERT_TRUE(got.count(step)) << what << " step " << step;
-    EXPECT_NEAR(got.at(step), loss, tol * std::abs(loss)) << what << " step " << step;
-  }
-}
-
 class SequenceParallelRun : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SequenceParallelRun, LossesEqualOneProcessWithTheSameBatches) {

@@ -43,34 +43,21 @@ std::string write_model(const TempDir& dir, const nlohmann::json& changes) {
   return "model.name_or_path=" + dir.file("model");
 }
 
-struct Curves {
-  std::map<long, double> train, grad_norm, eval;
-  std::map<std::string, torch::Tensor> adapter;  // the LoRA adapter written at the end, if any
+// The curves of a run and the LoRA adapter it wrote at the end, if any.
+struct RunOutput {
+  Curves curves;
+  std::map<std::string, torch::Tensor> adapter;
 };
 
-Curves run_curves(int nproc, int stage, int accum, const std::vector<std::string>& extra) {
-  TempDir dir;
-  JobSpec spec;
-  spec.nproc = nproc;
-  spec.stage = stage;
-  spec.accum = accum;
-  spec.clip = 1.0;
-  spec.max_steps = 6;
-  spec.extra_overrides = {"zero.stage3_param_persistence_threshold=1000"};
-  spec.extra_overrides.insert(spec.extra_overrides.end(), extra.begin(), extra.end());
-  const RunResult r = run_job(dir, spec);
-  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  const std::string metrics = dir.file("run/metrics.jsonl");
-  Curves c{read_metric(metrics, "train/loss"),
-           read_metric(metrics, "grad_norm"),
-           read_metric(metrics, "eval/loss"),
-           {}};
-  const std::string adapter = dir.file("run/lora_adapter/adapter_model.safetensors");
-  if (std::filesystem::exists(adapter)) {
+RunOutput run(int nproc, int stage, int accum, const std::vector<std::string>& extra) {
+  RunOutput out;
+  out.curves = run_curves(nproc, stage, accum, extra, [&](const TempDir& dir) {
+    const std::string adapter = dir.file("run/lora_adapter/adapter_model.safetensors");
+    if (!std::filesystem::exists(adapter)) return;
     const model::SafetensorsFile f(adapter);
-    for (const std::string& name : f.names()) c.adapter[name] = f.read(name);
-  }
-  return c;
+    for (const std::string& name : f.names()) out.adapter[name] = f.read(name);
+  });
+  return out;
 }
 
 // Tensor by tensor within `tol` of the largest value.
@@ -83,15 +70,6 @@ void expect_same_tensors(const std::map<std::string, torch::Tensor>& got,
     ASSERT_EQ(a.sizes(), b.sizes()) << name;
     const double scale = std::max(1e-3, b.abs().max().item<double>());
     EXPECT_LT((a - b).abs().max().item<double>(), tol * scale) << name;
-  }
-}
-
-void expect_same_curve(const std::map<long, double>& got, const std::map<long, double>& want,
-                       double tol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (const auto& [step, value] : want) {
-    ASSERT_TRUE(got.count(step)) << what << " step " << step;
-    EXPECT_NEAR(got.at(step), value, tol * std::abs(value)) << what << " step " << step;
   }
 }
 
@@ -117,15 +95,16 @@ TEST_P(TensorParallelRun, LossesEqualOneRankWithTheSameBatches) {
   std::vector<std::string> with_tp = extra;
   with_tp.insert(with_tp.end(), c.tp_only.begin(), c.tp_only.end());
   with_tp.push_back("parallel.tensor_parallel_size=" + std::to_string(c.t));
-  const Curves got = run_curves(c.world, c.stage, c.accum, with_tp);
+  const RunOutput got = run(c.world, c.stage, c.accum, with_tp);
   // The same run on the N/T data-parallel ranks without tensor parallelism: the same batches.
-  const Curves want = run_curves(c.world / c.t, c.stage, c.accum, extra);
-  ASSERT_EQ(want.train.size(), 6u);
-  expect_same_curve(got.train, want.train, c.tol, "train/loss");
-  expect_same_curve(got.grad_norm, want.grad_norm, c.tol, "grad_norm");
-  ASSERT_EQ(want.eval.size(), 1u);
-  expect_same_curve(got.eval, want.eval, c.tol, "eval/loss");
-  EXPECT_LT(got.train.rbegin()->second, got.train.begin()->second) << "it did not learn";
+  const RunOutput want = run(c.world / c.t, c.stage, c.accum, extra);
+  ASSERT_EQ(want.curves.train.size(), 6u);
+  expect_same_curve(got.curves.train, want.curves.train, c.tol, "train/loss");
+  expect_same_curve(got.curves.grad_norm, want.curves.grad_norm, c.tol, "grad_norm");
+  ASSERT_EQ(want.curves.eval.size(), 1u);
+  expect_same_curve(got.curves.eval, want.curves.eval, c.tol, "eval/loss");
+  EXPECT_LT(got.curves.train.rbegin()->second, got.curves.train.begin()->second)
+      << "it did not learn";
   // A LoRA run's adapter, gathered whole from the slices: the same tensors.
   expect_same_tensors(got.adapter, want.adapter, 10 * c.tol);
 }
@@ -235,11 +214,13 @@ TEST(TensorParallelResume, T2Dp2CheckpointResumesAsT1Dp4T4AndOneRank) {
   const model::SafetensorsFile got(dir.file("hf-tp/model.safetensors"));
   const model::SafetensorsFile want(plain.file("hf/model.safetensors"));
   ASSERT_EQ(got.names(), want.names());
+  // Within 1e-4: AdamW's step hardly depends on a gradient's size, so an element whose gradient is
+  // near zero moves by up to the learning rate (3e-3) on rounding alone (measured: 1e-6); a slice
+  // out of place would differ by the weights themselves (initialised with std 0.02).
   for (const std::string& name : want.names()) {
     const torch::Tensor a = got.read(name), b = want.read(name);
     ASSERT_EQ(a.sizes(), b.sizes()) << name;
-    const double scale = std::max(1e-3, b.abs().max().item<double>());
-    EXPECT_LT((a - b).abs().max().item<double>(), 1e-5 * scale) << name;
+    EXPECT_LT((a - b).abs().max().item<double>(), 1e-4) << name;
   }
 }
 

@@ -1,5 +1,6 @@
 #include "tests/integration/train_util.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -86,6 +87,34 @@ RunResult run_job(const TempDir& dir, const JobSpec& spec,
   std::vector<std::string> all = spec.extra_overrides;
   all.insert(all.end(), overrides.begin(), overrides.end());
   return launch_job(write_job_config(dir.path(), spec), spec.nproc, all, timeout_s);
+}
+
+Curves run_curves(int nproc, int stage, int accum, const std::vector<std::string>& extra,
+                  const std::function<void(const TempDir&)>& inspect) {
+  TempDir dir;
+  JobSpec spec;
+  spec.nproc = nproc;
+  spec.stage = stage;
+  spec.accum = accum;
+  spec.clip = 1.0;
+  spec.max_steps = 6;
+  spec.extra_overrides = {"zero.stage3_param_persistence_threshold=1000"};
+  spec.extra_overrides.insert(spec.extra_overrides.end(), extra.begin(), extra.end());
+  const RunResult r = run_job(dir, spec);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string metrics = dir.file("run/metrics.jsonl");
+  if (inspect) inspect(dir);
+  return {read_metric(metrics, "train/loss"), read_metric(metrics, "grad_norm"),
+          read_metric(metrics, "eval/loss")};
+}
+
+void expect_same_curve(const std::map<long, double>& got, const std::map<long, double>& want,
+                       double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (const auto& [step, value] : want) {
+    ASSERT_TRUE(got.count(step)) << what << " step " << step;
+    EXPECT_NEAR(got.at(step), value, tol * std::abs(value)) << what << " step " << step;
+  }
 }
 
 std::map<long, double> read_metric(const std::string& metrics_path, const std::string& key) {

@@ -2,6 +2,7 @@
 // Helpers for end-to-end training tests: a small config on the built-in tiny model and corpus,
 // running it through `dstrain launch`, and reading the metrics it wrote.
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -53,5 +54,22 @@ void write_quick_start_data(const std::string& dir);
 
 // step → value of `key` from every line of a metrics.jsonl that has it.
 std::map<long, double> read_metric(const std::string& metrics_path, const std::string& key);
+
+// The curves of one run, for comparing a parallel layout against one rank. The gradient norm is
+// compared too: AdamW's update hardly changes when every gradient is scaled alike, so equal
+// losses alone would not show a gradient off by a constant factor.
+struct Curves {
+  std::map<long, double> train, grad_norm, eval;
+};
+
+// 6 steps of the tiny model on `nproc` ranks at ZeRO `stage` with accumulation `accum`, clipping
+// at 1.0, stage 3 sharding the small parameters too, then `extra` overrides; `inspect` sees the
+// run's directory before it goes. Expects exit 0.
+Curves run_curves(int nproc, int stage, int accum, const std::vector<std::string>& extra,
+                  const std::function<void(const TempDir&)>& inspect = {});
+
+// Every step of `want` in `got` within `tol` relative, and no other step.
+void expect_same_curve(const std::map<long, double>& got, const std::map<long, double>& want,
+                       double tol, const std::string& what);
 
 }  // namespace dstrain::testing
