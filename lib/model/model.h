@@ -10,7 +10,9 @@
 //   lm_head.weight                                             [V, C] (only when untied)
 // so loading and saving Hugging Face weights is a copy by name (see weights.h).
 //
-// The model knows nothing about parallelism. It is an ordered list of blocks (blocks.h):
+// The model knows nothing about parallelism but tensor parallelism (tensor_parallel.h: built for
+// one rank of a group, it holds that rank's slices and calls the group's collectives through an
+// interface). It is an ordered list of blocks (blocks.h):
 //   0        "model.embed_tokens"  TokenEmbedding   owns model.embed_tokens.weight
 //   1 + i    "model.layers.i"      DecoderLayer     owns model.layers.i.*
 //   L + 1    "head"                LmHead           owns model.norm.weight and lm_head.weight; with
