@@ -90,14 +90,14 @@ RunResult run_job(const TempDir& dir, const JobSpec& spec,
 }
 
 Curves run_curves(int nproc, int stage, int accum, const std::vector<std::string>& extra,
-                  const std::function<void(const TempDir&)>& inspect) {
+                  const std::function<void(const TempDir&)>& inspect, int steps) {
   TempDir dir;
   JobSpec spec;
   spec.nproc = nproc;
   spec.stage = stage;
   spec.accum = accum;
   spec.clip = 1.0;
-  spec.max_steps = 6;
+  spec.max_steps = steps;
   spec.extra_overrides = {"zero.stage3_param_persistence_threshold=1000"};
   spec.extra_overrides.insert(spec.extra_overrides.end(), extra.begin(), extra.end());
   const RunResult r = run_job(dir, spec);

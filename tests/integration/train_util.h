@@ -62,11 +62,11 @@ struct Curves {
   std::map<long, double> train, grad_norm, eval;
 };
 
-// 6 steps of the tiny model on `nproc` ranks at ZeRO `stage` with accumulation `accum`, clipping
-// at 1.0, stage 3 sharding the small parameters too, then `extra` overrides; `inspect` sees the
-// run's directory before it goes. Expects exit 0.
+// `steps` steps of the tiny model on `nproc` ranks at ZeRO `stage` with accumulation `accum`,
+// clipping at 1.0, stage 3 sharding the small parameters too, then `extra` overrides; `inspect`
+// sees the run's directory before it goes. Expects exit 0.
 Curves run_curves(int nproc, int stage, int accum, const std::vector<std::string>& extra,
-                  const std::function<void(const TempDir&)>& inspect = {});
+                  const std::function<void(const TempDir&)>& inspect = {}, int steps = 6);
 
 // Every step of `want` in `got` within `tol` relative, and no other step.
 void expect_same_curve(const std::map<long, double>& got, const std::map<long, double>& want,
