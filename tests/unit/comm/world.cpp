@@ -1,9 +1,7 @@
 #include "world.h"
 
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,26 +13,14 @@
 #include <stdexcept>
 #include <thread>
 
+#include "tests/common/free_port.h"
+
 extern char** environ;
 
 namespace dstrain::comm::testing {
 namespace {
 
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    close(fd);
-    throw std::runtime_error("cannot find a free port");
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+using dstrain::testing::free_port;
 
 std::vector<std::string> rank_env(const WorldSpec& spec, int rank, int port) {
   std::vector<std::string> env;

@@ -1,12 +1,16 @@
 #pragma once
 // A counting CPU allocator for memory tests and benchmarks: bytes LibTorch's CPU allocator hands
-// out now and at most since the last reset (process-wide counters; blocks freed after a scope ends
-// are counted down correctly, their deleter does not use the allocator). A block's context is its
-// data pointer, as raw_allocate() (used by oneDNN's scratch buffers) requires.
+// out now and at most since the last reset, for the process and for each thread (what a thread
+// allocated, counted down wherever it is freed: ranks as threads each count their own; blocks
+// freed after a scope ends are counted down correctly, their deleter does not use the allocator). A
+// block's context is its data pointer, as raw_allocate() (used by oneDNN's scratch buffers)
+// requires.
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <unordered_map>
 
@@ -29,12 +33,29 @@ class CountingAllocator : public c10::Allocator {
   void reset_peak() { peak_ = current_.load(); }
   int64_t current() const { return current_; }
   int64_t peak() const { return peak_; }
+  // The calling thread's.
+  static void reset_thread_peak() { mine().peak = mine().current.load(); }
+  static int64_t thread_current() { return mine().current; }
+  static int64_t thread_peak() { return mine().peak; }
 
  private:
+  struct Thread {
+    std::atomic<int64_t> current{0};
+    int64_t peak = 0;  // written by its thread only
+  };
   struct Block {
     c10::DataPtr inner;
     size_t bytes = 0;
+    Thread* owner = nullptr;
   };
+  // The calling thread's counters; they outlive it (a block it allocated may be freed later).
+  static Thread& mine() {
+    thread_local Thread* self = [] {
+      std::lock_guard<std::mutex> lock(mutex_);
+      return &threads_.emplace_back();
+    }();
+    return *self;
+  }
   static void release(void* data) {
     Block block;
     {
@@ -44,15 +65,19 @@ class CountingAllocator : public c10::Allocator {
       blocks_.erase(it);
     }
     current_ -= static_cast<int64_t>(block.bytes);
+    block.owner->current -= static_cast<int64_t>(block.bytes);
   }  // block.inner frees the memory here
   static c10::DataPtr wrap(c10::DataPtr inner, size_t n) {
     void* data = inner.get();
     if (data == nullptr) return inner;  // zero bytes
     const c10::Device device = inner.device();
+    Thread& thread = mine();
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      blocks_[data] = Block{std::move(inner), n};
+      blocks_[data] = Block{std::move(inner), n, &thread};
     }
+    const int64_t mine_now = thread.current += static_cast<int64_t>(n);
+    thread.peak = std::max(thread.peak, mine_now);
     const int64_t now = current_ += static_cast<int64_t>(n);
     int64_t seen = peak_;
     while (now > seen && !peak_.compare_exchange_weak(seen, now)) {
@@ -64,6 +89,7 @@ class CountingAllocator : public c10::Allocator {
   static inline std::atomic<int64_t> peak_{0};
   static inline std::mutex mutex_;
   static inline std::unordered_map<void*, Block> blocks_;
+  static inline std::deque<Thread> threads_;
 };
 
 // Installs a CountingAllocator as LibTorch's CPU allocator for its lifetime.
