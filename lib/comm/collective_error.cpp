@@ -26,7 +26,7 @@ bool mentions_timeout(std::string text) {
 }  // namespace
 
 void throw_collective_error(CollectiveKind kind, uint64_t seq, const FailureContext& context,
-                            std::exception_ptr cause) {
+                            std::exception_ptr cause, const std::string& what) {
   try {
     std::rethrow_exception(cause);
   } catch (const Error&) {
@@ -36,7 +36,8 @@ void throw_collective_error(CollectiveKind kind, uint64_t seq, const FailureCont
     bool timed_out = mentions_timeout(why);
     std::string peers = context.heartbeat ? context.heartbeat->diagnose(seq, kind) : "";
     std::string message = fmt::format(
-        "{} failed on rank {} of {}{}: {}", to_string(kind), context.rank, context.world_size,
+        "{} failed on rank {} of {}{}: {}", what.empty() ? to_string(kind) : what, context.rank,
+        context.world_size,
         timed_out ? fmt::format(" after the {} s timeout", context.timeout.count() / 1000.0) : "",
         why);
     if (!peers.empty()) message += "; " + peers;

@@ -20,8 +20,11 @@ struct FailureContext {
   std::shared_ptr<Heartbeat> heartbeat;  // null in a world of one
 };
 
-// `seq`: the collective's number on this rank (1, 2, ... in program order; Heartbeat::entered).
+// `seq`: the collective's number on this rank (1, 2, ... in program order; Heartbeat::entered);
+// for point-to-point transfers, which are not numbered, the last collective's. `what` names it in
+// the message (default: the kind, e.g. "all_reduce"; a transfer's peers: describe_transfers).
 [[noreturn]] void throw_collective_error(CollectiveKind kind, uint64_t seq,
-                                         const FailureContext& context, std::exception_ptr cause);
+                                         const FailureContext& context, std::exception_ptr cause,
+                                         const std::string& what = "");
 
 }  // namespace dstrain::comm

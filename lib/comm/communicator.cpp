@@ -1,5 +1,7 @@
 #include "comm/communicator.h"
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 
 namespace dstrain::comm {
@@ -18,6 +20,10 @@ const char* to_string(CollectiveKind kind) {
       return "barrier";
     case CollectiveKind::kAllToAll:
       return "all_to_all";
+    case CollectiveKind::kSend:
+      return "send";
+    case CollectiveKind::kRecv:
+      return "recv";
   }
   return "unknown";
 }
@@ -32,6 +38,44 @@ void check_all_to_all_shapes(const torch::Tensor& output, const torch::Tensor& i
          world_size, input.numel(), c10::toString(input.scalar_type()), output.numel(),
          c10::toString(output.scalar_type()));
   }
+}
+
+void check_peer_transfers(const std::vector<PeerTransfer>& transfers, int rank, int world_size) {
+  if (transfers.empty()) fail(ErrorKind::kInternal, "exchange: no transfers");
+  for (const PeerTransfer& t : transfers) {
+    if (t.kind != CollectiveKind::kSend && t.kind != CollectiveKind::kRecv) {
+      fail(ErrorKind::kInternal, "exchange: a transfer's kind is {}; expected send or recv",
+           to_string(t.kind));
+    }
+    if (t.peer < 0 || t.peer >= world_size || t.peer == rank) {
+      fail(ErrorKind::kInternal, "{}: peer {} is not another rank of a world of {} (this is {})",
+           to_string(t.kind), t.peer, world_size, rank);
+    }
+    if (!t.tensor.defined() || !t.tensor.is_contiguous()) {
+      fail(ErrorKind::kInternal, "{} with rank {}: the tensor must be defined and contiguous",
+           to_string(t.kind), t.peer);
+    }
+  }
+}
+
+std::string describe_transfers(const std::vector<PeerTransfer>& transfers,
+                               const std::function<int(int)>& world_rank) {
+  std::string out;
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    const PeerTransfer& t = transfers[i];
+    out += fmt::format(
+        "{}{} {} rank {}", i == 0 ? "" : (i + 1 == transfers.size() ? " and " : ", "),
+        to_string(t.kind), t.kind == CollectiveKind::kSend ? "to" : "from", world_rank(t.peer));
+  }
+  return out;
+}
+
+std::unique_ptr<Work> Communicator::send(const torch::Tensor& tensor, int peer) {
+  return exchange({{CollectiveKind::kSend, tensor, peer}});
+}
+
+std::unique_ptr<Work> Communicator::recv(torch::Tensor& tensor, int peer) {
+  return exchange({{CollectiveKind::kRecv, tensor, peer}});
 }
 
 uint64_t CommStats::total_bytes() const {

@@ -11,15 +11,21 @@
 //    the algorithm's theory (ring: all_reduce 2(N-1)/N·S, reduce_scatter/all_gather (N-1)/N·S,
 //    all_to_all (N-1)/N·S, where S is the full buffer size), so tests can check ZeRO's
 //    communication volume.
+//  - Point-to-point transfers (exchange(), send(), recv()) move a tensor between two ranks, for
+//    pipeline stages. They keep program order with the collectives on each rank but need not be
+//    matched by the other ranks; between two ranks, transfers in one direction arrive in the
+//    order sent.
 //  - split() makes sub-communicators (a sequence-parallel group, a data-parallel group) over the
 //    same transport; ranks and sizes of a sub-communicator are its own.
 // Implementations: GlooCommunicator (CPU, LibTorch c10d + libgloo), NcclCommunicator (CUDA).
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <torch/types.h>
 
@@ -33,7 +39,9 @@ enum class CollectiveKind {
   kAllGather,
   kBroadcast,
   kBarrier,
-  kAllToAll
+  kAllToAll,
+  kSend,  // point-to-point (exchange)
+  kRecv
 };
 // all_to_all's contract on sizes and dtypes (every implementation checks it the same way):
 // Error(kInternal) unless input and output have one dtype and one size divisible by `world_size`.
@@ -46,6 +54,22 @@ class Work {
   virtual ~Work() = default;
   virtual void wait() = 0;
 };
+
+// One side of a point-to-point transfer: this rank's tensor sent to `peer`, or received from it
+// into `tensor` (the sent tensor's size and dtype, contiguous, on the communicator's device).
+struct PeerTransfer {
+  CollectiveKind kind = CollectiveKind::kSend;  // kSend or kRecv
+  torch::Tensor tensor;
+  int peer = 0;  // a rank of this communicator other than this one
+};
+// exchange()'s contract (every implementation checks it the same way): Error(kInternal) for an
+// empty list, a kind other than kSend/kRecv, a peer out of range or this rank, a tensor undefined
+// or not contiguous.
+void check_peer_transfers(const std::vector<PeerTransfer>& transfers, int rank, int world_size);
+// "send to rank 1", "recv from rank 0", "send to rank 1 and recv from rank 1", ...: a batch of
+// transfers in errors; `world_rank` maps a rank of the communicator to the world's.
+std::string describe_transfers(const std::vector<PeerTransfer>& transfers,
+                               const std::function<int(int)>& world_rank);
 
 // Bytes one rank sends in a ring pass over a buffer of `total_bytes` among `n` ranks: (n-1)/n of it
 // (what CommStats counts; all_reduce is two passes).
@@ -78,6 +102,17 @@ class Communicator {
   // this rank's input becomes chunk rank() of rank j's output. Its own inverse (backward of
   // itself, see autograd.h).
   virtual std::unique_ptr<Work> all_to_all(torch::Tensor& output, const torch::Tensor& input) = 0;
+
+  // Point-to-point: every transfer of the batch is issued at once and wait() returns when all are
+  // done, so two ranks that each send to the other and receive from it in one batch do not wait
+  // on each other (NCCL's grouped send/recv; PyTorch's batch_isend_irecv). Byte counters: a send
+  // counts its tensor's bytes under kSend, a receive nothing (its calls under kRecv). A peer that
+  // stops sending is Error(kTimeout) after the communicator's timeout (NCCL: in the host's wait,
+  // synchronize()), a dead one Error(kComm); Gloo's errors name the transfer's peer as a rank of
+  // the world and, as for collectives, the ranks at fault.
+  virtual std::unique_ptr<Work> exchange(std::vector<PeerTransfer> transfers) = 0;
+  std::unique_ptr<Work> send(const torch::Tensor& tensor, int peer);
+  std::unique_ptr<Work> recv(torch::Tensor& tensor, int peer);
 
   // Collective over every rank of this communicator (all call it, in the same order relative to
   // their other collectives): the ranks that pass the same `color` (>= 0) form a new

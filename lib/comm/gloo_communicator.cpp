@@ -60,6 +60,53 @@ class FutureWork : public Work {
   bool waited_ = false;
 };
 
+// A batch of transfers: issued on the executor thread (in program order with the collectives,
+// without blocking it, so that the executor can go on to the next batch or collective), waited on
+// by the caller, each transfer up to the timeout.
+class PeerWork : public Work {
+ public:
+  using Issued = std::vector<c10::intrusive_ptr<c10d::Work>>;
+  PeerWork(std::shared_future<void> issued_future, std::shared_ptr<Issued> issued,
+           CollectiveKind kind, uint64_t seq, std::shared_ptr<const FailureContext> context,
+           std::string what)
+      : future_(std::move(issued_future)),
+        issued_(std::move(issued)),
+        kind_(kind),
+        seq_(seq),
+        context_(std::move(context)),
+        what_(std::move(what)) {}
+  ~PeerWork() override {
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      log::error("{} was never waited on and failed: {}", what_, e.what());
+    }
+  }
+  void wait() override {
+    if (waited_) return;
+    waited_ = true;
+    try {
+      future_.get();
+      for (const auto& work : *issued_) work->wait(context_->timeout);
+    } catch (...) {
+      throw_collective_error(kind_, seq_, *context_, std::current_exception(), what_);
+    }
+  }
+
+ private:
+  std::shared_future<void> future_;
+  std::shared_ptr<Issued> issued_;
+  CollectiveKind kind_;
+  uint64_t seq_;
+  std::shared_ptr<const FailureContext> context_;
+  std::string what_;
+  bool waited_ = false;
+};
+
+// The tag of every transfer: a slot of its own beside the ring's tags (take_ring_tags), in which
+// Gloo delivers a pair's messages in the order sent.
+constexpr int kPeerTag = (1 << 30) + 1;
+
 void check_buffer(CollectiveKind kind, const char* name, const at::Tensor& t) {
   if (!t.defined() || !t.is_cpu() || !t.is_contiguous() || !at::isFloatingType(t.scalar_type())) {
     fail(ErrorKind::kInternal, "{}: {} must be a contiguous CPU floating-point tensor",
@@ -118,9 +165,13 @@ class GlooCommunicator : public Communicator {
   std::unique_ptr<Work> broadcast(torch::Tensor& tensor, int root) override;
   void barrier() override;
   std::unique_ptr<Work> all_to_all(torch::Tensor& output, const torch::Tensor& input) override;
+  std::unique_ptr<Work> exchange(std::vector<PeerTransfer> transfers) override;
   std::unique_ptr<Communicator> split(int color) override;
 
  private:
+  int world_rank(int rank) const {
+    return world_ranks_.empty() ? rank : world_ranks_.at(static_cast<size_t>(rank));
+  }
   std::unique_ptr<Work> launch(CollectiveKind kind, uint64_t bytes, std::function<void()> job);
   int take_ring_tags();
 
@@ -129,7 +180,8 @@ class GlooCommunicator : public Communicator {
   int rank_ = 0;
   int size_ = 1;
   bool is_world_ = true;
-  std::string prefix_;  // store keys of this communicator's splits
+  std::string prefix_;            // store keys of this communicator's splits
+  std::vector<int> world_ranks_;  // of each of its ranks; empty: the world's own
   int splits_ = 0;
   int next_tag_ = 0;
 };
@@ -204,7 +256,10 @@ std::unique_ptr<Communicator> GlooCommunicator::split(int color) {
     auto store = c10::make_intrusive<c10d::PrefixStore>(group_prefix, shared_->store);
     group = make_group(store, rank, size, shared_->options);
   }
-  return std::make_unique<GlooCommunicator>(shared_, std::move(group), rank, size, group_prefix);
+  auto sub =
+      std::make_unique<GlooCommunicator>(shared_, std::move(group), rank, size, group_prefix);
+  for (const int member : members) sub->world_ranks_.push_back(world_rank(member));
+  return sub;
 }
 
 std::unique_ptr<Work> GlooCommunicator::launch(CollectiveKind kind, uint64_t bytes,
@@ -319,6 +374,32 @@ std::unique_ptr<Work> GlooCommunicator::all_to_all(torch::Tensor& output,
     std::vector<int64_t> equal_splits;  // empty: equal chunks
     group->alltoall_base(out, in, equal_splits, equal_splits)->wait();
   });
+}
+
+std::unique_ptr<Work> GlooCommunicator::exchange(std::vector<PeerTransfer> transfers) {
+  check_peer_transfers(transfers, rank_, size_);
+  for (const PeerTransfer& t : transfers) {
+    if (!t.tensor.is_cpu()) {
+      fail(ErrorKind::kInternal, "{} with rank {}: Gloo moves CPU tensors", to_string(t.kind),
+           t.peer);
+    }
+    const bool sending = t.kind == CollectiveKind::kSend;
+    count(t.kind, sending ? static_cast<uint64_t>(t.tensor.numel()) * t.tensor.element_size() : 0);
+  }
+  const std::string what =
+      describe_transfers(transfers, [this](int rank) { return world_rank(rank); });
+  auto issued = std::make_shared<PeerWork::Issued>();
+  auto job = [group = group_, transfers, issued] {
+    for (const PeerTransfer& t : transfers) {
+      // Bytes are bytes: moving them as uint8 works for every dtype, bfloat16 included.
+      std::vector<at::Tensor> tensors{t.tensor.view(at::kByte)};
+      issued->push_back(t.kind == CollectiveKind::kSend ? group->send(tensors, t.peer, kPeerTag)
+                                                        : group->recv(tensors, t.peer, kPeerTag));
+    }
+  };
+  const CollectiveKind kind = transfers.front().kind;
+  return std::make_unique<PeerWork>(shared_->executor->submit(std::move(job)), std::move(issued),
+                                    kind, shared_->issued, shared_->context, what);
 }
 
 }  // namespace

@@ -172,13 +172,16 @@ Heartbeat::Samples Heartbeat::watch_peers(const RendezvousOptions& options,
 }
 
 std::string Heartbeat::judge(const Samples& s, uint64_t seq, CollectiveKind kind) {
+  // Transfers are not numbered (a pipeline's stages make different ones): a live peer cannot be
+  // told behind, only a silent one dead.
+  const bool point_to_point = kind == CollectiveKind::kSend || kind == CollectiveKind::kRecv;
   std::vector<int> slow;
   for (int r = 0; r < options_.world_size; ++r) {
     const PeerState &a = s.first[r], &b = s.last[r];
     if (r == options_.rank || b.failed > 0 || b.done > 0) continue;
     if (b.beats == a.beats) {
       dead_.push_back(r);
-    } else if (b.entered < static_cast<int64_t>(seq)) {
+    } else if (!point_to_point && b.entered < static_cast<int64_t>(seq)) {
       slow.push_back(r);
     }
   }

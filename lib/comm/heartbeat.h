@@ -15,6 +15,8 @@
 //  - A live rank that has not entered the collective that failed is named slow, not dead:
 //    "rank 1 is alive but had not reached the all_reduce that failed (slow, or stuck elsewhere)".
 //  - A rank that saw the failure too, or left, is not named: it is neither dead nor behind.
+//  - Point-to-point transfers (send, recv) are not numbered, so for them only silent ranks are
+//    named.
 // The first answer is kept: the collectives that fail after it (a broken group fails them all)
 // return it at once instead of watching again.
 //

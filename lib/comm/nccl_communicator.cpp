@@ -87,6 +87,7 @@ class NcclCommunicator : public Communicator {
   std::unique_ptr<Work> broadcast(torch::Tensor& tensor, int root) override;
   void barrier() override;
   std::unique_ptr<Work> all_to_all(torch::Tensor& output, const torch::Tensor& input) override;
+  std::unique_ptr<Work> exchange(std::vector<PeerTransfer> transfers) override;
   std::unique_ptr<Communicator> split(int color) override;
 
  private:
@@ -190,6 +191,28 @@ std::unique_ptr<Work> NcclCommunicator::all_to_all(torch::Tensor& output,
       input.data_ptr(), output.data_ptr(), static_cast<size_t>(input.numel() / n),
       nccl_dtype(kind, input.scalar_type()), input.element_size(), stream_());
   return wrap(std::move(work), {output, input});
+}
+
+// One ncclSend or ncclRecv of the tensor's bytes per transfer, all in one NCCL group (so that
+// two ranks sending to each other do not wait on each other); the timeout is NcclWork's.
+std::unique_ptr<Work> NcclCommunicator::exchange(std::vector<PeerTransfer> transfers) {
+  check_peer_transfers(transfers, rank(), world_size());
+  std::vector<NcclCall> calls;
+  std::vector<at::Tensor> tensors;
+  for (const PeerTransfer& t : transfers) {
+    check_cuda_buffer(t.kind, "tensor", t.tensor, group_->device());
+    const bool sending = t.kind == CollectiveKind::kSend;
+    count(t.kind, sending ? bytes_of(t.tensor) : 0);
+    void* data = t.tensor.data_ptr();
+    const size_t bytes = bytes_of(t.tensor);
+    const int peer = t.peer;
+    calls.push_back([sending, data, bytes, peer](ncclComm_t comm, cudaStream_t stream) {
+      return sending ? ncclSend(data, bytes, ncclUint8, peer, comm, stream)
+                     : ncclRecv(data, bytes, ncclUint8, peer, comm, stream);
+    });
+    tensors.push_back(t.tensor);
+  }
+  return wrap(group_->grouped(transfers.front().kind, calls, stream_()), std::move(tensors));
 }
 
 // The members learn each other through the store (split_members), the new group's rank 0

@@ -47,6 +47,11 @@ class SoloCommunicator final : public Communicator {
     count(CollectiveKind::kAllToAll, 0);
     return copy(output, input);
   }
+  // A world of one has no peer: check_peer_transfers refuses every transfer.
+  std::unique_ptr<Work> exchange(std::vector<PeerTransfer> transfers) override {
+    check_peer_transfers(transfers, 0, 1);
+    return std::make_unique<Done>();
+  }
   std::unique_ptr<Communicator> split(int color) override {
     if (color < 0) fail(ErrorKind::kInternal, "split: color {} < 0", color);
     return std::make_unique<SoloCommunicator>();

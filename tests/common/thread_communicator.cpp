@@ -1,6 +1,7 @@
 #include "tests/common/thread_communicator.h"
 
 #include <chrono>
+#include <deque>
 #include <exception>
 #include <thread>
 
@@ -35,6 +36,10 @@ class ThreadGroup {
   int world_size() const { return world_size_; }
   void issue(uint64_t seq, int rank, CollectiveKind kind, ReduceOp op, int root, Slot slot);
   void execute(uint64_t seq, int rank);
+  // Point-to-point: `tensor` from rank `from` to rank `to` (a copy), and the oldest message from
+  // `from` to `to`, waited for up to 30 s.
+  void post(int from, int to, const torch::Tensor& tensor);
+  torch::Tensor take(int from, int to);
   // Split number `index`: waits for every rank's color; returns the group of `color` and this
   // rank's place in it.
   std::pair<std::shared_ptr<ThreadGroup>, int> split(uint64_t index, int rank, int color);
@@ -63,7 +68,25 @@ class ThreadGroup {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::map<uint64_t, PendingOp> ops_;
+  std::map<std::pair<int, int>, std::deque<torch::Tensor>> mailboxes_;  // by (from, to)
 };
+
+void ThreadGroup::post(int from, int to, const torch::Tensor& tensor) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  mailboxes_[{from, to}].push_back(tensor.detach().clone());
+  changed_.notify_all();
+}
+
+torch::Tensor ThreadGroup::take(int from, int to) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto& box = mailboxes_[{from, to}];
+  if (!changed_.wait_for(lock, std::chrono::seconds(30), [&] { return !box.empty(); })) {
+    fail(ErrorKind::kTimeout, "recv from rank {} on rank {}: nothing arrived in 30 s", from, to);
+  }
+  torch::Tensor t = std::move(box.front());
+  box.pop_front();
+  return t;
+}
 
 void ThreadGroup::issue(uint64_t seq, int rank, CollectiveKind kind, ReduceOp op, int root,
                         Slot slot) {
@@ -176,6 +199,9 @@ torch::Tensor ThreadGroup::compute(const PendingOp& op, int rank) const {
         parts.push_back(s.input.reshape({-1}).narrow(0, rank * chunk, chunk));
       return torch::cat(parts).view(mine.output.sizes());
     }
+    case CollectiveKind::kSend:
+    case CollectiveKind::kRecv:
+      break;  // not collectives: exchange() posts and takes them
   }
   return {};
 }
@@ -209,6 +235,33 @@ class ThreadWork : public comm::Work {
 uint64_t bytes_of(const torch::Tensor& t) {
   return static_cast<uint64_t>(t.nbytes());
 }
+
+// Receives in wait(); the sends were delivered when issued.
+class ThreadPeerWork : public comm::Work {
+ public:
+  ThreadPeerWork(std::shared_ptr<ThreadGroup> group, std::vector<comm::PeerTransfer> receives,
+                 int rank)
+      : group_(std::move(group)), receives_(std::move(receives)), rank_(rank) {}
+  void wait() override {
+    if (waited_) return;
+    waited_ = true;
+    for (comm::PeerTransfer& r : receives_) {
+      const torch::Tensor got = group_->take(r.peer, rank_);
+      if (got.sizes() != r.tensor.sizes() || got.scalar_type() != r.tensor.scalar_type()) {
+        fail(ErrorKind::kComm, "recv from rank {} on rank {}: {} {} sent, {} {} expected", r.peer,
+             rank_, c10::toString(got.scalar_type()), got.numel(),
+             c10::toString(r.tensor.scalar_type()), r.tensor.numel());
+      }
+      r.tensor.copy_(got);
+    }
+  }
+
+ private:
+  std::shared_ptr<ThreadGroup> group_;
+  std::vector<comm::PeerTransfer> receives_;
+  int rank_;
+  bool waited_ = false;
+};
 
 }  // namespace
 
@@ -272,6 +325,22 @@ std::unique_ptr<comm::Work> ThreadCommunicator::all_to_all(torch::Tensor& output
   if (!output.is_contiguous()) fail(ErrorKind::kInternal, "all_to_all: output not contiguous");
   count(CollectiveKind::kAllToAll, (n - 1) * bytes_of(input) / n);
   return issue(CollectiveKind::kAllToAll, output, input, ReduceOp::kSum, 0);
+}
+
+std::unique_ptr<comm::Work> ThreadCommunicator::exchange(
+    std::vector<comm::PeerTransfer> transfers) {
+  comm::check_peer_transfers(transfers, rank_, world_size());
+  std::vector<comm::PeerTransfer> receives;
+  for (comm::PeerTransfer& t : transfers) {
+    const bool sending = t.kind == CollectiveKind::kSend;
+    count(t.kind, sending ? bytes_of(t.tensor) : 0);
+    if (sending) {
+      group_->post(rank_, t.peer, t.tensor);
+    } else {
+      receives.push_back(std::move(t));
+    }
+  }
+  return std::make_unique<ThreadPeerWork>(group_, std::move(receives), rank_);
 }
 
 std::unique_ptr<comm::Communicator> ThreadCommunicator::split(int color) {

@@ -9,7 +9,10 @@
 // results every time, as it could with a real asynchronous backend. Reductions add in rank order in
 // fp64 (so results do not depend on thread timing). Byte counters use the header's ring formulas;
 // broadcast counts S on the root. split() waits for every rank's color and hands the ranks of one
-// color a ThreadGroup of their own.
+// color a ThreadGroup of their own. Point-to-point transfers: a send leaves a copy of its tensor in
+// the receiver's mailbox at once (buffered, unlike Gloo's and NCCL's, which wait for the
+// receive); a receive takes the oldest message from its peer in wait() (30 s at most), of the
+// same size and dtype or Error(kComm).
 
 #include <condition_variable>
 #include <cstdint>
@@ -40,6 +43,7 @@ class ThreadCommunicator : public comm::Communicator {
   void barrier() override;
   std::unique_ptr<comm::Work> all_to_all(torch::Tensor& output,
                                          const torch::Tensor& input) override;
+  std::unique_ptr<comm::Work> exchange(std::vector<comm::PeerTransfer> transfers) override;
   std::unique_ptr<comm::Communicator> split(int color) override;
 
  private:
@@ -74,6 +78,9 @@ class BorrowedCommunicator : public comm::Communicator {
   void barrier() override { c_.barrier(); }
   std::unique_ptr<comm::Work> all_to_all(torch::Tensor& out, const torch::Tensor& in) override {
     return c_.all_to_all(out, in);
+  }
+  std::unique_ptr<comm::Work> exchange(std::vector<comm::PeerTransfer> transfers) override {
+    return c_.exchange(std::move(transfers));
   }
   std::unique_ptr<comm::Communicator> split(int color) override { return c_.split(color); }
 

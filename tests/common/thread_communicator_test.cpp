@@ -63,6 +63,36 @@ TEST(ThreadCommunicator, AllToAllSendsChunkJToRankJ) {
   });
 }
 
+TEST(ThreadCommunicator, TransfersArriveInOrderAndAreCounted) {
+  run_ranks(3, [](ThreadCommunicator& comm) {
+    const int r = comm.rank(), next = (r + 1) % 3, prev = (r + 2) % 3;
+    torch::Tensor got = torch::empty({4});
+    comm.exchange({{CollectiveKind::kSend, torch::full({4}, static_cast<float>(r)), next},
+                   {CollectiveKind::kRecv, got, prev}})
+        ->wait();
+    EXPECT_TRUE(got.equal(torch::full({4}, static_cast<float>(prev))));
+    if (r == 0) {
+      for (int i = 0; i < 3; ++i) comm.send(torch::full({2}, static_cast<float>(i)), 1)->wait();
+      comm.barrier();
+    } else if (r == 1) {
+      for (int i = 0; i < 3; ++i) {
+        torch::Tensor m = torch::empty({2});
+        comm.recv(m, 0)->wait();
+        EXPECT_TRUE(m.equal(torch::full({2}, static_cast<float>(i)))) << "message " << i;
+      }
+      comm.send(torch::ones({2}), 2)->wait();
+      comm.barrier();
+    } else {
+      comm.barrier();
+      torch::Tensor wrong = torch::empty({3});
+      EXPECT_THROW(comm.recv(wrong, 1)->wait(), Error) << "a size that does not match";
+    }
+    EXPECT_EQ(comm.stats().bytes_sent.at(CollectiveKind::kSend),
+              r == 0 ? 16u + 24u : (r == 1 ? 16u + 8u : 16u));
+    EXPECT_THROW(comm.send(torch::ones({1}), r), Error) << "a transfer to itself";
+  });
+}
+
 TEST(ThreadCommunicator, SplitGroupsRanksOfOneColorInRankOrder) {
   run_ranks(4, [](ThreadCommunicator& comm) {
     const int r = comm.rank();

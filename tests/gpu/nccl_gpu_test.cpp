@@ -1,9 +1,7 @@
 // NcclGroup collectives on raw device memory: a world of one in this process, and a world of two
 // processes (this binary re-run with --nccl-rank) when the machine has two devices.
 
-#include <netinet/in.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +21,7 @@
 #include "comm/nccl_rendezvous.h"
 #include "core/error.h"
 #include "gpu_main.h"
+#include "tests/common/free_port.h"
 
 extern char** environ;
 
@@ -229,22 +228,26 @@ int run_rank() {
     if (got[i] != want)
       return std::printf("rank %d: all_to_all element %zu is %g\n", r, i, got[i]), 1;
   }
-  return 0;
-}
-
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 29500;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
+  // Point-to-point as NcclCommunicator::exchange issues it: each rank sends its buffer to the
+  // next and receives the previous one's, both in one NCCL group (no deadlock).
+  DeviceBuffer outgoing(std::vector<float>(count, 7.0f * r + 1)),
+      incoming(std::vector<float>(count, -1));
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  group
+      .grouped(
+          CollectiveKind::kSend,
+          {[&](ncclComm_t comm, cudaStream_t stream) {
+             return ncclSend(outgoing.data, count * sizeof(float), ncclUint8, next, comm, stream);
+           },
+           [&](ncclComm_t comm, cudaStream_t stream) {
+             return ncclRecv(incoming.data, count * sizeof(float), ncclUint8, prev, comm, stream);
+           }},
+          cudaStreamLegacy)
+      ->synchronize();
+  for (float x : incoming.read()) {
+    if (x != 7.0f * prev + 1) return std::printf("rank %d: recv gave %g\n", r, x), 1;
   }
-  close(fd);
-  return port;
+  return 0;
 }
 
 pid_t spawn_rank(int rank, int port) {
@@ -268,7 +271,7 @@ pid_t spawn_rank(int rank, int port) {
 
 TEST(NcclGroupTwoProcesses, CollectivesInEveryDtypeGiveTheExpectedResultsOnBothRanks) {
   if (device_count() < 2) GTEST_SKIP() << "needs two CUDA devices";
-  const int port = free_port();
+  const int port = dstrain::testing::free_port();
   pid_t pids[2] = {spawn_rank(0, port), spawn_rank(1, port)};
   for (int r = 0; r < 2; ++r) {
     int status = 0;

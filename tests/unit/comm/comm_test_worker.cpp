@@ -14,6 +14,7 @@
 #include <iostream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -201,6 +202,102 @@ void rank0_stops(Communicator& comm) {
   comm.all_reduce(t, ReduceOp::kSum)->wait();
 }
 
+// Point-to-point: a ring pass in one batch per rank, pairs that send to each other and receive
+// from each other in one batch (bf16), three messages in a row received in the order sent with an
+// all_reduce between them, a transfer inside a split group, and the byte counters. A world of one
+// has no peer: a transfer is refused.
+void point_to_point(Communicator& comm) {
+  const int n = comm.world_size(), r = comm.rank();
+  if (n == 1) {
+    try {
+      comm.send(torch::ones({4}), 0)->wait();
+      std::cerr << "a send to itself was not refused\n";
+      ++g_failures;
+    } catch (const dstrain::Error&) {
+    }
+    return;
+  }
+  comm.reset_stats();
+  const int next = (r + 1) % n, prev = (r - 1 + n) % n;
+  at::Tensor got = torch::empty({1000});
+  comm.exchange({{CollectiveKind::kSend, rank_data(r, 1000, at::kFloat), next},
+                 {CollectiveKind::kRecv, got, prev}})
+      ->wait();
+  expect_equal("ring pass", got, rank_data(prev, 1000, at::kFloat));
+  uint64_t sent = 1000 * 4;
+  const int partner = r ^ 1;
+  if (partner < n) {
+    at::Tensor back = torch::empty({333}, at::kBFloat16);
+    comm.exchange({{CollectiveKind::kSend, rank_data(r, 333, at::kBFloat16), partner},
+                   {CollectiveKind::kRecv, back, partner}})
+        ->wait();
+    expect_equal("pair exchange bf16", back, rank_data(partner, 333, at::kBFloat16));
+    sent += 333 * 2;
+  }
+  // Rank 0 sends three messages to rank 1 before it waits on any; an all_reduce in between.
+  at::Tensor sum = torch::ones({8});
+  if (r == 0) {
+    std::vector<at::Tensor> messages;
+    std::vector<std::unique_ptr<dstrain::comm::Work>> sends;
+    for (int i = 0; i < 3; ++i) {
+      messages.push_back(torch::full({64}, static_cast<float>(i + 1)));
+      sends.push_back(comm.send(messages.back(), 1));
+      sent += 64 * 4;
+    }
+    comm.all_reduce(sum, ReduceOp::kSum)->wait();
+    for (auto& s : sends) s->wait();
+  } else {
+    comm.all_reduce(sum, ReduceOp::kSum)->wait();
+    if (r == 1) {
+      for (int i = 0; i < 3; ++i) {
+        at::Tensor m = torch::empty({64});
+        comm.recv(m, 0)->wait();
+        expect_equal("messages in order", m, torch::full({64}, static_cast<float>(i + 1)));
+      }
+    }
+  }
+  expect_equal("all_reduce between transfers", sum, torch::full({8}, static_cast<float>(n)));
+  expect_bytes(comm, CollectiveKind::kSend, sent);
+  expect_bytes(comm, CollectiveKind::kRecv, 0);
+  // In groups {0, 1}, {2, 3}: group rank 1 sends to group rank 0.
+  auto group = comm.split(r / 2);
+  if (group->world_size() == 2) {
+    at::Tensor t = torch::empty({16});
+    if (group->rank() == 1) {
+      group->send(rank_data(r, 16, at::kFloat), 0)->wait();
+    } else {
+      group->recv(t, 1)->wait();
+      expect_equal("group transfer", t, rank_data(r + 1, 16, at::kFloat));
+    }
+  }
+  comm.barrier();
+}
+
+// The last rank dies after the barrier while rank 0 waits to receive from it through a group of
+// the two of them (rank 0 and the last: the error names the world's rank); the others only wait.
+void peer_dies_sending(Communicator& comm) {
+  const int n = comm.world_size(), r = comm.rank();
+  auto pair = comm.split(r == 0 || r == n - 1 ? 0 : 1);
+  comm.barrier();
+  if (r == n - 1) _exit(3);
+  if (r == 0) {
+    at::Tensor t = torch::empty({1 << 16});
+    pair->recv(t, 1)->wait();
+  }
+}
+
+// Rank 1 is alive but never sends; rank 0's receive times out, rank 1 ends after twice the
+// timeout.
+void peer_never_sends(Communicator& comm, std::chrono::milliseconds timeout) {
+  comm.barrier();
+  if (comm.rank() == 1) {
+    std::this_thread::sleep_for(2 * timeout);
+    return;
+  }
+  at::Tensor t = torch::empty({64});
+  comm.recv(t, 1)->wait();
+}
+
 void write_result(const std::string& dir, int rank, const std::string& line) {
   std::ofstream(dir + "/rank" + std::to_string(rank) + ".txt") << line << "\n";
 }
@@ -210,7 +307,8 @@ void write_result(const std::string& dir, int rank, const std::string& line) {
 int main(int argc, char** argv) {
   if (argc != 3) {
     std::cerr << "usage: comm_test_worker "
-                 "<collectives|groups|rendezvous|peer_dies|peer_slow|rank0_stops> "
+                 "<collectives|groups|rendezvous|peer_dies|peer_slow|rank0_stops|point_to_point|"
+                 "peer_dies_sending|peer_never_sends> "
                  "<result-dir>\n";
     return 2;
   }
@@ -223,6 +321,9 @@ int main(int argc, char** argv) {
     if (scenario == "peer_dies") peer_dies(*comm);
     if (scenario == "peer_slow") peer_slow(*comm, options.timeout);
     if (scenario == "rank0_stops") rank0_stops(*comm);
+    if (scenario == "point_to_point") point_to_point(*comm);
+    if (scenario == "peer_dies_sending") peer_dies_sending(*comm);
+    if (scenario == "peer_never_sends") peer_never_sends(*comm, options.timeout);
   } catch (const dstrain::Error& e) {
     write_result(dir, options.rank, std::string("ERROR [") + to_string(e.kind()) + "] " + e.what());
     return 0;

@@ -44,6 +44,48 @@ TEST_P(GlooGroups, AllToAllAndSplitGroupsWorkBesideTheWorld) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes1To4, GlooGroups, ::testing::Values(1, 2, 3, 4));
 
+class GlooPointToPoint : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooPointToPoint, TransfersArriveInOrderWithoutDeadlockAndAreCounted) {
+  WorldSpec spec;
+  spec.scenario = "point_to_point";
+  spec.world_size = GetParam();
+  std::vector<RankResult> results = run_world(spec);
+  for (int r = 0; r < spec.world_size; ++r) {
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " of " << spec.world_size;
+    EXPECT_EQ(results[r].result, "OK\n") << "rank " << r << " of " << spec.world_size;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes1To4, GlooPointToPoint, ::testing::Values(1, 2, 3, 4));
+
+// A receive from a rank that died is an error naming the transfer with the world's rank (the
+// receive went through a group of two) and the dead rank, not a hang.
+TEST(GlooPointToPointFailure, APeerThatDiesIsNamed) {
+  WorldSpec spec{"peer_dies_sending", 3, {}, /*comm_timeout_s=*/30, /*deadline_s=*/60};
+  std::vector<RankResult> results = run_world(spec);
+  EXPECT_EQ(results[2].exit_code, 3) << "the dying rank should exit with its own code";
+  EXPECT_EQ(results[0].exit_code, 0) << "rank 0 hung or crashed";
+  EXPECT_THAT(results[0].result,
+              HasSubstr("ERROR [communication error] recv from rank 2 failed on rank 0 of 3: "));
+  EXPECT_THAT(results[0].result, HasSubstr("; rank 2 stopped responding (no heartbeat for 3.0 s)"));
+}
+
+// A live peer that never sends: the receive times out after the communicator's timeout, and the
+// peer is named neither dead nor behind (transfers are not numbered).
+TEST(GlooPointToPointFailure, APeerThatNeverSendsIsATimeoutNotAHang) {
+  WorldSpec spec{"peer_never_sends", 2, {}, /*comm_timeout_s=*/3, /*deadline_s=*/40};
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<RankResult> results = run_world(spec);
+  EXPECT_EQ(results[1].exit_code, 0) << "the silent rank hung or crashed";
+  EXPECT_EQ(results[0].exit_code, 0) << "rank 0 hung or crashed";
+  EXPECT_THAT(results[0].result, HasSubstr("ERROR [timeout] recv from rank 1 failed on rank 0 of 2 "
+                                           "after the 3 s timeout"));
+  EXPECT_THAT(results[0].result, Not(HasSubstr("stopped responding")));
+  EXPECT_THAT(results[0].result, Not(HasSubstr("had not reached")));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
 TEST(GlooRendezvous, TimeoutNamesTheRankThatNeverJoined) {
   WorldSpec spec{"rendezvous", 3, {0, 1}, /*comm_timeout_s=*/2, /*deadline_s=*/20};
   std::vector<RankResult> results = run_world(spec);

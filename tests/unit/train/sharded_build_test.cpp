@@ -183,6 +183,7 @@ class SilentCommunicator final : public comm::Communicator {
   std::unique_ptr<comm::Work> all_to_all(torch::Tensor&, const torch::Tensor&) override {
     return none();
   }
+  std::unique_ptr<comm::Work> exchange(std::vector<comm::PeerTransfer>) override { return none(); }
   std::unique_ptr<comm::Communicator> split(int) override {
     none();
     return nullptr;

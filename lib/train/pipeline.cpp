@@ -1,0 +1,266 @@
+#include "train/pipeline.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.h"
+
+namespace dstrain::train {
+namespace {
+
+// Micro-batch and chunk of a rank's k-th forward (or backward) under interleaving: micro-batches
+// P at a time through each chunk in turn (backward: the chunks in reverse).
+PipelineAction interleaved_action(bool forward, int k, int stages, int chunks) {
+  const int group = k % (stages * chunks);
+  const int chunk = group / stages;
+  PipelineAction a;
+  a.forward = forward;
+  a.micro_batch = (k / (stages * chunks)) * stages + k % stages;
+  a.chunk = forward ? chunk : chunks - 1 - chunk;
+  return a;
+}
+
+}  // namespace
+
+const char* schedule_word(PipelineSchedule schedule) {
+  switch (schedule) {
+    case PipelineSchedule::kGpipe:
+      return "gpipe";
+    case PipelineSchedule::kOneForwardOneBackward:
+      return "1f1b";
+    case PipelineSchedule::kInterleaved:
+      return "interleaved_1f1b";
+  }
+  return "unknown";
+}
+
+std::vector<PipelineAction> pipeline_schedule(PipelineSchedule schedule, int stages, int stage,
+                                              int micro_batches, int chunks,
+                                              const std::string& key) {
+  if (stages < 1 || stage < 0 || stage >= stages || micro_batches < 1 || chunks < 1) {
+    fail(ErrorKind::kInternal, "pipeline schedule: stage {} of {}, {} micro-batches, {} chunks",
+         stage, stages, micro_batches, chunks);
+  }
+  if (schedule != PipelineSchedule::kInterleaved && chunks != 1) {
+    fail(ErrorKind::kInternal, "pipeline schedule {}: {} chunks a rank; only interleaving has more",
+         schedule_word(schedule), chunks);
+  }
+  std::vector<PipelineAction> out;
+  if (schedule == PipelineSchedule::kGpipe) {
+    for (int i = 0; i < micro_batches; ++i) out.push_back({true, i, 0});
+    for (int i = 0; i < micro_batches; ++i) out.push_back({false, i, 0});
+    return out;
+  }
+  if (schedule == PipelineSchedule::kInterleaved && micro_batches % stages != 0) {
+    fail(ErrorKind::kConfig,
+         "{} is {}: interleaved pipeline schedules need a multiple of the {} pipeline stages "
+         "(Megatron-LM's rule)",
+         key, micro_batches, stages);
+  }
+  const int total = micro_batches * chunks;
+  const int warmup = std::min(total, schedule == PipelineSchedule::kInterleaved
+                                         ? (stages - stage - 1) * 2 + (chunks - 1) * stages
+                                         : stages - stage - 1);
+  for (int k = 0; k < warmup; ++k) out.push_back(interleaved_action(true, k, stages, chunks));
+  for (int k = 0; k + warmup < total; ++k) {
+    out.push_back(interleaved_action(true, k + warmup, stages, chunks));
+    out.push_back(interleaved_action(false, k, stages, chunks));
+  }
+  for (int k = total - warmup; k < total; ++k) {
+    out.push_back(interleaved_action(false, k, stages, chunks));
+  }
+  return out;
+}
+
+double pipeline_bubble(int stages, int micro_batches, int chunks) {
+  return static_cast<double>(stages - 1) / (chunks * micro_batches + stages - 1);
+}
+
+StageRanges balance_stages(const std::vector<double>& costs, int parts, const std::string& key) {
+  const size_t n = costs.size();
+  const auto k = static_cast<size_t>(std::max(parts, 1));
+  if (n < k) {
+    fail(ErrorKind::kConfig, "{}: {} pipeline stages for a model of {} blocks; expected at most {}",
+         key, parts, n, n);
+  }
+  std::vector<double> prefix(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + costs[i];
+  // best[j][i]: the smallest largest-stage cost of blocks [0, i) in j stages; cut[j][i] where the
+  // last of them starts.
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(k + 1, std::vector<double>(n + 1, kInf));
+  std::vector<std::vector<size_t>> cut(k + 1, std::vector<size_t>(n + 1, 0));
+  best[0][0] = 0;
+  for (size_t j = 1; j <= k; ++j) {
+    for (size_t i = j; i <= n - (k - j); ++i) {
+      // The earliest start first: on a tie the last stage is the larger, the earlier smaller.
+      for (size_t s = j - 1; s < i; ++s) {
+        const double cost = std::max(best[j - 1][s], prefix[i] - prefix[s]);
+        if (cost < best[j][i]) {
+          best[j][i] = cost;
+          cut[j][i] = s;
+        }
+      }
+    }
+  }
+  StageRanges out(k);
+  size_t end = n;
+  for (size_t j = k; j >= 1; --j) {
+    out[j - 1] = {cut[j][end], end};
+    end = cut[j][end];
+  }
+  return out;
+}
+
+std::vector<double> block_costs(model::DecoderModelImpl& model) {
+  std::vector<double> out;
+  for (const auto& block : model.blocks()) {
+    double cost = 0;
+    if (block->role != model::BlockRole::kEmbedding) {
+      for (const auto& [name, tensor] : block->parameters) {
+        if (tensor.dim() == 2) cost += static_cast<double>(tensor.numel());
+      }
+      // The tied head reads the embedding's matrix, which is not its own parameter.
+      if (block->role == model::BlockRole::kHead && cost == 0) {
+        cost = static_cast<double>(model.head_weight().numel());
+      }
+    }
+    out.push_back(cost);
+  }
+  return out;
+}
+
+PipelineStage::PipelineStage(model::DecoderModelImpl& model, comm::Communicator& group,
+                             StageRanges stages, PipelineSchedule schedule)
+    : model_(model),
+      group_(group),
+      stages_(std::move(stages)),
+      schedule_(schedule),
+      rank_(group.rank()),
+      size_(group.world_size()) {
+  const auto parts = static_cast<int>(stages_.size());
+  if (parts < size_ || parts % size_ != 0) {
+    fail(ErrorKind::kInternal, "pipeline: {} stages over {} ranks", parts, size_);
+  }
+  chunks_ = parts / size_;
+  if (stages_.front().first != 0 || stages_.back().second != model_.blocks().size()) {
+    fail(ErrorKind::kInternal, "pipeline: the stages do not cover the model's blocks");
+  }
+  const int last = rank_of(parts - 1);
+  if (model_.config().tie_word_embeddings && size_ > 1) {
+    auto pair = group_.split(rank_ == 0 || rank_ == last ? 0 : 1);
+    if (rank_ == 0 || rank_ == last) tied_ = std::move(pair);
+  }
+}
+
+std::vector<size_t> PipelineStage::blocks() const {
+  std::vector<size_t> out;
+  for (int c = 0; c < chunks_; ++c) {
+    const auto& [first, last] = stages_.at(static_cast<size_t>(virtual_stage(c)));
+    for (size_t i = first; i < last; ++i) out.push_back(i);
+  }
+  return out;
+}
+
+// The hidden states between stages: [B, T, C] in the model's dtype, or this rank's token rows [n,
+// C] under tensor parallelism's sequence parallelism.
+torch::Tensor PipelineStage::hidden_like(const MicroBatch& mb) const {
+  const torch::Tensor& w = model_.head_weight();
+  const int64_t B = mb.input_ids.size(0), T = mb.input_ids.size(1);
+  const int64_t C = model_.config().hidden_size;
+  const model::TensorParallel* tp = model_.tensor_parallel();
+  if (tp != nullptr && tp->sequence_parallel())
+    return torch::empty({B * T / tp->size(), C}, w.options());
+  return torch::empty({B, T, C}, w.options());
+}
+
+model::LossSum PipelineStage::run(const std::vector<MicroBatch>& micro_batches, double loss_scale,
+                                  const std::string& micro_batch_key) {
+  const int m = static_cast<int>(micro_batches.size());
+  in_flight_.assign(static_cast<size_t>(chunks_), std::vector<InFlight>(static_cast<size_t>(m)));
+  const torch::TensorOptions f32 = model_.head_weight().options().dtype(torch::kFloat);
+  model::LossSum total{torch::zeros({}, f32), torch::zeros({}, f32.dtype(torch::kLong))};
+  for (const PipelineAction& a :
+       pipeline_schedule(schedule_, size_, rank_, m, chunks_, micro_batch_key)) {
+    if (a.forward) {
+      forward(a, micro_batches.at(static_cast<size_t>(a.micro_batch)), loss_scale, total);
+    } else {
+      backward(a);
+    }
+  }
+  for (auto& work : sends_) work->wait();
+  sends_.clear();
+  in_flight_.clear();
+  if (tied_ != nullptr) {
+    torch::Tensor grad = model_.head_weight().grad();
+    if (!grad.defined()) grad = torch::zeros_like(model_.head_weight());
+    tied_->all_reduce(grad, comm::ReduceOp::kSum)->wait();
+    model_.head_weight().mutable_grad() = grad;
+  }
+  return total;
+}
+
+model::LossSum PipelineStage::evaluate(const std::vector<MicroBatch>& micro_batches) {
+  torch::NoGradGuard no_grad;
+  const int m = static_cast<int>(micro_batches.size());
+  in_flight_.assign(static_cast<size_t>(chunks_), std::vector<InFlight>(static_cast<size_t>(m)));
+  const torch::TensorOptions f32 = model_.head_weight().options().dtype(torch::kFloat);
+  model::LossSum total{torch::zeros({}, f32), torch::zeros({}, f32.dtype(torch::kLong))};
+  for (int c = 0; c < chunks_; ++c) {
+    for (int i = 0; i < m; ++i) {
+      forward({true, i, c}, micro_batches[static_cast<size_t>(i)], 1.0, total);
+      in_flight_[static_cast<size_t>(c)][static_cast<size_t>(i)] = InFlight{};
+    }
+  }
+  for (auto& work : sends_) work->wait();
+  sends_.clear();
+  in_flight_.clear();
+  return total;
+}
+
+void PipelineStage::forward(const PipelineAction& a, const MicroBatch& mb, double loss_scale,
+                            model::LossSum& total) {
+  const int s = virtual_stage(a.chunk);
+  const int last = static_cast<int>(stages_.size()) - 1;
+  const auto& [first_block, end_block] = stages_.at(static_cast<size_t>(s));
+  InFlight& f = in_flight_[static_cast<size_t>(a.chunk)][static_cast<size_t>(a.micro_batch)];
+  torch::Tensor x = mb.input_ids;
+  if (s > 0) {
+    torch::Tensor received = hidden_like(mb);
+    group_.recv(received, rank_of(s - 1))->wait();
+    f.input = received.requires_grad_(true);
+    x = f.input;
+  }
+  const model::BlockContext ctx =
+      model_.context(mb.input_ids.size(1), {}, s == last ? mb.labels : torch::Tensor());
+  for (size_t i = first_block; i < end_block; ++i) x = model_.run_block(i, x, ctx);
+  if (s == last) {
+    {
+      torch::NoGradGuard no_grad;
+      total.sum += x.detach();
+      total.count += mb.labels.ne(model::kIgnoreIndex).sum();
+    }
+    f.output = x * loss_scale;
+    return;
+  }
+  f.output = x;
+  sends_.push_back(group_.send(x.detach().contiguous(), rank_of(s + 1)));
+}
+
+void PipelineStage::backward(const PipelineAction& a) {
+  const int s = virtual_stage(a.chunk);
+  const int last = static_cast<int>(stages_.size()) - 1;
+  InFlight& f = in_flight_[static_cast<size_t>(a.chunk)][static_cast<size_t>(a.micro_batch)];
+  if (s == last) {
+    f.output.backward();
+  } else {
+    torch::Tensor grad = torch::empty_like(f.output);
+    group_.recv(grad, rank_of(s + 1))->wait();
+    // A first stage with nothing to train (a frozen embedding under LoRA) has no graph.
+    if (f.output.requires_grad()) torch::autograd::backward({f.output}, {grad});
+  }
+  if (s > 0) sends_.push_back(group_.send(f.input.grad().contiguous(), rank_of(s - 1)));
+  f = InFlight{};
+}
+
+}  // namespace dstrain::train

@@ -1,0 +1,128 @@
+#pragma once
+// Pipeline parallelism: the model's block list (model/blocks.h) cut into contiguous stages, one
+// per rank of a pipeline group (or, interleaved, `chunks` virtual stages per rank), and a step's
+// micro-batches run through them by a schedule, the activations and their gradients sent between
+// neighbouring stages point to point (comm::Communicator::exchange).
+//
+// Virtual stages. With P ranks and v chunks a rank there are P·v virtual stages in block order;
+// virtual stage s lives on rank s mod P as its chunk s / P (Megatron-LM's interleaving: rank p
+// holds stages p, p + P, p + 2P, ...). v = 1 is the plain pipeline.
+//
+// Schedules (pipeline_schedule), for m micro-batches, each rank's list of actions in order:
+//   GPipe             every forward, then every backward (the last micro-batch first).
+//   1F1B              P − p − 1 forwards to fill the pipeline, then one forward and one backward
+//                     in turn, then the remaining backwards (PipeDream-flush, Megatron-LM's
+//                     default): at most P − p micro-batches' activations held at once.
+//   interleaved 1F1B  the same over the rank's v chunks, micro-batches taken P at a time through
+//                     each chunk (Megatron-LM's order; m a multiple of P): the bubble shrinks by v.
+// With equal forward and backward times t per stage and micro-batch, a step takes 2t·(m + P − 1)
+// under GPipe and 1F1B, the idle share of it (P − 1)/(m + P − 1), and 2t·(m + (P − 1)/v) per
+// chunk under interleaving: (P − 1)/(v·m + P − 1) idle (pipeline_bubble).
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "comm/communicator.h"
+#include "model/model.h"
+
+namespace dstrain::train {
+
+enum class PipelineSchedule { kGpipe, kOneForwardOneBackward, kInterleaved };
+
+// "gpipe", "1f1b", "interleaved_1f1b".
+const char* schedule_word(PipelineSchedule schedule);
+
+struct PipelineAction {
+  bool forward = true;  // else backward
+  int micro_batch = 0;
+  int chunk = 0;  // the rank's virtual stage: 0 .. chunks − 1
+  bool operator==(const PipelineAction& o) const {
+    return forward == o.forward && micro_batch == o.micro_batch && chunk == o.chunk;
+  }
+};
+
+// Rank `stage`'s actions for one step. Error(kConfig) naming `key` (the micro-batch setting) when
+// interleaving with micro_batches not a multiple of stages; Error(kInternal) for counts < 1 or a
+// chunk count other than 1 without interleaving.
+std::vector<PipelineAction> pipeline_schedule(PipelineSchedule schedule, int stages, int stage,
+                                              int micro_batches, int chunks,
+                                              const std::string& key);
+
+// The idle share of a step with equal forward and backward times (header): (P − 1)/(v·m + P − 1).
+double pipeline_bubble(int stages, int micro_batches, int chunks);
+
+// Blocks [first, last) of each virtual stage, in block order.
+using StageRanges = std::vector<std::pair<size_t, size_t>>;
+
+// `costs[i]` is block i's; contiguous ranges of at least one block each for `parts` stages that
+// minimise the largest stage's cost (ties: the earlier stages smaller). Error(kConfig) naming
+// `key` when there are fewer blocks than parts.
+StageRanges balance_stages(const std::vector<double>& costs, int parts, const std::string& key);
+
+// The estimated cost of each block of `model`: its matrices' multiply-adds per token (a layer's
+// projections, the head's vocabulary projection: the parameters they read), the embedding's lookup
+// none; attention's score products are left out (they grow with the sequence, alike in every
+// layer, so they move no boundary between layers).
+std::vector<double> block_costs(model::DecoderModelImpl& model);
+
+// One rank's stages of a model and the schedule's run of a step over them. The model is whole on
+// every rank (it runs only its blocks; their parameters are the only ones it trains); `group` is
+// the pipeline's ranks, rank p holding virtual stages p, p + P, ... Construction is collective over
+// `group` (with tied embeddings it splits off the first and last stages' ranks).
+class PipelineStage {
+ public:
+  PipelineStage(model::DecoderModelImpl& model, comm::Communicator& group, StageRanges stages,
+                PipelineSchedule schedule);
+
+  // One micro-batch: token ids and aligned labels [B, T]; every stage is given them (the first
+  // stage reads the ids, the last the labels; the others only their shape).
+  struct MicroBatch {
+    torch::Tensor input_ids;
+    torch::Tensor labels;
+  };
+
+  // Runs the step's forwards and backwards; each micro-batch's loss sum is scaled by `loss_scale`
+  // before its backward (1 / the step's counted tokens for the mean). The parameters of this
+  // rank's blocks accumulate their gradients; tied embeddings, read by the first stage and the
+  // head's, get the sum of both ranks' gradients on both. Returns the sum of the micro-batches'
+  // losses and counted tokens on the rank holding the last stage, zeros elsewhere.
+  model::LossSum run(const std::vector<MicroBatch>& micro_batches, double loss_scale,
+                     const std::string& micro_batch_key);
+
+  // Forward only, without gradients (evaluation): the micro-batches in order through every stage.
+  // Returns their losses and counted tokens on the rank holding the last stage, zeros elsewhere.
+  model::LossSum evaluate(const std::vector<MicroBatch>& micro_batches);
+
+  // The blocks this rank runs, in block order.
+  std::vector<size_t> blocks() const;
+  int chunks() const { return chunks_; }
+
+ private:
+  struct InFlight {
+    torch::Tensor input;   // what the chunk received (requires grad), undefined on the first
+    torch::Tensor output;  // what it sent, or the scaled loss on the last stage
+  };
+  void forward(const PipelineAction& a, const MicroBatch& mb, double loss_scale,
+               model::LossSum& total);
+  void backward(const PipelineAction& a);
+  int virtual_stage(int chunk) const { return chunk * size_ + rank_; }
+  int rank_of(int virtual_stage) const { return virtual_stage % size_; }
+  torch::Tensor hidden_like(const MicroBatch& mb) const;
+
+  model::DecoderModelImpl& model_;
+  comm::Communicator& group_;
+  StageRanges stages_;  // every virtual stage's blocks
+  PipelineSchedule schedule_;
+  int rank_, size_, chunks_;
+  std::vector<std::vector<InFlight>> in_flight_;    // by chunk, then micro-batch
+  std::vector<std::unique_ptr<comm::Work>> sends_;  // this step's, waited on at its end
+  // With tied embeddings over more than one rank: the first stage's rank and the head's (null
+  // on the others).
+  std::unique_ptr<comm::Communicator> tied_;
+};
+
+}  // namespace dstrain::train

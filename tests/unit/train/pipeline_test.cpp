@@ -1,0 +1,296 @@
+// Pipeline parallelism (train/pipeline.h): the schedules' orders, checked by running them on a
+// simulated pipeline (every rank's actions in order, each waiting for what it receives) for
+// completion and for the bubble the formula gives; the stage split; and a step through P = 2, 3
+// and 4 ranks as threads against one process running the whole model on the same micro-batches,
+// under every schedule, with tied and untied embeddings.
+
+#include "train/pipeline.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "tests/common/expect_error.h"
+#include "tests/common/thread_communicator.h"
+
+namespace dstrain::train {
+namespace {
+
+using dstrain::testing::run_ranks;
+using dstrain::testing::ThreadCommunicator;
+
+struct ScheduleCase {
+  PipelineSchedule schedule;
+  int stages, micro_batches, chunks;
+};
+
+std::string name_of(const ScheduleCase& c) {
+  return fmt::format("{} P{} m{} v{}", schedule_word(c.schedule), c.stages, c.micro_batches,
+                     c.chunks);
+}
+
+std::vector<ScheduleCase> schedule_cases() {
+  std::vector<ScheduleCase> out;
+  for (int p = 1; p <= 4; ++p) {
+    for (int m : {1, 2, 3, 4, 8, 12}) {
+      out.push_back({PipelineSchedule::kGpipe, p, m, 1});
+      out.push_back({PipelineSchedule::kOneForwardOneBackward, p, m, 1});
+      if (m % p == 0) {
+        for (int v : {1, 2, 3}) out.push_back({PipelineSchedule::kInterleaved, p, m, v});
+      }
+    }
+  }
+  return out;
+}
+
+// Every rank's actions run in order, one time unit each; a forward of virtual stage s waits for
+// the forward of s − 1 (same micro-batch) to have ended, a backward of s for the backward of s + 1
+// and for its own forward. Returns the time the last action ends (0: a deadlock) and the busy
+// units.
+struct Simulated {
+  int makespan = 0;
+  int busy = 0;
+};
+
+Simulated simulate(const ScheduleCase& c) {
+  const int P = c.stages, V = c.stages * c.chunks;
+  std::vector<std::vector<PipelineAction>> actions;
+  for (int p = 0; p < P; ++p) {
+    actions.push_back(pipeline_schedule(c.schedule, P, p, c.micro_batches, c.chunks, "key"));
+  }
+  // End times by (forward, virtual stage, micro-batch).
+  std::map<std::tuple<bool, int, int>, int> ended;
+  std::vector<size_t> next(P, 0);
+  std::vector<int> free_at(P, 0);
+  Simulated out;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int p = 0; p < P; ++p) {
+      if (next[p] == actions[p].size()) continue;
+      const PipelineAction& a = actions[p][next[p]];
+      const int s = a.chunk * P + p;
+      int ready = free_at[p];
+      auto need = [&](bool forward, int stage) {
+        const auto it = ended.find({forward, stage, a.micro_batch});
+        if (it == ended.end()) return false;
+        ready = std::max(ready, it->second);
+        return true;
+      };
+      bool can = true;
+      if (a.forward && s > 0) can = need(true, s - 1);
+      if (!a.forward) can = need(true, s) && (s == V - 1 || need(false, s + 1));
+      if (!can) continue;
+      ended[{a.forward, s, a.micro_batch}] = ready + 1;
+      free_at[p] = ready + 1;
+      out.makespan = std::max(out.makespan, ready + 1);
+      ++out.busy;
+      ++next[p];
+      progress = true;
+    }
+  }
+  for (int p = 0; p < P; ++p) {
+    if (next[p] != actions[p].size()) return {};
+  }
+  return out;
+}
+
+TEST(PipelineSchedule, EveryRankRunsEachForwardThenItsBackwardOnce) {
+  for (const ScheduleCase& c : schedule_cases()) {
+    for (int p = 0; p < c.stages; ++p) {
+      const auto actions =
+          pipeline_schedule(c.schedule, c.stages, p, c.micro_batches, c.chunks, "key");
+      std::set<std::pair<int, int>> forwards, backwards;
+      int held = 0, most = 0;
+      for (const PipelineAction& a : actions) {
+        const std::pair<int, int> id{a.micro_batch, a.chunk};
+        if (a.forward) {
+          EXPECT_TRUE(forwards.insert(id).second) << name_of(c) << " rank " << p;
+          most = std::max(most, ++held);
+        } else {
+          EXPECT_TRUE(forwards.count(id)) << name_of(c) << ": backward before forward";
+          EXPECT_TRUE(backwards.insert(id).second) << name_of(c) << " rank " << p;
+          --held;
+        }
+      }
+      EXPECT_EQ(forwards.size(), static_cast<size_t>(c.micro_batches * c.chunks)) << name_of(c);
+      EXPECT_EQ(backwards.size(), forwards.size()) << name_of(c);
+      // What bounds the activations a rank holds: all of them under GPipe, P − p under 1F1B.
+      if (c.schedule == PipelineSchedule::kGpipe) {
+        EXPECT_EQ(most, c.micro_batches) << name_of(c);
+      }
+      if (c.schedule == PipelineSchedule::kOneForwardOneBackward) {
+        EXPECT_EQ(most, std::min(c.micro_batches, c.stages - p)) << name_of(c) << " rank " << p;
+      }
+    }
+  }
+}
+
+// On the simulated pipeline every schedule completes, and the idle share of the step is the
+// formula's: (P − 1)/(m + P − 1), interleaved (P − 1)/(v·m + P − 1) with each chunk's action
+// taking 1/v of a stage's.
+TEST(PipelineSchedule, SimulatedPipelineCompletesWithTheFormulasBubble) {
+  for (const ScheduleCase& c : schedule_cases()) {
+    const Simulated got = simulate(c);
+    ASSERT_GT(got.makespan, 0) << name_of(c) << ": deadlock";
+    const double idle = 1.0 - static_cast<double>(got.busy) / (c.stages * got.makespan);
+    EXPECT_NEAR(idle, pipeline_bubble(c.stages, c.micro_batches, c.chunks), 1e-12) << name_of(c);
+  }
+}
+
+TEST(PipelineSchedule, InterleavingNeedsAMultipleOfTheStages) {
+  dstrain::testing::expect_error(
+      [] {
+        pipeline_schedule(PipelineSchedule::kInterleaved, 4, 0, 6, 2,
+                          "training.gradient_accumulation_steps");
+      },
+      ErrorKind::kConfig,
+      {"training.gradient_accumulation_steps is 6: interleaved pipeline schedules need a multiple "
+       "of the 4 pipeline stages"});
+}
+
+TEST(PipelineStages, BalanceMinimisesTheLargestStage) {
+  // Embedding (free), four equal layers, a head as costly as two layers.
+  const std::vector<double> costs{0, 1, 1, 1, 1, 2};
+  EXPECT_EQ(balance_stages(costs, 1, "k"), (StageRanges{{0, 6}}));
+  EXPECT_EQ(balance_stages(costs, 2, "k"), (StageRanges{{0, 4}, {4, 6}}));
+  EXPECT_EQ(balance_stages(costs, 3, "k"), (StageRanges{{0, 3}, {3, 5}, {5, 6}}));
+  // Equal blocks that do not divide: the earlier stages are the smaller.
+  EXPECT_EQ(balance_stages({1, 1, 1, 1, 1}, 2, "k"), (StageRanges{{0, 2}, {2, 5}}));
+  dstrain::testing::expect_error(
+      [] {
+        balance_stages({1, 1, 1}, 4, "parallel.x");
+      },
+      ErrorKind::kConfig, {"parallel.x: 4 pipeline stages for a model of 3 blocks"});
+}
+
+nlohmann::json llama(bool tied) {
+  return {{"model_type", "llama"},    {"vocab_size", 96},
+          {"hidden_size", 32},        {"intermediate_size", 48},
+          {"num_hidden_layers", 4},   {"num_attention_heads", 4},
+          {"num_key_value_heads", 2}, {"max_position_embeddings", 64},
+          {"rms_norm_eps", 1e-6},     {"tie_word_embeddings", tied}};
+}
+
+TEST(PipelineStages, BlockCostsAreTheMatricesMultiplyAdds) {
+  model::DecoderModel m(model::parse_model_config(llama(false)), model::Materialize::kNo);
+  const std::vector<double> costs = block_costs(*m);
+  ASSERT_EQ(costs.size(), 6u);
+  EXPECT_EQ(costs[0], 0);
+  // q 32·32, k and v 16·32 each, o 32·32, gate and up and down 48·32.
+  EXPECT_EQ(costs[1], 32 * 32 * 2 + 16 * 32 * 2 + 48 * 32 * 3);
+  EXPECT_EQ(costs[5], 96 * 32);
+  model::DecoderModel tied(model::parse_model_config(llama(true)), model::Materialize::kNo);
+  EXPECT_EQ(block_costs(*tied)[5], 96 * 32) << "the tied head reads the embedding's matrix";
+}
+
+struct StepCase {
+  std::string name;
+  PipelineSchedule schedule;
+  int ranks, chunks;
+  bool tied;
+};
+
+constexpr int kMicroBatches = 4;
+
+std::vector<PipelineStage::MicroBatch> micro_batches(int64_t vocab) {
+  torch::manual_seed(7);
+  std::vector<PipelineStage::MicroBatch> out;
+  for (int i = 0; i < kMicroBatches; ++i) {
+    const torch::Tensor ids = torch::randint(0, vocab, {2, 13}, torch::kInt64);
+    torch::Tensor labels = ids.roll(-1, 1).clone();
+    labels.index_put_({0, 0}, model::kIgnoreIndex);
+    out.push_back({ids, labels});
+  }
+  return out;
+}
+
+// ‖got − want‖ / ‖want‖.
+double relative(const torch::Tensor& got, const torch::Tensor& want) {
+  return (got - want).to(torch::kDouble).norm().item<double>() /
+         std::max(1e-30, want.to(torch::kDouble).norm().item<double>());
+}
+
+class PipelineStep : public ::testing::TestWithParam<StepCase> {};
+
+// The loss and every gradient of a step through the pipeline, and the loss of an evaluation through
+// it, equal one process's sequential run of the same micro-batches (the same blocks on the same
+// inputs, the gradients accumulated in the same micro-batch order): bit for bit but the tied
+// embedding's, whose two parts are added once at the end instead of micro-batch by micro-batch.
+TEST_P(PipelineStep, LossAndGradientsEqualOneProcess) {
+  const StepCase c = GetParam();
+  const model::ModelConfig config = model::parse_model_config(llama(c.tied));
+  const auto batches = micro_batches(config.vocab_size);
+  model::DecoderModel whole = model::build_model(config, torch::kFloat32, 3);
+  double count = 0;
+  for (const auto& mb : batches) count += mb.labels.ne(model::kIgnoreIndex).sum().item<double>();
+  double want_loss = 0;
+  for (const auto& mb : batches) {
+    const model::LossSum l = whole->loss_sum(mb.input_ids, mb.labels, /*fused=*/true);
+    want_loss += l.sum.item<double>();
+    (l.sum / count).backward();
+  }
+  std::map<std::string, torch::Tensor> want;
+  for (const auto& item : whole->named_parameters()) want[item.key()] = item.value().grad();
+
+  run_ranks(c.ranks, [&](ThreadCommunicator& group) {
+    model::DecoderModel m = model::build_model(config, torch::kFloat32, 3);
+    const StageRanges stages =
+        balance_stages(block_costs(*m), c.ranks * c.chunks, "parallel.pipeline_parallel_size");
+    PipelineStage stage(*m, group, stages, c.schedule);
+    const model::LossSum got = stage.run(batches, 1.0 / count, "key");
+    const std::string at = fmt::format("rank {}", group.rank());
+    // Evaluation through the same stages: the same losses, without gradients.
+    const model::LossSum evaluated = stage.evaluate(batches);
+    if (group.rank() == (c.ranks * c.chunks - 1) % c.ranks) {
+      EXPECT_NEAR(got.sum.item<double>(), want_loss, 1e-6 * std::abs(want_loss)) << at;
+      EXPECT_EQ(got.count.item<double>(), count) << at;
+      EXPECT_NEAR(evaluated.sum.item<double>(), want_loss, 1e-6 * std::abs(want_loss)) << at;
+      EXPECT_FALSE(evaluated.sum.requires_grad()) << at;
+    }
+    std::set<std::string> mine;
+    for (size_t b : stage.blocks()) {
+      for (const auto& [name, t] : m->blocks()[b]->parameters) mine.insert(name);
+    }
+    if (c.tied && (group.rank() == 0 || group.rank() == (c.ranks * c.chunks - 1) % c.ranks)) {
+      mine.insert("model.embed_tokens.weight");
+    }
+    for (const auto& item : m->named_parameters()) {
+      const std::string& name = item.key();
+      const torch::Tensor& g = item.value().grad();
+      if (!mine.count(name)) {
+        EXPECT_FALSE(g.defined() && g.abs().max().item<double>() > 0)
+            << name << " is not this rank's but got a gradient, " << at;
+        continue;
+      }
+      ASSERT_TRUE(g.defined()) << name << ", " << at;
+      if (c.tied && name == "model.embed_tokens.weight") {
+        EXPECT_LT(relative(g, want.at(name)), 1e-6) << name << ", " << at;
+      } else {
+        EXPECT_TRUE(torch::equal(g, want.at(name)))
+            << name << ", " << at << ": relative difference " << relative(g, want.at(name));
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Schedules, PipelineStep,
+    ::testing::Values(
+        StepCase{"OneF1BP2", PipelineSchedule::kOneForwardOneBackward, 2, 1, false},
+        StepCase{"OneF1BP2Tied", PipelineSchedule::kOneForwardOneBackward, 2, 1, true},
+        StepCase{"OneF1BP3", PipelineSchedule::kOneForwardOneBackward, 3, 1, false},
+        StepCase{"OneF1BP4Tied", PipelineSchedule::kOneForwardOneBackward, 4, 1, true},
+        StepCase{"GpipeP2", PipelineSchedule::kGpipe, 2, 1, false},
+        StepCase{"InterleavedP2V2", PipelineSchedule::kInterleaved, 2, 2, false},
+        StepCase{"InterleavedP2V3Tied", PipelineSchedule::kInterleaved, 2, 3, true},
+        StepCase{"InterleavedP4V1", PipelineSchedule::kInterleaved, 4, 1, false}),
+    [](const ::testing::TestParamInfo<StepCase>& i) { return i.param.name; });
+
+}  // namespace
+}  // namespace dstrain::train
