@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <string>
+#include <vector>
 
 #include "world.h"
 
@@ -14,17 +16,22 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-class GlooCollectives : public ::testing::TestWithParam<int> {};
-
-TEST_P(GlooCollectives, ResultsAndByteCountsMatchTheoryOnEveryRank) {
+// A world of `world_size` workers running `scenario`: every rank exits 0 and reports OK.
+void expect_every_rank_ok(const std::string& scenario, int world_size) {
   WorldSpec spec;
-  spec.scenario = "collectives";
-  spec.world_size = GetParam();
+  spec.scenario = scenario;
+  spec.world_size = world_size;
   std::vector<RankResult> results = run_world(spec);
   for (int r = 0; r < spec.world_size; ++r) {
     EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " of " << spec.world_size;
     EXPECT_EQ(results[r].result, "OK\n") << "rank " << r << " of " << spec.world_size;
   }
+}
+
+class GlooCollectives : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooCollectives, ResultsAndByteCountsMatchTheoryOnEveryRank) {
+  expect_every_rank_ok("collectives", GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes1To4, GlooCollectives, ::testing::Values(1, 2, 3, 4));
@@ -32,14 +39,7 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes1To4, GlooCollectives, ::testing::Values(1, 2
 class GlooGroups : public ::testing::TestWithParam<int> {};
 
 TEST_P(GlooGroups, AllToAllAndSplitGroupsWorkBesideTheWorld) {
-  WorldSpec spec;
-  spec.scenario = "groups";
-  spec.world_size = GetParam();
-  std::vector<RankResult> results = run_world(spec);
-  for (int r = 0; r < spec.world_size; ++r) {
-    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " of " << spec.world_size;
-    EXPECT_EQ(results[r].result, "OK\n") << "rank " << r << " of " << spec.world_size;
-  }
+  expect_every_rank_ok("groups", GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes1To4, GlooGroups, ::testing::Values(1, 2, 3, 4));
@@ -47,14 +47,7 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes1To4, GlooGroups, ::testing::Values(1, 2, 3, 
 class GlooPointToPoint : public ::testing::TestWithParam<int> {};
 
 TEST_P(GlooPointToPoint, TransfersArriveInOrderWithoutDeadlockAndAreCounted) {
-  WorldSpec spec;
-  spec.scenario = "point_to_point";
-  spec.world_size = GetParam();
-  std::vector<RankResult> results = run_world(spec);
-  for (int r = 0; r < spec.world_size; ++r) {
-    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " of " << spec.world_size;
-    EXPECT_EQ(results[r].result, "OK\n") << "rank " << r << " of " << spec.world_size;
-  }
+  expect_every_rank_ok("point_to_point", GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes1To4, GlooPointToPoint, ::testing::Values(1, 2, 3, 4));
