@@ -174,12 +174,23 @@ torch::Tensor PipelineStage::hidden_like(const MicroBatch& mb) const {
   return torch::empty({B, T, C}, w.options());
 }
 
+model::LossSum PipelineStage::begin(int micro_batches) {
+  in_flight_.assign(static_cast<size_t>(chunks_),
+                    std::vector<InFlight>(static_cast<size_t>(micro_batches)));
+  const torch::TensorOptions f32 = model_.head_weight().options().dtype(torch::kFloat);
+  return {torch::zeros({}, f32), torch::zeros({}, f32.dtype(torch::kLong))};
+}
+
+void PipelineStage::finish() {
+  for (auto& work : sends_) work->wait();
+  sends_.clear();
+  in_flight_.clear();
+}
+
 model::LossSum PipelineStage::run(const std::vector<MicroBatch>& micro_batches, double loss_scale,
                                   const std::string& micro_batch_key) {
   const int m = static_cast<int>(micro_batches.size());
-  in_flight_.assign(static_cast<size_t>(chunks_), std::vector<InFlight>(static_cast<size_t>(m)));
-  const torch::TensorOptions f32 = model_.head_weight().options().dtype(torch::kFloat);
-  model::LossSum total{torch::zeros({}, f32), torch::zeros({}, f32.dtype(torch::kLong))};
+  model::LossSum total = begin(m);
   for (const PipelineAction& a :
        pipeline_schedule(schedule_, size_, rank_, m, chunks_, micro_batch_key)) {
     if (a.forward) {
@@ -188,9 +199,7 @@ model::LossSum PipelineStage::run(const std::vector<MicroBatch>& micro_batches, 
       backward(a);
     }
   }
-  for (auto& work : sends_) work->wait();
-  sends_.clear();
-  in_flight_.clear();
+  finish();
   if (tied_ != nullptr) {
     torch::Tensor grad = model_.head_weight().grad();
     if (!grad.defined()) grad = torch::zeros_like(model_.head_weight());
@@ -203,18 +212,14 @@ model::LossSum PipelineStage::run(const std::vector<MicroBatch>& micro_batches, 
 model::LossSum PipelineStage::evaluate(const std::vector<MicroBatch>& micro_batches) {
   torch::NoGradGuard no_grad;
   const int m = static_cast<int>(micro_batches.size());
-  in_flight_.assign(static_cast<size_t>(chunks_), std::vector<InFlight>(static_cast<size_t>(m)));
-  const torch::TensorOptions f32 = model_.head_weight().options().dtype(torch::kFloat);
-  model::LossSum total{torch::zeros({}, f32), torch::zeros({}, f32.dtype(torch::kLong))};
+  model::LossSum total = begin(m);
   for (int c = 0; c < chunks_; ++c) {
     for (int i = 0; i < m; ++i) {
       forward({true, i, c}, micro_batches[static_cast<size_t>(i)], 1.0, total);
       in_flight_[static_cast<size_t>(c)][static_cast<size_t>(i)] = InFlight{};
     }
   }
-  for (auto& work : sends_) work->wait();
-  sends_.clear();
-  in_flight_.clear();
+  finish();
   return total;
 }
 

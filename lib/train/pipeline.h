@@ -106,6 +106,10 @@ class PipelineStage {
     torch::Tensor input;   // what the chunk received (requires grad), undefined on the first
     torch::Tensor output;  // what it sent, or the scaled loss on the last stage
   };
+  // A step's or an evaluation's start (its micro-batches' slots, the zero totals) and end (every
+  // send waited on: their tensors are held until then).
+  model::LossSum begin(int micro_batches);
+  void finish();
   void forward(const PipelineAction& a, const MicroBatch& mb, double loss_scale,
                model::LossSum& total);
   void backward(const PipelineAction& a);
