@@ -131,11 +131,12 @@ std::vector<double> block_costs(model::DecoderModelImpl& model) {
 }
 
 PipelineStage::PipelineStage(model::DecoderModelImpl& model, comm::Communicator& group,
-                             StageRanges stages, PipelineSchedule schedule)
+                             StageRanges stages, PipelineSchedule schedule, zero::Engine* engine)
     : model_(model),
       group_(group),
       stages_(std::move(stages)),
       schedule_(schedule),
+      engine_(engine),
       rank_(group.rank()),
       size_(group.world_size()) {
   const auto parts = static_cast<int>(stages_.size());
@@ -147,6 +148,11 @@ PipelineStage::PipelineStage(model::DecoderModelImpl& model, comm::Communicator&
     fail(ErrorKind::kInternal, "pipeline: the stages do not cover the model's blocks");
   }
   const int last = rank_of(parts - 1);
+  if (engine_ != nullptr && model_.config().tie_word_embeddings && size_ > 1) {
+    fail(ErrorKind::kInternal,
+         "pipeline: tied embeddings over stages with a ZeRO engine (their gradients are summed "
+         "only without one)");
+  }
   if (model_.config().tie_word_embeddings && size_ > 1) {
     auto pair = group_.split(rank_ == 0 || rank_ == last ? 0 : 1);
     if (rank_ == 0 || rank_ == last) tied_ = std::move(pair);
@@ -191,16 +197,20 @@ model::LossSum PipelineStage::run(const std::vector<MicroBatch>& micro_batches, 
                                   const std::string& micro_batch_key) {
   const int m = static_cast<int>(micro_batches.size());
   model::LossSum total = begin(m);
+  // An engine divides each micro-step's loss by their count: multiplied back here.
+  const int micro_steps = m * chunks_;
+  const double scale = engine_ != nullptr ? loss_scale * micro_steps : loss_scale;
+  int backwards = 0;
   for (const PipelineAction& a :
        pipeline_schedule(schedule_, size_, rank_, m, chunks_, micro_batch_key)) {
     if (a.forward) {
-      forward(a, micro_batches.at(static_cast<size_t>(a.micro_batch)), loss_scale, total);
+      forward(a, micro_batches.at(static_cast<size_t>(a.micro_batch)), scale, total);
     } else {
-      backward(a);
+      backward(a, {backwards++, micro_steps});
     }
   }
   finish();
-  if (tied_ != nullptr) {
+  if (tied_ != nullptr && engine_ == nullptr) {
     torch::Tensor grad = model_.head_weight().grad();
     if (!grad.defined()) grad = torch::zeros_like(model_.head_weight());
     tied_->all_reduce(grad, comm::ReduceOp::kSum)->wait();
@@ -252,17 +262,25 @@ void PipelineStage::forward(const PipelineAction& a, const MicroBatch& mb, doubl
   sends_.push_back(group_.send(x.detach().contiguous(), rank_of(s + 1)));
 }
 
-void PipelineStage::backward(const PipelineAction& a) {
+void PipelineStage::backward(const PipelineAction& a, zero::MicroStep micro) {
   const int s = virtual_stage(a.chunk);
   const int last = static_cast<int>(stages_.size()) - 1;
   InFlight& f = in_flight_[static_cast<size_t>(a.chunk)][static_cast<size_t>(a.micro_batch)];
   if (s == last) {
-    f.output.backward();
+    if (engine_ != nullptr) {
+      engine_->backward(f.output, micro);
+    } else {
+      f.output.backward();
+    }
   } else {
     torch::Tensor grad = torch::empty_like(f.output);
     group_.recv(grad, rank_of(s + 1))->wait();
-    // A first stage with nothing to train (a frozen embedding under LoRA) has no graph.
-    if (f.output.requires_grad()) torch::autograd::backward({f.output}, {grad});
+    if (engine_ != nullptr) {
+      engine_->backward_from(f.output, grad, micro);
+    } else if (f.output.requires_grad()) {
+      // (A first stage with nothing to train, a frozen embedding under LoRA, has no graph.)
+      torch::autograd::backward({f.output}, {grad});
+    }
   }
   if (s > 0) sends_.push_back(group_.send(f.input.grad().contiguous(), rank_of(s - 1)));
   f = InFlight{};

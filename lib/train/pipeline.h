@@ -28,6 +28,7 @@
 
 #include "comm/communicator.h"
 #include "model/model.h"
+#include "zero/engine.h"
 
 namespace dstrain::train {
 
@@ -75,8 +76,12 @@ std::vector<double> block_costs(model::DecoderModelImpl& model);
 // `group` (with tied embeddings it splits off the first and last stages' ranks).
 class PipelineStage {
  public:
+  // With `engine` (over this rank's blocks' parameters, zero/engine.h) each backward is one of its
+  // micro-steps — chunks × micro-batches a step, in the schedule's order — the last stage's through
+  // backward(), the others' through backward_from(); the caller then calls engine->step(). Without,
+  // autograd alone: the gradients accumulate in the parameters.
   PipelineStage(model::DecoderModelImpl& model, comm::Communicator& group, StageRanges stages,
-                PipelineSchedule schedule);
+                PipelineSchedule schedule, zero::Engine* engine = nullptr);
 
   // One micro-batch: token ids and aligned labels [B, T]; every stage is given them (the first
   // stage reads the ids, the last the labels; the others only their shape).
@@ -87,9 +92,10 @@ class PipelineStage {
 
   // Runs the step's forwards and backwards; each micro-batch's loss sum is scaled by `loss_scale`
   // before its backward (1 / the step's counted tokens for the mean). The parameters of this
-  // rank's blocks accumulate their gradients; tied embeddings, read by the first stage and the
-  // head's, get the sum of both ranks' gradients on both. Returns the sum of the micro-batches'
-  // losses and counted tokens on the rank holding the last stage, zeros elsewhere.
+  // rank's blocks accumulate their gradients (without an engine; tied embeddings, read by the
+  // first stage and the head's, then get the sum of both ranks' gradients on both). Returns the sum
+  // of the micro-batches' losses and counted tokens on the rank holding the last stage, zeros
+  // elsewhere.
   model::LossSum run(const std::vector<MicroBatch>& micro_batches, double loss_scale,
                      const std::string& micro_batch_key);
 
@@ -112,7 +118,7 @@ class PipelineStage {
   void finish();
   void forward(const PipelineAction& a, const MicroBatch& mb, double loss_scale,
                model::LossSum& total);
-  void backward(const PipelineAction& a);
+  void backward(const PipelineAction& a, zero::MicroStep micro);
   int virtual_stage(int chunk) const { return chunk * size_ + rank_; }
   int rank_of(int virtual_stage) const { return virtual_stage % size_; }
   torch::Tensor hidden_like(const MicroBatch& mb) const;
@@ -121,6 +127,7 @@ class PipelineStage {
   comm::Communicator& group_;
   StageRanges stages_;  // every virtual stage's blocks
   PipelineSchedule schedule_;
+  zero::Engine* engine_;
   int rank_, size_, chunks_;
   std::vector<std::vector<InFlight>> in_flight_;    // by chunk, then micro-batch
   std::vector<std::unique_ptr<comm::Work>> sends_;  // this step's, waited on at its end

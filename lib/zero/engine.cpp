@@ -48,7 +48,7 @@ torch::Tensor initial_elements(const NamedParameter& p, const InitialValues& sou
   return p.tensor.detach().reshape({-1}).narrow(0, r.begin, r.end - r.begin);
 }
 
-void Engine::backward(const torch::Tensor& loss, MicroStep micro) {
+void Engine::check_in_order(MicroStep micro) const {
   const bool in_order = micro.index == done_.index + 1 && micro.index < micro.count &&
                         (micro.first() || micro.count == done_.count);
   if (!in_order) {
@@ -56,8 +56,31 @@ void Engine::backward(const torch::Tensor& loss, MicroStep micro) {
          "zero engine: backward() of micro-step {} of {} out of order ({} of {} since step())",
          micro.index, micro.count, done_.index + 1, done_.count);
   }
-  do_backward(loss, micro);
+}
+
+void Engine::backward(const torch::Tensor& loss, MicroStep micro) {
+  check_in_order(micro);
+  do_backward(loss, torch::Tensor(), micro);
   done_ = micro;
+}
+
+void Engine::backward_from(const torch::Tensor& output, const torch::Tensor& output_grad,
+                           MicroStep micro) {
+  if (!output_grad.defined()) {
+    fail(ErrorKind::kInternal, "zero engine: backward_from() without the output's gradient");
+  }
+  check_in_order(micro);
+  do_backward(output, output_grad, micro);
+  done_ = micro;
+}
+
+void Engine::run_autograd(const torch::Tensor& root, const torch::Tensor& root_grad,
+                          double loss_scale) {
+  if (!root_grad.defined()) {
+    (root * loss_scale).backward();
+  } else if (root.requires_grad()) {
+    torch::autograd::backward({root}, {root_grad});
+  }
 }
 
 StepResult Engine::step(double lr) {

@@ -186,6 +186,13 @@ class Engine : public ckpt::Stateful {
   // two steps the micro-steps come in order 0, 1, ..., count - 1 with one count; anything else is
   // Error(kInternal).
   void backward(const torch::Tensor& loss, MicroStep micro = {});
+  // The same micro-step for a pipeline stage before the last (train/pipeline.h): autograd from
+  // `output`, what the stage sent on, with `output_grad`, its gradient from the next stage, which
+  // the last stage's backward() scaled already (nothing is scaled here). An output that needs no
+  // gradient (a stage with nothing to train) runs no autograd, only the micro-step's
+  // communication.
+  void backward_from(const torch::Tensor& output, const torch::Tensor& output_grad,
+                     MicroStep micro = {});
   // After the backward() of the last micro-step (else Error(kInternal)): completes communication,
   // clips, updates (unless fp16 overflow), refreshes the parameters, zeroes the gradients.
   StepResult step(double lr);
@@ -233,8 +240,12 @@ class Engine : public ckpt::Stateful {
   Engine() = default;
 
   // The implementations' parts of backward(), step() and load_state(), called once the micro-step
-  // order has been checked.
-  virtual void do_backward(const torch::Tensor& loss, MicroStep micro) = 0;
+  // order has been checked. do_backward runs autograd through run_autograd(): from the loss
+  // scaled by `loss_scale` (root_grad undefined), or from backward_from()'s output.
+  virtual void do_backward(const torch::Tensor& root, const torch::Tensor& root_grad,
+                           MicroStep micro) = 0;
+  static void run_autograd(const torch::Tensor& root, const torch::Tensor& root_grad,
+                           double loss_scale);
   virtual StepResult do_step(double lr) = 0;
   virtual void do_load_state(const StateSource& source, int64_t step_count,
                              const LossScalerState& scaler) = 0;
@@ -244,6 +255,7 @@ class Engine : public ckpt::Stateful {
   const std::optional<double>& step_lr() const { return step_lr_; }
 
  private:
+  void check_in_order(MicroStep micro) const;
   MicroStep done_{-1, 0};  // the last micro-step backward() ran since step(); index -1: none
   std::optional<double> step_lr_;
 };

@@ -75,7 +75,8 @@ class ShardedEngine final : public Engine {
     torch::Tensor tensor;
   };
 
-  void do_backward(const torch::Tensor& loss, MicroStep micro) override;
+  void do_backward(const torch::Tensor& root, const torch::Tensor& root_grad,
+                   MicroStep micro) override;
   StepResult do_step(double lr) override;
   void do_discard() override;
   void do_load_state(const StateSource& source, int64_t step_count,

@@ -138,7 +138,8 @@ class Stage3Engine final : public Engine {
     bool update = false;  // then update the unit's part of the master (update_unit)
   };
 
-  void do_backward(const torch::Tensor& loss, MicroStep micro) override;
+  void do_backward(const torch::Tensor& root, const torch::Tensor& root_grad,
+                   MicroStep micro) override;
   StepResult do_step(double lr) override;
   void do_discard() override;
   void do_load_state(const StateSource& source, int64_t step_count,

@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "optim/optimizer.h"
 #include "tests/common/expect_error.h"
 #include "tests/common/thread_communicator.h"
 
@@ -291,6 +292,107 @@ INSTANTIATE_TEST_SUITE_P(
         StepCase{"InterleavedP2V3Tied", PipelineSchedule::kInterleaved, 2, 3, true},
         StepCase{"InterleavedP4V1", PipelineSchedule::kInterleaved, 4, 1, false}),
     [](const ::testing::TestParamInfo<StepCase>& i) { return i.param.name; });
+
+// Plain SGD at learning rate 1: a step moves each parameter by minus its gradient, so the update
+// shows the gradient itself (AdamW's first step would show only its sign).
+std::unique_ptr<zero::Engine> engine_over(std::vector<zero::NamedParameter> params,
+                                          comm::Communicator& comm, int stage) {
+  zero::EngineOptions options;
+  options.stage = stage;
+  options.reduce_bucket_size = 4096;  // several buckets a stage
+  return zero::make_engine(
+      std::move(params), comm,
+      [](int64_t numel, std::vector<optim::Range>) {
+        return optim::make_sgd(numel, optim::SgdOptions{});
+      },
+      options);
+}
+
+constexpr double kLr = 1.0;
+
+struct EngineCase {
+  std::string name;
+  PipelineSchedule schedule;
+  int ranks, chunks, zero_stage;
+};
+
+class PipelineEngineStep : public ::testing::TestWithParam<EngineCase> {};
+
+// Each rank's ZeRO engine over its stages' parameters only (a data-parallel group of one), its
+// micro-steps the pipeline's backwards: one optimizer step moves every parameter as one process's
+// engine stepping the whole model over the same micro-batches does (the update, which is the
+// gradient here, within 1e-6), and the stages' gradient norms make the whole model's.
+TEST_P(PipelineEngineStep, ParametersAfterAStepEqualOneProcess) {
+  const EngineCase c = GetParam();
+  const model::ModelConfig config = model::parse_model_config(llama(false));
+  const auto batches = micro_batches(config.vocab_size);
+  double count = 0;
+  for (const auto& mb : batches) count += mb.labels.ne(model::kIgnoreIndex).sum().item<double>();
+  std::map<std::string, torch::Tensor> want;  // each parameter's update
+  double want_norm = 0;
+  run_ranks(1, [&](ThreadCommunicator& solo) {
+    model::DecoderModel whole = model::build_model(config, torch::kFloat32, 3);
+    std::vector<zero::NamedParameter> params;
+    for (const auto& item : whole->named_parameters()) {
+      params.push_back({item.key(), item.value()});
+      want[item.key()] = item.value().detach().clone();
+    }
+    auto engine = engine_over(params, solo, c.zero_stage);
+    for (int i = 0; i < kMicroBatches; ++i) {
+      const auto& mb = batches[static_cast<size_t>(i)];
+      const model::LossSum l = whole->loss_sum(mb.input_ids, mb.labels, /*fused=*/true);
+      engine->backward(l.sum * (kMicroBatches / count), {i, kMicroBatches});
+    }
+    want_norm = engine->step(kLr).grad_norm();
+    for (const auto& item : whole->named_parameters()) {
+      want[item.key()] = item.value().detach() - want[item.key()];
+    }
+  });
+  std::vector<double> norms(static_cast<size_t>(c.ranks), 0.0);
+  run_ranks(c.ranks, [&](ThreadCommunicator& group) {
+    model::DecoderModel m = model::build_model(config, torch::kFloat32, 3);
+    const StageRanges stages = balance_stages(block_costs(*m), c.ranks * c.chunks, "key");
+    // The blocks this rank runs, as PipelineStage will say; every rank alone in its data-parallel
+    // group.
+    std::set<size_t> mine;
+    for (int ch = 0; ch < c.chunks; ++ch) {
+      const auto [first, last] = stages[static_cast<size_t>(ch * c.ranks + group.rank())];
+      for (size_t b = first; b < last; ++b) mine.insert(b);
+    }
+    std::vector<zero::NamedParameter> params;
+    for (const auto& item : m->named_parameters()) {
+      for (size_t b : mine) {
+        for (const auto& [name, t] : m->blocks()[b]->parameters) {
+          if (name == item.key()) params.push_back({item.key(), item.value()});
+        }
+      }
+    }
+    std::map<std::string, torch::Tensor> before;
+    for (const zero::NamedParameter& p : params) before[p.name] = p.tensor.detach().clone();
+    const std::unique_ptr<comm::Communicator> data_parallel = group.split(group.rank());
+    auto engine = engine_over(params, *data_parallel, c.zero_stage);
+    PipelineStage stage(*m, group, stages, c.schedule, engine.get());
+    stage.run(batches, 1.0 / count, "key");
+    norms[static_cast<size_t>(group.rank())] = engine->step(kLr).grad_norm();
+    for (const zero::NamedParameter& p : params) {
+      const torch::Tensor update = p.tensor.detach() - before.at(p.name);
+      EXPECT_GT(update.abs().max().item<double>(), 0) << p.name << " did not move";
+      EXPECT_LT(relative(update, want.at(p.name)), 1e-6) << p.name << ", rank " << group.rank();
+    }
+  });
+  double squares = 0;
+  for (double n : norms) squares += n * n;
+  EXPECT_NEAR(std::sqrt(squares), want_norm, 1e-6 * want_norm);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Stages, PipelineEngineStep,
+    ::testing::Values(
+        EngineCase{"OneF1BP2Zero0", PipelineSchedule::kOneForwardOneBackward, 2, 1, 0},
+        EngineCase{"OneF1BP2Zero1", PipelineSchedule::kOneForwardOneBackward, 2, 1, 1},
+        EngineCase{"OneF1BP3Zero2", PipelineSchedule::kOneForwardOneBackward, 3, 1, 2},
+        EngineCase{"InterleavedP2V2Zero1", PipelineSchedule::kInterleaved, 2, 2, 1}),
+    [](const ::testing::TestParamInfo<EngineCase>& i) { return i.param.name; });
 
 }  // namespace
 }  // namespace dstrain::train
