@@ -15,7 +15,7 @@ namespace {
 
 struct BatchShape {
   int64_t micro = 1, accum = 1, train_batch_size = -1;
-  int64_t sequence_parallel = 1, tensor_parallel = 1;
+  int64_t sequence_parallel = 1, tensor_parallel = 1, pipeline = 1;
 };
 
 BatchShape batch_shape(const LocalLaunchOptions& launch, int world) {
@@ -25,7 +25,7 @@ BatchShape batch_shape(const LocalLaunchOptions& launch, int world) {
   const config::Config c = config::load_config(launch.config_path, load);
   return {c.training.per_device_train_batch_size, c.training.gradient_accumulation_steps,
           c.training.train_batch_size, c.parallel.sequence_parallel_size,
-          c.parallel.tensor_parallel_size};
+          c.parallel.tensor_parallel_size, c.parallel.pipeline_parallel_size};
 }
 
 // The nearest whole accumulation for b's global batch on new_world ranks.
@@ -96,13 +96,15 @@ void check_elastic_batch(const LocalLaunchOptions& launch, bool allow_change, in
   const int world = std::accumulate(node_sizes.begin(), node_sizes.end(), 0);
   const BatchShape b = batch_shape(launch, world);  // read once for every world it could shrink to
   for (int smaller : shrunk_worlds(node_sizes, min_nodes)) {
-    // Sequence- or tensor-parallel groups cannot be formed at all: no batch choice helps.
-    if (smaller % (b.sequence_parallel * b.tensor_parallel) != 0) {
+    // Pipeline stages, sequence- or tensor-parallel groups cannot be formed at all: no batch
+    // choice helps.
+    if (smaller % (b.pipeline * b.sequence_parallel * b.tensor_parallel) != 0) {
       fail(ErrorKind::kConfig,
            "--min-nodes {} lets the job shrink to {} rank(s), which "
-           "parallel.sequence_parallel_size {} x parallel.tensor_parallel_size {} does not "
-           "divide; raise --min-nodes or use hosts whose rank counts keep it",
-           min_nodes, smaller, b.sequence_parallel, b.tensor_parallel);
+           "parallel.pipeline_parallel_size {} x parallel.sequence_parallel_size {} x "
+           "parallel.tensor_parallel_size {} does not divide; raise --min-nodes or use hosts "
+           "whose rank counts keep it",
+           min_nodes, smaller, b.pipeline, b.sequence_parallel, b.tensor_parallel);
     }
     if (!allow_change && !batch_kept(b, world, smaller)) {
       fail(ErrorKind::kConfig, "--min-nodes {} lets the job shrink to {} rank(s): {}", min_nodes,

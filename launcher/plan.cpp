@@ -92,10 +92,10 @@ std::vector<int> group_ranks(int g, int size, int stride) {
 
 // "  group 0: ranks 0-1 on node 0 (host)\n", or "ranks 0, 2, 4" when they are not consecutive.
 std::string group_line(const WorldPlan& plan, int g, const std::vector<int>& ranks,
-                       const char* collectives) {
+                       const char* collectives, const char* label = "group") {
   const RankSpec& first = plan.ranks[static_cast<size_t>(ranks.front())];
   const RankSpec& last = plan.ranks[static_cast<size_t>(ranks.back())];
-  std::string out = fmt::format("  group {}: ranks ", g);
+  std::string out = fmt::format("  {} {}: ranks ", label, g);
   if (ranks.back() - ranks.front() + 1 == static_cast<int>(ranks.size())) {
     out += fmt::format("{}-{}", first.rank, last.rank);
   } else {
@@ -113,9 +113,29 @@ std::string group_line(const WorldPlan& plan, int g, const std::vector<int>& ran
 std::string format_parallel_groups(const WorldPlan& plan) {
   const int p = static_cast<int>(plan.parallel.sequence_parallel_size);
   const int t = static_cast<int>(plan.parallel.tensor_parallel_size);
-  if ((p <= 1 && t <= 1) || plan.world_size % (p * t) != 0) return "";
+  const int stages = static_cast<int>(plan.parallel.pipeline_parallel_size);
+  if ((p <= 1 && t <= 1 && stages <= 1) || plan.world_size % (p * t * stages) != 0) return "";
   std::string out;
-  const int dp = plan.world_size / (p * t);
+  const int dp = plan.world_size / (p * t * stages);
+  if (stages > 1) {
+    // The outermost split: stage s is the s-th block of world / P consecutive ranks, and each
+    // pipeline links the ranks at one place in every block.
+    const int block = plan.world_size / stages;
+    out += fmt::format("pipeline stages: {} blocks of {} consecutive ranks{}:\n", stages, block,
+                       plan.parallel.pipeline_virtual_stages > 1
+                           ? fmt::format(", {} virtual stages per rank (interleaved 1F1B)",
+                                         plan.parallel.pipeline_virtual_stages)
+                           : std::string(" (") + plan.parallel.pipeline_schedule + ")");
+    for (int s = 0; s < stages; ++s) {
+      std::vector<int> ranks;
+      for (int i = 0; i < block; ++i) ranks.push_back(s * block + i);
+      out += group_line(plan, s, ranks, "collectives", "stage");
+    }
+    out += fmt::format("pipelines of {} ranks {} apart:\n", stages, block);
+    for (int g = 0; g < block; ++g) {
+      out += group_line(plan, g, group_ranks(g, stages, block), "activations");
+    }
+  }
   if (t > 1) {
     out += fmt::format("tensor-parallel groups of {} consecutive ranks{}:\n", t,
                        plan.parallel.tensor_sequence_parallel
@@ -135,9 +155,12 @@ std::string format_parallel_groups(const WorldPlan& plan) {
   }
   if (t > 1) {
     out += fmt::format(
-        "data-parallel size {}: ZeRO shards each tensor-parallel slice over the {} ranks that "
+        "data-parallel size {}: ZeRO shards each tensor-parallel slice{} over the {} ranks that "
         "hold it\n",
-        dp, plan.world_size / t);
+        dp, stages > 1 ? " of a stage" : "", plan.world_size / (t * stages));
+  } else if (stages > 1) {
+    out += fmt::format("data-parallel size {}: ZeRO shards each stage over its {} ranks\n", dp,
+                       dp);
   }
   return out;
 }

@@ -184,9 +184,19 @@ struct ParallelSection {
   // A tensor-parallel group's ranks may be on different nodes (the launchers refuse that
   // otherwise: its collectives run at every layer).
   bool tensor_parallel_across_nodes = false;
+  // Pipeline parallelism (train/pipeline.h): the layers cut into this many stages, each on its
+  // own ranks (the outermost split of the world).
+  int64_t pipeline_parallel_size = 1;
+  std::string pipeline_schedule = "1f1b";  // 1f1b | interleaved_1f1b | gpipe
+  int64_t pipeline_virtual_stages = 1;     // stages per rank (> 1: interleaved 1F1B)
+  // Decoder layers per (virtual) stage in order, the embedding on the first and the head on the
+  // last; empty: balanced by the blocks' estimated cost.
+  std::vector<std::string> pipeline_split;
+  // The ranks each stage's copy of the model is split over (sequence x tensor x data parallel).
+  int64_t ranks_per_stage(int64_t world) const { return world / pipeline_parallel_size; }
   // The data-parallel degree of `world` ranks.
   int64_t data_parallel(int64_t world) const {
-    return world / (sequence_parallel_size * tensor_parallel_size);
+    return world / (sequence_parallel_size * tensor_parallel_size * pipeline_parallel_size);
   }
 };
 

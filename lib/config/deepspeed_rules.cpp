@@ -117,6 +117,22 @@ void add_activation_checkpointing(RuleSet& r) {
   }
 }
 
+// DeepSpeed's pipeline section: the stage count (PipelineModule's num_stages, which DeepSpeed's
+// launcher scripts also write here); the rest tunes DeepSpeed's own pipeline engine.
+void add_pipeline(RuleSet& r) {
+  r.add_field("pipeline.stages", "parallel.pipeline_parallel_size");
+  r.add_ignored("pipeline.partition",
+                "stages are balanced by each layer's estimated cost; parallel.pipeline_split "
+                "sets the layers of each stage by hand");
+  r.add_ignored("pipeline.seed_layers");
+  r.add_ignored("pipeline.activation_checkpoint_interval",
+                "activation checkpointing is switched by model.gradient_checkpointing");
+  for (const char* key : {"pipe_partitioned", "grad_partitioned", "use_reentrant"}) {
+    r.add_ignored(std::string("pipeline.") + key,
+                  "activations and their gradients cross between stages whole");
+  }
+}
+
 // Whole DeepSpeed sections and switches for features dstrain does not have.
 void add_ignored_top_level(RuleSet& r) {
   for (const char* key : {"flops_profiler",
@@ -134,7 +150,6 @@ void add_ignored_top_level(RuleSet& r) {
                           "curriculum_learning",
                           "compression_training",
                           "sparse_attention",
-                          "pipeline",
                           "amp",
                           "prescale_gradients",
                           "gradient_predivide_factor",
@@ -171,6 +186,7 @@ RuleSet build_deepspeed_rules() {
   add_precision(rules);
   add_zero_rules(rules, "zero_optimization.");
   add_activation_checkpointing(rules);
+  add_pipeline(rules);
   add_ignored_top_level(rules);
   return rules;
 }

@@ -372,6 +372,30 @@ void add_parallel(std::vector<Field>& t) {
                       DSTRAIN_MEMBER(parallel.tensor_sequence_parallel)));
   t.push_back(boolean("parallel.tensor_parallel_across_nodes",
                       DSTRAIN_MEMBER(parallel.tensor_parallel_across_nodes)));
+  t.push_back(integer("parallel.pipeline_parallel_size", Range::kPositive,
+                      DSTRAIN_MEMBER(parallel.pipeline_parallel_size)));
+  t.push_back(text("parallel.pipeline_schedule", DSTRAIN_MEMBER(parallel.pipeline_schedule),
+                   {"1f1b", "interleaved_1f1b", "gpipe"}));
+  t.push_back(integer("parallel.pipeline_virtual_stages", Range::kPositive,
+                      DSTRAIN_MEMBER(parallel.pipeline_virtual_stages)));
+  // Layer counts, kept as written; [] (the default) balances the stages.
+  Field split = text_list("parallel.pipeline_split", DSTRAIN_MEMBER(parallel.pipeline_split));
+  split.expected = "a list of layer counts of 1 or more, one per stage ([]: balanced stages)";
+  split.parse = [](const YAML::Node& node) -> std::optional<Value> {
+    if (!node.IsSequence()) return std::nullopt;
+    std::vector<std::string> out;
+    for (const auto& item : node) {
+      if (!item.IsScalar()) return std::nullopt;
+      const std::string& n = item.Scalar();
+      if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos ||
+          n.find_first_not_of('0') == std::string::npos) {
+        return std::nullopt;
+      }
+      out.push_back(n);
+    }
+    return Value(out);
+  };
+  t.push_back(std::move(split));
 }
 
 void add_logging_and_checkpoint(std::vector<Field>& t) {

@@ -214,13 +214,6 @@ void Merger::fail_unknown(const RuleSet& rules, const std::string& path,
   const size_t dot = path.rfind('.');
   const std::string section = dot == std::string::npos ? "" : path.substr(0, dot);
   const std::string name = dot == std::string::npos ? path : path.substr(dot + 1);
-  // Parallelism dstrain does not have yet: said as such, not as a misspelling of a key it has.
-  if (name == "pipeline_parallel_size" || name == "pipeline_model_parallel_size") {
-    fail_at(origin,
-            "not supported yet: dstrain has data parallelism (ZeRO 0-3), sequence parallelism "
-            "(parallel.sequence_parallel_size) and tensor parallelism "
-            "(parallel.tensor_parallel_size), no pipeline parallelism (docs/status.md)");
-  }
   if (!rules.deepspeed) {
     const auto& trainer = trainer_argument_keys();
     if (const auto it = trainer.find(name); it != trainer.end()) {

@@ -141,6 +141,9 @@ RuleSet build_our_rules() {
   // Megatron-LM's names.
   rules.add_field("parallel.tensor_model_parallel_size", "parallel.tensor_parallel_size");
   rules.add_field("parallel.sequence_parallel", "parallel.tensor_sequence_parallel");
+  rules.add_field("parallel.pipeline_model_parallel_size", "parallel.pipeline_parallel_size");
+  rules.add_field("parallel.virtual_pipeline_model_parallel_size",
+                  "parallel.pipeline_virtual_stages");
   // TRL's SFTConfig switch for packed documents without padding.
   KeyRule padding_free;
   padding_free.field = find_field("data.packing");

@@ -21,12 +21,14 @@ std::string describe_origin(const Merger& merger, const std::string& field_path)
 
 // `world`: the data-parallel degree of the world's ranks under `p`.
 std::string world_term(int world, const ParallelSection& p) {
-  const int64_t sp = p.sequence_parallel_size, tp = p.tensor_parallel_size;
-  if (sp == 1 && tp == 1) return fmt::format("world size ({})", world);
+  const int64_t sp = p.sequence_parallel_size, tp = p.tensor_parallel_size,
+                pp = p.pipeline_parallel_size;
+  if (sp == 1 && tp == 1 && pp == 1) return fmt::format("world size ({})", world);
   std::string by;
+  if (pp > 1) by += fmt::format(" / pipeline_parallel_size {}", pp);
   if (sp > 1) by += fmt::format(" / sequence_parallel_size {}", sp);
   if (tp > 1) by += fmt::format(" / tensor_parallel_size {}", tp);
-  return fmt::format("data-parallel size ({} = world size {}{})", world, world * sp * tp, by);
+  return fmt::format("data-parallel size ({} = world size {}{})", world, world * sp * tp * pp, by);
 }
 
 // per_device_train_batch_size: auto. The samples each data-parallel rank takes per step: the
@@ -128,6 +130,81 @@ void check_parallel(const Config& c, const Merger& m, const std::string& file, i
   }
 }
 
+// Pipeline parallelism: P stages, each on world / P ranks; what the pipeline does not run with.
+void check_pipeline(const Config& c, const Merger& m, const std::string& file, int world) {
+  const ParallelSection& p = c.parallel;
+  const int64_t pp = p.pipeline_parallel_size, v = p.pipeline_virtual_stages;
+  const Origin at = origin_of(m, "parallel.pipeline_parallel_size", file);
+  if (world % (pp * p.sequence_parallel_size * p.tensor_parallel_size) != 0) {
+    fail_at(at, fmt::format("the world size ({}) is not divisible by pipeline_parallel_size ({}) x "
+                            "sequence_parallel_size ({}) x tensor_parallel_size ({}): world = "
+                            "pipeline stages x data-parallel degree x sequence_parallel_size x "
+                            "tensor_parallel_size",
+                            world, pp, p.sequence_parallel_size, p.tensor_parallel_size));
+  }
+  const bool interleaved = p.pipeline_schedule == "interleaved_1f1b";
+  if (v > 1 && p.pipeline_schedule == "gpipe") {
+    fail_at(origin_of(m, "parallel.pipeline_virtual_stages", file),
+            fmt::format("{} virtual stages per rank run only the 1F1B schedule (interleaved), but "
+                        "the schedule is gpipe ({})",
+                        v, describe_origin(m, "parallel.pipeline_schedule")));
+  }
+  if (interleaved && v < 2) {
+    fail_at(origin_of(m, "parallel.pipeline_schedule", file),
+            "interleaved_1f1b needs parallel.pipeline_virtual_stages of 2 or more (the stages "
+            "each rank holds)");
+  }
+  if (!p.pipeline_split.empty() && static_cast<int64_t>(p.pipeline_split.size()) != pp * v) {
+    fail_at(origin_of(m, "parallel.pipeline_split", file),
+            fmt::format("{} layer counts for {} stage(s) (pipeline_parallel_size {} x "
+                        "pipeline_virtual_stages {})",
+                        p.pipeline_split.size(), pp * v, pp, v));
+  }
+  if (pp == 1) return;
+  if (c.zero.stage == 3) {
+    fail_at(at, fmt::format("pipeline parallelism runs with ZeRO stage 0, 1 or 2, not 3 ({}): "
+                            "stage 3 would gather every stage's parameters again for each of "
+                            "the step's micro-batches (DeepSpeed's pipeline engine refuses it "
+                            "too); use stage 1, or 2",
+                            describe_origin(m, "zero.stage")));
+  }
+  if (p.sequence_parallel_size > 1) {
+    fail_at(at, fmt::format("pipeline parallelism does not run with sequence parallelism yet ({}); "
+                            "tensor parallelism (parallel.tensor_parallel_size) splits each "
+                            "stage",
+                            describe_origin(m, "parallel.sequence_parallel_size")));
+  }
+  if (c.training.micro_batch_auto) {
+    fail_at(origin_of(m, "training.per_device_train_batch_size", file),
+            "auto is not available with pipeline parallelism (parallel.pipeline_parallel_size "
+            "> 1): give the micro-batch, and the accumulation steps that are the pipeline's "
+            "micro-batches");
+  }
+}
+
+// The pipeline's micro-batches are the step's accumulation steps: interleaving takes them P at a
+// time (Megatron-LM's rule); fewer than the stages leave most of each step idle.
+void check_pipeline_batch(const Config& c, const Merger& m, const std::string& file) {
+  const ParallelSection& p = c.parallel;
+  const int64_t pp = p.pipeline_parallel_size, v = p.pipeline_virtual_stages;
+  const int64_t micro = c.training.gradient_accumulation_steps;
+  if (pp == 1) return;
+  if (v > 1 && micro % pp != 0) {
+    fail_at(origin_of(m, "training.gradient_accumulation_steps", file),
+            fmt::format("{} is not a multiple of pipeline_parallel_size ({}): interleaved 1F1B "
+                        "({} virtual stages per rank) takes the micro-batches {} at a time",
+                        micro, pp, v, pp));
+  }
+  if (micro < pp) {
+    const double idle = static_cast<double>(pp - 1) / static_cast<double>(v * micro + pp - 1);
+    const Assigned* a = m.find("training.gradient_accumulation_steps");
+    m.warn(fmt::format("{}: {} micro-batch(es) per step through {} pipeline stages: each rank "
+                       "idles {:.0f}% of a step; gradient_accumulation_steps of {} or more keep "
+                       "the stages busier",
+                       a ? a->origin.where : file, micro, pp, 100 * idle, 4 * pp));
+  }
+}
+
 void require(const std::string& value, const Merger& merger, const std::string& field_path,
              const std::string& file, const char* what) {
   if (!value.empty()) return;
@@ -211,10 +288,12 @@ void resolve_and_validate(Config& config, const Merger& merger, const std::strin
           "a branch, tag or commit of the hub repo (default main)");
   check_data(config.data, merger, file);
   check_parallel(config, merger, file, world_size);
+  check_pipeline(config, merger, file, world_size);
   // The batch is counted over data-parallel ranks: a sequence- or tensor-parallel group reads one
   // sample.
   resolve_batch(config.training, merger, file,
                 static_cast<int>(config.parallel.data_parallel(world_size)), config.parallel);
+  check_pipeline_batch(config, merger, file);
   check_precision_and_optimizer(config, merger, file);
   warn_unused_warmup(config, merger);
   check_zero(config.zero, merger, file);

@@ -40,6 +40,10 @@ GraphsChoice choose_graphs(const config::Config& c, model::Checkpointing checkpo
     g.why_not =
         "with tensor parallelism each layer's collectives run on the tensor-parallel group, which "
         "a recorded layer does not replay";
+  } else if (c.parallel.pipeline_parallel_size > 1) {
+    g.why_not =
+        "with pipeline parallelism a stage's layers run between transfers from the other stages, "
+        "and they run eagerly";
   } else if (!blocker.empty()) {
     g.why_not = blocker;
   } else if (c.data.packing == "documents") {

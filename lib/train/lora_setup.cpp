@@ -181,6 +181,8 @@ void Trainer::save_lora_adapter() {
   // Over the ranks that hold this rank's slices (every rank without tensor parallelism): the
   // slices whole on each of them; then the whole tensors from the slices.
   tp_->replicas().all_reduce(flat, comm::ReduceOp::kSum)->wait();
+  // Each pipeline stage holds its own blocks' adapters (zeros elsewhere).
+  if (pipeline_group_) pipeline_group_->all_reduce(flat, comm::ReduceOp::kSum)->wait();
   std::map<std::string, torch::Tensor> whole;
   for (const auto& [name, t] : params) {
     whole[name] =

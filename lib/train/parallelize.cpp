@@ -1,5 +1,6 @@
 #include "train/parallelize.h"
 
+#include <algorithm>
 #include <map>
 
 #include "core/error.h"
@@ -62,9 +63,14 @@ model::BlockWrapper engine_wrapper(zero::Engine& engine) {
 }  // namespace
 
 std::vector<zero::NamedParameter> engine_parameters(const model::DecoderModelImpl& model,
-                                                    const lora::LoraModel* lora) {
+                                                    const lora::LoraModel* lora,
+                                                    const std::vector<size_t>& blocks) {
+  const auto trains = [&blocks](size_t block) {
+    return blocks.empty() || std::find(blocks.begin(), blocks.end(), block) != blocks.end();
+  };
   std::vector<zero::NamedParameter> out;
   for (const auto& block : model.blocks()) {
+    if (!trains(block->index)) continue;
     const int unit = static_cast<int>(block->index);
     for (const auto& [name, t] : block->parameters) {
       out.push_back({name, t, unit, /*frozen=*/!t.requires_grad()});
@@ -72,6 +78,7 @@ std::vector<zero::NamedParameter> engine_parameters(const model::DecoderModelImp
   }
   if (!lora) return out;
   for (const lora::LoraModel::BlockParameter& p : lora->block_parameters()) {
+    if (!trains(p.block)) continue;
     out.push_back({p.name, p.tensor, static_cast<int>(p.block)});
   }
   return out;
@@ -141,7 +148,7 @@ Parallelized parallelize(model::DecoderModel model, const ParallelWorld& world, 
   place_on_device(*model, out.lora.get(), world.device);
   plan.engine.segments = block_segments(*model);
   plan.engine.initial_values = with_adapters(std::move(plan.initial_values), out.lora.get());
-  out.engine = zero::make_engine(engine_parameters(*model, out.lora.get()), world.comm,
+  out.engine = zero::make_engine(engine_parameters(*model, out.lora.get(), plan.blocks), world.comm,
                                  plan.optimizer, std::move(plan.engine));
   model->wrap_blocks(model::WrapperSlot::kEngine, engine_wrapper(*out.engine));
   return out;

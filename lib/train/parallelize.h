@@ -63,6 +63,10 @@ struct ParallelPlan {
   std::shared_ptr<model::Recorder> graph_recorder;
   int64_t graph_pool_budget = 0;  // model::LayerGraphOptions::pool_budget (0: none)
   double graph_min_speedup = 0;   // model::LayerGraphOptions::min_speedup (0: none)
+  // Pipeline parallelism: the blocks this rank trains (its stages', train/pipeline.h), in block
+  // order; the engine holds their parameters alone, and the others stay without memory. Empty:
+  // every block.
+  std::vector<size_t> blocks;
   zero::EngineOptions engine;     // its stage picks the engine; initial_values is set here
   zero::OptimizerFactory optimizer;
   model::ValueSource initial_values;  // the model's parameters by name (files or a seeded init)
@@ -98,9 +102,10 @@ Parallelized parallelize(model::DecoderModel model, const ParallelWorld& world, 
 
 // The engine's parameters: every model parameter block by block with its block as its unit,
 // frozen when it does not require grad, then the adapters of `lora` (if any) with the block of
-// the projection they adapt.
+// the projection they adapt; only those of `blocks` when it is not empty.
 std::vector<zero::NamedParameter> engine_parameters(const model::DecoderModelImpl& model,
-                                                    const lora::LoraModel* lora);
+                                                    const lora::LoraModel* lora,
+                                                    const std::vector<size_t>& blocks = {});
 
 // What each forward segment (block) reads: the block and the blocks it shares parameters with.
 std::vector<std::vector<int>> block_segments(const model::DecoderModelImpl& model);

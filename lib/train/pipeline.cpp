@@ -4,6 +4,8 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/trace.h"
+#include "model/storage.h"
 
 namespace dstrain::train {
 namespace {
@@ -148,25 +150,42 @@ PipelineStage::PipelineStage(model::DecoderModelImpl& model, comm::Communicator&
     fail(ErrorKind::kInternal, "pipeline: the stages do not cover the model's blocks");
   }
   const int last = rank_of(parts - 1);
-  if (engine_ != nullptr && model_.config().tie_word_embeddings && size_ > 1) {
-    fail(ErrorKind::kInternal,
-         "pipeline: tied embeddings over stages with a ZeRO engine (their gradients are summed "
-         "only without one)");
-  }
   if (model_.config().tie_word_embeddings && size_ > 1) {
     auto pair = group_.split(rank_ == 0 || rank_ == last ? 0 : 1);
     if (rank_ == 0 || rank_ == last) tied_ = std::move(pair);
   }
 }
 
-std::vector<size_t> PipelineStage::blocks() const {
-  std::vector<size_t> out;
-  for (int c = 0; c < chunks_; ++c) {
-    const auto& [first, last] = stages_.at(static_cast<size_t>(virtual_stage(c)));
-    for (size_t i = first; i < last; ++i) out.push_back(i);
+StageRanges split_stages(const std::vector<int64_t>& layers, const model::DecoderModelImpl& model,
+                         const std::string& key) {
+  const int64_t have = model.config().num_hidden_layers;
+  int64_t sum = 0;
+  for (int64_t n : layers) sum += n;
+  if (sum != have || layers.empty()) {
+    fail(ErrorKind::kConfig, "{}: the stages' layer counts add up to {}, but the model has {} layers",
+         key, sum, have);
+  }
+  // Blocks: the embedding, the layers in order, the head.
+  StageRanges out;
+  size_t first = 0;
+  for (size_t s = 0; s < layers.size(); ++s) {
+    size_t end = first + static_cast<size_t>(layers[s]) + (s == 0 ? 1 : 0);
+    if (s + 1 == layers.size()) end = model.blocks().size();
+    out.emplace_back(first, end);
+    first = end;
   }
   return out;
 }
+
+std::vector<size_t> rank_blocks(const StageRanges& stages, int ranks, int rank) {
+  std::vector<size_t> out;
+  for (size_t s = static_cast<size_t>(rank); s < stages.size(); s += static_cast<size_t>(ranks)) {
+    for (size_t i = stages[s].first; i < stages[s].second; ++i) out.push_back(i);
+  }
+  return out;
+}
+
+std::vector<size_t> PipelineStage::blocks() const { return rank_blocks(stages_, size_, rank_); }
 
 // The hidden states between stages: [B, T, C] in the model's dtype, or this rank's token rows [n,
 // C] under tensor parallelism's sequence parallelism.
@@ -184,6 +203,7 @@ model::LossSum PipelineStage::begin(int micro_batches) {
   in_flight_.assign(static_cast<size_t>(chunks_),
                     std::vector<InFlight>(static_cast<size_t>(micro_batches)));
   const torch::TensorOptions f32 = model_.head_weight().options().dtype(torch::kFloat);
+  scaled_loss_ = torch::zeros({}, f32.dtype(torch::kDouble));
   return {torch::zeros({}, f32), torch::zeros({}, f32.dtype(torch::kLong))};
 }
 
@@ -199,16 +219,20 @@ model::LossSum PipelineStage::run(const std::vector<MicroBatch>& micro_batches, 
   model::LossSum total = begin(m);
   // An engine divides each micro-step's loss by their count: multiplied back here.
   const int micro_steps = m * chunks_;
-  const double scale = engine_ != nullptr ? loss_scale * micro_steps : loss_scale;
+  const double factor = engine_ != nullptr ? micro_steps : 1;
+  // The first stage's extra micro-step adds the head's gradient of a tied matrix.
+  const bool tied_step = engine_tied() && rank_ == 0 && model_.head_weight().requires_grad();
+  const int engine_steps = micro_steps + (tied_step ? 1 : 0);
   int backwards = 0;
   for (const PipelineAction& a :
        pipeline_schedule(schedule_, size_, rank_, m, chunks_, micro_batch_key)) {
     if (a.forward) {
-      forward(a, micro_batches.at(static_cast<size_t>(a.micro_batch)), scale, total);
+      forward(a, micro_batches.at(static_cast<size_t>(a.micro_batch)), loss_scale, factor, total);
     } else {
-      backward(a, {backwards++, micro_steps});
+      backward(a, {backwards++, engine_steps});
     }
   }
+  if (engine_tied()) exchange_tied_grad(engine_steps);
   finish();
   if (tied_ != nullptr && engine_ == nullptr) {
     torch::Tensor grad = model_.head_weight().grad();
@@ -225,7 +249,7 @@ model::LossSum PipelineStage::evaluate(const std::vector<MicroBatch>& micro_batc
   model::LossSum total = begin(m);
   for (int c = 0; c < chunks_; ++c) {
     for (int i = 0; i < m; ++i) {
-      forward({true, i, c}, micro_batches[static_cast<size_t>(i)], 1.0, total);
+      forward({true, i, c}, micro_batches[static_cast<size_t>(i)], 1.0, 1.0, total);
       in_flight_[static_cast<size_t>(c)][static_cast<size_t>(i)] = InFlight{};
     }
   }
@@ -233,8 +257,47 @@ model::LossSum PipelineStage::evaluate(const std::vector<MicroBatch>& micro_batc
   return total;
 }
 
+void PipelineStage::sync_tied() {
+  if (!engine_tied()) return;
+  torch::NoGradGuard no_grad;
+  const torch::Tensor& w = model_.head_weight();
+  if (rank_ == 0) {
+    tied_->send(w.detach().contiguous(), 1)->wait();
+    return;
+  }
+  if (model::storage_bytes(w) == 0) {
+    // Outside the head's engine: this rank's copy, in the dtype its engine computes in.
+    torch::ScalarType dtype = w.scalar_type();
+    for (size_t i : blocks()) {
+      for (const auto& [name, t] : model_.blocks()[i]->parameters) {
+        if (model::storage_bytes(t) > 0) dtype = t.scalar_type();
+      }
+    }
+    w.set_data(torch::empty(w.sizes(), w.options().dtype(dtype)));
+  }
+  torch::Tensor into = w.detach();
+  tied_->recv(into, 0)->wait();
+}
+
+void PipelineStage::exchange_tied_grad(int micro_steps) {
+  const torch::Tensor& w = model_.head_weight();
+  if (!w.requires_grad()) return;  // frozen (LoRA): nothing to add
+  if (rank_ != 0) {
+    torch::Tensor grad = tied_grad_.defined()
+                             ? tied_grad_
+                             : torch::zeros(w.sizes(), w.options().dtype(torch::kFloat));
+    tied_->send(grad, 0)->wait();
+    tied_grad_ = torch::Tensor();
+    return;
+  }
+  torch::Tensor grad = torch::empty(w.sizes(), w.options().dtype(torch::kFloat));
+  tied_->recv(grad, 1)->wait();
+  // Through a view, so that autograd reaches the matrix's accumulator and the engine's hooks.
+  engine_->backward_from(w.view_as(w), grad.to(w.scalar_type()), {micro_steps - 1, micro_steps});
+}
+
 void PipelineStage::forward(const PipelineAction& a, const MicroBatch& mb, double loss_scale,
-                            model::LossSum& total) {
+                            double factor, model::LossSum& total) {
   const int s = virtual_stage(a.chunk);
   const int last = static_cast<int>(stages_.size()) - 1;
   const auto& [first_block, end_block] = stages_.at(static_cast<size_t>(s));
@@ -246,16 +309,19 @@ void PipelineStage::forward(const PipelineAction& a, const MicroBatch& mb, doubl
     f.input = received.requires_grad_(true);
     x = f.input;
   }
-  const model::BlockContext ctx =
-      model_.context(mb.input_ids.size(1), {}, s == last ? mb.labels : torch::Tensor());
+  trace::Span span("pipeline", "forward", {"micro_batch", a.micro_batch}, {"chunk", a.chunk});
+  const model::BlockContext ctx = model_.context(
+      mb.input_ids.size(1), {0, 0, mb.documents}, s == last ? mb.labels : torch::Tensor());
   for (size_t i = first_block; i < end_block; ++i) x = model_.run_block(i, x, ctx);
   if (s == last) {
+    const double scale = loss_scale * mb.scale;
     {
       torch::NoGradGuard no_grad;
       total.sum += x.detach();
       total.count += mb.labels.ne(model::kIgnoreIndex).sum();
+      scaled_loss_ += x.detach().to(torch::kDouble) * scale;
     }
-    f.output = x * loss_scale;
+    f.output = x * (scale * factor);
     return;
   }
   f.output = x;
@@ -267,14 +333,23 @@ void PipelineStage::backward(const PipelineAction& a, zero::MicroStep micro) {
   const int last = static_cast<int>(stages_.size()) - 1;
   InFlight& f = in_flight_[static_cast<size_t>(a.chunk)][static_cast<size_t>(a.micro_batch)];
   if (s == last) {
+    trace::Span span("pipeline", "backward", {"micro_batch", a.micro_batch}, {"chunk", a.chunk});
     if (engine_ != nullptr) {
       engine_->backward(f.output, micro);
     } else {
       f.output.backward();
     }
+    const torch::Tensor& w = model_.head_weight();
+    if (engine_tied() && w.grad().defined()) {
+      // Summed in float32 over the step's micro-batches, then sent to the first stage.
+      const torch::Tensor g = w.grad().to(torch::kFloat);
+      tied_grad_ = tied_grad_.defined() ? tied_grad_ + g : g.clone();
+      w.mutable_grad() = torch::Tensor();
+    }
   } else {
     torch::Tensor grad = torch::empty_like(f.output);
     group_.recv(grad, rank_of(s + 1))->wait();
+    trace::Span span("pipeline", "backward", {"micro_batch", a.micro_batch}, {"chunk", a.chunk});
     if (engine_ != nullptr) {
       engine_->backward_from(f.output, grad, micro);
     } else if (f.output.requires_grad()) {

@@ -70,34 +70,62 @@ StageRanges balance_stages(const std::vector<double>& costs, int parts, const st
 // layer, so they move no boundary between layers).
 std::vector<double> block_costs(model::DecoderModelImpl& model);
 
+// The stages of parallel.pipeline_split: `layers[s]` decoder layers in stage s, in order, the
+// embedding on the first and the head on the last. Error(kConfig) naming `key` unless they add up
+// to the model's layers.
+StageRanges split_stages(const std::vector<int64_t>& layers, const model::DecoderModelImpl& model,
+                         const std::string& key);
+
+// The blocks rank `rank` of `ranks` runs (its virtual stages rank, rank + ranks, ...), in block
+// order.
+std::vector<size_t> rank_blocks(const StageRanges& stages, int ranks, int rank);
+
 // One rank's stages of a model and the schedule's run of a step over them. The model is whole on
 // every rank (it runs only its blocks; their parameters are the only ones it trains); `group` is
 // the pipeline's ranks, rank p holding virtual stages p, p + P, ... Construction is collective over
 // `group` (with tied embeddings it splits off the first and last stages' ranks).
+//
+// Tied embeddings with an engine: the first stage's engine holds the embedding matrix; the rank
+// holding the head keeps a plain copy of it outside its engine, whose gradient (summed over the
+// step's micro-batches, in float32) it sends to the first stage at the end of its backwards; the
+// first stage adds it to the matrix's in one more micro-step of its engine (so the norm and the
+// update see the sum once), and sync_tied() sends the updated matrix back.
 class PipelineStage {
  public:
   // With `engine` (over this rank's blocks' parameters, zero/engine.h) each backward is one of its
-  // micro-steps — chunks × micro-batches a step, in the schedule's order — the last stage's through
-  // backward(), the others' through backward_from(); the caller then calls engine->step(). Without,
-  // autograd alone: the gradients accumulate in the parameters.
+  // micro-steps — chunks × micro-batches a step, in the schedule's order, and on the first stage
+  // one more with tied embeddings — the last stage's through backward(), the others' through
+  // backward_from(); the caller then calls engine->step() and sync_tied(). Without, autograd
+  // alone: the gradients accumulate in the parameters.
   PipelineStage(model::DecoderModelImpl& model, comm::Communicator& group, StageRanges stages,
                 PipelineSchedule schedule, zero::Engine* engine = nullptr);
 
   // One micro-batch: token ids and aligned labels [B, T]; every stage is given them (the first
-  // stage reads the ids, the last the labels; the others only their shape).
+  // stage reads the ids, the last the labels; the others only their shape). `scale` multiplies
+  // run()'s loss_scale for this micro-batch's loss; `documents`: packed documents' bounds per row
+  // (model.h), null for one sequence a row.
   struct MicroBatch {
     torch::Tensor input_ids;
     torch::Tensor labels;
+    double scale = 1;
+    std::shared_ptr<const model::Documents> documents;
   };
 
   // Runs the step's forwards and backwards; each micro-batch's loss sum is scaled by `loss_scale`
-  // before its backward (1 / the step's counted tokens for the mean). The parameters of this
-  // rank's blocks accumulate their gradients (without an engine; tied embeddings, read by the
-  // first stage and the head's, then get the sum of both ranks' gradients on both). Returns the sum
-  // of the micro-batches' losses and counted tokens on the rank holding the last stage, zeros
+  // × its scale before its backward (1 / the step's counted tokens for the mean). The parameters
+  // of this rank's blocks accumulate their gradients (without an engine; tied embeddings, read by
+  // the first stage and the head's, then get the sum of both ranks' gradients on both). Returns the
+  // sum of the micro-batches' losses and counted tokens on the rank holding the last stage, zeros
   // elsewhere.
   model::LossSum run(const std::vector<MicroBatch>& micro_batches, double loss_scale,
                      const std::string& micro_batch_key);
+  // The last run()'s scaled losses summed (float64: Σ loss sum × loss_scale × scale, what its
+  // backwards started from) on the rank holding the last stage, zero elsewhere.
+  const torch::Tensor& scaled_loss() const { return scaled_loss_; }
+  // Tied embeddings over more than one rank with an engine: the first stage's matrix to the head's
+  // rank (after each engine step, and once the engine holds its first values or a restored
+  // checkpoint's). Collective over the two; nothing elsewhere.
+  void sync_tied();
 
   // Forward only, without gradients (evaluation): the micro-batches in order through every stage.
   // Returns their losses and counted tokens on the rank holding the last stage, zeros elsewhere.
@@ -116,12 +144,17 @@ class PipelineStage {
   // send waited on: their tensors are held until then).
   model::LossSum begin(int micro_batches);
   void finish();
-  void forward(const PipelineAction& a, const MicroBatch& mb, double loss_scale,
+  // `factor`: the engine's micro-step count that its backward() divides by, multiplied back.
+  void forward(const PipelineAction& a, const MicroBatch& mb, double loss_scale, double factor,
                model::LossSum& total);
   void backward(const PipelineAction& a, zero::MicroStep micro);
   int virtual_stage(int chunk) const { return chunk * size_ + rank_; }
   int rank_of(int virtual_stage) const { return virtual_stage % size_; }
   torch::Tensor hidden_like(const MicroBatch& mb) const;
+  // Tied embeddings with an engine, at the end of a step's backwards: the head's rank sends its
+  // summed gradient of the matrix, the first stage adds it in its extra micro-step.
+  void exchange_tied_grad(int micro_steps);
+  bool engine_tied() const { return tied_ != nullptr && engine_ != nullptr; }
 
   model::DecoderModelImpl& model_;
   comm::Communicator& group_;
@@ -134,6 +167,8 @@ class PipelineStage {
   // With tied embeddings over more than one rank: the first stage's rank and the head's (null
   // on the others).
   std::unique_ptr<comm::Communicator> tied_;
+  torch::Tensor tied_grad_;  // engine_tied() on the head's rank: this step's, float32
+  torch::Tensor scaled_loss_;
 };
 
 }  // namespace dstrain::train

@@ -99,17 +99,24 @@ void Trainer::init() {
   const int threads = set_intra_op_threads();
   const int sp_size = static_cast<int>(cfg_.parallel.sequence_parallel_size);
   const int tp_size = static_cast<int>(cfg_.parallel.tensor_parallel_size);
+  // Pipeline stages are the outermost split: stage s is the s-th block of world / P consecutive
+  // ranks, and every other group is cut from the stage's ranks.
+  if (pipeline_size() > 1) {
+    const int block = world_ / pipeline_size();
+    stage_world_ = comm_->split(rank_ / block);
+    pipeline_group_ = comm_->split(rank_ % block);
+  }
   // Anything random during training (dropout) draws from LibTorch's default generator, which is
   // otherwise seeded at random: seed it so runs repeat exactly. The ranks of a tensor-parallel
   // group draw alike, what one rank without tensor parallelism draws (lora_model.h).
-  torch::manual_seed(cfg_.training.seed + static_cast<uint64_t>(rank_ / tp_size));
+  torch::manual_seed(cfg_.training.seed + static_cast<uint64_t>(stage_comm().rank() / tp_size));
   SequenceParallel::check_length(cfg_.data.max_length, sp_size);
   check_tensor_parallel_length(cfg_.data.max_length, sp_size, tp_size,
                                cfg_.parallel.tensor_sequence_parallel);
   // The groups in one order on every rank: tensor parallel (innermost), then sequence parallel.
-  tp_ = std::make_shared<TensorParallelGroup>(*comm_, tp_size,
+  tp_ = std::make_shared<TensorParallelGroup>(stage_comm(), tp_size,
                                               cfg_.parallel.tensor_sequence_parallel);
-  sp_ = std::make_unique<SequenceParallel>(*comm_, sp_size, tp_size);
+  sp_ = std::make_unique<SequenceParallel>(stage_comm(), sp_size, tp_size);
 
   resolve_model();
   build_data();
@@ -140,9 +147,24 @@ void Trainer::init() {
     plan.engine.tensor_parallel = &tp_->group();
     plan.engine.replicated = replicated_parameter;
   }
+  StageRanges stages;
+  if (pipeline_group_) {
+    stages = pipeline_stages();
+    plan.blocks = rank_blocks(stages, pipeline_size(), pipeline_group_->rank());
+    plan.engine.pipeline = pipeline_group_.get();
+  }
   // ZeRO shards over the ranks that hold this rank's slice (all of them without tensor
-  // parallelism).
+  // parallelism) of its stage (the whole model without pipeline parallelism).
   parallel_ = parallelize(model_, {tp_->replicas(), device_, *sp_}, std::move(plan));
+  if (pipeline_group_) {
+    const PipelineSchedule schedule = cfg_.parallel.pipeline_virtual_stages > 1
+                                          ? PipelineSchedule::kInterleaved
+                                      : cfg_.parallel.pipeline_schedule == "gpipe"
+                                          ? PipelineSchedule::kGpipe
+                                          : PipelineSchedule::kOneForwardOneBackward;
+    pipeline_ = std::make_unique<PipelineStage>(*model_, *pipeline_group_, std::move(stages),
+                                                schedule, parallel_.engine.get());
+  }
   if (parallel_.lora) log_lora();
   model_->train();
   if (cfg_.model.fused_loss_chunk_mb > 0)
@@ -170,6 +192,8 @@ void Trainer::init() {
 
   create_checkpointer();
   if (!resume_from_.empty()) restore(resume_from_);
+  // A tied embedding's copy on the head's stage, from the first stage's engine.
+  if (pipeline_) pipeline_->sync_tied();
 
   if (rank_ == 0) create_metrics();
   if (rank_ == 0) {
@@ -198,6 +222,29 @@ void Trainer::init() {
         world_ / sp_->size(), sp_->size(),
         tp_->size() > 1 ? fmt::format("ranks {} apart", tp_->size()) : "consecutive ranks",
         sp_->data_parallel_size(), cfg_.data.max_length / sp_->size());
+  }
+  if (pipeline_ && rank_ == 0) {
+    const int m = static_cast<int>(cfg_.training.gradient_accumulation_steps);
+    const int v = pipeline_->chunks();
+    log::info(
+        "pipeline parallel: {} stages of {} ranks, {} schedule, {} micro-batches a step: each "
+        "rank idles about {:.0f}% of a step (equal stages)",
+        pipeline_size(), world_ / pipeline_size(),
+        v > 1 ? fmt::format("interleaved 1F1B ({} virtual stages a rank)", v)
+              : cfg_.parallel.pipeline_schedule,
+        m, 100 * pipeline_bubble(pipeline_size(), m, v));
+    if (cfg_.zero.stage == 2) {
+      log::warn(
+          "zero stage 2 with pipeline parallelism reduce-scatters the gradients at each of a "
+          "step's {} micro-steps; ZeRO 1 reduces them once a step (and keeps each stage's "
+          "gradients whole on its ranks)",
+          m * v);
+    }
+    if (!cfg_.model.fused_loss) {
+      log::warn(
+          "model.fused_loss: false has no effect with pipeline parallelism: the last stage "
+          "computes the loss in chunks of the vocabulary");
+    }
   }
   if (parallel_.engine->can_update_during_backward()) {
     log::info("no gradient clipping: each bucket/unit is updated during backward, once reduced");
@@ -344,15 +391,21 @@ data::Batch Trainer::on_device(data::Batch b) const {
   return b;
 }
 
+namespace {
+
+// Rows of packed documents (whole rows: a sequence-parallel rank's slice keeps their bounds); rows
+// of one document each are plain rows (the same positions and attention): null.
+std::shared_ptr<const model::Documents> packed_documents(const data::Batch& b) {
+  const auto one_document = [](const std::vector<int64_t>& row) { return row.size() == 1; };
+  if (std::all_of(b.documents.begin(), b.documents.end(), one_document)) return nullptr;
+  return std::make_shared<const model::Documents>(model::Documents{b.documents});
+}
+
+}  // namespace
+
 model::LossSum Trainer::local_loss_sum(const data::Batch& whole) {
   model::Positions positions = sp_->positions(whole.input_ids.size(1));
-  // Rows of packed documents (whole rows: a sequence-parallel rank's slice keeps their bounds);
-  // rows of one document each are plain rows (the same positions and attention).
-  const auto one_document = [](const std::vector<int64_t>& row) { return row.size() == 1; };
-  if (!std::all_of(whole.documents.begin(), whole.documents.end(), one_document)) {
-    positions.documents =
-        std::make_shared<const model::Documents>(model::Documents{whole.documents});
-  }
+  positions.documents = packed_documents(whole);
   const data::Batch b = sp_->slice(whole);
   return model_->loss_sum(b.input_ids, b.labels, cfg_.model.fused_loss, positions);
 }
@@ -390,9 +443,16 @@ torch::Tensor Trainer::train_step(double* fwd_bwd_s, double* data_s) {
   if (device_.is_cuda()) host = host.pin_memory();
   torch::Tensor step_counts = host.to(device_, /*non_blocking=*/true);
   comm_->all_reduce(step_counts, comm::ReduceOp::kSum)->wait();
-  step_counts = step_counts / static_cast<double>(sp_->size() * tp_->size());
+  // Every stage of a pipeline read them too.
+  step_counts = step_counts / static_cast<double>(sp_->size() * tp_->size() * pipeline_size());
   interval_tokens_ =
       interval_tokens_.defined() ? interval_tokens_ + step_counts[1] : step_counts[1].clone();
+  if (pipeline_) {
+    Stopwatch f;
+    torch::Tensor loss = pipeline_step(batches, step_counts);
+    *fwd_bwd_s += f.seconds();
+    return loss;
+  }
   const int64_t micro_steps = batches.back().micro_steps;
   const torch::Tensor scale = tokens_scale(step_counts[0], micro_steps, sp_->data_parallel_size());
   torch::Tensor loss_sum;
@@ -416,10 +476,55 @@ torch::Tensor Trainer::train_step(double* fwd_bwd_s, double* data_s) {
   return loss_sum / static_cast<double>(micro_steps);
 }
 
+StageRanges Trainer::pipeline_stages() {
+  const int parts = pipeline_size() * static_cast<int>(cfg_.parallel.pipeline_virtual_stages);
+  StageRanges stages;
+  if (cfg_.parallel.pipeline_split.empty()) {
+    stages = balance_stages(block_costs(*model_), parts, "parallel.pipeline_parallel_size");
+  } else {
+    std::vector<int64_t> layers;
+    for (const std::string& n : cfg_.parallel.pipeline_split) layers.push_back(std::stoll(n));
+    stages = split_stages(layers, *model_, cfg_.source_path + ": parallel.pipeline_split");
+  }
+  if (rank_ == 0) {
+    std::string said;
+    for (size_t s = 0; s < stages.size(); ++s) {
+      const auto& [first, end] = stages[s];
+      said += fmt::format("{}{}: blocks {}-{}", s == 0 ? "" : "; ", s, first, end - 1);
+    }
+    log::info("pipeline stages (block 0 the embedding, {} the head): {}",
+              model_->blocks().size() - 1, said);
+  }
+  return stages;
+}
+
+torch::Tensor Trainer::pipeline_step(std::vector<data::Batch>& batches,
+                                     const torch::Tensor& step_counts) {
+  // kTokens: every micro-batch's loss sum over the step's labelled tokens (the engine's average
+  // over the data-parallel ranks undone); kMicroSteps: each one's own token mean, averaged.
+  const bool tokens = loss_normalization_ == LossNormalization::kTokens;
+  const double labelled = std::max(1.0, step_counts[0].item<double>());
+  const double loss_scale =
+      tokens ? static_cast<double>(sp_->data_parallel_size()) / labelled : 1.0;
+  std::vector<PipelineStage::MicroBatch> micro_batches;
+  for (data::Batch& b : batches) {
+    const double scale =
+        tokens ? 1.0
+               : 1.0 / (static_cast<double>(std::max<int64_t>(1, b.labelled)) *
+                        static_cast<double>(batches.size()));
+    micro_batches.push_back({b.input_ids, b.labels, scale, packed_documents(b)});
+    b = data::Batch();
+  }
+  const trace::Span span("forward_backward", "pipeline");
+  pipeline_->run(micro_batches, loss_scale, "training.gradient_accumulation_steps");
+  return pipeline_->scaled_loss().clone();
+}
+
 double Trainer::mean_loss_over_ranks(const torch::Tensor& local_loss) {
   torch::Tensor sum = local_loss.reshape({1}).clone();  // fp64, on the device
   comm::synchronize(*comm_->all_reduce(sum, comm::ReduceOp::kSum));
-  const double loss = sum.item<double>() / world_;
+  // Every rank of a pipeline's last stage holds a value; the other stages' are zero.
+  const double loss = sum.item<double>() / (world_ / pipeline_size());
   if (!std::isfinite(loss)) {
     fail(ErrorKind::kRuntime, "training diverged: loss is {} at step {}", loss, step_);
   }
@@ -442,14 +547,29 @@ EvalResult Trainer::evaluate() {
     batches = std::min(batches, cfg_.training.eval_max_batches);
   }
   std::vector<double> acc = {0.0, 0.0};
+  const auto add = [&acc](const model::LossSum& ls) {
+    acc[0] += ls.sum.item<double>();
+    acc[1] += static_cast<double>(ls.count.item<int64_t>());
+  };
+  // Through a pipeline as many batches at a time as it has stages (only the last stage's losses
+  // are not zero).
+  std::vector<PipelineStage::MicroBatch> in_pipeline;
   for (int64_t i = 0; i < batches; ++i) {
     auto next = eval.next();
     if (!next) break;
+    const data::Batch b = on_device(std::move(*next));
     // Each rank's own tokens: summed over the world, every token counts once.
-    const auto ls = local_loss_sum(on_device(std::move(*next)));
-    acc[0] += ls.sum.item<double>();
-    acc[1] += static_cast<double>(ls.count.item<int64_t>());
+    if (!pipeline_) {
+      add(local_loss_sum(b));
+      continue;
+    }
+    in_pipeline.push_back({b.input_ids, b.labels, 1.0, packed_documents(b)});
+    if (static_cast<int>(in_pipeline.size()) == pipeline_size()) {
+      add(pipeline_->evaluate(in_pipeline));
+      in_pipeline.clear();
+    }
   }
+  if (!in_pipeline.empty()) add(pipeline_->evaluate(in_pipeline));
   model_->train();
   all_reduce(acc);
   // The ranks of a tensor-parallel group scored the same tokens.
@@ -556,6 +676,7 @@ RunSummary Trainer::run_steps() {
     Stopwatch o;
     trace::Span optimizer_span("optimizer", "optimizer");
     const zero::StepResult r = parallel_.engine->step(lr);
+    if (pipeline_) pipeline_->sync_tied();
     optimizer_span.set_arg(peak_arg(*phase_peaks_, StepPhase::kOptimizer));
     optimizer_span.end();
     opt_t += o.seconds();

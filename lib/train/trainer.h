@@ -25,6 +25,7 @@
 #include "train/loss_normalization.h"
 #include "train/parallelize.h"
 #include "train/phase_peaks.h"
+#include "train/pipeline.h"
 #include "train/rank_lifetime.h"
 #include "train/run_plan.h"
 #include "train/sequence_parallel.h"
@@ -113,6 +114,17 @@ class Trainer {
   // parallelism this rank's slice of them), every block run through the engine (parallelize.h).
   model::LossSum local_loss_sum(const data::Batch& whole);
   torch::Tensor train_step(double* fwd_bwd_s, double* data_s);
+  // Pipeline parallelism: the step's micro-batches through this rank's stages; `step_counts` as
+  // train_step() has them. Returns the rank's value of the step's loss (zero but on the last
+  // stage).
+  torch::Tensor pipeline_step(std::vector<data::Batch>& batches, const torch::Tensor& step_counts);
+  // The pipeline's stages (parallel.pipeline_split, else balanced) and this rank's blocks; said
+  // once by rank 0.
+  StageRanges pipeline_stages();
+  // The world this rank's stage runs in: stage_world_, or the whole world without pipeline
+  // parallelism.
+  comm::Communicator& stage_comm() { return stage_world_ ? *stage_world_ : *comm_; }
+  int pipeline_size() const { return static_cast<int>(cfg_.parallel.pipeline_parallel_size); }
   // Collective: the mean over ranks of each rank's `local_loss` (a host read); Error(kRuntime) when
   // it is not finite (training diverged).
   double mean_loss_over_ranks(const torch::Tensor& local_loss);
@@ -145,6 +157,11 @@ class Trainer {
   int world_ = 1;
   torch::Device device_{torch::kCPU};  // cuda:LOCAL_RANK or the CPU (device.h)
   std::unique_ptr<comm::Communicator> comm_;
+  // Pipeline parallelism (parallel.pipeline_parallel_size > 1): the ranks of this rank's stage,
+  // which the tensor-, sequence- and data-parallel groups are cut from, and the pipeline's ranks
+  // (one of each stage, train/pipeline.h). Null without.
+  std::unique_ptr<comm::Communicator> stage_world_;
+  std::unique_ptr<comm::Communicator> pipeline_group_;
   // The groups outlive the model that uses them (the model shares the tensor-parallel group).
   std::shared_ptr<TensorParallelGroup> tp_;
   std::unique_ptr<SequenceParallel> sp_;
@@ -159,6 +176,7 @@ class Trainer {
   // engine is built); null without. Outlives the engine.
   std::unique_ptr<model::TrainingStream> training_stream_;
   Parallelized parallel_;      // the model's adapters (LoRA), CUDA graphs and ZeRO engine
+  std::unique_ptr<PipelineStage> pipeline_;  // with pipeline_group_: this rank's stages
   std::string base_checksum_;  // LoRA: lora::base_checksum of the fp32 base weights
   bool graphs_logged_ = false;
   std::vector<model::LayerFallback> voted_fallbacks_;  // this rank's, in the pending stop vote

@@ -104,6 +104,10 @@ struct EngineOptions {
   // (those `replicated` says, by name) once. Null: the engine's ranks hold the whole model.
   comm::Communicator* tensor_parallel = nullptr;
   std::function<bool(const std::string& name)> replicated;
+  // Pipeline parallelism (lib/train/pipeline.h): the engine holds one stage's parameters and
+  // `pipeline` is the group of the ranks holding the other stages. The global norm (clipping, the
+  // fp16 overflow that skips a step) sums every stage's Σg² over it. Null: one stage.
+  comm::Communicator* pipeline = nullptr;
   // Where the initial values come from; unset: from the parameters themselves (which must then
   // hold them). The master is built from them (so compute-dtype rounding never reaches it), then
   // the compute-dtype parameters. At stage 3 each rank asks only for its own shard's elements and

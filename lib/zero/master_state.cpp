@@ -41,6 +41,7 @@ MasterState::MasterState(torch::Tensor master, bool aliases_params, MasterLayout
       clip_(options.gradient_clipping),
       tensor_parallel_(options.tensor_parallel),
       replicated_(options.replicated),
+      pipeline_(options.pipeline),
       scaler_(options.compute_dtype == torch::kHalf, options.loss_scaling) {
   optimizer_ = make_optimizer(master_.numel(), no_decay_ranges());
   if (!optimizer_) fail(ErrorKind::kInternal, "zero engine: the optimizer factory returned null");
@@ -98,6 +99,7 @@ StepResult MasterState::reduce_norm(const torch::Tensor& local_sq,
     sq = (both[0] - both[1] * (1.0 - 1.0 / copies)).reshape({1}).contiguous();
     tensor_parallel_->all_reduce(sq, comm::ReduceOp::kSum)->wait();
   }
+  if (pipeline_ != nullptr) pipeline_->all_reduce(sq, comm::ReduceOp::kSum)->wait();
   result.grad_norm_tensor = sq.sqrt() / result.loss_scale;
   if (scaler_.enabled()) result.skipped = scaler_.update(!std::isfinite(sq.item<double>()));
   return result;

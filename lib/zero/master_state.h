@@ -149,6 +149,7 @@ class MasterState {
   double clip_;
   comm::Communicator* tensor_parallel_;
   std::function<bool(const std::string&)> replicated_;
+  comm::Communicator* pipeline_;
   LossScaler scaler_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   // The update during backward: its learning rate while armed, the pieces updated so far and

@@ -323,15 +323,63 @@ TEST(ConfigLoad, EveryTrainerArgumentNamesAKeyThatExists) {
   }
 }
 
-// Pipeline parallelism, by the names Megatron and DeepSpeed configs use: said to be missing, not
-// taken for a misspelling of parallel.sequence_parallel_size.
-TEST(ConfigLoad, PipelineParallelSizesAreNotSupportedYet) {
-  for (const char* key : {"pipeline_parallel_size", "pipeline_model_parallel_size"}) {
-    const std::string error =
-        load_error(minimal_yaml("parallel:\n  " + std::string(key) + ": 2\n"));
-    EXPECT_THAT(error, HasSubstr("parallel." + std::string(key) + ": not supported yet"));
-    EXPECT_THAT(error, Not(HasSubstr("did you mean")));
-  }
+// Pipeline parallelism under dstrain's names, Megatron-LM's (pipeline_model_parallel_size,
+// virtual_pipeline_model_parallel_size) and DeepSpeed's pipeline.stages; each setting it cannot
+// run with refused naming its key.
+TEST(ConfigLoad, PipelineParallelUnderEachNameAndWhatItRefuses) {
+  TempDir dir;
+  const std::string megatron = dir.write(
+      "megatron.yaml", minimal_yaml("training:\n  gradient_accumulation_steps: 4\nparallel:\n  "
+                                    "pipeline_model_parallel_size: 2\n  "
+                                    "virtual_pipeline_model_parallel_size: 2\n"));
+  Config c = load_config(megatron, world(4));
+  EXPECT_EQ(c.parallel.pipeline_parallel_size, 2);
+  EXPECT_EQ(c.parallel.pipeline_virtual_stages, 2);
+  EXPECT_EQ(c.parallel.data_parallel(4), 2);
+  dir.write("ds.json", R"({"pipeline": {"stages": 4, "partition": "parameters"}})");
+  std::vector<std::string> warnings;
+  LoadOptions options = world(4);
+  options.warnings = &warnings;
+  c = load_config(dir.write("ds.yaml", minimal_yaml("deepspeed: ds.json\n")), options);
+  EXPECT_EQ(c.parallel.pipeline_parallel_size, 4);
+  EXPECT_THAT(::testing::PrintToString(warnings), HasSubstr("pipeline.partition"));
+  EXPECT_THAT(::testing::PrintToString(warnings), HasSubstr("idles 75% of a step"))
+      << "one micro-batch through four stages";
+  c = load_config(dir.write("split.yaml", minimal_yaml("parallel:\n  pipeline_parallel_size: 2\n  "
+                                                       "pipeline_split: [1, 3]\n")),
+                  world(2));
+  EXPECT_EQ(c.parallel.pipeline_split, (std::vector<std::string>{"1", "3"}));
+
+  const auto pipeline = [](const std::string& more) {
+    return minimal_yaml("parallel:\n  pipeline_parallel_size: 2\n" + more);
+  };
+  EXPECT_THAT(load_error(pipeline(""), world(3)),
+              HasSubstr("parallel.pipeline_parallel_size: the world size (3) is not divisible by "
+                        "pipeline_parallel_size (2)"));
+  EXPECT_THAT(load_error(pipeline("zero:\n  stage: 3\n"), world(2)),
+              HasSubstr("runs with ZeRO stage 0, 1 or 2, not 3"));
+  EXPECT_THAT(load_error(pipeline("  sequence_parallel_size: 2\n"), world(4)),
+              HasSubstr("does not run with sequence parallelism yet"));
+  EXPECT_THAT(load_error(pipeline("training:\n  per_device_train_batch_size: auto\n"), world(2)),
+              HasSubstr("training.per_device_train_batch_size: auto is not available with "
+                        "pipeline parallelism"));
+  EXPECT_THAT(load_error(pipeline("  pipeline_virtual_stages: 2\n  pipeline_schedule: gpipe\n"),
+                         world(2)),
+              HasSubstr("run only the 1F1B schedule"));
+  EXPECT_THAT(load_error(pipeline("  pipeline_schedule: interleaved_1f1b\n"), world(2)),
+              HasSubstr("interleaved_1f1b needs parallel.pipeline_virtual_stages of 2 or more"));
+  EXPECT_THAT(load_error(pipeline("  pipeline_schedule: zigzag\n"), world(2)),
+              HasSubstr("parallel.pipeline_schedule"));
+  EXPECT_THAT(load_error(pipeline("  pipeline_split: [4]\n"), world(2)),
+              HasSubstr("1 layer counts for 2 stage(s)"));
+  EXPECT_THAT(load_error(pipeline("  pipeline_split: [2, x]\n"), world(2)),
+              HasSubstr("parallel.pipeline_split: expected a list of layer counts of 1 or "
+                        "more, one per stage"));
+  EXPECT_THAT(load_error(pipeline("  pipeline_virtual_stages: 2\ntraining:\n  "
+                                  "gradient_accumulation_steps: 3\n"),
+                         world(2)),
+              HasSubstr("training.gradient_accumulation_steps: 3 is not a multiple of "
+                        "pipeline_parallel_size (2)"));
 }
 
 // Tensor parallelism under dstrain's name, Megatron-LM's (tensor_model_parallel_size, and

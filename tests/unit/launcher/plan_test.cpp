@@ -58,6 +58,46 @@ TEST(WorldPlan, SequenceParallelGroupsAreConsecutiveRanksAndNameTheirNodes) {
             "  group 0: ranks 0-3 across nodes 0-1: its all-to-alls cross the network\n");
 }
 
+// Pipeline stages are the outermost split: blocks of world / P consecutive ranks, each pipeline
+// the ranks at one place in every block, tensor-parallel groups consecutive inside a stage.
+TEST(WorldPlan, PipelineStagesAreBlocksOfConsecutiveRanksAndThePipelinesCrossThem) {
+  PlanRequest r = local_request(1);
+  r.nodes = {{"a", 4, {}}, {"b", 4, {}}};
+  WorldPlan plan = make_world_plan(r);
+  plan.parallel.pipeline_parallel_size = 2;
+  EXPECT_EQ(format_parallel_groups(plan),
+            "pipeline stages: 2 blocks of 4 consecutive ranks (1f1b):\n"
+            "  stage 0: ranks 0-3 on node 0 (a)\n"
+            "  stage 1: ranks 4-7 on node 1 (b)\n"
+            "pipelines of 2 ranks 4 apart:\n"
+            "  group 0: ranks 0, 4 across nodes 0-1: its activations cross the network\n"
+            "  group 1: ranks 1, 5 across nodes 0-1: its activations cross the network\n"
+            "  group 2: ranks 2, 6 across nodes 0-1: its activations cross the network\n"
+            "  group 3: ranks 3, 7 across nodes 0-1: its activations cross the network\n"
+            "data-parallel size 4: ZeRO shards each stage over its 4 ranks\n");
+  plan.parallel.tensor_parallel_size = 2;
+  plan.parallel.pipeline_virtual_stages = 2;
+  EXPECT_EQ(format_parallel_groups(plan),
+            "pipeline stages: 2 blocks of 4 consecutive ranks, 2 virtual stages per rank "
+            "(interleaved 1F1B):\n"
+            "  stage 0: ranks 0-3 on node 0 (a)\n"
+            "  stage 1: ranks 4-7 on node 1 (b)\n"
+            "pipelines of 2 ranks 4 apart:\n"
+            "  group 0: ranks 0, 4 across nodes 0-1: its activations cross the network\n"
+            "  group 1: ranks 1, 5 across nodes 0-1: its activations cross the network\n"
+            "  group 2: ranks 2, 6 across nodes 0-1: its activations cross the network\n"
+            "  group 3: ranks 3, 7 across nodes 0-1: its activations cross the network\n"
+            "tensor-parallel groups of 2 consecutive ranks (sequence parallelism between the "
+            "layers' parallel regions):\n"
+            "  group 0: ranks 0-1 on node 0 (a)\n"
+            "  group 1: ranks 2-3 on node 0 (a)\n"
+            "  group 2: ranks 4-5 on node 1 (b)\n"
+            "  group 3: ranks 6-7 on node 1 (b)\n"
+            "data-parallel size 2: ZeRO shards each tensor-parallel slice of a stage over the 2 "
+            "ranks that hold it\n");
+  check_tensor_parallel_nodes(plan);
+}
+
 // Tensor-parallel groups are consecutive ranks, sequence-parallel groups T apart inside each
 // data-parallel block (train/tensor_parallel.h); a tensor-parallel group across nodes is refused
 // unless allowed.

@@ -190,6 +190,22 @@ TEST(PipelineStages, BlockCostsAreTheMatricesMultiplyAdds) {
   EXPECT_EQ(block_costs(*tied)[5], 96 * 32) << "the tied head reads the embedding's matrix";
 }
 
+// parallel.pipeline_split: layer counts per stage, the embedding on the first and the head on the
+// last; rank_blocks: a rank's virtual stages p, p + P, ...
+TEST(PipelineStages, SplitByLayerCountsAndEachRanksBlocks) {
+  model::DecoderModel m(model::parse_model_config(llama(false)), model::Materialize::kNo);
+  EXPECT_EQ(split_stages({1, 3}, *m, "k"), (StageRanges{{0, 2}, {2, 6}}));
+  EXPECT_EQ(split_stages({1, 1, 1, 1}, *m, "k"), (StageRanges{{0, 2}, {2, 3}, {3, 4}, {4, 6}}));
+  dstrain::testing::expect_error([&] { split_stages({2, 3}, *m, "cfg.yaml: parallel.split"); },
+                                 ErrorKind::kConfig,
+                                 {"cfg.yaml: parallel.split: the stages' layer counts add up to "
+                                  "5, but the model has 4 layers"});
+  const StageRanges four{{0, 2}, {2, 3}, {3, 4}, {4, 6}};
+  EXPECT_EQ(rank_blocks(four, 2, 0), (std::vector<size_t>{0, 1, 3}));
+  EXPECT_EQ(rank_blocks(four, 2, 1), (std::vector<size_t>{2, 4, 5}));
+  EXPECT_EQ(rank_blocks(four, 4, 3), (std::vector<size_t>{4, 5}));
+}
+
 struct StepCase {
   std::string name;
   PipelineSchedule schedule;
@@ -206,7 +222,7 @@ std::vector<PipelineStage::MicroBatch> micro_batches(int64_t vocab) {
     const torch::Tensor ids = torch::randint(0, vocab, {2, 13}, torch::kInt64);
     torch::Tensor labels = ids.roll(-1, 1).clone();
     labels.index_put_({0, 0}, model::kIgnoreIndex);
-    out.push_back({ids, labels});
+    out.push_back({ids, labels, 1.0, nullptr});
   }
   return out;
 }
@@ -296,9 +312,11 @@ INSTANTIATE_TEST_SUITE_P(
 // Plain SGD at learning rate 1: a step moves each parameter by minus its gradient, so the update
 // shows the gradient itself (AdamW's first step would show only its sign).
 std::unique_ptr<zero::Engine> engine_over(std::vector<zero::NamedParameter> params,
-                                          comm::Communicator& comm, int stage) {
+                                          comm::Communicator& comm, int stage,
+                                          comm::Communicator* pipeline = nullptr) {
   zero::EngineOptions options;
   options.stage = stage;
+  options.pipeline = pipeline;
   options.reduce_bucket_size = 4096;  // several buckets a stage
   return zero::make_engine(
       std::move(params), comm,
@@ -314,6 +332,7 @@ struct EngineCase {
   std::string name;
   PipelineSchedule schedule;
   int ranks, chunks, zero_stage;
+  bool tied = false;
 };
 
 class PipelineEngineStep : public ::testing::TestWithParam<EngineCase> {};
@@ -321,15 +340,18 @@ class PipelineEngineStep : public ::testing::TestWithParam<EngineCase> {};
 // Each rank's ZeRO engine over its stages' parameters only (a data-parallel group of one), its
 // micro-steps the pipeline's backwards: one optimizer step moves every parameter as one process's
 // engine stepping the whole model over the same micro-batches does (the update, which is the
-// gradient here, within 1e-6), and the stages' gradient norms make the whole model's.
+// gradient here, within 1e-6), every stage's engine reports the whole model's gradient norm (its
+// Σg² summed over the pipeline), and the last stage's scaled loss is the step's loss. Tied: the
+// head's rank holds the embedding outside its engine, the first stage's engine adds the head's
+// gradient, and after sync_tied() both ranks hold the one update.
 TEST_P(PipelineEngineStep, ParametersAfterAStepEqualOneProcess) {
   const EngineCase c = GetParam();
-  const model::ModelConfig config = model::parse_model_config(llama(false));
+  const model::ModelConfig config = model::parse_model_config(llama(c.tied));
   const auto batches = micro_batches(config.vocab_size);
   double count = 0;
   for (const auto& mb : batches) count += mb.labels.ne(model::kIgnoreIndex).sum().item<double>();
   std::map<std::string, torch::Tensor> want;  // each parameter's update
-  double want_norm = 0;
+  double want_norm = 0, want_loss = 0;
   run_ranks(1, [&](ThreadCommunicator& solo) {
     model::DecoderModel whole = model::build_model(config, torch::kFloat32, 3);
     std::vector<zero::NamedParameter> params;
@@ -341,6 +363,7 @@ TEST_P(PipelineEngineStep, ParametersAfterAStepEqualOneProcess) {
     for (int i = 0; i < kMicroBatches; ++i) {
       const auto& mb = batches[static_cast<size_t>(i)];
       const model::LossSum l = whole->loss_sum(mb.input_ids, mb.labels, /*fused=*/true);
+      want_loss += l.sum.item<double>() / count;
       engine->backward(l.sum * (kMicroBatches / count), {i, kMicroBatches});
     }
     want_norm = engine->step(kLr).grad_norm();
@@ -348,7 +371,6 @@ TEST_P(PipelineEngineStep, ParametersAfterAStepEqualOneProcess) {
       want[item.key()] = item.value().detach() - want[item.key()];
     }
   });
-  std::vector<double> norms(static_cast<size_t>(c.ranks), 0.0);
   run_ranks(c.ranks, [&](ThreadCommunicator& group) {
     model::DecoderModel m = model::build_model(config, torch::kFloat32, 3);
     const StageRanges stages = balance_stages(block_costs(*m), c.ranks * c.chunks, "key");
@@ -370,19 +392,31 @@ TEST_P(PipelineEngineStep, ParametersAfterAStepEqualOneProcess) {
     std::map<std::string, torch::Tensor> before;
     for (const zero::NamedParameter& p : params) before[p.name] = p.tensor.detach().clone();
     const std::unique_ptr<comm::Communicator> data_parallel = group.split(group.rank());
-    auto engine = engine_over(params, *data_parallel, c.zero_stage);
+    auto engine = engine_over(params, *data_parallel, c.zero_stage, &group);
     PipelineStage stage(*m, group, stages, c.schedule, engine.get());
+    const bool head_rank = group.rank() == c.ranks - 1;
+    const torch::Tensor embedding_before = m->head_weight().detach().clone();
+    stage.sync_tied();
     stage.run(batches, 1.0 / count, "key");
-    norms[static_cast<size_t>(group.rank())] = engine->step(kLr).grad_norm();
+    const double norm = engine->step(kLr).grad_norm();
+    stage.sync_tied();
+    EXPECT_NEAR(norm, want_norm, 1e-6 * want_norm) << "rank " << group.rank();
+    if (head_rank) {
+      EXPECT_NEAR(stage.scaled_loss().item<double>(), want_loss, 1e-6 * want_loss);
+    } else {
+      EXPECT_EQ(stage.scaled_loss().item<double>(), 0);
+    }
     for (const zero::NamedParameter& p : params) {
       const torch::Tensor update = p.tensor.detach() - before.at(p.name);
       EXPECT_GT(update.abs().max().item<double>(), 0) << p.name << " did not move";
       EXPECT_LT(relative(update, want.at(p.name)), 1e-6) << p.name << ", rank " << group.rank();
     }
+    if (c.tied && head_rank) {
+      const torch::Tensor update = m->head_weight().detach() - embedding_before;
+      EXPECT_LT(relative(update, want.at("model.embed_tokens.weight")), 1e-6)
+          << "the head's copy of the tied embedding";
+    }
   });
-  double squares = 0;
-  for (double n : norms) squares += n * n;
-  EXPECT_NEAR(std::sqrt(squares), want_norm, 1e-6 * want_norm);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -391,7 +425,10 @@ INSTANTIATE_TEST_SUITE_P(
         EngineCase{"OneF1BP2Zero0", PipelineSchedule::kOneForwardOneBackward, 2, 1, 0},
         EngineCase{"OneF1BP2Zero1", PipelineSchedule::kOneForwardOneBackward, 2, 1, 1},
         EngineCase{"OneF1BP3Zero2", PipelineSchedule::kOneForwardOneBackward, 3, 1, 2},
-        EngineCase{"InterleavedP2V2Zero1", PipelineSchedule::kInterleaved, 2, 2, 1}),
+        EngineCase{"InterleavedP2V2Zero1", PipelineSchedule::kInterleaved, 2, 2, 1},
+        EngineCase{"OneF1BP2Zero1Tied", PipelineSchedule::kOneForwardOneBackward, 2, 1, 1, true},
+        EngineCase{"OneF1BP3Zero2Tied", PipelineSchedule::kOneForwardOneBackward, 3, 1, 2, true},
+        EngineCase{"InterleavedP2V2Zero0Tied", PipelineSchedule::kInterleaved, 2, 2, 0, true}),
     [](const ::testing::TestParamInfo<EngineCase>& i) { return i.param.name; });
 
 }  // namespace

@@ -1,0 +1,288 @@
+// Pipeline parallelism end to end: `dstrain launch` of 2 and 4 real processes over Gloo with
+// parallel.pipeline_parallel_size P, against N/(P·T) processes without it (one process when N =
+// P·T). A pipeline trains on exactly the batches of one rank, its micro-batches the accumulation
+// steps, so each of 20 steps' loss and gradient norm (clipping on) and the final eval loss must
+// agree; in fp32 within 1e-5 relative, bf16 within bf16's rounding. P = 2 and 4 (accumulation 4
+// and 8), 1F1B, interleaved and GPipe, tied (the tiny model's) and untied heads, P2 × T2, P2 ×
+// DP2 at ZeRO 1 and 2, LoRA, packed documents, the micro-step loss normalisation. Then its
+// checkpoints resumed at another P, T and DP, the launcher's stages, a killed stage, and the
+// configuration errors (exit 2 naming the key).
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/safetensors.h"
+#include "tests/integration/train_util.h"
+
+namespace dstrain::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The tiny model's config.json with `changes`, written to <dir>/model; returns the override that
+// trains it.
+std::string write_model(const TempDir& dir, const nlohmann::json& changes) {
+  std::ifstream in(std::string(DSTRAIN_SOURCE_DIR) + "/configs/models/tiny/config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  config.update(changes);
+  std::filesystem::create_directories(dir.file("model"));
+  std::ofstream(dir.file("model/config.json")) << config.dump(2);
+  return "model.name_or_path=" + dir.file("model");
+}
+
+struct RunOutput {
+  Curves curves;
+  std::map<std::string, torch::Tensor> adapter;  // lora_adapter/, when the run wrote one
+};
+
+constexpr int kSteps = 20;
+
+RunOutput run(int nproc, int stage, int accum, const std::vector<std::string>& extra) {
+  RunOutput out;
+  out.curves = run_curves(
+      nproc, stage, accum, extra,
+      [&](const TempDir& dir) {
+        const std::string adapter = dir.file("run/lora_adapter/adapter_model.safetensors");
+        if (!std::filesystem::exists(adapter)) return;
+        const model::SafetensorsFile f(adapter);
+        for (const std::string& name : f.names()) out.adapter[name] = f.read(name);
+      },
+      kSteps);
+  return out;
+}
+
+struct Case {
+  std::string name;
+  int world;
+  int p;  // pipeline stages
+  int t;  // tensor parallel inside each stage
+  int stage;
+  int accum;
+  std::vector<std::string> extra;    // both runs
+  std::vector<std::string> pp_only;  // the pipeline run only
+  nlohmann::json model;              // changes to the tiny model's config.json
+  double tol = 1e-5;
+};
+
+class PipelineParallelRun : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PipelineParallelRun, LossesEqualTheRanksWithoutPipeline) {
+  const Case c = GetParam();
+  const TempDir models;
+  std::vector<std::string> extra = c.extra;
+  if (!c.model.is_null()) extra.push_back(write_model(models, c.model));
+  std::vector<std::string> with_pp = extra;
+  with_pp.insert(with_pp.end(), c.pp_only.begin(), c.pp_only.end());
+  with_pp.push_back("parallel.pipeline_parallel_size=" + std::to_string(c.p));
+  if (c.t > 1) with_pp.push_back("parallel.tensor_parallel_size=" + std::to_string(c.t));
+  const RunOutput got = run(c.world, c.stage, c.accum, with_pp);
+  // The data-parallel ranks alone: the same batches.
+  const RunOutput want = run(c.world / (c.p * c.t), c.stage, c.accum, extra);
+  ASSERT_EQ(want.curves.train.size(), static_cast<size_t>(kSteps));
+  expect_same_curve(got.curves.train, want.curves.train, c.tol, "train/loss");
+  expect_same_curve(got.curves.grad_norm, want.curves.grad_norm, c.tol, "grad_norm");
+  ASSERT_EQ(want.curves.eval.size(), 1u);
+  expect_same_curve(got.curves.eval, want.curves.eval, c.tol, "eval/loss");
+  EXPECT_LT(got.curves.train.rbegin()->second, got.curves.train.begin()->second)
+      << "it did not learn";
+  // A LoRA run's adapter, each stage's adapters gathered: the same tensors.
+  ASSERT_EQ(got.adapter.size(), want.adapter.size());
+  for (const auto& [name, b] : want.adapter) {
+    ASSERT_TRUE(got.adapter.count(name)) << name;
+    const double scale = std::max(1e-3, b.abs().max().item<double>());
+    EXPECT_LT((got.adapter.at(name) - b).abs().max().item<double>(), 10 * c.tol * scale) << name;
+  }
+}
+
+const nlohmann::json kUntied = {{"tie_word_embeddings", false}};
+const std::vector<std::string> kLora = {"lora.enabled=true", "lora.target_modules=[all-linear]",
+                                        "training.lr=1e-2"};
+
+INSTANTIATE_TEST_SUITE_P(
+    Megatron, PipelineParallelRun,
+    ::testing::Values(
+        Case{"P2Accum4Tied", 2, 2, 1, 1, 4, {}, {}, nullptr},
+        Case{"P2Accum4UntiedGpipe", 2, 2, 1, 0, 4, {}, {"parallel.pipeline_schedule=gpipe"},
+             kUntied},
+        Case{"P4Accum8", 4, 4, 1, 1, 8, {}, {}, nullptr},
+        Case{"P2V2InterleavedAccum4",
+             2,
+             2,
+             1,
+             1,
+             4,
+             {},
+             {"parallel.pipeline_virtual_stages=2"},
+             nullptr},
+        Case{"P2SplitByHandUntied", 2, 2, 1, 0, 4, {}, {"parallel.pipeline_split=[1,3]"}, kUntied},
+        Case{"P2T2", 4, 2, 2, 1, 4, {}, {}, nullptr},
+        Case{"P2Dp2Stage1", 4, 2, 1, 1, 4, {}, {}, nullptr},
+        Case{"P2Dp2Stage2", 4, 2, 1, 2, 4, {}, {}, nullptr},
+        Case{"P2Lora", 2, 2, 1, 1, 4, kLora, {}, nullptr},
+        Case{"P2PackedDocuments", 2, 2, 1, 1, 4, {"data.packing=documents"}, {}, nullptr},
+        Case{"P2MicroStepNormalization",
+             2,
+             2,
+             1,
+             1,
+             4,
+             {"training.loss_normalization=micro_steps"},
+             {},
+             nullptr},
+        Case{"P2Bf16", 2, 2, 1, 1, 4, {"training.bf16=true"}, {}, nullptr, 2e-2}),
+    [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+// A P2 checkpoint (stage 1, global batch 8: micro 2 × accumulation 4) resumed on one rank, as P4,
+// and as P2 × DP2 and P2 × T2 with the same global batch: the uninterrupted run's losses. Each
+// stage saved its own blocks' state by name; its export is the model of the same run on one rank.
+TEST(PipelineParallelResume, P2CheckpointResumesAtOtherLayouts) {
+  TempDir dir;
+  JobSpec spec;
+  spec.nproc = 2;
+  spec.stage = 1;
+  spec.accum = 4;
+  spec.clip = 1.0;
+  spec.max_steps = 6;
+  spec.checkpoint_interval = 3;
+  spec.extra_overrides = {"parallel.pipeline_parallel_size=2"};
+  RunResult r = run_job(dir, spec);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto full = read_metric(dir.file("run/metrics.jsonl"), "train/loss");
+  ASSERT_EQ(full.size(), 6u);
+  struct Layout {
+    std::string name;
+    int nproc, p, t, accum;
+  };
+  for (const Layout& l : {Layout{"1 rank", 1, 1, 1, 4}, Layout{"P4", 4, 4, 1, 4},
+                          Layout{"P2xDP2", 4, 2, 1, 2}, Layout{"P2xT2", 4, 2, 2, 4}}) {
+    const std::string out = dir.file("resumed-" + std::to_string(l.nproc) + "-" +
+                                     std::to_string(l.p) + "-" + std::to_string(l.t));
+    r = run_dstrain({"resume", dir.file("ckpt/step_00000003"), "--nproc", std::to_string(l.nproc),
+                     "--set", "parallel.pipeline_parallel_size=" + std::to_string(l.p), "--set",
+                     "parallel.tensor_parallel_size=" + std::to_string(l.t), "--set",
+                     "training.gradient_accumulation_steps=" + std::to_string(l.accum), "--set",
+                     "logging.out_dir=" + out, "--set", "checkpoint.dir=" + out + "/ckpt"},
+                    {}, 180);
+    ASSERT_EQ(r.exit_code, 0) << l.name << "\n" << r.out << r.err;
+    const auto resumed = read_metric(out + "/metrics.jsonl", "train/loss");
+    ASSERT_EQ(resumed.size(), 3u) << l.name;
+    for (const auto& [step, loss] : resumed) {
+      EXPECT_NEAR(loss, full.at(step), 1e-5 * std::abs(loss)) << l.name << " step " << step;
+    }
+  }
+  TempDir plain;
+  spec.nproc = 1;
+  spec.extra_overrides = {};
+  r = run_job(plain, spec);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const auto& [from, to] :
+       {std::pair<std::string, std::string>{dir.file("ckpt/step_00000003"), dir.file("hf-pp")},
+        {plain.file("ckpt/step_00000003"), plain.file("hf")}}) {
+    r = run_dstrain({"export", from, "--out", to}, {}, 120);
+    ASSERT_EQ(r.exit_code, 0) << from << "\n" << r.out << r.err;
+  }
+  const model::SafetensorsFile got(dir.file("hf-pp/model.safetensors"));
+  const model::SafetensorsFile want(plain.file("hf/model.safetensors"));
+  ASSERT_EQ(got.names(), want.names());
+  // As for tensor parallelism: AdamW moves an element with a near-zero gradient by up to the
+  // learning rate on rounding alone.
+  for (const std::string& name : want.names()) {
+    const torch::Tensor a = got.read(name), b = want.read(name);
+    ASSERT_EQ(a.sizes(), b.sizes()) << name;
+    EXPECT_LT((a - b).abs().max().item<double>(), 1e-4) << name;
+  }
+}
+
+TEST(PipelineParallelFailure, AKilledStageTearsTheJobDownAndIsNamed) {
+  TempDir dir;
+  JobSpec spec;
+  spec.nproc = 2;
+  spec.accum = 4;
+  spec.max_steps = 100000;
+  spec.checkpoint_interval = 2;
+  spec.extra_overrides = {"parallel.pipeline_parallel_size=2"};
+  const std::string token = unique_token();
+  std::vector<std::string> args = {"launch", "--nproc", "2", write_job_config(dir.path(), spec)};
+  for (const std::string& kv : spec.extra_overrides) args.insert(args.end(), {"--set", kv});
+  Child job = start_dstrain(args, {"DSTRAIN_TEST_MARKER=" + token});
+  ASSERT_TRUE(wait_until([&] { return file_exists(dir.file("ckpt/latest")); }, 120));
+  pid_t victim = -1;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        victim = rank_pid(processes_with_marker(token), 1);
+        return victim > 0;
+      },
+      20));
+  const auto killed = std::chrono::steady_clock::now();
+  ::kill(victim, SIGKILL);
+  const RunResult r = finish(job, 60);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(seconds, 15) << "the job took " << seconds << " s to stop";
+  EXPECT_THAT(r.err, HasSubstr("rank 1 failed on host"));
+  EXPECT_THAT(r.err, HasSubstr("signal SIGKILL (9)"));
+  EXPECT_TRUE(wait_until([&] { return processes_with_marker(token).empty(); }, 10));
+}
+
+TEST(PipelineParallelLaunch, DryRunShowsTheStages) {
+  TempDir dir;
+  JobSpec spec;
+  spec.accum = 4;
+  const std::string cfg = write_job_config(dir.path(), spec);
+  const RunResult r = run_dstrain({"launch", "--nproc", "4", "--dry-run", cfg, "--set",
+                                   "parallel.pipeline_parallel_size=2"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("pipeline stages: 2 blocks of 2 consecutive ranks (1f1b):\n"
+                               "  stage 0: ranks 0-1 on node 0 (localhost)\n"
+                               "  stage 1: ranks 2-3 on node 0 (localhost)\n"
+                               "pipelines of 2 ranks 2 apart:\n"
+                               "  group 0: ranks 0, 2 on node 0 (localhost)\n"
+                               "  group 1: ranks 1, 3 on node 0 (localhost)\n"
+                               "data-parallel size 2: ZeRO shards each stage over its 2 ranks\n"));
+}
+
+TEST(PipelineParallelLaunch, BadLayoutsAreExit2NamingTheKey) {
+  TempDir dir;
+  JobSpec spec;
+  spec.accum = 4;
+  const std::string cfg = write_job_config(dir.path(), spec);
+  // P not dividing the world: the launcher's check, before anything starts.
+  RunResult r = run_dstrain(
+      {"launch", "--nproc", "3", "--dry-run", cfg, "--set", "parallel.pipeline_parallel_size=2"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("parallel.pipeline_parallel_size"));
+  EXPECT_THAT(r.err, HasSubstr("the world size (3) is not divisible by pipeline_parallel_size"));
+  // More stages than the tiny model's 6 blocks (embedding, 4 layers, head): every rank stops
+  // with the error, the launcher passes on exit 2.
+  r = launch_job(cfg, 8, {"parallel.pipeline_parallel_size=8"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.out + r.err, HasSubstr("parallel.pipeline_parallel_size: 8 pipeline stages for a "
+                                       "model of 6 blocks; expected at most 6"));
+  // A split by hand that is not the model's 4 layers.
+  r = launch_job(cfg, 2,
+                 {"parallel.pipeline_parallel_size=2", "parallel.pipeline_split=[2,3]"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.out + r.err, HasSubstr("parallel.pipeline_split: the stages' layer counts add up "
+                                       "to 5, but the model has 4 layers"));
+  // ZeRO 3, refused with the reason by the config check.
+  r = launch_job(cfg, 2, {"parallel.pipeline_parallel_size=2", "zero.stage=3"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("pipeline parallelism runs with ZeRO stage 0, 1 or 2, not 3"));
+}
+
+}  // namespace
+}  // namespace dstrain::testing
