@@ -200,8 +200,9 @@ torch::Tensor PipelineStage::hidden_like(const MicroBatch& mb) const {
 }
 
 model::LossSum PipelineStage::begin(int micro_batches) {
-  in_flight_.assign(static_cast<size_t>(chunks_),
-                    std::vector<InFlight>(static_cast<size_t>(micro_batches)));
+  in_flight_.clear();
+  in_flight_.resize(static_cast<size_t>(chunks_));
+  for (auto& chunk : in_flight_) chunk.resize(static_cast<size_t>(micro_batches));
   const torch::TensorOptions f32 = model_.head_weight().options().dtype(torch::kFloat);
   scaled_loss_ = torch::zeros({}, f32.dtype(torch::kDouble));
   return {torch::zeros({}, f32), torch::zeros({}, f32.dtype(torch::kLong))};
@@ -250,7 +251,9 @@ model::LossSum PipelineStage::evaluate(const std::vector<MicroBatch>& micro_batc
   for (int c = 0; c < chunks_; ++c) {
     for (int i = 0; i < m; ++i) {
       forward({true, i, c}, micro_batches[static_cast<size_t>(i)], 1.0, 1.0, total);
-      in_flight_[static_cast<size_t>(c)][static_cast<size_t>(i)] = InFlight{};
+      InFlight& f = in_flight_[static_cast<size_t>(c)][static_cast<size_t>(i)];
+      if (f.sent) sends_.push_back(std::move(f.sent));
+      f = InFlight{};
     }
   }
   finish();
@@ -325,7 +328,7 @@ void PipelineStage::forward(const PipelineAction& a, const MicroBatch& mb, doubl
     return;
   }
   f.output = x;
-  sends_.push_back(group_.send(x.detach().contiguous(), rank_of(s + 1)));
+  f.sent = group_.send(x.detach().contiguous(), rank_of(s + 1));
 }
 
 void PipelineStage::backward(const PipelineAction& a, zero::MicroStep micro) {
@@ -358,6 +361,7 @@ void PipelineStage::backward(const PipelineAction& a, zero::MicroStep micro) {
     }
   }
   if (s > 0) sends_.push_back(group_.send(f.input.grad().contiguous(), rank_of(s - 1)));
+  if (f.sent) f.sent->wait();
   f = InFlight{};
 }
 

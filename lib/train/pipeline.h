@@ -139,6 +139,9 @@ class PipelineStage {
   struct InFlight {
     torch::Tensor input;   // what the chunk received (requires grad), undefined on the first
     torch::Tensor output;  // what it sent, or the scaled loss on the last stage
+    // The send of `output`, done by the time its gradient comes back (the next stage has run
+    // on it): waited on then, so that a rank holds no more sent activations than 1F1B keeps.
+    std::unique_ptr<comm::Work> sent;
   };
   // A step's or an evaluation's start (its micro-batches' slots, the zero totals) and end (every
   // send waited on: their tensors are held until then).
@@ -163,7 +166,8 @@ class PipelineStage {
   zero::Engine* engine_;
   int rank_, size_, chunks_;
   std::vector<std::vector<InFlight>> in_flight_;    // by chunk, then micro-batch
-  std::vector<std::unique_ptr<comm::Work>> sends_;  // this step's, waited on at its end
+  // This step's gradient sends (and an evaluation's), waited on at its end.
+  std::vector<std::unique_ptr<comm::Work>> sends_;
   // With tied embeddings over more than one rank: the first stage's rank and the head's (null
   // on the others).
   std::unique_ptr<comm::Communicator> tied_;

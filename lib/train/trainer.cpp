@@ -515,7 +515,7 @@ torch::Tensor Trainer::pipeline_step(std::vector<data::Batch>& batches,
     micro_batches.push_back({b.input_ids, b.labels, scale, packed_documents(b)});
     b = data::Batch();
   }
-  const trace::Span span("forward_backward", "pipeline");
+  const trace::Span span("pipeline", "schedule");
   pipeline_->run(micro_batches, loss_scale, "training.gradient_accumulation_steps");
   return pipeline_->scaled_loss().clone();
 }
