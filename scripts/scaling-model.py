@@ -109,6 +109,10 @@ class Shape:
         self.seq = s.get("seq", 2048)
         self.checkpointing = bool(s.get("checkpointing", False))
         self.element_bytes = s.get("element_bytes", 2)
+        # Optional: the shape whose measured layers give this one's FLOP rate (none of its own
+        # measured), and the one section of the page whose tables show it.
+        self.layer_rate_of = s.get("layer_rate_of")
+        self.only_in = s.get("only_in")
         self.tp = 1
 
     def tensor_parallel(self, tp):
@@ -295,6 +299,7 @@ class Network:
         self.proto = inputs.get("network.protocol_bandwidth", dict)
         self.nic = inputs.get("network.per_nic_busbw_gbs")
         self.override = inter_node_override
+        self._seconds = {}
 
     def busbw(self, nodes, per_node):
         """A ring's busbw over `nodes` nodes with `per_node` of its ranks in each. Across nodes each
@@ -326,6 +331,19 @@ class Network:
 
     def seconds(self, kind, bytes_sent, n, nodes):
         """The fastest of NCCL's protocols (and, for all-reduce, of ring and tree)."""
+        key = (kind, bytes_sent, n, nodes)
+        if key not in self._seconds:
+            self._seconds[key] = self._fastest(kind, bytes_sent, n, nodes)
+        return self._seconds[key]
+
+    def transfer_seconds(self, nbytes, across_nodes):
+        """A point-to-point send of `nbytes` (a pipeline's activations or their gradients): what a
+        ring of two ranks costs that sends nbytes a rank, one step of NCCL's latency plus the bytes
+        over one NIC's busbw between nodes (every rank of a node sends through its own NIC at
+        once) or NVLink's inside one."""
+        return self.seconds("all_gather", nbytes, 2, 2 if across_nodes else 1)
+
+    def _fastest(self, kind, bytes_sent, n, nodes):
         if n <= 1:
             return 0.0
         bus = self.busbw(nodes, n // nodes)
@@ -471,65 +489,129 @@ def measured_layers(inputs, shapes):
     return out
 
 
+def borrowed_layers(inputs, shapes, measured):
+    """{shape name: entry} for the shapes whose layers run at another shape's measured FLOP rate
+    (layer_rate_of): that shape's measured forward and backward scaled by the ratio of the two
+    layers' forward FLOPs a token, its optimizer's time an element. Without a measurement of that
+    shape, none (the FLOP rate of compute)."""
+    by_name = {s.name: s for s in shapes}
+    out = {}
+    for s in shapes:
+        if s.layer_rate_of is None:
+            continue
+        where = f"{inputs.path}: shapes.{s.name}.layer_rate_of"
+        ref = by_name.get(s.layer_rate_of)
+        if ref is None:
+            raise InputError(f"{where} is {s.layer_rate_of!r}; expected a shape's name")
+        e = measured.get(ref.name)
+        if e is None:
+            continue
+        if (s.micro, s.seq, s.checkpointing) != (ref.micro, ref.seq, ref.checkpointing):
+            raise InputError(f"{where}: {ref.name} has another micro-batch, length or "
+                             "checkpointing than this shape")
+        ratio = s.segment_forward_flops()[1] / ref.segment_forward_flops()[1]
+        out[s.name] = dict(e, forward_ms=e["forward_ms"] * ratio,
+                           backward_ms=e["backward_ms"] * ratio, rate_of=ref.name)
+    return out
+
+
+class ShardedRun:
+    """Stages 1 and 2 on the timeline (lib/zero/grad_reducer.cpp): in a backward that communicates,
+    each bucket's reduce-scatter is launched once every unit (segment) with parameters in it has
+    finished its backward, strictly from the last bucket to the first, at most max_in_flight
+    outstanding (a further launch waits for the oldest); a bucket with parameters of units this
+    backward does not run (another pipeline chunk's) waits for its end, and so do the buckets
+    below it. With clipping the step waits for the reductions, all-reduces the norm, updates bucket
+    by bucket from the last and launches each bucket's all-gather behind its update. Without
+    clipping each bucket is updated, and its all-gather launched, as its reduction of the step's
+    last micro-step is retired during backward (docs/zero.md, "When the update runs")."""
+
+    def __init__(self, tl, shape, comp, n, opts):
+        self.tl, self.comp, self.n, self.opts = tl, comp, n, opts
+        self.es = shape.element_bytes
+        params = shape.parameters()
+        offsets, off = [], 0
+        for _, size, _ in params:
+            offsets.append(off)
+            off += size
+        self.cuts = buckets(off, n, opts["reduce_bucket_size"])
+        width = self.cuts[0][1] - self.cuts[0][0]  # every bucket but the last
+        self.units_of = [set() for _ in self.cuts]
+        for (_, size, unit), begin in zip(params, offsets):
+            last = min((begin + size - 1) // width, len(self.cuts) - 1)
+            for b in range(min(begin // width, len(self.cuts) - 1), last + 1):
+                self.units_of[b].add(unit)
+        self.buckets_of_unit = collections.defaultdict(list)
+        for b, units in enumerate(self.units_of):
+            for u in units:
+                self.buckets_of_unit[u].append(b)
+        self.clipping = opts["gradient_clipping"]
+        self.in_flight = collections.deque()
+        self.gathers = []
+        self.active = False
+
+    def update(self, b):
+        lo, hi = self.cuts[b]
+        self.tl.compute(self.comp.opt_per_element * (hi - lo) / self.n)
+        self.gathers.append(self.tl.launch("all_gather", (hi - lo) * self.es))
+
+    def retire(self, entry):
+        end, b, last = entry
+        self.tl.wait(end)
+        if last and not self.clipping:
+            self.update(b)
+
+    def launch(self, b):
+        if len(self.in_flight) >= self.opts["max_in_flight"]:
+            self.retire(self.in_flight.popleft())
+        lo, hi = self.cuts[b]
+        self.in_flight.append((self.tl.launch("reduce_scatter", (hi - lo) * self.es), b,
+                               self.last))
+
+    def backward(self, units, communicate=True, last=True):
+        """One backward over `units` (in backward order); `communicate`: reduce its gradients
+        (stage 1: the step's last micro-step; stage 2: every one); `last`: the step's last."""
+        self.active, self.last = communicate, last
+        waiting = [len(u) for u in self.units_of]
+        following = len(self.cuts) - 1
+        for u in units:
+            self.tl.compute(self.comp.bwd[u])
+            if not communicate:
+                continue
+            for b in self.buckets_of_unit[u]:
+                waiting[b] -= 1
+            while following >= 0 and waiting[following] <= 0:
+                self.launch(following)
+                following -= 1
+        while communicate and following >= 0:  # end_backward()
+            self.launch(following)
+            following -= 1
+
+    def reduce_norm(self):
+        """Waits for the reductions; the norm's all-reduce over the data-parallel group, then the
+        tensor-parallel group's sum of it."""
+        while self.in_flight:
+            self.retire(self.in_flight.popleft())
+        self.tl.wait(self.tl.launch("all_reduce", 8))
+        self.tl.compute(self.comp.tp_norm)
+
+    def update_all(self):
+        if self.clipping:
+            for b in reversed(range(len(self.cuts))):
+                self.update(b)
+        for end in self.gathers:
+            self.tl.wait(end)
+        return self.tl.t
+
+
 def sharded_step(tl, shape, comp, n, opts):
-    """Stages 1 and 2 with one micro-step (they issue the same collectives then): backward
-    launches each bucket's reduce-scatter once all its gradients are final, from the last bucket
-    to the first, at most max_in_flight outstanding (a further launch waits for the oldest).
-    With clipping the step waits for them, all-reduces the norm, updates bucket by bucket from
-    the last and launches each bucket's all-gather behind its update. Without clipping each
-    bucket is updated, and its all-gather launched, as its reduction is retired during backward
-    (docs/zero.md, "When the update runs")."""
-    es = shape.element_bytes
-    params = shape.parameters()
-    offsets, off = [], 0
-    for _, size, _ in params:
-        offsets.append(off)
-        off += size
-    segs = len(comp.fwd)
-    # Gradients are final when their segment's backward ends; backward runs head ... embed.
-    position = {seg: segs - 1 - seg for seg in range(segs)}
-    cuts = buckets(off, n, opts["reduce_bucket_size"])
-    width = cuts[0][1] - cuts[0][0]  # every bucket but the last
-    ready = [0] * len(cuts)
-    for (_, size, unit), begin in zip(params, offsets):
-        last = min((begin + size - 1) // width, len(cuts) - 1)
-        for b in range(min(begin // width, len(cuts) - 1), last + 1):
-            ready[b] = max(ready[b], position[unit])
-    clipping = opts["gradient_clipping"]
-    gathers = []
-
-    def update(b):
-        lo, hi = cuts[b]
-        tl.compute(comp.opt_per_element * (hi - lo) / n)
-        gathers.append(tl.launch("all_gather", (hi - lo) * es))
-
-    def retire(entry):
-        end, b = entry
-        tl.wait(end)
-        if not clipping:
-            update(b)
-
+    """Stages 1 and 2 with one micro-step (they issue the same collectives then): ShardedRun over
+    a forward and a backward of every segment."""
+    run = ShardedRun(tl, shape, comp, n, opts)
     tl.compute(sum(comp.fwd))
-    next_bucket = len(cuts) - 1
-    in_flight = collections.deque()
-    for pos in range(segs):
-        tl.compute(comp.bwd[segs - 1 - pos])
-        while next_bucket >= 0 and ready[next_bucket] <= pos:
-            if len(in_flight) >= opts["max_in_flight"]:
-                retire(in_flight.popleft())
-            lo, hi = cuts[next_bucket]
-            in_flight.append((tl.launch("reduce_scatter", (hi - lo) * es), next_bucket))
-            next_bucket -= 1
-    while in_flight:
-        retire(in_flight.popleft())
-    tl.wait(tl.launch("all_reduce", 8))
-    tl.compute(comp.tp_norm)  # the tensor-parallel group's sum of the norm
-    if clipping:
-        for b in reversed(range(len(cuts))):
-            update(b)
-    for end in gathers:
-        tl.wait(end)
-    return tl.t
+    run.backward(reversed(range(len(comp.fwd))))
+    run.reduce_norm()
+    return run.update_all()
 
 
 class Stage3Run:
@@ -664,6 +746,226 @@ def simulate(net, shape, comp, stage, scale, opts, serial):
 
 
 # ----------------------------------------------------------------------------------------------
+# Pipeline parallelism (lib/train/pipeline.h, pipeline.cpp): the schedule, the stage split, and a
+# step of every rank of one pipeline on its own timeline
+
+
+def pipeline_schedule(stages, stage, micro_batches, chunks):
+    """Rank `stage`'s actions of one step, (forward, micro-batch, chunk), in pipeline.cpp's order:
+    1F1B with one chunk a rank (P - p - 1 forwards to fill, then one forward and one backward in
+    turn, then the last backwards), interleaved 1F1B with more (Megatron-LM's order, micro-batches
+    P at a time through each chunk; m a multiple of P)."""
+    if chunks > 1 and micro_batches % stages:
+        raise InputError(f"interleaving needs micro-batches ({micro_batches}) a multiple of the "
+                         f"{stages} stages")
+
+    def action(forward, k):
+        group = k % (stages * chunks)
+        chunk = group // stages
+        micro = (k // (stages * chunks)) * stages + k % stages
+        return forward, micro, chunk if forward else chunks - 1 - chunk
+
+    total = micro_batches * chunks
+    fill = (stages - stage - 1) * 2 + (chunks - 1) * stages if chunks > 1 else stages - stage - 1
+    warmup = min(total, fill)
+    out = [action(True, k) for k in range(warmup)]
+    for k in range(total - warmup):
+        out += [action(True, k + warmup), action(False, k)]
+    return out + [action(False, k) for k in range(total - warmup, total)]
+
+
+def pipeline_bubble(stages, micro_batches, chunks):
+    """The idle share of a step with equal stages (pipeline.h): (P - 1) / (v·m + P - 1)."""
+    return (stages - 1) / (chunks * micro_batches + stages - 1)
+
+
+def block_costs(shape):
+    """pipeline.cpp's block_costs: each block's matrices' elements (the multiply-adds a token of
+    its projections), the embedding's lookup none, a tied head its vocabulary projection."""
+    costs = [0] * (shape.L + 2)
+    for name, n, u in shape.parameters(whole=True):
+        if u > 0 and name.endswith("proj.weight") or name == "lm_head.weight":
+            costs[u] += n
+    if shape.tied:
+        costs[-1] += shape.V * shape.H
+    return costs
+
+
+def balance_stages(costs, parts):
+    """pipeline.cpp's balance_stages: contiguous ranges [first, end) of at least one block each
+    that minimise the largest stage's cost (ties: the earlier stages smaller)."""
+    n = len(costs)
+    if n < parts:
+        raise InputError(f"{parts} pipeline stages for a model of {n} blocks")
+    prefix = [0]
+    for c in costs:
+        prefix.append(prefix[-1] + c)
+    best = [[math.inf] * (n + 1) for _ in range(parts + 1)]
+    cut = [[0] * (n + 1) for _ in range(parts + 1)]
+    best[0][0] = 0
+    for j in range(1, parts + 1):
+        for i in range(j, n - (parts - j) + 1):
+            for s in range(j - 1, i):
+                cost = max(best[j - 1][s], prefix[i] - prefix[s])
+                if cost < best[j][i]:
+                    best[j][i], cut[j][i] = cost, s
+    out, end = [None] * parts, n
+    for j in range(parts, 0, -1):
+        out[j - 1] = (cut[j][end], end)
+        end = cut[j][end]
+    return out
+
+
+class StageView:
+    """The blocks one pipeline rank holds, as the ZeRO machinery reads a shape: their parameters
+    only, in block order (the engine's partition order), units renumbered 0, 1, ... in that order;
+    and `comp`'s times of those blocks."""
+
+    def __init__(self, shape, comp, blocks):
+        self.blocks = list(blocks)
+        local = {b: k for k, b in enumerate(self.blocks)}
+        self._params = [(name, n, local[u]) for name, n, u in shape.parameters() if u in local]
+        self.element_bytes = shape.element_bytes
+        self.fwd = [comp.fwd[b] for b in self.blocks]
+        self.bwd = [comp.bwd[b] for b in self.blocks]
+        self.tp_seconds = (sum(comp.tp_fwd[b] + comp.tp_bwd[b] for b in self.blocks))
+        self.opt_per_element, self.tp_norm = comp.opt_per_element, comp.tp_norm
+
+    def parameters(self):
+        return self._params
+
+    def numel(self):
+        return sum(n for _, n, _ in self._params)
+
+
+class PipelineLayout:
+    """A pipeline of `stages` ranks, one a stage, `chunks` virtual stages each (pipeline.h): the
+    balanced split of `shape`'s blocks, each rank's blocks (StageView) and, by chunk, its local
+    units; on `scale` (GPUs, nodes) with the stage s on the s-th block of GPUs / P ranks, which
+    boundaries cross between nodes."""
+
+    def __init__(self, shape, comp, stages, chunks, scale, split):
+        self.P, self.v = stages, chunks
+        gpus, nodes = scale
+        self.split = split  # P·v ranges of blocks
+        self.views, self.chunk_units = [], []
+        for p in range(stages):
+            mine = [split[c * stages + p] for c in range(chunks)]
+            view = StageView(shape, comp, [b for lo, hi in mine for b in range(lo, hi)])
+            self.views.append(view)
+            local, units = 0, []
+            for lo, hi in mine:
+                units.append(list(range(local, local + hi - lo)))
+                local += hi - lo
+            self.chunk_units.append(units)
+        per_node, per_stage = gpus // nodes, gpus // stages
+        node = [s * per_stage // per_node for s in range(stages)]
+        # Virtual stage s sends to s + 1: rank s mod P to rank (s + 1) mod P.
+        self.across = [node[s % stages] != node[(s + 1) % stages]
+                       for s in range(stages * chunks - 1)]
+
+    def rank_of(self, s):
+        return s % self.P
+
+    def layers(self, s):
+        """Decoder layers of virtual stage s (blocks 1 .. L of the embedding, L layers, head)."""
+        lo, hi = self.split[s]
+        return sum(1 for b in range(lo, hi) if 0 < b < self.split[-1][1] - 1)
+
+
+def pipeline_step(net, layout, stage, dp_scale, opts, micro_batches, transfer, pipeline_nodes):
+    """One step of every rank of a pipeline, each on its own timeline (its compute stream and its
+    data-parallel group's NCCL stream): the schedule's forwards and backwards of each rank in
+    order, a forward after its input has arrived from the stage before, a backward after its
+    output's gradient from the stage after. A transfer of `transfer[s]` seconds (virtual stage s to
+    s + 1, and back) starts once the sender's compute of it is done and the receiver's compute
+    before it (dstrain posts the receive then, and its compute waits for it: every transfer is on
+    the receiver's critical path), after the transfer before it on the same link. Each backward is
+    a micro-step of the rank's engine (ShardedRun over its blocks): stage 1 reduces on the step's
+    last, stage 2 on every one. Then each rank waits for its reductions and all-reduces the norm
+    over its data-parallel group; the norm is summed over the pipeline (every rank waits for the
+    slowest); each rank updates and all-gathers. Returns the ranks' timelines."""
+    P, v = layout.P, layout.v
+    dp, dp_nodes = dp_scale
+    tls, runs, actions = [], [], []
+    for p in range(P):
+        tl = Timeline(net, dp, dp_nodes, False)
+        tls.append(tl)
+        runs.append(ShardedRun(tl, layout.views[p], layout.views[p], dp, opts))
+        actions.append(pipeline_schedule(P, p, micro_batches, v))
+    last = P * v - 1
+    done = {}  # (forward, virtual stage, micro-batch): the end of its compute
+    link = collections.defaultdict(float)  # (virtual stage, forward): the last transfer's end
+    nxt, backwards = [0] * P, [0] * P
+    micro_steps = micro_batches * v
+    remaining = sum(len(a) for a in actions)
+    while remaining:
+        moved = False
+        for p in range(P):
+            tl, view = tls[p], layout.views[p]
+            while nxt[p] < len(actions[p]):
+                forward, i, c = actions[p][nxt[p]]
+                s = c * P + p
+                src = (True, s - 1, i) if forward else (False, s + 1, i)
+                needs = (s > 0) if forward else (s < last)
+                if needs and src not in done:
+                    break
+                if needs:
+                    boundary = s - 1 if forward else s
+                    start = max(done[src], tl.t, link[(boundary, forward)])
+                    link[(boundary, forward)] = start + transfer[boundary]
+                    tl.wait(link[(boundary, forward)])
+                units = layout.chunk_units[p][c]
+                if forward:
+                    tl.compute(sum(view.fwd[u] for u in units))
+                else:
+                    k = backwards[p]
+                    backwards[p] += 1
+                    runs[p].backward(reversed(units), communicate=stage == 2 or
+                                     k == micro_steps - 1, last=k == micro_steps - 1)
+                done[(forward, s, i)] = tl.t
+                nxt[p] += 1
+                remaining -= 1
+                moved = True
+        if not moved:
+            raise RuntimeError("pipeline schedule deadlocks")  # a bug in pipeline_schedule
+    for run in runs:
+        run.reduce_norm()
+    if P > 1:  # the norm summed over the pipeline: 8 bytes, all-reduced over its P ranks
+        end = max(tl.t for tl in tls) + net.seconds("all_reduce", ring_bytes("all_reduce", 8, P),
+                                                    P, pipeline_nodes)
+        for tl in tls:
+            tl.wait(end)
+    for run in runs:
+        run.update_all()
+    return tls
+
+
+def pipeline_held(layout, p, micro_batches):
+    """What rank p holds at the peak of its action list (the schedule's order, pipeline.cpp): the
+    layers of its micro-batches in flight (forwarded, not yet backwarded; each layer's input kept
+    with checkpointing), and boundary tensors [tokens, hidden]: the output of each micro-batch in
+    flight that a later stage received, and the gradients sent back to the stage before, which
+    the rank holds until the step's end. [(layers, boundary tensors)] at each action."""
+    P, v = layout.P, layout.v
+    last = P * v - 1
+    layers = outputs = sent = 0
+    out = []
+    for forward, _, c in pipeline_schedule(P, p, micro_batches, v):
+        s = c * P + p
+        if forward:  # held from its forward on
+            layers += layout.layers(s)
+            outputs += s < last
+            out.append((layers, outputs + sent))
+        else:  # held until its backward is done, which sends the input's gradient back
+            sent += s > 0
+            out.append((layers, outputs + sent))
+            layers -= layout.layers(s)
+            outputs -= s < last
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
 # Memory per GPU
 
 
@@ -774,6 +1076,9 @@ class Model:
         self.memory = inputs.get("compute.memory_gb") * GB
         self.loss_chunk = inputs.get("activation_bytes.loss_chunk_gib")
         self.measured = measured_layers(inputs, self.shapes)
+        self.measured.update(borrowed_layers(inputs, self.shapes, self.measured))
+        # The ZeRO and tensor-parallel tables' shapes: those not kept for one section.
+        self.zero_shapes = [s for s in self.shapes if s.only_in is None]
         self.tp_shapes, self.tp_sizes, self.tp_efficiency = self.tensor_parallel_inputs()
         self.tp_sequence_parallel = inputs.get("tensor_parallel.sequence_parallel", bool)
         self._layouts = {}
@@ -813,6 +1118,9 @@ class Model:
     def origin(self, shape):
         if shape.name == self.ref.name:
             return "measured"
+        if "rate_of" in self.measured.get(shape.name, {}):
+            return (f"the {self.measured[shape.name]['rate_of']} layer's measured FLOP rate, "
+                    f"extrapolated to {shape.L} layers")
         if shape.name in self.measured:
             return (f"measured per layer at {shape.seq} × {shape.micro}, extrapolated to "
                     f"{shape.L} layers")
@@ -865,7 +1173,7 @@ class Model:
 
     def bytes_table(self):
         rows = []
-        for s in self.shapes:
+        for s in self.zero_shapes:
             for stage in STAGES:
                 per_scale = []
                 counts = None
@@ -899,7 +1207,8 @@ class Model:
         return rows
 
     def projection_table(self, net=None, shapes=None, scales=None, stages=STAGES):
-        rows = self.projection_rows(net or self.net, shapes or self.shapes, scales or self.scales,
+        rows = self.projection_rows(net or self.net, shapes or self.zero_shapes,
+                                    scales or self.scales,
                                     stages)
         return table(["shape", "GPUs", "stage", "fits", "compute ms", "comm ms", "step ms (overlap)",
                       "step ms (no overlap)", "efficiency (overlap)", "efficiency (no overlap)",
@@ -1053,7 +1362,7 @@ class Model:
 
     def memory_table(self):
         rows = []
-        for s in self.shapes:
+        for s in self.zero_shapes:
             comp = self.compute(s)
             act = activation_bytes(s, self.loss_chunk)
             for n, nodes in self.scales:
@@ -1080,7 +1389,7 @@ class Model:
 
     def limits_table(self):
         rows = []
-        for s in self.shapes:
+        for s in self.zero_shapes:
             comp = self.compute(s)
             for n, nodes in self.scales:
                 layer = Units(s, n, self.opts["stage3_param_persistence_threshold"]).padded[1]
@@ -1110,7 +1419,7 @@ class Model:
     def prefetch_table(self):
         """Stage 3 with the default prefetch budget and with budgets of one and two layer units."""
         rows = []
-        for s in self.shapes:
+        for s in self.zero_shapes:
             comp = self.compute(s)
             for n, nodes in self.scales:
                 layer = Units(s, n, self.opts["stage3_param_persistence_threshold"]).padded[1]
@@ -1131,7 +1440,7 @@ class Model:
                     ("buckets of 2e8", {"reduce_bucket_size": 200_000_000}),
                     ("buckets of 5e8", {"reduce_bucket_size": 500_000_000}))
         rows = []
-        for s in self.shapes:
+        for s in self.zero_shapes:
             comp = self.compute(s)
             for n, nodes in self.scales:
                 row = [s.name, n]

@@ -150,6 +150,15 @@ PipelineStage::PipelineStage(model::DecoderModelImpl& model, comm::Communicator&
     fail(ErrorKind::kInternal, "pipeline: the stages do not cover the model's blocks");
   }
   const int last = rank_of(parts - 1);
+  // The hidden states between stages come in the dtype this rank's blocks compute in: that of
+  // their parameters as the engine holds them (a middle stage holds neither the embedding nor
+  // the head, whose dtype is the model's as built).
+  hidden_options_ = model_.head_weight().options();
+  for (size_t i : blocks()) {
+    for (const auto& [name, t] : model_.blocks()[i]->parameters) {
+      if (model::storage_bytes(t) > 0) hidden_options_ = t.options();
+    }
+  }
   if (model_.config().tie_word_embeddings && size_ > 1) {
     auto pair = group_.split(rank_ == 0 || rank_ == last ? 0 : 1);
     if (rank_ == 0 || rank_ == last) tied_ = std::move(pair);
@@ -190,13 +199,12 @@ std::vector<size_t> PipelineStage::blocks() const { return rank_blocks(stages_, 
 // The hidden states between stages: [B, T, C] in the model's dtype, or this rank's token rows [n,
 // C] under tensor parallelism's sequence parallelism.
 torch::Tensor PipelineStage::hidden_like(const MicroBatch& mb) const {
-  const torch::Tensor& w = model_.head_weight();
   const int64_t B = mb.input_ids.size(0), T = mb.input_ids.size(1);
   const int64_t C = model_.config().hidden_size;
   const model::TensorParallel* tp = model_.tensor_parallel();
   if (tp != nullptr && tp->sequence_parallel())
-    return torch::empty({B * T / tp->size(), C}, w.options());
-  return torch::empty({B, T, C}, w.options());
+    return torch::empty({B * T / tp->size(), C}, hidden_options_);
+  return torch::empty({B, T, C}, hidden_options_);
 }
 
 model::LossSum PipelineStage::begin(int micro_batches) {
@@ -270,13 +278,7 @@ void PipelineStage::sync_tied() {
   }
   if (model::storage_bytes(w) == 0) {
     // Outside the head's engine: this rank's copy, in the dtype its engine computes in.
-    torch::ScalarType dtype = w.scalar_type();
-    for (size_t i : blocks()) {
-      for (const auto& [name, t] : model_.blocks()[i]->parameters) {
-        if (model::storage_bytes(t) > 0) dtype = t.scalar_type();
-      }
-    }
-    w.set_data(torch::empty(w.sizes(), w.options().dtype(dtype)));
+    w.set_data(torch::empty(w.sizes(), hidden_options_));
   }
   torch::Tensor into = w.detach();
   tied_->recv(into, 0)->wait();
@@ -313,8 +315,12 @@ void PipelineStage::forward(const PipelineAction& a, const MicroBatch& mb, doubl
     x = f.input;
   }
   trace::Span span("pipeline", "forward", {"micro_batch", a.micro_batch}, {"chunk", a.chunk});
-  const model::BlockContext ctx = model_.context(
-      mb.input_ids.size(1), {0, 0, mb.documents}, s == last ? mb.labels : torch::Tensor());
+  model::BlockContext ctx = model_.context(mb.input_ids.size(1), {0, 0, mb.documents},
+                                           s == last ? mb.labels : torch::Tensor());
+  // The model's RoPE tables take the embedding's dtype, which a stage without the embedding
+  // holds only as built: this rank's.
+  ctx.cos = ctx.cos.to(hidden_options_.dtype());
+  ctx.sin = ctx.sin.to(hidden_options_.dtype());
   for (size_t i = first_block; i < end_block; ++i) x = model_.run_block(i, x, ctx);
   if (s == last) {
     const double scale = loss_scale * mb.scale;

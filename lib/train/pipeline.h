@@ -165,6 +165,7 @@ class PipelineStage {
   PipelineSchedule schedule_;
   zero::Engine* engine_;
   int rank_, size_, chunks_;
+  torch::TensorOptions hidden_options_;  // the dtype and device of this rank's parameters
   std::vector<std::vector<InFlight>> in_flight_;    // by chunk, then micro-batch
   // This step's gradient sends (and an evaluation's), waited on at its end.
   std::vector<std::unique_ptr<comm::Work>> sends_;

@@ -2,7 +2,7 @@
 """The `ranks` step of gpu-bundle/run (scripts/gpu/run, docs/gpu.md): many ranks on one GPU.
 
   ranks.py --bundle DIR --work DIR --table OUT.md --figure FILE --limit SECONDS [--cpu] [--full]
-           [--tensor-parallel]
+           [--tensor-parallel | --pipeline-parallel]
 
 Every rank of a job computes on the one GPU (`dstrain launch --share-gpu`; DSTRAIN_SHARE_GPU=1 for
 `dstrain resume`), so NCCL runs its real collectives between the ranks over its socket transport.
@@ -38,6 +38,13 @@ list (--full runs the GPU's list there too, but for the GPU-only case).
 parallel ranks at ZeRO 1-3, and 2 tensor-parallel x 2 sequence-parallel ranks, fp32 and bf16,
 each against one rank with the same global batch (a group of T ranks reads one rank's batch); the
 collectives per step of the fp32 cases.
+
+--pipeline-parallel (the `pipeline-parallel` step): part 1 for pipeline parallelism
+(parallel.pipeline_parallel_size P, the step's micro-batches its accumulation of 4 or 8): P = 2
+under 1F1B and interleaved (2 virtual stages a rank), P = 4, 2 stages x 2 tensor-parallel ranks,
+2 stages x 2 data-parallel ranks at ZeRO 1, fp32 and bf16, each against one rank with the same
+global batch (a pipeline reads one rank's batch). No collectives table: the stages' transfers are
+point to point.
 
 Jobs run side by side (8 ranks at a time on a GPU, one job at a time on 2 CPU cores); no new job
 starts when its estimate would pass the limit, and the table says which did not run. Writes the
@@ -358,6 +365,27 @@ def tensor_parallel_cases(ctx):
                           ("plain", dtype, 1), False))
     if ctx.cpu and not ctx.full:
         keep = {("tp2", 2, "fp32"), ("zero3 dp2 x tp2", 4, "fp32")}
+        cases = [c for c in cases if (c.name, c.world, c.dtype) in keep]
+    return cases
+
+
+def pipeline_parallel_cases(ctx):
+    """--pipeline-parallel: the GPU's list; on --cpu (without --full) the rehearsal's reduced one."""
+    p2, p4 = "parallel.pipeline_parallel_size=2", "parallel.pipeline_parallel_size=4"
+    accum = lambda m: f"training.gradient_accumulation_steps={m}"
+    cases = []
+    for dtype in ("fp32", "bf16"):
+        cases += [Case("p2", 2, dtype, [p2, accum(4)], ("plain", dtype, 4), False),
+                  Case("p2 interleaved", 2, dtype,
+                       [p2, accum(4), "parallel.pipeline_virtual_stages=2"], ("plain", dtype, 4),
+                       False),
+                  Case("p4", 4, dtype, [p4, accum(8)], ("plain", dtype, 8), False),
+                  Case("p2 x tp2", 4, dtype, [p2, accum(4), "parallel.tensor_parallel_size=2"],
+                       ("plain", dtype, 4), False),
+                  Case("zero1 p2 x dp2", 4, dtype, [p2, accum(4), "zero.stage=1"],
+                       ("plain", dtype, 8), False, stage=1)]
+    if ctx.cpu and not ctx.full:
+        keep = {("p2", 2, "fp32"), ("p2 x tp2", 4, "fp32")}
         cases = [c for c in cases if (c.name, c.world, c.dtype) in keep]
     return cases
 
@@ -710,7 +738,7 @@ def build_tasks(ctx, cases):
                               plain_job_task(ctx, "twin-" + case_key(c), c.world,
                                              sets + ["training.max_steps=4"], 90, traced=True,
                                              device="cpu"), pool="cpu"))
-    if ctx.tensor_parallel:
+    if ctx.tensor_parallel or ctx.pipeline_parallel:
         return tasks  # the references first: the cases compare against them
     stop_est = STOP_TIMEOUT_S + STOP_SLACK_S + est(2)
     restart_steps = 30 if ctx.cpu else 60
@@ -860,10 +888,13 @@ def main(argv):
     p.add_argument("--gpu-ranks", type=int, default=8, help="ranks side by side on the GPU")
     p.add_argument("--tensor-parallel", action="store_true",
                    help="the tensor-parallel cases instead (the `tensor-parallel` step)")
+    p.add_argument("--pipeline-parallel", action="store_true",
+                   help="the pipeline-parallel cases instead (the `pipeline-parallel` step)")
     a = p.parse_args(argv)
     signal.signal(signal.SIGTERM, stop_running)
     ctx = CTX
     ctx.tensor_parallel = a.tensor_parallel
+    ctx.pipeline_parallel = a.pipeline_parallel
     ctx.t0 = time.monotonic()
     ctx.deadline = ctx.t0 + a.limit - 12  # the tables and the teardown of a late job
     ctx.bundle, ctx.work, ctx.cpu, ctx.full = a.bundle, a.work, a.cpu, a.full
@@ -887,7 +918,8 @@ def main(argv):
               (": the ranks run on the CPU anyway" if a.cpu else ""), flush=True)
         if not a.cpu:
             ctx.env.pop("DSTRAIN_SHARE_GPU")
-    cases = tensor_parallel_cases(ctx) if a.tensor_parallel else equivalence_cases(ctx)
+    cases = (tensor_parallel_cases(ctx) if a.tensor_parallel else
+             pipeline_parallel_cases(ctx) if a.pipeline_parallel else equivalence_cases(ctx))
     tasks = build_tasks(ctx, cases)
     print(f"{len(tasks)} tasks, {len(cases)} equivalence cases, limit {a.limit:.0f} s, "
           f"{'CPU (Gloo)' if a.cpu else 'one GPU (NCCL)'}", flush=True)
@@ -898,9 +930,9 @@ def main(argv):
 
 def report(ctx, a, cases, tasks, states):
     eq, passed, failed, missing, exact = equivalence_table(ctx, cases, states)
-    checks = [] if ctx.tensor_parallel else [qwen_check(ctx), resume_check(ctx),
-                                             restart_check(ctx), stop_check(ctx, 0),
-                                             stop_check(ctx, 3)]
+    checks = [] if ctx.tensor_parallel or ctx.pipeline_parallel else [
+        qwen_check(ctx), resume_check(ctx), restart_check(ctx), stop_check(ctx, 0),
+        stop_check(ctx, 3)]
     if not ctx.cpu:
         apps = gpu_apps()
         checks.append(("GPU empty at the end", "- at the end nvidia-smi lists "
@@ -930,20 +962,22 @@ def report(ctx, a, cases, tasks, states):
          "### Each case against one rank with the same global batch", ""] + eq +
         (["", "### Checkpoints, restarts, frozen ranks", ""] + [c[1] for c in checks]
          if checks else []) +
-        ["", f"### Collectives per step (fp32, rank 0; calls and bytes: the communicator's "
-         f"counters{source})", ""] + (coll if rows else ["no traced run finished"]) +
+        ([] if ctx.pipeline_parallel else
+         ["", f"### Collectives per step (fp32, rank 0; calls and bytes: the communicator's "
+          f"counters{source})", ""] + (coll if rows else ["no traced run finished"])) +
         ([""] + [f"not run (time): {', '.join(not_run)}"] if not_run else []) +
         ([""] + errors if errors else [])) + "\n"
     print("\n" + text, flush=True)
     with open(a.table, "w") as f:
         f.write(text)
-    ok = (failed == 0 and missing == 0 and not not_run and not errors and bool(rows) and
+    ok = (failed == 0 and missing == 0 and not not_run and not errors and
+          (bool(rows) or ctx.pipeline_parallel) and
           all(c[2] is not False for c in checks))
     figure = "; ".join(
         [f"{passed}/{len(cases)} cases equal 1 rank ({exact} with losses bit for bit)" +
          (f", {failed} FAILED" if failed else "") + (f", {missing} not run" if missing else "")] +
         [f"{label} {'ok' if good else 'FAIL'}" for label, _, good in checks if good is not None] +
-        [f"collectives: {len(rows)} rows"] +
+        ([] if ctx.pipeline_parallel else [f"collectives: {len(rows)} rows"]) +
         ([f"not run (time): {', '.join(not_run)}"] if not_run else []))
     with open(a.figure, "w") as f:
         f.write(figure)

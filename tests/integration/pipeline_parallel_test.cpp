@@ -143,7 +143,13 @@ INSTANTIATE_TEST_SUITE_P(
              {"training.loss_normalization=micro_steps"},
              {},
              nullptr},
-        Case{"P2Bf16", 2, 2, 1, 1, 4, {"training.bf16=true"}, {}, nullptr, 2e-2}),
+        Case{"P2Checkpointing", 2, 2, 1, 2, 4, {"model.gradient_checkpointing=true"}, {}, nullptr},
+        // fp16: one loss scale for every stage (the measured difference is about 1e-5).
+        Case{"P2Fp16", 2, 2, 1, 1, 4, {"training.fp16=true"}, {}, nullptr, 1e-3},
+        Case{"P2Bf16", 2, 2, 1, 1, 4, {"training.bf16=true"}, {}, nullptr, 2e-2},
+        // Stages without the embedding (the head's untied; the middle ones) in bf16.
+        Case{"P2Bf16Untied", 2, 2, 1, 1, 4, {"training.bf16=true"}, {}, kUntied, 2e-2},
+        Case{"P4Bf16", 4, 4, 1, 1, 8, {"training.bf16=true"}, {}, nullptr, 2e-2}),
     [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 // A P2 checkpoint (stage 1, global batch 8: micro 2 × accumulation 4) resumed on one rank, as P4,
@@ -331,6 +337,41 @@ TEST(PipelineParallelFailure, AKilledStageTearsTheJobDownAndIsNamed) {
   EXPECT_LT(seconds, 15) << "the job took " << seconds << " s to stop";
   EXPECT_THAT(r.err, HasSubstr("rank 1 failed on host"));
   EXPECT_THAT(r.err, HasSubstr("signal SIGKILL (9)"));
+  EXPECT_TRUE(wait_until([&] { return processes_with_marker(token).empty(); }, 10));
+}
+
+// A stage that stops sending (a frozen process): its neighbours wait on their transfers, and the
+// launcher's heartbeat watch names the frozen rank after DSTRAIN_COMM_TIMEOUT and ends the job.
+TEST(PipelineParallelFailure, AFrozenStageIsNamedAfterTheTimeout) {
+  TempDir dir;
+  JobSpec spec;
+  spec.nproc = 2;
+  spec.accum = 4;
+  spec.max_steps = 100000;
+  spec.checkpoint_interval = 2;
+  spec.extra_overrides = {"parallel.pipeline_parallel_size=2"};
+  const std::string token = unique_token();
+  std::vector<std::string> args = {"launch", "--nproc", "2", write_job_config(dir.path(), spec)};
+  for (const std::string& kv : spec.extra_overrides) args.insert(args.end(), {"--set", kv});
+  Child job = start_dstrain(args, {"DSTRAIN_TEST_MARKER=" + token, "DSTRAIN_COMM_TIMEOUT=5"});
+  ASSERT_TRUE(wait_until([&] { return file_exists(dir.file("ckpt/latest")); }, 120));
+  pid_t victim = -1;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        victim = rank_pid(processes_with_marker(token), 1);
+        return victim > 0;
+      },
+      20));
+  const auto stopped = std::chrono::steady_clock::now();
+  ::kill(victim, SIGSTOP);
+  const RunResult r = finish(job, 60);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(seconds, 5 + 10) << "the job took " << seconds << " s to stop";
+  EXPECT_THAT(r.err, HasSubstr("dstrain launch: rank 1 failed on host localhost"));
+  EXPECT_THAT(r.err, HasSubstr("stopped responding (no heartbeat for"));
   EXPECT_TRUE(wait_until([&] { return processes_with_marker(token).empty(); }, 10));
 }
 
