@@ -397,9 +397,13 @@ class Timeline:
         self.t += seconds
 
     def launch(self, kind, buffer_bytes):
+        return self.launch_seconds(self.net.seconds(kind, ring_bytes(kind, buffer_bytes, self.n),
+                                                    self.n, self.nodes))
+
+    def launch_seconds(self, seconds):
+        """A collective of `seconds` on the comm stream."""
         start = max(self.comm, self.t)
-        self.comm = start + self.net.seconds(kind, ring_bytes(kind, buffer_bytes, self.n), self.n,
-                                             self.nodes)
+        self.comm = start + seconds
         self.comm_busy += self.comm - start
         self.calls += 1
         if self.serial:
@@ -549,6 +553,10 @@ class ShardedRun:
         self.in_flight = collections.deque()
         self.gathers = []
         self.active = False
+        sizes = {hi - lo for lo, hi in self.cuts}  # two at most: every bucket's and the last's
+        self.rs_seconds = {size: tl.net.seconds("reduce_scatter",
+                                                ring_bytes("reduce_scatter", size * self.es, n),
+                                                n, tl.nodes) for size in sizes}
 
     def update(self, b):
         lo, hi = self.cuts[b]
@@ -565,8 +573,7 @@ class ShardedRun:
         if len(self.in_flight) >= self.opts["max_in_flight"]:
             self.retire(self.in_flight.popleft())
         lo, hi = self.cuts[b]
-        self.in_flight.append((self.tl.launch("reduce_scatter", (hi - lo) * self.es), b,
-                               self.last))
+        self.in_flight.append((self.tl.launch_seconds(self.rs_seconds[hi - lo]), b, self.last))
 
     def backward(self, units, communicate=True, last=True):
         """One backward over `units` (in backward order); `communicate`: reduce its gradients
@@ -929,6 +936,8 @@ def pipeline_step(net, layout, stage, dp_scale, opts, micro_batches, transfer, p
                 moved = True
         if not moved:
             raise RuntimeError("pipeline schedule deadlocks")  # a bug in pipeline_schedule
+    for tl in tls:
+        tl.actions_end = tl.t  # its last backward's compute
     for run in runs:
         run.reduce_norm()
     if P > 1:  # the norm summed over the pipeline: 8 bytes, all-reduced over its P ranks
@@ -1017,6 +1026,24 @@ def transient_bytes(net, shape, comp, stage, scale, opts):
     return (spanned + opts["max_in_flight"]) * bucket * es + shard
 
 
+def boundary_bytes(shape, sequence_parallel=True):
+    """One micro-batch's hidden states at a stage boundary, as one rank sends them (pipeline.cpp's
+    hidden_like): [tokens, hidden] in the compute dtype, this rank's 1/tp of the token rows with
+    TP's sequence parallelism, all of them without."""
+    rows = shape.tokens() // shape.tp if sequence_parallel else shape.tokens()
+    return rows * shape.H * shape.element_bytes
+
+
+def pipeline_activation_bytes(shape, layers, boundaries, loss_chunk_gib, sequence_parallel=True):
+    """A pipeline rank's activations: activation_bytes() of its `layers` layer-micro-batches in
+    flight (each layer's input with checkpointing, one layer's working set besides), plus
+    `boundaries` boundary tensors and, on the rank with the head, the loss chunk."""
+    held = copy.copy(shape)
+    held.L = layers
+    return (activation_bytes(held, loss_chunk_gib, sequence_parallel) +
+            boundaries * boundary_bytes(shape, sequence_parallel))
+
+
 # ----------------------------------------------------------------------------------------------
 # Tables
 
@@ -1029,8 +1056,17 @@ Layout = collections.namedtuple("Layout", "tp dp stage step tp_comm zero_comm me
                                           "tokens_per_s mfu")
 
 
+PipelineRun = collections.namedtuple(
+    "PipelineRun", "p tp dp stage v m bubble imbalance across_gb across_ms tp_comm zero_comm step "
+                   "memory fits tokens_per_s mfu")
+
+
 def layout_name(l):
     return f"{l.tp} × 1 × {l.dp}, stage {l.stage}"
+
+
+def pipeline_name(l):
+    return f"{l.p} × {l.tp} × {l.dp}, stage {l.stage}" + (f", v {l.v}" if l.v > 1 else "")
 
 
 def gain(base_step, step):
@@ -1082,6 +1118,8 @@ class Model:
         self.tp_shapes, self.tp_sizes, self.tp_efficiency = self.tensor_parallel_inputs()
         self.tp_sequence_parallel = inputs.get("tensor_parallel.sequence_parallel", bool)
         self._layouts = {}
+        self.pipeline_inputs()
+        self._splits, self._pipelines = {}, {}
 
     def tensor_parallel_inputs(self):
         where = f"{self.inputs.path}: tensor_parallel"
@@ -1109,6 +1147,36 @@ class Model:
                     raise InputError(f"{self.inputs.path}: {e}")
         return ([by_name[n] for n in names], sizes,
                 {int(k): float(v) for k, v in efficiency.items()})
+
+    def pipeline_inputs(self):
+        where = f"{self.inputs.path}: pipeline_parallel"
+        by_name = {s.name: s for s in self.shapes}
+        names = self.inputs.get("pipeline_parallel.shapes", list)
+        if not names or any(n not in by_name for n in names):
+            raise InputError(f"{where}.shapes is {names!r}; expected names from shapes "
+                             f"({', '.join(by_name)})")
+        self.pp_shapes = [by_name[n] for n in names]
+        self.pp_sizes = self.inputs.get("pipeline_parallel.sizes", list)
+        self.pp_virtual = self.inputs.get("pipeline_parallel.virtual_stages", list)
+        for key, values in (("sizes", self.pp_sizes), ("virtual_stages", self.pp_virtual)):
+            if not values or any(not isinstance(v, int) or isinstance(v, bool) or v <= 0
+                                 for v in values):
+                raise InputError(f"{where}.{key} is {values!r}; expected positive integers")
+        self.pp_micro = self.inputs.get("pipeline_parallel.micro_batch_sequences", int)
+        self.pp_tokens = self.inputs.get("pipeline_parallel.tokens_per_gpu", int)
+        self.pp_prefetch = self.inputs.get("pipeline_parallel.p1_prefetch_layers", int)
+        self.pp_scales = []
+        for i, s in enumerate(self.inputs.get("pipeline_parallel.scales", list)):
+            if not isinstance(s, dict) or not all(isinstance(s.get(k), int) and s[k] > 0
+                                                  for k in ("gpus", "nodes")) or \
+                    s["gpus"] % s["nodes"]:
+                raise InputError(f"{where}.scales[{i}] is {s!r}; expected whole nodes of GPUs")
+            self.pp_scales.append((s["gpus"], s["nodes"]))
+        for s in self.pp_shapes:
+            if (self.pp_tokens % (self.pp_micro * s.seq) or
+                    s.micro * s.seq != self.pp_tokens):
+                raise InputError(f"{where}.tokens_per_gpu ({self.pp_tokens}) is not whole "
+                                 f"micro-batches of {s.name}, or not its tokens a GPU")
 
     def compute(self, shape, sequence_parallel=None):
         sp = self.tp_sequence_parallel if sequence_parallel is None else sequence_parallel
@@ -1360,6 +1428,229 @@ class Model:
                       "dstrain, same GPUs, TP and sharding (model)", "fits", "MFU (defaults)",
                       "MFU (prefetch 1 layer)"], rows)
 
+    # -- pipeline parallelism
+
+    def stage_split(self, shape, parts):
+        key = (shape.name, parts)
+        if key not in self._splits:
+            self._splits[key] = balance_stages(block_costs(shape), parts)
+        return self._splits[key]
+
+    def pipeline(self, shape, stages, tp, stage, chunks, scale, group_sequences, micro_batches,
+                 simulate_step=True):
+        """One pipeline layout of `scale` (GPUs, nodes): `stages` stages the outermost split, TP
+        groups of `tp` inside each, ZeRO `stage` over each stage's data-parallel group, `chunks`
+        virtual stages a rank, `micro_batches` micro-batches of `group_sequences` sequences a TP
+        group. Memory always; the step only where `simulate_step` (else None)."""
+        gpus, nodes = scale
+        sp = self.tp_sequence_parallel
+        s = shape.tensor_parallel(tp)
+        s.micro = group_sequences
+        comp = self.compute(s)
+        layout = PipelineLayout(s, comp, stages, chunks, scale,
+                                self.stage_split(shape, stages * chunks))
+        dp, per_node = gpus // (stages * tp), gpus // nodes
+        dp_scale = (dp, max(1, gpus // stages // per_node))
+        one = boundary_bytes(s, sp)
+        transfer = [self.net.transfer_seconds(one, a) for a in layout.across]
+        last = stages * chunks - 1
+        memory, across = 0, []
+        for p in range(stages):
+            view = layout.views[p]
+            states = model_state_bytes(view, stage, dp, self.opts)
+            buffers = transient_bytes(self.net, view, view, stage, dp_scale, self.opts)
+            loss = self.loss_chunk if p == layout.rank_of(last) else 0
+            # Linear in both counts: the peak is where a layer's and a boundary's bytes weigh most.
+            layer = (pipeline_activation_bytes(s, 1, 0, 0, sp) -
+                     pipeline_activation_bytes(s, 0, 0, 0, sp))
+            held, n = max(pipeline_held(layout, p, micro_batches),
+                          key=lambda h: h[0] * layer + h[1] * one)
+            act = pipeline_activation_bytes(s, held, n, loss, sp)
+            memory = max(memory, states + buffers + act)
+            # Its sends a micro-batch: virtual stage s's output forward (boundary s) unless s is
+            # the last, its input's gradient back (boundary s - 1) unless s is the first.
+            mine = [c * stages + p for c in range(chunks)]
+            sends = [b for s_ in mine for b in ([s_] if s_ < last else []) +
+                     ([s_ - 1] if s_ > 0 else []) if layout.across[b]]
+            across.append((micro_batches * len(sends) * one,
+                           micro_batches * sum(transfer[b] for b in sends)))
+        tokens = micro_batches * s.tokens() / (stages * tp)  # a GPU a step
+        fits = memory <= self.memory
+        step = zero = tp_comm = tps = mfu = None
+        if simulate_step:
+            pipeline_nodes = min(stages, nodes)
+            tls = pipeline_step(self.net, layout, stage, dp_scale, self.opts, micro_batches,
+                                transfer, pipeline_nodes)
+            step = max(tl.t for tl in tls)
+            zero = max(tl.comm_busy for tl in tls)
+            tp_comm = max(micro_batches * view.tp_seconds + view.tp_norm for view in layout.views)
+            tps = tokens / step
+            mfu = shape.flops_per_token() * tps / self.peak
+        gb, ms = max(across)
+        busy = [sum(view.fwd) + sum(view.bwd) for view in layout.views]
+        return PipelineRun(stages, tp, dp, stage, chunks, micro_batches,
+                           pipeline_bubble(stages, micro_batches, chunks),
+                           max(busy) * stages / sum(busy), gb, ms, tp_comm, zero, step, memory,
+                           fits, tps, mfu)
+
+    def without_pipeline(self, shape, tp, stage, scale):
+        """P = 1: the tensor-parallel layout above (one micro-step of the shape's micro-batch),
+        with stage 3's prefetch of p1_prefetch_layers layer units."""
+        l = self.layout(shape, tp, stage, scale, self.pp_prefetch)
+        return PipelineRun(1, tp, l.dp, stage, 1, 1, 0.0, 1.0, 0.0, 0.0, l.tp_comm, l.zero_comm,
+                           l.step, l.memory, l.fits, l.tokens_per_s, l.mfu)
+
+    def pipelines(self, shape, scale):
+        """Every layout searched at `scale`: P, TP, ZeRO stage and v; the step simulated where it
+        fits (computed once)."""
+        key = (shape.name, scale)
+        if key in self._pipelines:
+            return self._pipelines[key]
+        gpus, nodes = scale
+        per_node = gpus // nodes
+        out = []
+        for stages in self.pp_sizes:
+            for tp in self.tp_sizes:
+                if gpus % (stages * tp) or tp > per_node or (gpus // stages) % tp:
+                    continue  # TP groups of a stage inside one node
+                if stages == 1:
+                    out += [self.without_pipeline(shape, tp, z, scale) for z in STAGES]
+                    continue
+                m = self.pp_tokens * stages // (self.pp_micro * shape.seq)
+                for v in self.pp_virtual:
+                    if stages * v > shape.L + 2 or (v > 1 and m % stages):
+                        continue
+                    one = None
+                    for z in (1, 2):
+                        args = (shape, stages, tp, z, v, scale, self.pp_micro * tp, m)
+                        l = self.pipeline(*args, simulate_step=False)
+                        # Stage 2 issues stage 1's collectives and a reduce-scatter of every
+                        # bucket at each earlier micro-step, on the same timeline: never faster.
+                        # It is simulated only where stage 1 does not fit.
+                        if l.fits and (z == 1 or not one.fits):
+                            l = self.pipeline(*args)
+                        out.append(l)
+                        one = l
+        self._pipelines[key] = out
+        return out
+
+    @staticmethod
+    def fastest_pipeline(runs, stages=None):
+        fit = [l for l in runs if l.fits and l.step is not None and stages in (None, l.p)]
+        return min(fit, key=lambda l: l.step) if fit else None
+
+    def pp_traffic_table(self):
+        rows = []
+        sp = self.tp_sequence_parallel
+        for shape in self.pp_shapes:
+            for tp in self.tp_sizes:
+                s = shape.tensor_parallel(tp)
+                s.micro = self.pp_micro * tp
+                comp = self.compute(s)
+                one = boundary_bytes(s, sp)
+                rows.append([shape.name, tp, f"{s.micro} × {s.seq}", fmt(one / 1e6),
+                             fmt(self.net.transfer_seconds(one, True) * 1e3, 2),
+                             fmt(self.net.transfer_seconds(one, False) * 1e3, 2),
+                             fmt((comp.fwd[1] + comp.bwd[1]) * 1e3, 2)])
+        return table(["shape", "TP", "TP group's micro-batch", "boundary MB a rank (one send)",
+                      "one send across nodes ms", "one send in a node ms",
+                      "one layer's fwd + bwd ms (a micro-batch)"], rows)
+
+    def pp_row(self, l):
+        return [pipeline_name(l), l.m, f"{100 * l.bubble:.1f}%", fmt(l.across_gb / GB, 2),
+                fmt(l.across_ms * 1e3), fmt(l.tp_comm * 1e3), fmt(l.zero_comm * 1e3),
+                fmt(l.step * 1e3), fmt(l.tokens_per_s, 0), f"{100 * l.mfu:.1f}%",
+                fmt(l.memory / GB)]
+
+    PP_HEAD = ["layout (P × TP × DP, stage, v)", "m", "bubble (formula)",
+               "activations across nodes: GB a rank a step", "their ms", "TP comm ms",
+               "ZeRO comm ms", "step ms", "tokens/s per GPU", "MFU", "GB a GPU"]
+
+    def pp_best_table(self):
+        """The fastest layout with a pipeline (P > 1) that fits, beside the fastest without."""
+        rows = []
+        for shape in self.pp_shapes:
+            for scale in self.pp_scales:
+                runs = self.pipelines(shape, scale)
+                piped = [l for l in runs if l.p > 1]
+                best, flat = self.fastest_pipeline(piped), self.fastest_pipeline(runs, 1)
+                if best is None:
+                    least = min(piped, key=lambda l: l.memory)
+                    row = [f"nothing fits (least: {pipeline_name(least)}, "
+                           f"{fmt(least.memory / GB)} GB)"] + [""] * (len(self.PP_HEAD) - 1)
+                else:
+                    row = self.pp_row(best)
+                if flat is None:
+                    row += ["nothing fits", "", ""]
+                else:
+                    row += [pipeline_name(flat), f"{100 * flat.mfu:.1f}%",
+                            gain(flat.step, best.step) if best else ""]
+                rows.append([shape.name, scale[0]] + row)
+        return table(["shape", "GPUs"] + self.PP_HEAD +
+                     ["without a pipeline: fastest (P × TP × DP, stage)", "MFU",
+                      "the pipeline's gain"], rows)
+
+    def pp_layouts_table(self):
+        """Each P's fastest layout that fits, against the fastest without a pipeline."""
+        rows = []
+        for shape in self.pp_shapes:
+            for scale in self.pp_scales:
+                runs = self.pipelines(shape, scale)
+                flat = self.fastest_pipeline(runs, 1)
+                for stages in self.pp_sizes:
+                    mine = [l for l in runs if l.p == stages]
+                    if not mine:
+                        continue
+                    best = self.fastest_pipeline(mine)
+                    count = f"{sum(l.fits for l in mine)} of {len(mine)}"
+                    if best is None:
+                        least = min(mine, key=lambda l: l.memory)
+                        rows.append([shape.name, scale[0], stages,
+                                     f"nothing fits (least: {pipeline_name(least)}, "
+                                     f"{fmt(least.memory / GB)} GB)", "", "", "", "", "", count,
+                                     ""])
+                        continue
+                    rows.append([shape.name, scale[0], stages, pipeline_name(best),
+                                 fmt(best.memory / GB), fmt(best.step * 1e3),
+                                 f"{100 * best.mfu:.1f}%", f"{100 * best.bubble:.1f}%",
+                                 fmt(best.imbalance, 2), count,
+                                 gain(flat.step, best.step) if flat else "—"])
+        return table(["shape", "GPUs", "P", "fastest that fits (P × TP × DP, stage, v)",
+                      "GB a GPU", "step ms", "MFU", "bubble (formula)",
+                      "slowest stage's compute / mean", "layouts that fit",
+                      "vs without a pipeline"], rows)
+
+    def pp_published_table(self):
+        rows = []
+        by_name = {s.name: s for s in self.shapes}
+        for i, r in enumerate(self.inputs.get("published_pipeline_parallel", list)):
+            where = f"{self.inputs.path}: published_pipeline_parallel[{i}]"
+            try:
+                shape = by_name[r["shape"]]
+                scale, tp, pp, stage = (r["gpus"], r["nodes"]), r["tp"], r["pp"], r["stage"]
+                dp = r["gpus"] // (tp * pp)
+                per_gpu = r["global_batch"] * r["seq"] // r["gpus"]
+                group = r["micro_tokens"] // shape.seq
+                m = per_gpu * tp * pp // r["micro_tokens"]
+                mfu = f"{100 * r['mfu']:.0f}% ({r['tflops_per_gpu']} TFLOP/s)"
+            except (KeyError, TypeError) as e:
+                raise InputError(f"{where}: missing or malformed {e}")
+            if (r["micro_tokens"] % shape.seq or dp * tp * pp != r["gpus"] or
+                    per_gpu * tp * pp % r["micro_tokens"]):
+                raise InputError(f"{where}: the layout or the micro-batch does not divide")
+            ours = [self.pipeline(shape, pp, tp, stage, v, scale, group, m) for v in (1, 2)]
+            one = ours[0]
+            rows.append([r["name"], r["gpus"], f"TP {tp} × PP {pp} × DP {dp}", f"{per_gpu:,}",
+                         mfu, f"{shape.name}, {pipeline_name(one)}, m {m}",
+                         "yes" if all(l.fits for l in ours) else "**no**",
+                         fmt(max(l.memory for l in ours) / GB), f"{100 * one.bubble:.1f}%",
+                         fmt(one.tp_comm * 1e3), fmt(one.zero_comm * 1e3), fmt(one.step * 1e3)] +
+                        [f"{100 * l.mfu:.1f}%" for l in ours])
+        return table(["published run (H100)", "GPUs", "layout", "tokens a GPU a step", "MFU",
+                      "dstrain, same GPUs, layout and tokens (model)", "fits", "GB a GPU",
+                      "1F1B: bubble (formula)", "TP comm ms (serial)", "ZeRO comm ms", "step ms",
+                      "MFU (1F1B)", "MFU (interleaved, v 2)"], rows)
+
     def memory_table(self):
         rows = []
         for s in self.zero_shapes:
@@ -1475,6 +1766,10 @@ class Model:
             ("tp-layouts", self.tp_layouts_table()),
             ("tp-best", self.tp_best_table()),
             ("tp-published", self.tp_published_table()),
+            ("pp-traffic", self.pp_traffic_table()),
+            ("pp-layouts", self.pp_layouts_table()),
+            ("pp-best", self.pp_best_table()),
+            ("pp-published", self.pp_published_table()),
             ("published", self.published_table()),
             ("measured", self.measured_table()),
         ])

@@ -227,7 +227,7 @@ void Trainer::init() {
     const int m = static_cast<int>(cfg_.training.gradient_accumulation_steps);
     const int v = pipeline_->chunks();
     log::info(
-        "pipeline parallel: {} stages of {} ranks, {} schedule, {} micro-batches a step: each "
+        "pipeline parallel: {} stages of {} rank(s), {} schedule, {} micro-batches a step: each "
         "rank idles about {:.0f}% of a step (equal stages)",
         pipeline_size(), world_ / pipeline_size(),
         v > 1 ? fmt::format("interleaved 1F1B ({} virtual stages a rank)", v)

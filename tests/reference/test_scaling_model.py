@@ -262,3 +262,112 @@ def test_tensor_parallel_of_one_is_the_projection(model):
         s = shape.tensor_parallel(tp)
         assert model.activation_bytes(s, loss) == pytest.approx(model.activation_bytes(shape, loss))
         assert model.activation_bytes(s, loss, False) > model.activation_bytes(shape, loss)
+
+
+def test_pipeline_schedule_and_stage_split_follow_lib_train_pipeline(model):
+    """The schedule and the balanced split are pipeline.cpp's: every forward then its backward
+    once, 1F1B holding at most P - p micro-batches on rank p, interleaving (P - p - 1)·2 +
+    (v - 1)·P + 1 chunks' micro-batches; the split of tests/unit/train/pipeline_test.cpp."""
+    for P, v, m in ((2, 1, 4), (4, 1, 2), (4, 1, 8), (4, 2, 8), (8, 2, 16)):
+        for p in range(P):
+            actions = model.pipeline_schedule(P, p, m, v)
+            forwards = [(i, c) for f, i, c in actions if f]
+            backwards = [(i, c) for f, i, c in actions if not f]
+            assert sorted(forwards) == sorted(backwards) == sorted(
+                (i, c) for i in range(m) for c in range(v))
+            held = most = 0
+            for f, i, c in actions:
+                assert f or (i, c) in forwards[:forwards.index((i, c)) + 1]
+                held += 1 if f else -1
+                most = max(most, held)
+            want = min(m, P - p) if v == 1 else min(m * v, (P - p - 1) * 2 + (v - 1) * P + 1)
+            assert most == want, (P, v, m, p)
+    with pytest.raises(model.InputError, match="multiple"):
+        model.pipeline_schedule(4, 0, 6, 2)
+    costs = [0, 1, 1, 1, 1, 2]  # embedding (free), four equal layers, a head as costly as two
+    assert model.balance_stages(costs, 1) == [(0, 6)]
+    assert model.balance_stages(costs, 2) == [(0, 4), (4, 6)]
+    assert model.balance_stages(costs, 3) == [(0, 3), (3, 5), (5, 6)]
+    assert model.balance_stages([1, 1, 1, 1, 1], 2) == [(0, 2), (2, 5)]
+    # block_costs: a layer's matrices, the head's vocabulary projection, the embedding nothing.
+    s = model.Inputs(INPUTS).shape("llama3-70b")
+    costs = model.block_costs(s)
+    layer = sum(n for name, n, u in s.parameters(whole=True) if u == 1 and "norm" not in name)
+    assert costs[0] == 0 and costs[1:-1] == [layer] * s.L and costs[-1] == s.V * s.H
+
+
+def test_pipeline_idle_share_on_the_timeline_is_the_formula(model):
+    """With equal stages, no transfer time and nothing to reduce (one rank a stage), each rank's
+    actions end at (v·m + P - 1) chunk times: idle (P - 1)/(v·m + P - 1) of the step. A transfer
+    time only adds to it."""
+    m = model.Model(model.Inputs(INPUTS))
+    shape = model.Inputs(INPUTS).shape("llama3-8b")
+
+    class Comp:
+        pass
+
+    for P, v, mb in ((2, 1, 4), (4, 1, 2), (4, 1, 8), (4, 2, 8), (8, 2, 16)):
+        per = 2  # layers a virtual stage
+        s = model.copy.copy(shape)
+        s.L = per * P * v
+        comp = Comp()
+        comp.fwd = [0.0] + [1.0] * s.L + [0.0]
+        comp.bwd = [0.0] + [2.0] * s.L + [0.0]
+        comp.tp_fwd = comp.tp_bwd = [0.0] * (s.L + 2)
+        comp.opt_per_element = comp.tp_norm = 0.0
+        split = [(0 if k == 0 else 1 + k * per, s.L + 2 if k == P * v - 1 else 1 + (k + 1) * per)
+                 for k in range(P * v)]
+        layout = model.PipelineLayout(s, comp, P, v, (P, P), split)
+        chunk = per * 3.0
+        ends = []
+        for transfer in (0.0, 0.5):
+            tls = model.pipeline_step(m.net, layout, 1, (1, 1), m.opts, mb,
+                                      [transfer] * (P * v - 1), P)
+            ends.append(max(tl.actions_end for tl in tls))
+        assert ends[0] == pytest.approx((v * mb + P - 1) * chunk, rel=1e-12)
+        busy = v * mb * chunk
+        assert 1 - busy / ends[0] == pytest.approx(model.pipeline_bubble(P, mb, v), rel=1e-12)
+        assert ends[1] > ends[0]
+
+
+def test_pipeline_boundary_is_one_micro_batch_of_hidden_states(model):
+    """A rank sends [tokens / TP, hidden] bf16 a micro-batch and boundary (TP's sequence
+    parallelism), its whole [tokens, hidden] without; across nodes at one NIC's busbw, in a node
+    at NVLink's, plus one step of NCCL's latency."""
+    inputs = model.Inputs(INPUTS)
+    net = model.Network(inputs)
+    for name, hidden in (("llama3-70b", 8192), ("llama3.1-405b", 16384)):
+        s = inputs.shape(name).tensor_parallel(8)
+        s.micro = 8  # one sequence of 2048 a GPU of the group
+        assert model.boundary_bytes(s) == 2048 * hidden * 2
+        assert model.boundary_bytes(s, False) == 8 * 2048 * hidden * 2
+        one = model.boundary_bytes(s)
+        across, inside = net.transfer_seconds(one, True), net.transfer_seconds(one, False)
+        assert one / 47e9 < across < one / 47e9 + 50e-6
+        assert one / 360e9 < inside < one / 360e9 + 50e-6
+    assert round(inputs.shape("llama3.1-405b").numel() / 1e9, 2) == 405.85
+
+
+def test_pipeline_of_one_stage_is_the_projection(model):
+    """P = 1 is the projection above: one stage and one micro-step on the pipeline's timeline is
+    the ZeRO step of stages 1 and 2, and the search's P = 1 rows are the tensor-parallel layouts
+    (with one layer of stage 3 prefetch); stage 2 is never faster than stage 1 (so the search
+    simulates it only where stage 1 does not fit)."""
+    m = model.Model(model.Inputs(INPUTS))
+    shape = next(s for s in m.shapes if s.name == "llama3-70b")
+    scale = (64, 8)
+    for tp in (1, 8):
+        for stage in (1, 2):
+            one = m.pipeline(shape, 1, tp, stage, 1, scale, shape.micro * tp, 1)
+            l = m.layout(shape, tp, stage, scale)
+            assert (one.step, one.zero_comm, one.memory) == (l.step, l.zero_comm, l.memory)
+            assert one.tp_comm == pytest.approx(l.tp_comm, rel=1e-12)
+    for scale in m.pp_scales[:2]:
+        runs = m.pipelines(shape, scale)
+        for r in (r for r in runs if r.p == 1):
+            l = m.layout(shape, r.tp, r.stage, scale, m.pp_prefetch)
+            assert (r.step, r.memory, r.mfu, r.m, r.across_gb) == (l.step, l.memory, l.mfu, 1, 0)
+    for args in ((4, 2, 1), (8, 1, 2)):
+        P, tp, v = args
+        steps = [m.pipeline(shape, P, tp, z, v, scale, tp, 4 * P).step for z in (1, 2)]
+        assert steps[1] >= steps[0]
