@@ -20,8 +20,12 @@ FLOP rate applied to each shape's FLOPs, except where the inputs carry measured_
 scripts/bench/layer-times): that shape's decoder layers and optimizer as measured, extrapolated to
 its depth. Tensor parallelism (a projection of its design: TP ranks inside a node, data parallel
 outermost) splits every matrix TP ways, puts its collectives on NVLink between the matmuls, on the
-compute stream, and runs ZeRO over each TP rank's data-parallel group across the nodes. Python 3,
-standard library only.
+compute stream, and runs ZeRO over each TP rank's data-parallel group across the nodes. Pipeline
+parallelism (lib/train/pipeline.h: stages the outermost split, balanced by the blocks' matrices,
+1F1B or interleaved 1F1B) runs every rank of one pipeline on its own timeline in the schedule's
+order, each point-to-point transfer of a micro-batch's boundary activations on the receiver's
+critical path, each backward one micro-step of the stage's ZeRO 1 or 2 engine over its blocks.
+Python 3, standard library only.
 """
 import argparse
 import collections
@@ -496,12 +500,12 @@ def measured_layers(inputs, shapes):
 def borrowed_layers(inputs, shapes, measured):
     """{shape name: entry} for the shapes whose layers run at another shape's measured FLOP rate
     (layer_rate_of): that shape's measured forward and backward scaled by the ratio of the two
-    layers' forward FLOPs a token, its optimizer's time an element. Without a measurement of that
-    shape, none (the FLOP rate of compute)."""
+    layers' forward FLOPs a token, its optimizer's time an element. A shape measured itself keeps
+    its own; without a measurement of that shape, none (the FLOP rate of compute)."""
     by_name = {s.name: s for s in shapes}
     out = {}
     for s in shapes:
-        if s.layer_rate_of is None:
+        if s.layer_rate_of is None or s.name in measured:
             continue
         where = f"{inputs.path}: shapes.{s.name}.layer_rate_of"
         ref = by_name.get(s.layer_rate_of)
@@ -835,7 +839,7 @@ class StageView:
         self.element_bytes = shape.element_bytes
         self.fwd = [comp.fwd[b] for b in self.blocks]
         self.bwd = [comp.bwd[b] for b in self.blocks]
-        self.tp_seconds = (sum(comp.tp_fwd[b] + comp.tp_bwd[b] for b in self.blocks))
+        self.tp_seconds = sum(comp.tp_fwd[b] + comp.tp_bwd[b] for b in self.blocks)
         self.opt_per_element, self.tp_norm = comp.opt_per_element, comp.tp_norm
 
     def parameters(self):
@@ -1617,7 +1621,7 @@ class Model:
                                  gain(flat.step, best.step) if flat else "—"])
         return table(["shape", "GPUs", "P", "fastest that fits (P × TP × DP, stage, v)",
                       "GB a GPU", "step ms", "MFU", "bubble (formula)",
-                      "slowest stage's compute / mean", "layouts that fit",
+                      "slowest rank's compute / mean", "layouts that fit",
                       "vs without a pipeline"], rows)
 
     def pp_published_table(self):
