@@ -23,9 +23,12 @@ BatchShape batch_shape(const LocalLaunchOptions& launch, int world) {
   load.overrides = launch.overrides;
   load.world_size = world;
   const config::Config c = config::load_config(launch.config_path, load);
-  return {c.training.per_device_train_batch_size, c.training.gradient_accumulation_steps,
-          c.training.train_batch_size, c.parallel.sequence_parallel_size,
-          c.parallel.tensor_parallel_size, c.parallel.pipeline_parallel_size};
+  return {c.training.per_device_train_batch_size,
+          c.training.gradient_accumulation_steps,
+          c.training.train_batch_size,
+          c.parallel.sequence_parallel_size,
+          c.parallel.tensor_parallel_size,
+          c.parallel.pipeline_parallel_size};
 }
 
 // The nearest whole accumulation for b's global batch on new_world ranks.

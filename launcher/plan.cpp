@@ -159,8 +159,7 @@ std::string format_parallel_groups(const WorldPlan& plan) {
         "hold it\n",
         dp, stages > 1 ? " of a stage" : "", plan.world_size / (t * stages));
   } else if (stages > 1) {
-    out += fmt::format("data-parallel size {}: ZeRO shards each stage over its {} ranks\n", dp,
-                       dp);
+    out += fmt::format("data-parallel size {}: ZeRO shards each stage over its {} ranks\n", dp, dp);
   }
   return out;
 }

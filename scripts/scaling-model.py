@@ -958,21 +958,21 @@ def pipeline_held(layout, p, micro_batches):
     """What rank p holds at the peak of its action list (the schedule's order, pipeline.cpp): the
     layers of its micro-batches in flight (forwarded, not yet backwarded; each layer's input kept
     with checkpointing), and boundary tensors [tokens, hidden]: the output of each micro-batch in
-    flight that a later stage received, and the gradients sent back to the stage before, which
-    the rank holds until the step's end. [(layers, boundary tensors)] at each action."""
+    flight that a later stage received, and the gradient a backward sends back to the stage
+    before, held until the transfers before the rank's next action are done. [(layers, boundary
+    tensors)] at each action."""
     P, v = layout.P, layout.v
     last = P * v - 1
-    layers = outputs = sent = 0
+    layers = outputs = 0
     out = []
     for forward, _, c in pipeline_schedule(P, p, micro_batches, v):
         s = c * P + p
         if forward:  # held from its forward on
             layers += layout.layers(s)
             outputs += s < last
-            out.append((layers, outputs + sent))
+            out.append((layers, outputs))
         else:  # held until its backward is done, which sends the input's gradient back
-            sent += s > 0
-            out.append((layers, outputs + sent))
+            out.append((layers, outputs + (s > 0)))
             layers -= layout.layers(s)
             outputs -= s < last
     return out

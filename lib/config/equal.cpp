@@ -101,8 +101,8 @@ bool operator==(const CheckpointSection& a, const CheckpointSection& b) {
 bool operator==(const ParallelSection& a, const ParallelSection& b) {
   auto t = [](const ParallelSection& s) {
     return std::tie(s.sequence_parallel_size, s.tensor_parallel_size, s.tensor_sequence_parallel,
-                    s.tensor_parallel_across_nodes, s.pipeline_parallel_size,
-                    s.pipeline_schedule, s.pipeline_virtual_stages, s.pipeline_split);
+                    s.tensor_parallel_across_nodes, s.pipeline_parallel_size, s.pipeline_schedule,
+                    s.pipeline_virtual_stages, s.pipeline_split);
   };
   return t(a) == t(b);
 }

@@ -198,10 +198,11 @@ void check_pipeline_batch(const Config& c, const Merger& m, const std::string& f
   if (micro < pp) {
     const double idle = static_cast<double>(pp - 1) / static_cast<double>(v * micro + pp - 1);
     const Assigned* a = m.find("training.gradient_accumulation_steps");
-    m.warn(fmt::format("{}: {} micro-batch(es) per step through {} pipeline stages: each rank "
-                       "idles {:.0f}% of a step; gradient_accumulation_steps of {} or more keep "
-                       "the stages busier",
-                       a ? a->origin.where : file, micro, pp, 100 * idle, 4 * pp));
+    m.warn(
+        fmt::format("{}: {} micro-batch(es) per step through {} pipeline stages: each rank "
+                    "idles {:.0f}% of a step; gradient_accumulation_steps of {} or more keep "
+                    "the stages busier",
+                    a ? a->origin.where : file, micro, pp, 100 * idle, 4 * pp));
   }
 }
 

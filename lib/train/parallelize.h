@@ -67,7 +67,7 @@ struct ParallelPlan {
   // order; the engine holds their parameters alone, and the others stay without memory. Empty:
   // every block.
   std::vector<size_t> blocks;
-  zero::EngineOptions engine;     // its stage picks the engine; initial_values is set here
+  zero::EngineOptions engine;  // its stage picks the engine; initial_values is set here
   zero::OptimizerFactory optimizer;
   model::ValueSource initial_values;  // the model's parameters by name (files or a seeded init)
 };

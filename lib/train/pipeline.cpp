@@ -36,6 +36,20 @@ const char* schedule_word(PipelineSchedule schedule) {
   return "unknown";
 }
 
+int pipeline_warmup(PipelineSchedule schedule, int stages, int stage, int micro_batches,
+                    int chunks) {
+  const int total = micro_batches * chunks;
+  switch (schedule) {
+    case PipelineSchedule::kGpipe:
+      return total;
+    case PipelineSchedule::kOneForwardOneBackward:
+      return std::min(total, stages - stage - 1);
+    case PipelineSchedule::kInterleaved:
+      return std::min(total, (stages - stage - 1) * 2 + (chunks - 1) * stages);
+  }
+  return total;
+}
+
 std::vector<PipelineAction> pipeline_schedule(PipelineSchedule schedule, int stages, int stage,
                                               int micro_batches, int chunks,
                                               const std::string& key) {
@@ -60,9 +74,7 @@ std::vector<PipelineAction> pipeline_schedule(PipelineSchedule schedule, int sta
          key, micro_batches, stages);
   }
   const int total = micro_batches * chunks;
-  const int warmup = std::min(total, schedule == PipelineSchedule::kInterleaved
-                                         ? (stages - stage - 1) * 2 + (chunks - 1) * stages
-                                         : stages - stage - 1);
+  const int warmup = pipeline_warmup(schedule, stages, stage, micro_batches, chunks);
   for (int k = 0; k < warmup; ++k) out.push_back(interleaved_action(true, k, stages, chunks));
   for (int k = 0; k + warmup < total; ++k) {
     out.push_back(interleaved_action(true, k + warmup, stages, chunks));
@@ -171,8 +183,8 @@ StageRanges split_stages(const std::vector<int64_t>& layers, const model::Decode
   int64_t sum = 0;
   for (int64_t n : layers) sum += n;
   if (sum != have || layers.empty()) {
-    fail(ErrorKind::kConfig, "{}: the stages' layer counts add up to {}, but the model has {} layers",
-         key, sum, have);
+    fail(ErrorKind::kConfig,
+         "{}: the stages' layer counts add up to {}, but the model has {} layers", key, sum, have);
   }
   // Blocks: the embedding, the layers in order, the head.
   StageRanges out;
@@ -194,9 +206,11 @@ std::vector<size_t> rank_blocks(const StageRanges& stages, int ranks, int rank) 
   return out;
 }
 
-std::vector<size_t> PipelineStage::blocks() const { return rank_blocks(stages_, size_, rank_); }
+std::vector<size_t> PipelineStage::blocks() const {
+  return rank_blocks(stages_, size_, rank_);
+}
 
-// The hidden states between stages: [B, T, C] in the model's dtype, or this rank's token rows [n,
+// The hidden states between stages: [B, T, C] in this rank's dtype, or its token rows [n,
 // C] under tensor parallelism's sequence parallelism.
 torch::Tensor PipelineStage::hidden_like(const MicroBatch& mb) const {
   const int64_t B = mb.input_ids.size(0), T = mb.input_ids.size(1);
@@ -216,9 +230,15 @@ model::LossSum PipelineStage::begin(int micro_batches) {
   return {torch::zeros({}, f32), torch::zeros({}, f32.dtype(torch::kLong))};
 }
 
+void PipelineStage::transfer(std::vector<comm::PeerTransfer> incoming) {
+  std::vector<comm::PeerTransfer> batch = std::move(outgoing_);
+  outgoing_.clear();
+  for (comm::PeerTransfer& t : incoming) batch.push_back(std::move(t));
+  if (!batch.empty()) group_.exchange(std::move(batch))->wait();
+}
+
 void PipelineStage::finish() {
-  for (auto& work : sends_) work->wait();
-  sends_.clear();
+  transfer({});
   in_flight_.clear();
 }
 
@@ -232,17 +252,39 @@ model::LossSum PipelineStage::run(const std::vector<MicroBatch>& micro_batches, 
   // The first stage's extra micro-step adds the head's gradient of a tied matrix.
   const bool tied_step = engine_tied() && rank_ == 0 && model_.head_weight().requires_grad();
   const int engine_steps = micro_steps + (tied_step ? 1 : 0);
+  const std::vector<PipelineAction> actions =
+      pipeline_schedule(schedule_, size_, rank_, m, chunks_, micro_batch_key);
+  // Interleaved, the steady phase's forward and backward run as one unit: their receives in one
+  // batch before it, their sends in one after (Megatron-LM's interleaved schedule; one action at
+  // a time, a rank would wait on a send that its peer receives only after its own send to this
+  // rank). Without interleaving each action is a unit (as in Megatron-LM's 1F1B): a unit of two
+  // would hold each forward until the gradient its backward needs is back, one micro-batch at a
+  // time through the whole pipeline.
+  const auto warmup = static_cast<size_t>(pipeline_warmup(schedule_, size_, rank_, m, chunks_));
+  const size_t steady_end = schedule_ == PipelineSchedule::kInterleaved
+                                ? warmup + 2 * (static_cast<size_t>(micro_steps) - warmup)
+                                : 0;
   int backwards = 0;
-  for (const PipelineAction& a :
-       pipeline_schedule(schedule_, size_, rank_, m, chunks_, micro_batch_key)) {
-    if (a.forward) {
-      forward(a, micro_batches.at(static_cast<size_t>(a.micro_batch)), loss_scale, factor, total);
-    } else {
-      backward(a, {backwards++, engine_steps});
+  for (size_t k = 0; k < actions.size();) {
+    const size_t n = k >= warmup && k < steady_end ? 2 : 1;
+    std::vector<comm::PeerTransfer> incoming;
+    for (size_t i = k; i < k + n; ++i) {
+      const PipelineAction& a = actions[i];
+      receive(a, micro_batches.at(static_cast<size_t>(a.micro_batch)), incoming);
     }
+    transfer(std::move(incoming));
+    for (size_t i = k; i < k + n; ++i) {
+      const PipelineAction& a = actions[i];
+      if (a.forward) {
+        forward(a, micro_batches.at(static_cast<size_t>(a.micro_batch)), loss_scale, factor, total);
+      } else {
+        backward(a, {backwards++, engine_steps});
+      }
+    }
+    k += n;
   }
+  finish();  // the last unit's sends
   if (engine_tied()) exchange_tied_grad(engine_steps);
-  finish();
   if (tied_ != nullptr && engine_ == nullptr) {
     torch::Tensor grad = model_.head_weight().grad();
     if (!grad.defined()) grad = torch::zeros_like(model_.head_weight());
@@ -256,12 +298,16 @@ model::LossSum PipelineStage::evaluate(const std::vector<MicroBatch>& micro_batc
   torch::NoGradGuard no_grad;
   const int m = static_cast<int>(micro_batches.size());
   model::LossSum total = begin(m);
-  for (int c = 0; c < chunks_; ++c) {
-    for (int i = 0; i < m; ++i) {
-      forward({true, i, c}, micro_batches[static_cast<size_t>(i)], 1.0, 1.0, total);
-      InFlight& f = in_flight_[static_cast<size_t>(c)][static_cast<size_t>(i)];
-      if (f.sent) sends_.push_back(std::move(f.sent));
-      f = InFlight{};
+  // Each micro-batch through every chunk before the next (a chunk-major order would leave the last
+  // rank's sends to the first rank's next chunk unreceived while the first waits on its own).
+  for (int i = 0; i < m; ++i) {
+    for (int c = 0; c < chunks_; ++c) {
+      const PipelineAction a{true, i, c};
+      std::vector<comm::PeerTransfer> incoming;
+      receive(a, micro_batches[static_cast<size_t>(i)], incoming);
+      transfer(std::move(incoming));
+      forward(a, micro_batches[static_cast<size_t>(i)], 1.0, 1.0, total);
+      in_flight_[static_cast<size_t>(c)][static_cast<size_t>(i)] = InFlight{};
     }
   }
   finish();
@@ -301,6 +347,20 @@ void PipelineStage::exchange_tied_grad(int micro_steps) {
   engine_->backward_from(w.view_as(w), grad.to(w.scalar_type()), {micro_steps - 1, micro_steps});
 }
 
+void PipelineStage::receive(const PipelineAction& a, const MicroBatch& mb,
+                            std::vector<comm::PeerTransfer>& incoming) {
+  const int s = virtual_stage(a.chunk);
+  const int last = static_cast<int>(stages_.size()) - 1;
+  InFlight& f = in_flight_[static_cast<size_t>(a.chunk)][static_cast<size_t>(a.micro_batch)];
+  if (a.forward && s > 0) {
+    f.input = hidden_like(mb);
+    incoming.push_back({comm::CollectiveKind::kRecv, f.input, rank_of(s - 1)});
+  } else if (!a.forward && s < last) {
+    f.output_grad = torch::empty_like(f.output);
+    incoming.push_back({comm::CollectiveKind::kRecv, f.output_grad, rank_of(s + 1)});
+  }
+}
+
 void PipelineStage::forward(const PipelineAction& a, const MicroBatch& mb, double loss_scale,
                             double factor, model::LossSum& total) {
   const int s = virtual_stage(a.chunk);
@@ -308,12 +368,7 @@ void PipelineStage::forward(const PipelineAction& a, const MicroBatch& mb, doubl
   const auto& [first_block, end_block] = stages_.at(static_cast<size_t>(s));
   InFlight& f = in_flight_[static_cast<size_t>(a.chunk)][static_cast<size_t>(a.micro_batch)];
   torch::Tensor x = mb.input_ids;
-  if (s > 0) {
-    torch::Tensor received = hidden_like(mb);
-    group_.recv(received, rank_of(s - 1))->wait();
-    f.input = received.requires_grad_(true);
-    x = f.input;
-  }
+  if (s > 0) x = f.input.requires_grad_(true);
   trace::Span span("pipeline", "forward", {"micro_batch", a.micro_batch}, {"chunk", a.chunk});
   model::BlockContext ctx = model_.context(mb.input_ids.size(1), {0, 0, mb.documents},
                                            s == last ? mb.labels : torch::Tensor());
@@ -334,15 +389,15 @@ void PipelineStage::forward(const PipelineAction& a, const MicroBatch& mb, doubl
     return;
   }
   f.output = x;
-  f.sent = group_.send(x.detach().contiguous(), rank_of(s + 1));
+  outgoing_.push_back({comm::CollectiveKind::kSend, x.detach().contiguous(), rank_of(s + 1)});
 }
 
 void PipelineStage::backward(const PipelineAction& a, zero::MicroStep micro) {
   const int s = virtual_stage(a.chunk);
   const int last = static_cast<int>(stages_.size()) - 1;
   InFlight& f = in_flight_[static_cast<size_t>(a.chunk)][static_cast<size_t>(a.micro_batch)];
+  trace::Span span("pipeline", "backward", {"micro_batch", a.micro_batch}, {"chunk", a.chunk});
   if (s == last) {
-    trace::Span span("pipeline", "backward", {"micro_batch", a.micro_batch}, {"chunk", a.chunk});
     if (engine_ != nullptr) {
       engine_->backward(f.output, micro);
     } else {
@@ -356,18 +411,16 @@ void PipelineStage::backward(const PipelineAction& a, zero::MicroStep micro) {
       w.mutable_grad() = torch::Tensor();
     }
   } else {
-    torch::Tensor grad = torch::empty_like(f.output);
-    group_.recv(grad, rank_of(s + 1))->wait();
-    trace::Span span("pipeline", "backward", {"micro_batch", a.micro_batch}, {"chunk", a.chunk});
     if (engine_ != nullptr) {
-      engine_->backward_from(f.output, grad, micro);
+      engine_->backward_from(f.output, f.output_grad, micro);
     } else if (f.output.requires_grad()) {
       // (A first stage with nothing to train, a frozen embedding under LoRA, has no graph.)
-      torch::autograd::backward({f.output}, {grad});
+      torch::autograd::backward({f.output}, {f.output_grad});
     }
   }
-  if (s > 0) sends_.push_back(group_.send(f.input.grad().contiguous(), rank_of(s - 1)));
-  if (f.sent) f.sent->wait();
+  if (s > 0) {
+    outgoing_.push_back({comm::CollectiveKind::kSend, f.input.grad().contiguous(), rank_of(s - 1)});
+  }
   f = InFlight{};
 }
 

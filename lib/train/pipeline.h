@@ -46,6 +46,12 @@ struct PipelineAction {
   }
 };
 
+// How many forwards rank `stage` runs before its first backward: 1F1B's and interleaving's
+// warm-up (after it, forward and backward alternate in pairs until the cool-down's backwards);
+// GPipe's every forward.
+int pipeline_warmup(PipelineSchedule schedule, int stages, int stage, int micro_batches,
+                    int chunks);
+
 // Rank `stage`'s actions for one step. Error(kConfig) naming `key` (the micro-batch setting) when
 // interleaving with micro_batches not a multiple of stages; Error(kInternal) for counts < 1 or a
 // chunk count other than 1 without interleaving.
@@ -137,16 +143,23 @@ class PipelineStage {
 
  private:
   struct InFlight {
-    torch::Tensor input;   // what the chunk received (requires grad), undefined on the first
-    torch::Tensor output;  // what it sent, or the scaled loss on the last stage
-    // The send of `output`, done by the time its gradient comes back (the next stage has run
-    // on it): waited on then, so that a rank holds no more sent activations than 1F1B keeps.
-    std::unique_ptr<comm::Work> sent;
+    torch::Tensor input;        // what the chunk received (requires grad), undefined on the first
+    torch::Tensor output;       // what it sent, or the scaled loss on the last stage
+    torch::Tensor output_grad;  // the gradient of `output` from the next stage
   };
-  // A step's or an evaluation's start (its micro-batches' slots, the zero totals) and end (every
-  // send waited on: their tensors are held until then).
+  // A step's or an evaluation's start (its micro-batches' slots, the zero totals) and end (the
+  // last action's sends done).
   model::LossSum begin(int micro_batches);
   void finish();
+  // Between two units of the schedule (an action, or the steady phase's forward and backward):
+  // the previous unit's sends and the next one's `incoming` receives as one batch, waited on
+  // (Megatron-LM's batched send-and-receive). On NCCL a rank's transfers run in order on one
+  // stream and a send waits for its receive: sending the output on and then receiving a gradient
+  // as two transfers would wait on a neighbour doing the same the other way.
+  void transfer(std::vector<comm::PeerTransfer> incoming);
+  // The receive action `a` needs (its input, or its output's gradient), if any, into its slot.
+  void receive(const PipelineAction& a, const MicroBatch& mb,
+               std::vector<comm::PeerTransfer>& incoming);
   // `factor`: the engine's micro-step count that its backward() divides by, multiplied back.
   void forward(const PipelineAction& a, const MicroBatch& mb, double loss_scale, double factor,
                model::LossSum& total);
@@ -165,10 +178,11 @@ class PipelineStage {
   PipelineSchedule schedule_;
   zero::Engine* engine_;
   int rank_, size_, chunks_;
-  torch::TensorOptions hidden_options_;  // the dtype and device of this rank's parameters
-  std::vector<std::vector<InFlight>> in_flight_;    // by chunk, then micro-batch
-  // This step's gradient sends (and an evaluation's), waited on at its end.
-  std::vector<std::unique_ptr<comm::Work>> sends_;
+  torch::TensorOptions hidden_options_;           // the dtype and device of this rank's parameters
+  std::vector<std::vector<InFlight>> in_flight_;  // by chunk, then micro-batch
+  // What the last action sends on (its output to the next stage, or its input's gradient to the
+  // one before), batched with the next action's receive.
+  std::vector<comm::PeerTransfer> outgoing_;
   // With tied embeddings over more than one rank: the first stage's rank and the head's (null
   // on the others).
   std::unique_ptr<comm::Communicator> tied_;

@@ -157,11 +157,10 @@ void Trainer::init() {
   // parallelism) of its stage (the whole model without pipeline parallelism).
   parallel_ = parallelize(model_, {tp_->replicas(), device_, *sp_}, std::move(plan));
   if (pipeline_group_) {
-    const PipelineSchedule schedule = cfg_.parallel.pipeline_virtual_stages > 1
-                                          ? PipelineSchedule::kInterleaved
-                                      : cfg_.parallel.pipeline_schedule == "gpipe"
-                                          ? PipelineSchedule::kGpipe
-                                          : PipelineSchedule::kOneForwardOneBackward;
+    const PipelineSchedule schedule =
+        cfg_.parallel.pipeline_virtual_stages > 1    ? PipelineSchedule::kInterleaved
+        : cfg_.parallel.pipeline_schedule == "gpipe" ? PipelineSchedule::kGpipe
+                                                     : PipelineSchedule::kOneForwardOneBackward;
     pipeline_ = std::make_unique<PipelineStage>(*model_, *pipeline_group_, std::move(stages),
                                                 schedule, parallel_.engine.get());
   }
@@ -508,10 +507,9 @@ torch::Tensor Trainer::pipeline_step(std::vector<data::Batch>& batches,
       tokens ? static_cast<double>(sp_->data_parallel_size()) / labelled : 1.0;
   std::vector<PipelineStage::MicroBatch> micro_batches;
   for (data::Batch& b : batches) {
-    const double scale =
-        tokens ? 1.0
-               : 1.0 / (static_cast<double>(std::max<int64_t>(1, b.labelled)) *
-                        static_cast<double>(batches.size()));
+    const double scale = tokens ? 1.0
+                                : 1.0 / (static_cast<double>(std::max<int64_t>(1, b.labelled)) *
+                                         static_cast<double>(batches.size()));
     micro_batches.push_back({b.input_ids, b.labels, scale, packed_documents(b)});
     b = data::Batch();
   }

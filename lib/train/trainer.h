@@ -175,9 +175,9 @@ class Trainer {
   // With CUDA graphs, the one stream the rank trains on (this thread's current from before the
   // engine is built); null without. Outlives the engine.
   std::unique_ptr<model::TrainingStream> training_stream_;
-  Parallelized parallel_;      // the model's adapters (LoRA), CUDA graphs and ZeRO engine
+  Parallelized parallel_;  // the model's adapters (LoRA), CUDA graphs and ZeRO engine
   std::unique_ptr<PipelineStage> pipeline_;  // with pipeline_group_: this rank's stages
-  std::string base_checksum_;  // LoRA: lora::base_checksum of the fp32 base weights
+  std::string base_checksum_;                // LoRA: lora::base_checksum of the fp32 base weights
   bool graphs_logged_ = false;
   std::vector<model::LayerFallback> voted_fallbacks_;  // this rank's, in the pending stop vote
   std::unique_ptr<optim::LrSchedule> schedule_;

@@ -32,14 +32,19 @@ struct PendingOp {
 
 class ThreadGroup {
  public:
-  explicit ThreadGroup(int world_size) : world_size_(world_size) {}
+  ThreadGroup(int world_size, PointToPoint transfers)
+      : world_size_(world_size), transfers_(transfers) {}
   int world_size() const { return world_size_; }
+  PointToPoint transfers() const { return transfers_; }
   void issue(uint64_t seq, int rank, CollectiveKind kind, ReduceOp op, int root, Slot slot);
   void execute(uint64_t seq, int rank);
   // Point-to-point: `tensor` from rank `from` to rank `to` (a copy), and the oldest message from
   // `from` to `to`, waited for up to 30 s.
-  void post(int from, int to, const torch::Tensor& tensor);
+  // post() returns the message's number on its channel; taken() waits (30 s at most) until the
+  // receiver has taken it.
+  uint64_t post(int from, int to, const torch::Tensor& tensor);
   torch::Tensor take(int from, int to);
+  void taken(int from, int to, uint64_t message);
   // Split number `index`: waits for every rank's color; returns the group of `color` and this
   // rank's place in it.
   std::pair<std::shared_ptr<ThreadGroup>, int> split(uint64_t index, int rank, int color);
@@ -64,17 +69,20 @@ class ThreadGroup {
     std::map<int, std::shared_ptr<ThreadGroup>> groups;
   };
   int world_size_;
+  PointToPoint transfers_;
   std::map<uint64_t, PendingSplit> splits_;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::map<uint64_t, PendingOp> ops_;
   std::map<std::pair<int, int>, std::deque<torch::Tensor>> mailboxes_;  // by (from, to)
+  std::map<std::pair<int, int>, uint64_t> posted_, taken_;              // messages, by channel
 };
 
-void ThreadGroup::post(int from, int to, const torch::Tensor& tensor) {
+uint64_t ThreadGroup::post(int from, int to, const torch::Tensor& tensor) {
   std::lock_guard<std::mutex> lock(mutex_);
   mailboxes_[{from, to}].push_back(tensor.detach().clone());
   changed_.notify_all();
+  return ++posted_[{from, to}];
 }
 
 torch::Tensor ThreadGroup::take(int from, int to) {
@@ -85,7 +93,17 @@ torch::Tensor ThreadGroup::take(int from, int to) {
   }
   torch::Tensor t = std::move(box.front());
   box.pop_front();
+  ++taken_[{from, to}];
+  changed_.notify_all();
   return t;
+}
+
+void ThreadGroup::taken(int from, int to, uint64_t message) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const auto done = [&] { return taken_[{from, to}] >= message; };
+  if (!changed_.wait_for(lock, std::chrono::seconds(30), done)) {
+    fail(ErrorKind::kTimeout, "send to rank {} on rank {}: not received in 30 s", to, from);
+  }
 }
 
 void ThreadGroup::issue(uint64_t seq, int rank, CollectiveKind kind, ReduceOp op, int root,
@@ -158,7 +176,7 @@ std::pair<std::shared_ptr<ThreadGroup>, int> ThreadGroup::split(uint64_t index, 
     ++size;
   }
   auto& group = pending.groups[color];
-  if (!group) group = std::make_shared<ThreadGroup>(size);
+  if (!group) group = std::make_shared<ThreadGroup>(size, transfers_);
   return {group, place};
 }
 
@@ -331,16 +349,22 @@ std::unique_ptr<comm::Work> ThreadCommunicator::exchange(
     std::vector<comm::PeerTransfer> transfers) {
   comm::check_peer_transfers(transfers, rank_, world_size());
   std::vector<comm::PeerTransfer> receives;
+  std::vector<std::pair<int, uint64_t>> sent;  // peer, message
   for (comm::PeerTransfer& t : transfers) {
     const bool sending = t.kind == CollectiveKind::kSend;
     count(t.kind, sending ? bytes_of(t.tensor) : 0);
     if (sending) {
-      group_->post(rank_, t.peer, t.tensor);
+      sent.emplace_back(t.peer, group_->post(rank_, t.peer, t.tensor));
     } else {
       receives.push_back(std::move(t));
     }
   }
-  return std::make_unique<ThreadPeerWork>(group_, std::move(receives), rank_);
+  auto work = std::make_unique<ThreadPeerWork>(group_, std::move(receives), rank_);
+  if (group_->transfers() == PointToPoint::kRendezvous) {
+    work->wait();
+    for (const auto& [peer, message] : sent) group_->taken(rank_, peer, message);
+  }
+  return work;
 }
 
 std::unique_ptr<comm::Communicator> ThreadCommunicator::split(int color) {
@@ -349,8 +373,9 @@ std::unique_ptr<comm::Communicator> ThreadCommunicator::split(int color) {
   return std::make_unique<ThreadCommunicator>(std::move(group), rank);
 }
 
-void run_ranks(int world_size, const std::function<void(ThreadCommunicator&)>& body) {
-  auto group = std::make_shared<ThreadGroup>(world_size);
+void run_ranks(int world_size, const std::function<void(ThreadCommunicator&)>& body,
+               PointToPoint transfers) {
+  auto group = std::make_shared<ThreadGroup>(world_size, transfers);
   std::vector<std::exception_ptr> errors(world_size);
   std::vector<std::thread> threads;
   for (int r = 0; r < world_size; ++r) {

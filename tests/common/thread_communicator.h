@@ -12,7 +12,10 @@
 // color a ThreadGroup of their own. Point-to-point transfers: a send leaves a copy of its tensor in
 // the receiver's mailbox at once (buffered, unlike Gloo's and NCCL's, which wait for the
 // receive); a receive takes the oldest message from its peer in wait() (30 s at most), of the
-// same size and dtype or Error(kComm).
+// same size and dtype or Error(kComm). With PointToPoint::kRendezvous (NCCL's semantics on one
+// stream) exchange() itself runs its batch to the end: its sends and receives all posted, then
+// every receive taken and every send taken by its receiver; a batch the peers never complete is
+// Error(kTimeout) after 30 s, so a schedule that would hang on NCCL fails the test.
 
 #include <condition_variable>
 #include <cstdint>
@@ -27,6 +30,8 @@
 namespace dstrain::testing {
 
 class ThreadGroup;
+
+enum class PointToPoint { kBuffered, kRendezvous };
 
 class ThreadCommunicator : public comm::Communicator {
  public:
@@ -91,6 +96,7 @@ class BorrowedCommunicator : public comm::Communicator {
 // Runs `body(comm)` on world_size threads, one ThreadCommunicator each; rethrows the first
 // exception after all threads have ended (a rank that throws leaves its peers blocked only if they
 // wait on it, so tests keep ranks in lockstep).
-void run_ranks(int world_size, const std::function<void(ThreadCommunicator&)>& body);
+void run_ranks(int world_size, const std::function<void(ThreadCommunicator&)>& body,
+               PointToPoint transfers = PointToPoint::kBuffered);
 
 }  // namespace dstrain::testing

@@ -116,7 +116,14 @@ INSTANTIATE_TEST_SUITE_P(
     Megatron, PipelineParallelRun,
     ::testing::Values(
         Case{"P2Accum4Tied", 2, 2, 1, 1, 4, {}, {}, nullptr},
-        Case{"P2Accum4UntiedGpipe", 2, 2, 1, 0, 4, {}, {"parallel.pipeline_schedule=gpipe"},
+        Case{"P2Accum4UntiedGpipe",
+             2,
+             2,
+             1,
+             0,
+             4,
+             {},
+             {"parallel.pipeline_schedule=gpipe"},
              kUntied},
         Case{"P4Accum8", 4, 4, 1, 1, 8, {}, {}, nullptr},
         Case{"P2V2InterleavedAccum4",
@@ -174,9 +181,9 @@ TEST(PipelineParallelResume, P2CheckpointResumesAtOtherLayouts) {
     std::string name;
     int nproc, p, t, accum;
   };
-  for (const Layout& l : {Layout{"P2 again", 2, 2, 1, 4}, Layout{"1 rank", 1, 1, 1, 4},
-                          Layout{"P4", 4, 4, 1, 4}, Layout{"P2xDP2", 4, 2, 1, 2},
-                          Layout{"P2xT2", 4, 2, 2, 4}}) {
+  for (const Layout& l :
+       {Layout{"P2 again", 2, 2, 1, 4}, Layout{"1 rank", 1, 1, 1, 4}, Layout{"P4", 4, 4, 1, 4},
+        Layout{"P2xDP2", 4, 2, 1, 2}, Layout{"P2xT2", 4, 2, 2, 4}}) {
     const std::string out = dir.file("resumed-" + std::to_string(l.nproc) + "-" +
                                      std::to_string(l.p) + "-" + std::to_string(l.t));
     r = run_dstrain({"resume", dir.file("ckpt/step_00000003"), "--nproc", std::to_string(l.nproc),
@@ -293,11 +300,9 @@ TEST(PipelineParallelBubble, MeasuredIdleShareFollowsTheFormula) {
     spec.accum = run.m;
     spec.max_length = 128;
     spec.max_steps = 5;
-    spec.extra_overrides = {model,
-                            "parallel.pipeline_parallel_size=2",
+    spec.extra_overrides = {model, "parallel.pipeline_parallel_size=2",
                             "parallel.pipeline_virtual_stages=" + std::to_string(run.v),
-                            "logging.trace=true",
-                            "logging.out_dir=" + dir.file(run.name)};
+                            "logging.trace=true", "logging.out_dir=" + dir.file(run.name)};
     const RunResult r = run_job(dir, spec);
     ASSERT_EQ(r.exit_code, 0) << run.name << "\n" << r.out << r.err;
     const double formula = 1.0 / (run.v * run.m + 1);
@@ -387,8 +392,8 @@ TEST(PipelineParallelLaunch, DryRunShowsTheStages) {
   JobSpec spec;
   spec.accum = 4;
   const std::string cfg = write_job_config(dir.path(), spec);
-  const RunResult r = run_dstrain({"launch", "--nproc", "4", "--dry-run", cfg, "--set",
-                                   "parallel.pipeline_parallel_size=2"});
+  const RunResult r = run_dstrain(
+      {"launch", "--nproc", "4", "--dry-run", cfg, "--set", "parallel.pipeline_parallel_size=2"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("pipeline stages: 2 blocks of 2 consecutive ranks (1f1b):\n"
                                "  stage 0: ranks 0-1 on node 0 (localhost)\n"
@@ -417,8 +422,7 @@ TEST(PipelineParallelLaunch, BadLayoutsAreExit2NamingTheKey) {
   EXPECT_THAT(r.out + r.err, HasSubstr("parallel.pipeline_parallel_size: 8 pipeline stages for a "
                                        "model of 6 blocks; expected at most 6"));
   // A split by hand that is not the model's 4 layers.
-  r = launch_job(cfg, 2,
-                 {"parallel.pipeline_parallel_size=2", "parallel.pipeline_split=[2,3]"});
+  r = launch_job(cfg, 2, {"parallel.pipeline_parallel_size=2", "parallel.pipeline_split=[2,3]"});
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_THAT(r.out + r.err, HasSubstr("parallel.pipeline_split: the stages' layer counts add up "
                                        "to 5, but the model has 4 layers"));

@@ -363,9 +363,9 @@ TEST(ConfigLoad, PipelineParallelUnderEachNameAndWhatItRefuses) {
   EXPECT_THAT(load_error(pipeline("training:\n  per_device_train_batch_size: auto\n"), world(2)),
               HasSubstr("training.per_device_train_batch_size: auto is not available with "
                         "pipeline parallelism"));
-  EXPECT_THAT(load_error(pipeline("  pipeline_virtual_stages: 2\n  pipeline_schedule: gpipe\n"),
-                         world(2)),
-              HasSubstr("run only the 1F1B schedule"));
+  EXPECT_THAT(
+      load_error(pipeline("  pipeline_virtual_stages: 2\n  pipeline_schedule: gpipe\n"), world(2)),
+      HasSubstr("run only the 1F1B schedule"));
   EXPECT_THAT(load_error(pipeline("  pipeline_schedule: interleaved_1f1b\n"), world(2)),
               HasSubstr("interleaved_1f1b needs parallel.pipeline_virtual_stages of 2 or more"));
   EXPECT_THAT(load_error(pipeline("  pipeline_schedule: zigzag\n"), world(2)),

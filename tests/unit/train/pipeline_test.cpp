@@ -23,6 +23,7 @@
 namespace dstrain::train {
 namespace {
 
+using dstrain::testing::PointToPoint;
 using dstrain::testing::run_ranks;
 using dstrain::testing::ThreadCommunicator;
 
@@ -196,10 +197,13 @@ TEST(PipelineStages, SplitByLayerCountsAndEachRanksBlocks) {
   model::DecoderModel m(model::parse_model_config(llama(false)), model::Materialize::kNo);
   EXPECT_EQ(split_stages({1, 3}, *m, "k"), (StageRanges{{0, 2}, {2, 6}}));
   EXPECT_EQ(split_stages({1, 1, 1, 1}, *m, "k"), (StageRanges{{0, 2}, {2, 3}, {3, 4}, {4, 6}}));
-  dstrain::testing::expect_error([&] { split_stages({2, 3}, *m, "cfg.yaml: parallel.split"); },
-                                 ErrorKind::kConfig,
-                                 {"cfg.yaml: parallel.split: the stages' layer counts add up to "
-                                  "5, but the model has 4 layers"});
+  dstrain::testing::expect_error(
+      [&] {
+        split_stages({2, 3}, *m, "cfg.yaml: parallel.split");
+      },
+      ErrorKind::kConfig,
+      {"cfg.yaml: parallel.split: the stages' layer counts add up to "
+       "5, but the model has 4 layers"});
   const StageRanges four{{0, 2}, {2, 3}, {3, 4}, {4, 6}};
   EXPECT_EQ(rank_blocks(four, 2, 0), (std::vector<size_t>{0, 1, 3}));
   EXPECT_EQ(rank_blocks(four, 2, 1), (std::vector<size_t>{2, 4, 5}));
@@ -255,45 +259,54 @@ TEST_P(PipelineStep, LossAndGradientsEqualOneProcess) {
   std::map<std::string, torch::Tensor> want;
   for (const auto& item : whole->named_parameters()) want[item.key()] = item.value().grad();
 
-  run_ranks(c.ranks, [&](ThreadCommunicator& group) {
-    model::DecoderModel m = model::build_model(config, torch::kFloat32, 3);
-    const StageRanges stages =
-        balance_stages(block_costs(*m), c.ranks * c.chunks, "parallel.pipeline_parallel_size");
-    PipelineStage stage(*m, group, stages, c.schedule);
-    const model::LossSum got = stage.run(batches, 1.0 / count, "key");
-    const std::string at = fmt::format("rank {}", group.rank());
-    // Evaluation through the same stages: the same losses, without gradients.
-    const model::LossSum evaluated = stage.evaluate(batches);
-    if (group.rank() == (c.ranks * c.chunks - 1) % c.ranks) {
-      EXPECT_NEAR(got.sum.item<double>(), want_loss, 1e-6 * std::abs(want_loss)) << at;
-      EXPECT_EQ(got.count.item<double>(), count) << at;
-      EXPECT_NEAR(evaluated.sum.item<double>(), want_loss, 1e-6 * std::abs(want_loss)) << at;
-      EXPECT_FALSE(evaluated.sum.requires_grad()) << at;
-    }
-    std::set<std::string> mine;
-    for (size_t b : stage.blocks()) {
-      for (const auto& [name, t] : m->blocks()[b]->parameters) mine.insert(name);
-    }
-    if (c.tied && (group.rank() == 0 || group.rank() == (c.ranks * c.chunks - 1) % c.ranks)) {
-      mine.insert("model.embed_tokens.weight");
-    }
-    for (const auto& item : m->named_parameters()) {
-      const std::string& name = item.key();
-      const torch::Tensor& g = item.value().grad();
-      if (!mine.count(name)) {
-        EXPECT_FALSE(g.defined() && g.abs().max().item<double>() > 0)
-            << name << " is not this rank's but got a gradient, " << at;
-        continue;
-      }
-      ASSERT_TRUE(g.defined()) << name << ", " << at;
-      if (c.tied && name == "model.embed_tokens.weight") {
-        EXPECT_LT(relative(g, want.at(name)), 1e-6) << name << ", " << at;
-      } else {
-        EXPECT_TRUE(torch::equal(g, want.at(name)))
-            << name << ", " << at << ": relative difference " << relative(g, want.at(name));
-      }
-    }
-  });
+  // Both ways of moving the transfers: buffered (as Gloo may), and a rendezvous where each batch of
+  // a rank's transfers must complete before its next (NCCL's, on one stream): a schedule whose
+  // sends and receives are not batched as its peers' are hangs there.
+  for (const PointToPoint transfers : {PointToPoint::kBuffered, PointToPoint::kRendezvous}) {
+    SCOPED_TRACE(transfers == PointToPoint::kBuffered ? "buffered" : "rendezvous");
+    run_ranks(
+        c.ranks,
+        [&](ThreadCommunicator& group) {
+          model::DecoderModel m = model::build_model(config, torch::kFloat32, 3);
+          const StageRanges stages = balance_stages(block_costs(*m), c.ranks * c.chunks,
+                                                    "parallel.pipeline_parallel_size");
+          PipelineStage stage(*m, group, stages, c.schedule);
+          const model::LossSum got = stage.run(batches, 1.0 / count, "key");
+          const std::string at = fmt::format("rank {}", group.rank());
+          // Evaluation through the same stages: the same losses, without gradients.
+          const model::LossSum evaluated = stage.evaluate(batches);
+          if (group.rank() == (c.ranks * c.chunks - 1) % c.ranks) {
+            EXPECT_NEAR(got.sum.item<double>(), want_loss, 1e-6 * std::abs(want_loss)) << at;
+            EXPECT_EQ(got.count.item<double>(), count) << at;
+            EXPECT_NEAR(evaluated.sum.item<double>(), want_loss, 1e-6 * std::abs(want_loss)) << at;
+            EXPECT_FALSE(evaluated.sum.requires_grad()) << at;
+          }
+          std::set<std::string> mine;
+          for (size_t b : stage.blocks()) {
+            for (const auto& [name, t] : m->blocks()[b]->parameters) mine.insert(name);
+          }
+          if (c.tied && (group.rank() == 0 || group.rank() == (c.ranks * c.chunks - 1) % c.ranks)) {
+            mine.insert("model.embed_tokens.weight");
+          }
+          for (const auto& item : m->named_parameters()) {
+            const std::string& name = item.key();
+            const torch::Tensor& g = item.value().grad();
+            if (!mine.count(name)) {
+              EXPECT_FALSE(g.defined() && g.abs().max().item<double>() > 0)
+                  << name << " is not this rank's but got a gradient, " << at;
+              continue;
+            }
+            ASSERT_TRUE(g.defined()) << name << ", " << at;
+            if (c.tied && name == "model.embed_tokens.weight") {
+              EXPECT_LT(relative(g, want.at(name)), 1e-6) << name << ", " << at;
+            } else {
+              EXPECT_TRUE(torch::equal(g, want.at(name)))
+                  << name << ", " << at << ": relative difference " << relative(g, want.at(name));
+            }
+          }
+        },
+        transfers);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -371,52 +384,59 @@ TEST_P(PipelineEngineStep, ParametersAfterAStepEqualOneProcess) {
       want[item.key()] = item.value().detach() - want[item.key()];
     }
   });
-  run_ranks(c.ranks, [&](ThreadCommunicator& group) {
-    model::DecoderModel m = model::build_model(config, torch::kFloat32, 3);
-    const StageRanges stages = balance_stages(block_costs(*m), c.ranks * c.chunks, "key");
-    // The blocks this rank runs, as PipelineStage will say; every rank alone in its data-parallel
-    // group.
-    std::set<size_t> mine;
-    for (int ch = 0; ch < c.chunks; ++ch) {
-      const auto [first, last] = stages[static_cast<size_t>(ch * c.ranks + group.rank())];
-      for (size_t b = first; b < last; ++b) mine.insert(b);
-    }
-    std::vector<zero::NamedParameter> params;
-    for (const auto& item : m->named_parameters()) {
-      for (size_t b : mine) {
-        for (const auto& [name, t] : m->blocks()[b]->parameters) {
-          if (name == item.key()) params.push_back({item.key(), item.value()});
-        }
-      }
-    }
-    std::map<std::string, torch::Tensor> before;
-    for (const zero::NamedParameter& p : params) before[p.name] = p.tensor.detach().clone();
-    const std::unique_ptr<comm::Communicator> data_parallel = group.split(group.rank());
-    auto engine = engine_over(params, *data_parallel, c.zero_stage, &group);
-    PipelineStage stage(*m, group, stages, c.schedule, engine.get());
-    const bool head_rank = group.rank() == c.ranks - 1;
-    const torch::Tensor embedding_before = m->head_weight().detach().clone();
-    stage.sync_tied();
-    stage.run(batches, 1.0 / count, "key");
-    const double norm = engine->step(kLr).grad_norm();
-    stage.sync_tied();
-    EXPECT_NEAR(norm, want_norm, 1e-6 * want_norm) << "rank " << group.rank();
-    if (head_rank) {
-      EXPECT_NEAR(stage.scaled_loss().item<double>(), want_loss, 1e-6 * want_loss);
-    } else {
-      EXPECT_EQ(stage.scaled_loss().item<double>(), 0);
-    }
-    for (const zero::NamedParameter& p : params) {
-      const torch::Tensor update = p.tensor.detach() - before.at(p.name);
-      EXPECT_GT(update.abs().max().item<double>(), 0) << p.name << " did not move";
-      EXPECT_LT(relative(update, want.at(p.name)), 1e-6) << p.name << ", rank " << group.rank();
-    }
-    if (c.tied && head_rank) {
-      const torch::Tensor update = m->head_weight().detach() - embedding_before;
-      EXPECT_LT(relative(update, want.at("model.embed_tokens.weight")), 1e-6)
-          << "the head's copy of the tied embedding";
-    }
-  });
+  for (const PointToPoint transfers : {PointToPoint::kBuffered, PointToPoint::kRendezvous}) {
+    SCOPED_TRACE(transfers == PointToPoint::kBuffered ? "buffered" : "rendezvous");
+    run_ranks(
+        c.ranks,
+        [&](ThreadCommunicator& group) {
+          model::DecoderModel m = model::build_model(config, torch::kFloat32, 3);
+          const StageRanges stages = balance_stages(block_costs(*m), c.ranks * c.chunks, "key");
+          // The blocks this rank runs, as PipelineStage will say; every rank alone in its
+          // data-parallel group.
+          std::set<size_t> mine;
+          for (int ch = 0; ch < c.chunks; ++ch) {
+            const auto [first, last] = stages[static_cast<size_t>(ch * c.ranks + group.rank())];
+            for (size_t b = first; b < last; ++b) mine.insert(b);
+          }
+          std::vector<zero::NamedParameter> params;
+          for (const auto& item : m->named_parameters()) {
+            for (size_t b : mine) {
+              for (const auto& [name, t] : m->blocks()[b]->parameters) {
+                if (name == item.key()) params.push_back({item.key(), item.value()});
+              }
+            }
+          }
+          std::map<std::string, torch::Tensor> before;
+          for (const zero::NamedParameter& p : params) before[p.name] = p.tensor.detach().clone();
+          const std::unique_ptr<comm::Communicator> data_parallel = group.split(group.rank());
+          auto engine = engine_over(params, *data_parallel, c.zero_stage, &group);
+          PipelineStage stage(*m, group, stages, c.schedule, engine.get());
+          const bool head_rank = group.rank() == c.ranks - 1;
+          const torch::Tensor embedding_before = m->head_weight().detach().clone();
+          stage.sync_tied();
+          stage.run(batches, 1.0 / count, "key");
+          const double norm = engine->step(kLr).grad_norm();
+          stage.sync_tied();
+          EXPECT_NEAR(norm, want_norm, 1e-6 * want_norm) << "rank " << group.rank();
+          if (head_rank) {
+            EXPECT_NEAR(stage.scaled_loss().item<double>(), want_loss, 1e-6 * want_loss);
+          } else {
+            EXPECT_EQ(stage.scaled_loss().item<double>(), 0);
+          }
+          for (const zero::NamedParameter& p : params) {
+            const torch::Tensor update = p.tensor.detach() - before.at(p.name);
+            EXPECT_GT(update.abs().max().item<double>(), 0) << p.name << " did not move";
+            EXPECT_LT(relative(update, want.at(p.name)), 1e-6)
+                << p.name << ", rank " << group.rank();
+          }
+          if (c.tied && head_rank) {
+            const torch::Tensor update = m->head_weight().detach() - embedding_before;
+            EXPECT_LT(relative(update, want.at("model.embed_tokens.weight")), 1e-6)
+                << "the head's copy of the tied embedding";
+          }
+        },
+        transfers);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
