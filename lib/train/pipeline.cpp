@@ -1,7 +1,9 @@
 #include "train/pipeline.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
+#include <list>
 
 #include "core/error.h"
 #include "core/trace.h"
@@ -237,6 +239,63 @@ void PipelineStage::transfer(std::vector<comm::PeerTransfer> incoming) {
   if (!batch.empty()) group_.exchange(std::move(batch))->wait();
 }
 
+void PipelineStage::run_overlapped(const std::vector<PipelineAction>& actions,
+                                   const std::vector<MicroBatch>& micro_batches,
+                                   const std::function<void(const PipelineAction&)>& compute) {
+  // Each action's sends go in one batch with the receive of the next action of the same direction
+  // (forward: the next forward's input; backward: the next backward's gradient), and with the
+  // first backward's receive after the forward before it; a batch is waited on only before the
+  // action whose receive it carries, so its transfers overlap the actions in between
+  // (Megatron-LM's overlapped interleaved schedule). Every batch is waited on by the step's end.
+  const size_t n = actions.size();
+  std::vector<std::shared_ptr<comm::Work>> carries(n);  // the batch with action k's receive
+  std::list<std::shared_ptr<comm::Work>> outstanding;
+  const auto post = [&](std::vector<comm::PeerTransfer> batch, const std::vector<size_t>& for_) {
+    if (batch.empty()) return;
+    std::shared_ptr<comm::Work> work = group_.exchange(std::move(batch));
+    for (size_t k : for_) carries[k] = work;
+    outstanding.push_back(std::move(work));
+  };
+  // Appends action k's receive, if it has one, and notes which action the batch serves.
+  const auto add_receive = [&](size_t k, std::vector<comm::PeerTransfer>& batch,
+                               std::vector<size_t>& for_) {
+    const size_t before = batch.size();
+    receive(actions[k], micro_batches.at(static_cast<size_t>(actions[k].micro_batch)), batch);
+    if (batch.size() > before) for_.push_back(k);
+  };
+  const auto next_like = [&](size_t k) {
+    for (size_t j = k + 1; j < n; ++j) {
+      if (actions[j].forward == actions[k].forward) return j;
+    }
+    return n;
+  };
+  {
+    std::vector<comm::PeerTransfer> batch;
+    std::vector<size_t> for_;
+    add_receive(0, batch, for_);
+    post(std::move(batch), for_);
+  }
+  bool backward_seen = false;
+  for (size_t k = 0; k < n; ++k) {
+    if (carries[k]) {
+      carries[k]->wait();
+      outstanding.remove(carries[k]);
+      carries[k].reset();
+    }
+    compute(actions[k]);
+    std::vector<comm::PeerTransfer> batch = std::move(outgoing_);
+    outgoing_.clear();
+    std::vector<size_t> for_;
+    if (const size_t j = next_like(k); j < n) add_receive(j, batch, for_);
+    if (actions[k].forward && !backward_seen && k + 1 < n && !actions[k + 1].forward) {
+      add_receive(k + 1, batch, for_);
+    }
+    backward_seen = backward_seen || !actions[k].forward;
+    post(std::move(batch), for_);
+  }
+  for (const auto& work : outstanding) work->wait();
+}
+
 void PipelineStage::finish() {
   transfer({});
   in_flight_.clear();
@@ -254,34 +313,26 @@ model::LossSum PipelineStage::run(const std::vector<MicroBatch>& micro_batches, 
   const int engine_steps = micro_steps + (tied_step ? 1 : 0);
   const std::vector<PipelineAction> actions =
       pipeline_schedule(schedule_, size_, rank_, m, chunks_, micro_batch_key);
-  // Interleaved, the steady phase's forward and backward run as one unit: their receives in one
-  // batch before it, their sends in one after (Megatron-LM's interleaved schedule; one action at
-  // a time, a rank would wait on a send that its peer receives only after its own send to this
-  // rank). Without interleaving each action is a unit (as in Megatron-LM's 1F1B): a unit of two
-  // would hold each forward until the gradient its backward needs is back, one micro-batch at a
-  // time through the whole pipeline.
-  const auto warmup = static_cast<size_t>(pipeline_warmup(schedule_, size_, rank_, m, chunks_));
-  const size_t steady_end = schedule_ == PipelineSchedule::kInterleaved
-                                ? warmup + 2 * (static_cast<size_t>(micro_steps) - warmup)
-                                : 0;
   int backwards = 0;
-  for (size_t k = 0; k < actions.size();) {
-    const size_t n = k >= warmup && k < steady_end ? 2 : 1;
-    std::vector<comm::PeerTransfer> incoming;
-    for (size_t i = k; i < k + n; ++i) {
-      const PipelineAction& a = actions[i];
+  const auto compute = [&](const PipelineAction& a) {
+    if (a.forward) {
+      forward(a, micro_batches.at(static_cast<size_t>(a.micro_batch)), loss_scale, factor, total);
+    } else {
+      backward(a, {backwards++, engine_steps});
+    }
+  };
+  if (schedule_ == PipelineSchedule::kInterleaved) {
+    run_overlapped(actions, micro_batches, compute);
+  } else {
+    // One action at a time (Megatron-LM's 1F1B): before each, the previous one's sends and its
+    // own receive in one batch. 1F1B leaves nothing to overlap them with: a backward needs the
+    // gradient its neighbour is computing.
+    for (const PipelineAction& a : actions) {
+      std::vector<comm::PeerTransfer> incoming;
       receive(a, micro_batches.at(static_cast<size_t>(a.micro_batch)), incoming);
+      transfer(std::move(incoming));
+      compute(a);
     }
-    transfer(std::move(incoming));
-    for (size_t i = k; i < k + n; ++i) {
-      const PipelineAction& a = actions[i];
-      if (a.forward) {
-        forward(a, micro_batches.at(static_cast<size_t>(a.micro_batch)), loss_scale, factor, total);
-      } else {
-        backward(a, {backwards++, engine_steps});
-      }
-    }
-    k += n;
   }
   finish();  // the last unit's sends
   if (engine_tied()) exchange_tied_grad(engine_steps);
@@ -356,7 +407,8 @@ void PipelineStage::receive(const PipelineAction& a, const MicroBatch& mb,
     f.input = hidden_like(mb);
     incoming.push_back({comm::CollectiveKind::kRecv, f.input, rank_of(s - 1)});
   } else if (!a.forward && s < last) {
-    f.output_grad = torch::empty_like(f.output);
+    // The shape of the output (which an overlapped schedule may not have computed yet).
+    f.output_grad = hidden_like(mb);
     incoming.push_back({comm::CollectiveKind::kRecv, f.output_grad, rank_of(s + 1)});
   }
 }

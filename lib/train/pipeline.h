@@ -20,6 +20,7 @@
 // chunk under interleaving: (P − 1)/(v·m + P − 1) idle (pipeline_bubble).
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -157,6 +158,11 @@ class PipelineStage {
   // stream and a send waits for its receive: sending the output on and then receiving a gradient
   // as two transfers would wait on a neighbour doing the same the other way.
   void transfer(std::vector<comm::PeerTransfer> incoming);
+  // The interleaved schedule's actions with their transfers overlapped (see the .cpp); `compute`
+  // runs one action.
+  void run_overlapped(const std::vector<PipelineAction>& actions,
+                      const std::vector<MicroBatch>& micro_batches,
+                      const std::function<void(const PipelineAction&)>& compute);
   // The receive action `a` needs (its input, or its output's gradient), if any, into its slot.
   void receive(const PipelineAction& a, const MicroBatch& mb,
                std::vector<comm::PeerTransfer>& incoming);
