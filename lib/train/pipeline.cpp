@@ -24,20 +24,9 @@ PipelineAction interleaved_action(bool forward, int k, int stages, int chunks) {
   return a;
 }
 
-}  // namespace
-
-const char* schedule_word(PipelineSchedule schedule) {
-  switch (schedule) {
-    case PipelineSchedule::kGpipe:
-      return "gpipe";
-    case PipelineSchedule::kOneForwardOneBackward:
-      return "1f1b";
-    case PipelineSchedule::kInterleaved:
-      return "interleaved_1f1b";
-  }
-  return "unknown";
-}
-
+// How many forwards rank `stage` runs before its first backward: 1F1B's and interleaving's
+// warm-up (after it, forward and backward alternate until the cool-down's backwards); GPipe's
+// every forward.
 int pipeline_warmup(PipelineSchedule schedule, int stages, int stage, int micro_batches,
                     int chunks) {
   const int total = micro_batches * chunks;
@@ -50,6 +39,20 @@ int pipeline_warmup(PipelineSchedule schedule, int stages, int stage, int micro_
       return std::min(total, (stages - stage - 1) * 2 + (chunks - 1) * stages);
   }
   return total;
+}
+
+}  // namespace
+
+const char* schedule_word(PipelineSchedule schedule) {
+  switch (schedule) {
+    case PipelineSchedule::kGpipe:
+      return "gpipe";
+    case PipelineSchedule::kOneForwardOneBackward:
+      return "1f1b";
+    case PipelineSchedule::kInterleaved:
+      return "interleaved_1f1b";
+  }
+  return "unknown";
 }
 
 std::vector<PipelineAction> pipeline_schedule(PipelineSchedule schedule, int stages, int stage,

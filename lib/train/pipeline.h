@@ -47,12 +47,6 @@ struct PipelineAction {
   }
 };
 
-// How many forwards rank `stage` runs before its first backward: 1F1B's and interleaving's
-// warm-up (after it, forward and backward alternate in pairs until the cool-down's backwards);
-// GPipe's every forward.
-int pipeline_warmup(PipelineSchedule schedule, int stages, int stage, int micro_batches,
-                    int chunks);
-
 // Rank `stage`'s actions for one step. Error(kConfig) naming `key` (the micro-batch setting) when
 // interleaving with micro_batches not a multiple of stages; Error(kInternal) for counts < 1 or a
 // chunk count other than 1 without interleaving.
@@ -152,11 +146,11 @@ class PipelineStage {
   // last action's sends done).
   model::LossSum begin(int micro_batches);
   void finish();
-  // Between two units of the schedule (an action, or the steady phase's forward and backward):
-  // the previous unit's sends and the next one's `incoming` receives as one batch, waited on
-  // (Megatron-LM's batched send-and-receive). On NCCL a rank's transfers run in order on one
-  // stream and a send waits for its receive: sending the output on and then receiving a gradient
-  // as two transfers would wait on a neighbour doing the same the other way.
+  // Between two actions (1F1B, GPipe, an evaluation): the previous one's sends and the next
+  // one's `incoming` receives as one batch, waited on (Megatron-LM's batched send-and-receive). On
+  // NCCL a rank's transfers run in order on one stream and a send waits for its receive: sending
+  // the output on and then receiving a gradient as two transfers would wait on a neighbour doing
+  // the same the other way.
   void transfer(std::vector<comm::PeerTransfer> incoming);
   // The interleaved schedule's actions with their transfers overlapped (see the .cpp); `compute`
   // runs one action.
