@@ -26,44 +26,13 @@
 #include <nlohmann/json.hpp>
 
 #include "model/safetensors.h"
+#include "tests/integration/parallel_runs.h"
 #include "tests/integration/train_util.h"
 
 namespace dstrain::testing {
 namespace {
 
 using ::testing::HasSubstr;
-
-// The tiny model's config.json with `changes`, written to <dir>/model; returns the override that
-// trains it.
-std::string write_model(const TempDir& dir, const nlohmann::json& changes) {
-  std::ifstream in(std::string(DSTRAIN_SOURCE_DIR) + "/configs/models/tiny/config.json");
-  nlohmann::json config = nlohmann::json::parse(in);
-  config.update(changes);
-  std::filesystem::create_directories(dir.file("model"));
-  std::ofstream(dir.file("model/config.json")) << config.dump(2);
-  return "model.name_or_path=" + dir.file("model");
-}
-
-struct RunOutput {
-  Curves curves;
-  std::map<std::string, torch::Tensor> adapter;  // lora_adapter/, when the run wrote one
-};
-
-constexpr int kSteps = 20;
-
-RunOutput run(int nproc, int stage, int accum, const std::vector<std::string>& extra) {
-  RunOutput out;
-  out.curves = run_curves(
-      nproc, stage, accum, extra,
-      [&](const TempDir& dir) {
-        const std::string adapter = dir.file("run/lora_adapter/adapter_model.safetensors");
-        if (!std::filesystem::exists(adapter)) return;
-        const model::SafetensorsFile f(adapter);
-        for (const std::string& name : f.names()) out.adapter[name] = f.read(name);
-      },
-      kSteps);
-  return out;
-}
 
 struct Case {
   std::string name;
@@ -325,72 +294,58 @@ TEST(PipelineParallelBubble, MeasuredIdleShareFollowsTheFormula) {
   }
 }
 
-TEST(PipelineParallelFailure, AKilledStageTearsTheJobDownAndIsNamed) {
+// A P2 job hit with `signal` on rank 1 (the last stage) once it has committed a checkpoint: what
+// the launcher said, and how long after the signal the job had ended; no process of it is left.
+struct StageHit {
+  RunResult result;
+  double seconds = 0;
+};
+StageHit hit_last_stage(int signal, const std::vector<std::string>& env) {
   TempDir dir;
   JobSpec spec;
   spec.nproc = 2;
   spec.accum = 4;
   spec.max_steps = 100000;
   spec.checkpoint_interval = 2;
-  spec.extra_overrides = {"parallel.pipeline_parallel_size=2"};
   const std::string token = unique_token();
-  std::vector<std::string> args = {"launch", "--nproc", "2", write_job_config(dir.path(), spec)};
-  for (const std::string& kv : spec.extra_overrides) args.insert(args.end(), {"--set", kv});
-  Child job = start_dstrain(args, {"DSTRAIN_TEST_MARKER=" + token});
-  ASSERT_TRUE(wait_until([&] { return file_exists(dir.file("ckpt/latest")); }, 120));
+  std::vector<std::string> marked = env;
+  marked.push_back("DSTRAIN_TEST_MARKER=" + token);
+  Child job = start_dstrain({"launch", "--nproc", "2", write_job_config(dir.path(), spec), "--set",
+                             "parallel.pipeline_parallel_size=2"},
+                            marked);
+  StageHit hit;
+  EXPECT_TRUE(wait_until([&] { return file_exists(dir.file("ckpt/latest")); }, 120));
   pid_t victim = -1;
-  ASSERT_TRUE(wait_until(
+  EXPECT_TRUE(wait_until(
       [&] {
         victim = rank_pid(processes_with_marker(token), 1);
         return victim > 0;
       },
       20));
-  const auto killed = std::chrono::steady_clock::now();
-  ::kill(victim, SIGKILL);
-  const RunResult r = finish(job, 60);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
-  EXPECT_FALSE(r.timed_out);
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_LT(seconds, 15) << "the job took " << seconds << " s to stop";
-  EXPECT_THAT(r.err, HasSubstr("rank 1 failed on host"));
-  EXPECT_THAT(r.err, HasSubstr("signal SIGKILL (9)"));
+  const auto at = std::chrono::steady_clock::now();
+  if (victim > 0) ::kill(victim, signal);
+  hit.result = finish(job, 60);
+  hit.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - at).count();
+  EXPECT_FALSE(hit.result.timed_out);
+  EXPECT_NE(hit.result.exit_code, 0);
   EXPECT_TRUE(wait_until([&] { return processes_with_marker(token).empty(); }, 10));
+  return hit;
+}
+
+TEST(PipelineParallelFailure, AKilledStageTearsTheJobDownAndIsNamed) {
+  const StageHit hit = hit_last_stage(SIGKILL, {});
+  EXPECT_LT(hit.seconds, 15) << "the job took " << hit.seconds << " s to stop";
+  EXPECT_THAT(hit.result.err, HasSubstr("rank 1 failed on host"));
+  EXPECT_THAT(hit.result.err, HasSubstr("signal SIGKILL (9)"));
 }
 
 // A stage that stops sending (a frozen process): its neighbours wait on their transfers, and the
 // launcher's heartbeat watch names the frozen rank after DSTRAIN_COMM_TIMEOUT and ends the job.
 TEST(PipelineParallelFailure, AFrozenStageIsNamedAfterTheTimeout) {
-  TempDir dir;
-  JobSpec spec;
-  spec.nproc = 2;
-  spec.accum = 4;
-  spec.max_steps = 100000;
-  spec.checkpoint_interval = 2;
-  spec.extra_overrides = {"parallel.pipeline_parallel_size=2"};
-  const std::string token = unique_token();
-  std::vector<std::string> args = {"launch", "--nproc", "2", write_job_config(dir.path(), spec)};
-  for (const std::string& kv : spec.extra_overrides) args.insert(args.end(), {"--set", kv});
-  Child job = start_dstrain(args, {"DSTRAIN_TEST_MARKER=" + token, "DSTRAIN_COMM_TIMEOUT=5"});
-  ASSERT_TRUE(wait_until([&] { return file_exists(dir.file("ckpt/latest")); }, 120));
-  pid_t victim = -1;
-  ASSERT_TRUE(wait_until(
-      [&] {
-        victim = rank_pid(processes_with_marker(token), 1);
-        return victim > 0;
-      },
-      20));
-  const auto stopped = std::chrono::steady_clock::now();
-  ::kill(victim, SIGSTOP);
-  const RunResult r = finish(job, 60);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
-  EXPECT_FALSE(r.timed_out);
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_LT(seconds, 5 + 10) << "the job took " << seconds << " s to stop";
-  EXPECT_THAT(r.err, HasSubstr("dstrain launch: rank 1 failed on host localhost"));
-  EXPECT_THAT(r.err, HasSubstr("stopped responding (no heartbeat for"));
-  EXPECT_TRUE(wait_until([&] { return processes_with_marker(token).empty(); }, 10));
+  const StageHit hit = hit_last_stage(SIGSTOP, {"DSTRAIN_COMM_TIMEOUT=5"});
+  EXPECT_LT(hit.seconds, 5 + 10) << "the job took " << hit.seconds << " s to stop";
+  EXPECT_THAT(hit.result.err, HasSubstr("dstrain launch: rank 1 failed on host localhost"));
+  EXPECT_THAT(hit.result.err, HasSubstr("stopped responding (no heartbeat for"));
 }
 
 TEST(PipelineParallelLaunch, DryRunShowsTheStages) {
