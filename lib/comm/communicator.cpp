@@ -70,6 +70,12 @@ std::string describe_transfers(const std::vector<PeerTransfer>& transfers,
   return out;
 }
 
+void check_split_color(int color) {
+  if (color < 0 && color != kNoGroup) {
+    fail(ErrorKind::kInternal, "split: color {} is neither >= 0 nor kNoGroup", color);
+  }
+}
+
 std::unique_ptr<Work> Communicator::send(const torch::Tensor& tensor, int peer) {
   return exchange({{CollectiveKind::kSend, tensor, peer}});
 }

@@ -66,6 +66,12 @@ struct PeerTransfer {
 // empty list, a kind other than kSend/kRecv, a peer out of range or this rank, a tensor undefined
 // or not contiguous.
 void check_peer_transfers(const std::vector<PeerTransfer>& transfers, int rank, int world_size);
+
+// The color of split() for a rank that joins no group; Error(kInternal) unless `color` is one
+// that split() takes: >= 0 or kNoGroup.
+inline constexpr int kNoGroup = -1;
+void check_split_color(int color);
+
 // "send to rank 1", "recv from rank 0", "send to rank 1 and recv from rank 1", ...: a batch of
 // transfers in errors; `world_rank` maps a rank of the communicator to the world's.
 std::string describe_transfers(const std::vector<PeerTransfer>& transfers,
@@ -118,7 +124,11 @@ class Communicator {
   // their other collectives): the ranks that pass the same `color` (>= 0) form a new
   // communicator, ranked in the order of their ranks here. Its collectives involve only them and
   // keep program order with this communicator's on each rank. It must be destroyed before this
-  // one. Error(kComm/kTimeout) as for the rendezvous; Error(kInternal) for a negative color.
+  // one. A rank that passes kNoGroup joins no group: it gets a communicator of itself alone. A
+  // rank that has no use for its group passes kNoGroup rather than dropping the group at once: a
+  // member that drops a new group may close it while a peer is still connecting to it (Gloo), and
+  // that peer's split fails. Error(kComm/kTimeout) as for the rendezvous; Error(kInternal) for
+  // another negative color.
   virtual std::unique_ptr<Communicator> split(int color) = 0;
 
   const CommStats& stats() const { return stats_; }

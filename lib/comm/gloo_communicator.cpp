@@ -243,10 +243,11 @@ GlooCommunicator::~GlooCommunicator() {
 }
 
 std::unique_ptr<Communicator> GlooCommunicator::split(int color) {
-  if (color < 0) fail(ErrorKind::kInternal, "split: color {} is negative", color);
+  check_split_color(color);
   const std::string prefix = fmt::format("{}{}/", prefix_, splits_++);
   std::vector<int> members{rank_};
   if (size_ > 1) members = split_members(*shared_->store, prefix, rank_, size_, color);
+  if (color == kNoGroup) members = {rank_};
   const int rank =
       static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
   const int size = static_cast<int>(members.size());

@@ -219,10 +219,11 @@ std::unique_ptr<Work> NcclCommunicator::exchange(std::vector<PeerTransfer> trans
 // publishes a fresh NCCL unique id, and the members join it: a communicator of their own, on the
 // same device and compute stream.
 std::unique_ptr<Communicator> NcclCommunicator::split(int color) {
-  if (color < 0) fail(ErrorKind::kInternal, "split: color {} is negative", color);
+  check_split_color(color);
   const std::string prefix = fmt::format("{}{}/", prefix_, splits_++);
   std::vector<int> members{rank()};
   if (world_size() > 1) members = split_members(*store_, prefix, rank(), world_size(), color);
+  if (color == kNoGroup) members = {rank()};
   NcclGroupOptions options;
   options.rank =
       static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());

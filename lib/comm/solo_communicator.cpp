@@ -53,7 +53,7 @@ class SoloCommunicator final : public Communicator {
     return std::make_unique<Done>();
   }
   std::unique_ptr<Communicator> split(int color) override {
-    if (color < 0) fail(ErrorKind::kInternal, "split: color {} < 0", color);
+    check_split_color(color);
     return std::make_unique<SoloCommunicator>();
   }
 };

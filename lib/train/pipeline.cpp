@@ -177,7 +177,9 @@ PipelineStage::PipelineStage(model::DecoderModelImpl& model, comm::Communicator&
     }
   }
   if (model_.config().tie_word_embeddings && size_ > 1) {
-    auto pair = group_.split(rank_ == 0 || rank_ == last ? 0 : 1);
+    // The other ranks pass kNoGroup: a group of theirs, dropped at once, could be closed while
+    // its other member still connects (communicator.h).
+    auto pair = group_.split(rank_ == 0 || rank_ == last ? 0 : comm::kNoGroup);
     if (rank_ == 0 || rank_ == last) tied_ = std::move(pair);
   }
 }

@@ -169,6 +169,7 @@ std::pair<std::shared_ptr<ThreadGroup>, int> ThreadGroup::split(uint64_t index, 
                          [&] { return pending.arrived == world_size_; })) {
     fail(ErrorKind::kTimeout, "split #{} on rank {}: peers did not arrive in 30 s", index, rank);
   }
+  if (color == comm::kNoGroup) return {std::make_shared<ThreadGroup>(1, transfers_), 0};
   int size = 0, place = 0;
   for (int r = 0; r < world_size_; ++r) {
     if (pending.colors[r] != color) continue;
@@ -368,7 +369,7 @@ std::unique_ptr<comm::Work> ThreadCommunicator::exchange(
 }
 
 std::unique_ptr<comm::Communicator> ThreadCommunicator::split(int color) {
-  if (color < 0) fail(ErrorKind::kInternal, "split: color {} is negative", color);
+  comm::check_split_color(color);
   auto [group, rank] = group_->split(next_split_++, rank_, color);
   return std::make_unique<ThreadCommunicator>(std::move(group), rank);
 }
