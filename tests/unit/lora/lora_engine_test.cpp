@@ -2,6 +2,7 @@
 // holds a small fraction of full fine-tuning's model states, and the frozen base never changes.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <iostream>
 
 #include "optim/optimizer.h"
@@ -69,7 +70,9 @@ TEST(LoraEngine, TrainingLowersTheLossAndLeavesTheBaseBitIdentical) {
   const torch::Tensor ids = input_ids(4, 16);
   const torch::Tensor labels = ids.roll(-1, 1);
   std::vector<double> losses(2);
-  std::vector<bool> base_unchanged(2, false);
+  // One byte per rank: the ranks are threads, and std::vector<bool> packs both flags into one word,
+  // so one rank's write could undo the other's.
+  std::array<bool, 2> base_unchanged{};
   run_ranks(2, [&](ThreadCommunicator& comm) {
     torch::set_num_threads(1);
     auto m = small_model();
