@@ -1,6 +1,7 @@
 #pragma once
-// What the tensor- and pipeline-parallel end-to-end tests share: a variant of the tiny model, and
-// a 20-step run's curves with the LoRA adapter it wrote.
+// What the tensor- and pipeline-parallel end-to-end tests share: a variant of the tiny model, a
+// 20-step run's curves with the LoRA adapter it wrote, a checkpoint resumed at another layout and
+// the comparison of two exports.
 
 #include <filesystem>
 #include <fstream>
@@ -8,10 +9,12 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <torch/types.h>
 #include <nlohmann/json.hpp>
 
 #include "model/safetensors.h"
+#include "tests/integration/process_util.h"
 #include "tests/integration/train_util.h"
 
 namespace dstrain::testing {
@@ -49,6 +52,42 @@ inline RunOutput run(int nproc, int stage, int accum, const std::vector<std::str
       },
       kSteps);
   return out;
+}
+
+// `dstrain resume CHECKPOINT --nproc N` with `sets` (key=value overrides), its output and new
+// checkpoints in `out`; the losses it logged (empty after a failure, reported as `layout`'s).
+inline std::map<long, double> resume_losses(const std::string& checkpoint, int nproc,
+                                            const std::vector<std::string>& sets,
+                                            const std::string& out, const std::string& layout) {
+  std::vector<std::string> args = {"resume",  checkpoint,
+                                   "--nproc", std::to_string(nproc),
+                                   "--set",   "logging.out_dir=" + out,
+                                   "--set",   "checkpoint.dir=" + out + "/ckpt"};
+  for (const std::string& kv : sets) args.insert(args.end(), {"--set", kv});
+  const RunResult r = run_dstrain(args, {}, 180);
+  EXPECT_EQ(r.exit_code, 0) << layout << "\n" << r.out << r.err;
+  if (r.exit_code != 0) return {};
+  return read_metric(out + "/metrics.jsonl", "train/loss");
+}
+
+// Exports checkpoints `got` and `want` (into <dir>/got, <dir>/want) and expects the same tensors
+// within 1e-4: AdamW's step hardly depends on a gradient's size, so an element whose gradient is
+// near zero moves by up to the learning rate (3e-3) on rounding alone (measured: 1e-6); a slice
+// out of place would differ by the weights themselves (initialised with std 0.02).
+inline void expect_same_exports(const std::string& got, const std::string& want,
+                                const TempDir& dir) {
+  for (const auto& [from, to] : {std::pair{got, dir.file("got")}, {want, dir.file("want")}}) {
+    const RunResult r = run_dstrain({"export", from, "--out", to}, {}, 120);
+    ASSERT_EQ(r.exit_code, 0) << from << "\n" << r.out << r.err;
+  }
+  const model::SafetensorsFile a(dir.file("got/model.safetensors"));
+  const model::SafetensorsFile b(dir.file("want/model.safetensors"));
+  ASSERT_EQ(a.names(), b.names());
+  for (const std::string& name : b.names()) {
+    const torch::Tensor x = a.read(name), y = b.read(name);
+    ASSERT_EQ(x.sizes(), y.sizes()) << name;
+    EXPECT_LT((x - y).abs().max().item<double>(), 1e-4) << name;
+  }
 }
 
 }  // namespace dstrain::testing

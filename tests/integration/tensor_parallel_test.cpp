@@ -160,13 +160,11 @@ TEST(TensorParallelResume, T2Dp2CheckpointResumesAsT1Dp4T4AndOneRank) {
        {Layout{"T1xDP4", 4, 1, 1}, Layout{"T4", 4, 4, 4}, Layout{"1 rank", 1, 1, 4}}) {
     const std::string out =
         dir.file("resumed-" + std::to_string(l.nproc) + "-" + std::to_string(l.t));
-    r = run_dstrain({"resume", dir.file("ckpt/step_00000003"), "--nproc", std::to_string(l.nproc),
-                     "--set", "parallel.tensor_parallel_size=" + std::to_string(l.t), "--set",
-                     "training.gradient_accumulation_steps=" + std::to_string(l.accum), "--set",
-                     "logging.out_dir=" + out, "--set", "checkpoint.dir=" + out + "/ckpt"},
-                    {}, 180);
-    ASSERT_EQ(r.exit_code, 0) << l.name << "\n" << r.out << r.err;
-    const auto resumed = read_metric(out + "/metrics.jsonl", "train/loss");
+    const auto resumed =
+        resume_losses(dir.file("ckpt/step_00000003"), l.nproc,
+                      {"parallel.tensor_parallel_size=" + std::to_string(l.t),
+                       "training.gradient_accumulation_steps=" + std::to_string(l.accum)},
+                      out, l.name);
     ASSERT_EQ(resumed.size(), 3u) << l.name;
     for (const auto& [step, loss] : resumed) {
       EXPECT_NEAR(loss, full.at(step), 1e-5 * std::abs(loss)) << l.name << " step " << step;
@@ -179,23 +177,7 @@ TEST(TensorParallelResume, T2Dp2CheckpointResumesAsT1Dp4T4AndOneRank) {
   spec.extra_overrides = {model};
   r = run_job(plain, spec);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  for (const auto& [from, to] :
-       {std::pair<std::string, std::string>{dir.file("ckpt/step_00000003"), dir.file("hf-tp")},
-        {plain.file("ckpt/step_00000003"), plain.file("hf")}}) {
-    r = run_dstrain({"export", from, "--out", to}, {}, 120);
-    ASSERT_EQ(r.exit_code, 0) << from << "\n" << r.out << r.err;
-  }
-  const model::SafetensorsFile got(dir.file("hf-tp/model.safetensors"));
-  const model::SafetensorsFile want(plain.file("hf/model.safetensors"));
-  ASSERT_EQ(got.names(), want.names());
-  // Within 1e-4: AdamW's step hardly depends on a gradient's size, so an element whose gradient is
-  // near zero moves by up to the learning rate (3e-3) on rounding alone (measured: 1e-6); a slice
-  // out of place would differ by the weights themselves (initialised with std 0.02).
-  for (const std::string& name : want.names()) {
-    const torch::Tensor a = got.read(name), b = want.read(name);
-    ASSERT_EQ(a.sizes(), b.sizes()) << name;
-    EXPECT_LT((a - b).abs().max().item<double>(), 1e-4) << name;
-  }
+  expect_same_exports(dir.file("ckpt/step_00000003"), plain.file("ckpt/step_00000003"), plain);
 }
 
 TEST(TensorParallelFailure, AKilledRankOfAGroupTearsTheJobDownAndIsNamed) {
