@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "layout/parallel_layout.h"
 
 namespace dstrain::launcher {
 namespace {
@@ -81,13 +82,14 @@ WorldPlan make_world_plan(const PlanRequest& request) {
 
 namespace {
 
-// The ranks of group `g` of `size` ranks `stride` apart: the groups of `stride` consecutive blocks
-// of `size · stride` ranks (train/tensor_parallel.h's layout).
-std::vector<int> group_ranks(int g, int size, int stride) {
-  std::vector<int> ranks;
-  const int block = g / stride, offset = g % stride;
-  for (int i = 0; i < size; ++i) ranks.push_back(block * size * stride + i * stride + offset);
-  return ranks;
+// Every group over `axes`, in the order of their indices, each as its ranks.
+std::vector<std::vector<int>> groups_over(const layout::ParallelLayout& l, layout::Axes axes) {
+  std::vector<std::vector<int>> out(static_cast<size_t>(l.world_size() / l.group_size(axes)));
+  for (int r = 0; r < l.world_size(); ++r) {
+    auto& g = out[static_cast<size_t>(l.group_index(axes, r))];
+    if (g.empty()) g = l.group_ranks(axes, r);
+  }
+  return out;
 }
 
 // "  group 0: ranks 0-1 on node 0 (host)\n", or "ranks 0, 2, 4" when they are not consecutive.
@@ -115,49 +117,49 @@ std::string format_parallel_groups(const WorldPlan& plan) {
   const int t = static_cast<int>(plan.parallel.tensor_parallel_size);
   const int stages = static_cast<int>(plan.parallel.pipeline_parallel_size);
   if ((p <= 1 && t <= 1 && stages <= 1) || plan.world_size % (p * t * stages) != 0) return "";
+  const layout::ParallelLayout l = layout::layout_of(plan.parallel, plan.world_size);
+  using layout::Axis;
+  const auto lines = [&](layout::Axes axes, const char* collectives, const char* label) {
+    std::string out;
+    const auto groups = groups_over(l, axes);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      out += group_line(plan, static_cast<int>(g), groups[g], collectives, label);
+    }
+    return out;
+  };
   std::string out;
-  const int dp = plan.world_size / (p * t * stages);
+  const int dp = l.size(Axis::kData);
   if (stages > 1) {
-    // The outermost split: stage s is the s-th block of world / P consecutive ranks, and each
-    // pipeline links the ranks at one place in every block.
-    const int block = plan.world_size / stages;
+    // The outermost axis: each stage a block of consecutive ranks, each pipeline linking the ranks
+    // at one place in every block.
+    const int block = l.group_size(layout::kStage);
     out += fmt::format("pipeline stages: {} blocks of {} consecutive ranks{}:\n", stages, block,
                        plan.parallel.pipeline_virtual_stages > 1
                            ? fmt::format(", {} virtual stages per rank (interleaved 1F1B)",
                                          plan.parallel.pipeline_virtual_stages)
                            : std::string(" (") + plan.parallel.pipeline_schedule + ")");
-    for (int s = 0; s < stages; ++s) {
-      std::vector<int> ranks;
-      for (int i = 0; i < block; ++i) ranks.push_back(s * block + i);
-      out += group_line(plan, s, ranks, "collectives", "stage");
-    }
+    out += lines(layout::kStage, "collectives", "stage");
     out += fmt::format("pipelines of {} ranks {} apart:\n", stages, block);
-    for (int g = 0; g < block; ++g) {
-      out += group_line(plan, g, group_ranks(g, stages, block), "activations");
-    }
+    out += lines(Axis::kPipeline, "activations", "group");
   }
   if (t > 1) {
     out += fmt::format("tensor-parallel groups of {} consecutive ranks{}:\n", t,
                        plan.parallel.tensor_sequence_parallel
                            ? " (sequence parallelism between the layers' parallel regions)"
                            : "");
-    for (int g = 0; g < plan.world_size / t; ++g) {
-      out += group_line(plan, g, group_ranks(g, t, 1), "per-layer collectives");
-    }
+    out += lines(Axis::kTensor, "per-layer collectives", "group");
   }
   if (p > 1) {
     out += t == 1 ? fmt::format("sequence-parallel groups of {} consecutive ranks", p)
                   : fmt::format("sequence-parallel groups of {} ranks {} apart", p, t);
     out += fmt::format(" (data-parallel size {}):\n", dp);
-    for (int g = 0; g < plan.world_size / p; ++g) {
-      out += group_line(plan, g, group_ranks(g, p, t), "all-to-alls");
-    }
+    out += lines(Axis::kSequence, "all-to-alls", "group");
   }
   if (t > 1) {
     out += fmt::format(
         "data-parallel size {}: ZeRO shards each tensor-parallel slice{} over the {} ranks that "
         "hold it\n",
-        dp, stages > 1 ? " of a stage" : "", plan.world_size / (t * stages));
+        dp, stages > 1 ? " of a stage" : "", l.group_size(layout::kSliceReplicas));
   } else if (stages > 1) {
     out += fmt::format("data-parallel size {}: ZeRO shards each stage over its {} ranks\n", dp, dp);
   }

@@ -18,6 +18,7 @@
 #include "model/weights.h"
 #include "optim/optimizer.h"
 #include "train/parallelize.h"
+#include "train/parallel_groups.h"
 #include "train/sequence_parallel.h"
 #include "train/tensor_parallel.h"
 
@@ -107,6 +108,7 @@ Batch read_batch(const std::string& ids_path, int64_t vocab) {
 // checked against the environment, the model and the batch.
 struct Group {
   std::unique_ptr<comm::Communicator> world;
+  std::unique_ptr<ParallelGroups> groups;  // the layout's, of one axis
   std::shared_ptr<TensorParallelGroup> tp;
   std::unique_ptr<SequenceParallel> sp;
 };
@@ -143,8 +145,13 @@ Group join_group(const DebugForwardOptions& o, const model::ModelConfig& config,
            flag, n, n, g.world->world_size());
     }
   }
-  g.tp = std::make_shared<TensorParallelGroup>(*g.world, t, o.tensor_sequence_parallel);
-  g.sp = std::make_unique<SequenceParallel>(*g.world, p);
+  layout::Sizes sizes;
+  sizes.sequence = p;
+  sizes.tensor = t;
+  g.groups = std::make_unique<ParallelGroups>(*g.world, layout::ParallelLayout(n, sizes));
+  g.tp = std::make_shared<TensorParallelGroup>(g.groups->tensor(), g.groups->slice_replicas(),
+                                               o.tensor_sequence_parallel);
+  g.sp = std::make_unique<SequenceParallel>(g.groups->sequence());
   return g;
 }
 

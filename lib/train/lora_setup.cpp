@@ -182,7 +182,9 @@ void Trainer::save_lora_adapter() {
   // slices whole on each of them; then the whole tensors from the slices.
   tp_->replicas().all_reduce(flat, comm::ReduceOp::kSum)->wait();
   // Each pipeline stage holds its own blocks' adapters (zeros elsewhere).
-  if (pipeline_group_) pipeline_group_->all_reduce(flat, comm::ReduceOp::kSum)->wait();
+  if (comm::Communicator* pipeline = groups_->pipeline()) {
+    pipeline->all_reduce(flat, comm::ReduceOp::kSum)->wait();
+  }
   std::map<std::string, torch::Tensor> whole;
   for (const auto& [name, t] : params) {
     whole[name] =

@@ -53,21 +53,7 @@ model::AttentionCore ulysses_attention(comm::Communicator& group) {
   };
 }
 
-SequenceParallel::SequenceParallel(comm::Communicator& world, int size, int tensor_parallel)
-    : size_(size),
-      tensor_parallel_(tensor_parallel),
-      world_rank_(world.rank()),
-      world_size_(world.world_size()) {
-  if (size < 1 || world_size_ % (size * tensor_parallel) != 0) {
-    fail(ErrorKind::kConfig,
-         "{} ({}) x parallel.tensor_parallel_size ({}) must divide the world size ({}): world = "
-         "data-parallel degree x {} x parallel.tensor_parallel_size",
-         kSizeKey, size, tensor_parallel, world_size_, kSizeKey);
-  }
-  // The ranks with this rank's data-parallel and tensor-parallel rank.
-  const int T = tensor_parallel;
-  if (size > 1) group_ = world.split(data_parallel_rank() * T + world_rank_ % T);
-}
+SequenceParallel::SequenceParallel(comm::Communicator* group) : group_(group) {}
 
 void SequenceParallel::check_model(const model::ModelConfig& c, int size,
                                    const std::string& model) {
@@ -101,8 +87,8 @@ void SequenceParallel::apply(model::DecoderModelImpl& model) {
 }
 
 data::Batch SequenceParallel::slice(data::Batch batch) const {
-  if (size_ == 1) return batch;
-  const int64_t local = batch.input_ids.size(1) / size_;
+  if (size() == 1) return batch;
+  const int64_t local = batch.input_ids.size(1) / size();
   batch.input_ids = batch.input_ids.narrow(1, rank() * local, local).contiguous();
   batch.labels = batch.labels.narrow(1, rank() * local, local).contiguous();
   return batch;
@@ -110,7 +96,7 @@ data::Batch SequenceParallel::slice(data::Batch batch) const {
 
 model::Positions SequenceParallel::positions(int64_t length) const {
   model::Positions p;
-  p.first = rank() * (length / size_);
+  p.first = rank() * (length / size());
   p.length = length;
   return p;
 }

@@ -2,13 +2,11 @@
 // DeepSpeed-Ulysses sequence parallelism (parallel.sequence_parallel_size = P), applied to the
 // model from outside: the model only offers its AttentionCore seam and Positions (model.h).
 //
-// Groups: the world of N ranks is cut into N/P groups of P consecutive ranks (ranks 0..P-1, then
-// P..2P-1, ...; the launcher places consecutive ranks on one node); with tensor parallelism of T
-// (tensor_parallel.h: innermost) the P ranks of a group are T apart, and the data-parallel degree
-// N/(P·T). The data-parallel degree is N/P: the ranks of a group read the same samples and each
-// keeps its contiguous T/P tokens of every sequence, at their global positions. Labels arrive
-// already shifted (label t is token t + 1), so slicing them keeps the shift global: a slice's last
-// token is scored against the next slice's first token.
+// Groups (layout/parallel_layout.h): the ranks with the same pipeline, data-parallel and
+// tensor-parallel coordinates, T apart under tensor parallelism of T. The ranks of a group read
+// the same samples and each keeps its contiguous T/P tokens of every sequence, at their global
+// positions. Labels arrive already shifted (label t is token t + 1), so slicing them keeps the
+// shift global: a slice's last token is scored against the next slice's first token.
 //
 // Attention (Ulysses): q, k, v go from sequence-sharded [B, heads, T/P, D] to head-sharded
 // [B, heads/P, T, D] by an all-to-all over the group; causal (or sliding-window) attention runs
@@ -31,16 +29,12 @@ namespace dstrain::train {
 
 class SequenceParallel {
  public:
-  // Collective over `world` (it splits it) when size > 1. Error(kConfig) naming
-  // parallel.sequence_parallel_size when the world size is not divisible by it (times
-  // `tensor_parallel`, the tensor-parallel degree inside it).
-  SequenceParallel(comm::Communicator& world, int size, int tensor_parallel = 1);
+  // `group`: the sequence-parallel group (train/parallel_groups.h), null for a group of one. It
+  // must outlive this object.
+  explicit SequenceParallel(comm::Communicator* group);
 
-  int size() const { return size_; }                                     // P
-  int rank() const { return (world_rank_ / tensor_parallel_) % size_; }  // place in the group
-  // N / (P·T) and this rank's place among them.
-  int data_parallel_size() const { return world_size_ / (size_ * tensor_parallel_); }
-  int data_parallel_rank() const { return world_rank_ / (size_ * tensor_parallel_); }
+  int size() const { return group_ ? group_->world_size() : 1; }  // P
+  int rank() const { return group_ ? group_->rank() : 0; }        // place in the group
 
   // Error(kConfig) naming `model`, its head counts and the key when they cannot be split P ways
   // (query heads divisible by P; key/value heads divisible by P, or dividing P).
@@ -59,11 +53,7 @@ class SequenceParallel {
   model::LossSum reduce_loss(const model::LossSum& local);
 
  private:
-  int size_;
-  int tensor_parallel_;
-  int world_rank_;
-  int world_size_;
-  std::unique_ptr<comm::Communicator> group_;  // null when size is 1
+  comm::Communicator* group_;
 };
 
 // The attention core of a sequence-parallel group `group` (layers.h's contract, on this rank's

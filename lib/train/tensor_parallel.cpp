@@ -12,8 +12,6 @@
 namespace dstrain::train {
 namespace {
 
-constexpr const char* kSizeKey = "parallel.tensor_parallel_size";
-
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
@@ -134,21 +132,13 @@ class Shapes final : public model::TensorParallel {
 
 }  // namespace
 
-TensorParallelGroup::TensorParallelGroup(comm::Communicator& world, int size,
+TensorParallelGroup::TensorParallelGroup(comm::Communicator* group, comm::Communicator& replicas,
                                          bool sequence_parallel)
-    : world_(world), size_(size), rank_(0), sequence_parallel_(sequence_parallel && size > 1) {
-  const int n = world.world_size();
-  if (size < 1 || n % size != 0) {
-    fail(ErrorKind::kConfig,
-         "{} ({}) must divide the world size ({}): world = data-parallel degree x "
-         "sequence_parallel_size x {}",
-         kSizeKey, size, n, kSizeKey);
-  }
-  if (size == 1) return;
-  rank_ = world.rank() % size;
-  group_ = world.split(world.rank() / size);
-  replicas_ = world.split(rank_);
-}
+    : group_(group),
+      replicas_(replicas),
+      size_(group ? group->world_size() : 1),
+      rank_(group ? group->rank() : 0),
+      sequence_parallel_(sequence_parallel && size_ > 1) {}
 
 comm::Communicator& TensorParallelGroup::group() {
   if (!group_) fail(ErrorKind::kInternal, "tensor parallelism: a group of one has no collectives");
@@ -258,10 +248,10 @@ void check_tensor_parallel_length(int64_t max_length, int sequence_parallel, int
   if (size <= 1 || !tensor_sequence_parallel) return;
   if ((max_length / sequence_parallel) % size != 0) {
     fail(ErrorKind::kConfig,
-         "data.max_length ({}) / parallel.sequence_parallel_size ({}) is not divisible by {} "
-         "({}) with parallel.tensor_sequence_parallel: each rank of a tensor-parallel group keeps "
+         "data.max_length ({}) / parallel.sequence_parallel_size ({}) is not divisible by "
+         "parallel.tensor_parallel_size ({}) with parallel.tensor_sequence_parallel: each rank of a tensor-parallel group keeps "
          "an equal share of every micro-batch's token rows between the layers",
-         max_length, sequence_parallel, kSizeKey, size);
+         max_length, sequence_parallel, size);
   }
 }
 

@@ -2,17 +2,11 @@
 // Tensor parallelism (parallel.tensor_parallel_size = T) over the ranks of a job: the groups and
 // the collectives model/tensor_parallel.h asks for.
 //
-// Rank layout, innermost first: tensor parallel, then sequence parallel (Ulysses,
-// sequence_parallel_size = P), then data parallel:
-//
-//   rank = (data-parallel rank · P + sequence-parallel rank) · T + tensor-parallel rank
-//
-// so a tensor-parallel group is T consecutive ranks (one node: the launcher places consecutive
-// ranks on one node), a sequence-parallel group the P ranks with the same data-parallel and
-// tensor-parallel rank, and the data-parallel degree is N / (P·T). The ranks of a tensor-parallel
-// group read the same samples and compute the same loss; each holds its slice of the model.
-// ZeRO shards each slice over the ranks that hold it (the N/T ranks with the same tensor-parallel
-// rank: the data- and sequence-parallel ranks of that slice), so stage 3 is 2-D: FSDP × TP.
+// Rank layout (layout/parallel_layout.h): tensor parallel innermost, so a tensor-parallel group is
+// T consecutive ranks (one node: the launcher places consecutive ranks on one node). The ranks of
+// a tensor-parallel group read the same samples and compute the same loss; each holds its slice of
+// the model. ZeRO shards each slice over the ranks that hold it (the data- and sequence-parallel
+// ranks of that slice in its stage: ParallelGroups::slice_replicas), so stage 3 is 2-D: FSDP × TP.
 
 #include <map>
 #include <memory>
@@ -29,9 +23,10 @@ namespace dstrain::train {
 
 class TensorParallelGroup final : public model::TensorParallel {
  public:
-  // Collective over `world` (two splits) when size > 1. Error(kConfig) naming
-  // parallel.tensor_parallel_size when it does not divide the world size.
-  TensorParallelGroup(comm::Communicator& world, int size, bool sequence_parallel);
+  // `group`: the tensor-parallel group, null for a group of one; `replicas`: the ranks holding
+  // this rank's slice (train/parallel_groups.h). Both must outlive this object.
+  TensorParallelGroup(comm::Communicator* group, comm::Communicator& replicas,
+                      bool sequence_parallel);
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -43,8 +38,8 @@ class TensorParallelGroup final : public model::TensorParallel {
   torch::Tensor gather_last(const torch::Tensor& x) override;
   void all_reduce_(torch::Tensor& x, bool max) override;
 
-  // The ranks holding this rank's slice (the world when size is 1): where ZeRO shards it.
-  comm::Communicator& replicas() { return replicas_ ? *replicas_ : world_; }
+  // The ranks holding this rank's slice: where ZeRO shards it.
+  comm::Communicator& replicas() { return replicas_; }
   // Collective over the group: the whole parameter `name` (of the model or its adapters) from
   // every rank's slice `local` of it (a parameter every rank holds whole: the group's rank 0's
   // copy); `local` itself for a group of one.
@@ -53,12 +48,11 @@ class TensorParallelGroup final : public model::TensorParallel {
   comm::Communicator& group();
 
  private:
-  comm::Communicator& world_;
+  comm::Communicator* group_;
+  comm::Communicator& replicas_;
   int size_;
   int rank_;
   bool sequence_parallel_;
-  std::unique_ptr<comm::Communicator> group_;     // null when size is 1
-  std::unique_ptr<comm::Communicator> replicas_;  // null when size is 1
 };
 
 // The shapes of rank 0 of a tensor-parallel group of `size`, without the group: for models built

@@ -42,6 +42,7 @@
 
 namespace dstrain::train {
 namespace stdfs = std::filesystem;
+using layout::Axis;
 
 namespace {
 
@@ -97,26 +98,19 @@ void Trainer::init() {
   if (cfg_.logging.trace) trace::start();
   phase_peaks_ = std::make_unique<PhasePeaks>(allocator_peak_source(device_));
   const int threads = set_intra_op_threads();
-  const int sp_size = static_cast<int>(cfg_.parallel.sequence_parallel_size);
-  const int tp_size = static_cast<int>(cfg_.parallel.tensor_parallel_size);
-  // Pipeline stages are the outermost split: stage s is the s-th block of world / P consecutive
-  // ranks, and every other group is cut from the stage's ranks.
-  if (pipeline_size() > 1) {
-    const int block = world_ / pipeline_size();
-    stage_world_ = comm_->split(rank_ / block);
-    pipeline_group_ = comm_->split(rank_ % block);
-  }
+  groups_ = std::make_unique<ParallelGroups>(*comm_, layout::layout_of(cfg_.parallel, world_));
+  const int sp_size = size(Axis::kSequence), tp_size = size(Axis::kTensor);
   // Anything random during training (dropout) draws from LibTorch's default generator, which is
   // otherwise seeded at random: seed it so runs repeat exactly. The ranks of a tensor-parallel
   // group draw alike, what one rank without tensor parallelism draws (lora_model.h).
-  torch::manual_seed(cfg_.training.seed + static_cast<uint64_t>(stage_comm().rank() / tp_size));
+  const int draws = groups_->layout().group_index(Axis::kPipeline | Axis::kTensor, rank_);
+  torch::manual_seed(cfg_.training.seed + static_cast<uint64_t>(draws));
   SequenceParallel::check_length(cfg_.data.max_length, sp_size);
   check_tensor_parallel_length(cfg_.data.max_length, sp_size, tp_size,
                                cfg_.parallel.tensor_sequence_parallel);
-  // The groups in one order on every rank: tensor parallel (innermost), then sequence parallel.
-  tp_ = std::make_shared<TensorParallelGroup>(stage_comm(), tp_size,
+  tp_ = std::make_shared<TensorParallelGroup>(groups_->tensor(), groups_->slice_replicas(),
                                               cfg_.parallel.tensor_sequence_parallel);
-  sp_ = std::make_unique<SequenceParallel>(stage_comm(), sp_size, tp_size);
+  sp_ = std::make_unique<SequenceParallel>(groups_->sequence());
 
   resolve_model();
   build_data();
@@ -144,25 +138,26 @@ void Trainer::init() {
     base_checksum_ = base_checksum(values, *whole);
   }
   if (tp_->size() > 1) {
-    plan.engine.tensor_parallel = &tp_->group();
+    plan.engine.tensor_parallel = groups_->tensor();
     plan.engine.replicated = replicated_parameter;
   }
+  comm::Communicator* pipeline = groups_->pipeline();
   StageRanges stages;
-  if (pipeline_group_) {
+  if (pipeline) {
     stages = pipeline_stages();
-    plan.blocks = rank_blocks(stages, pipeline_size(), pipeline_group_->rank());
-    plan.engine.pipeline = pipeline_group_.get();
+    plan.blocks = rank_blocks(stages, pipeline->world_size(), pipeline->rank());
+    plan.engine.pipeline = pipeline;
   }
   // ZeRO shards over the ranks that hold this rank's slice (all of them without tensor
   // parallelism) of its stage (the whole model without pipeline parallelism).
-  parallel_ = parallelize(model_, {tp_->replicas(), device_, *sp_}, std::move(plan));
-  if (pipeline_group_) {
+  parallel_ = parallelize(model_, {groups_->slice_replicas(), device_, *sp_}, std::move(plan));
+  if (pipeline) {
     const PipelineSchedule schedule =
         cfg_.parallel.pipeline_virtual_stages > 1    ? PipelineSchedule::kInterleaved
         : cfg_.parallel.pipeline_schedule == "gpipe" ? PipelineSchedule::kGpipe
                                                      : PipelineSchedule::kOneForwardOneBackward;
-    pipeline_ = std::make_unique<PipelineStage>(*model_, *pipeline_group_, std::move(stages),
-                                                schedule, parallel_.engine.get());
+    pipeline_ = std::make_unique<PipelineStage>(*model_, *pipeline, std::move(stages), schedule,
+                                                parallel_.engine.get());
   }
   if (parallel_.lora) log_lora();
   model_->train();
@@ -205,22 +200,23 @@ void Trainer::init() {
       "thread(s) per rank",
       cfg_.model.name_or_path, model_config_.num_parameters(true) / 1e6,
       model_config_.num_hidden_layers, total_steps_, tokens_per_step_, cfg_.zero.stage, threads);
-  if (tp_->size() > 1) {
+  const int dp_size = size(Axis::kData);
+  if (tp_size > 1) {
     log::info(
         "tensor parallel: {} group(s) of {} consecutive ranks{}, each holding 1/{} of every "
         "layer, the embedding and the head; ZeRO shards each slice over {} ranks (data-parallel "
         "size {})",
-        world_ / tp_->size(), tp_->size(),
+        world_ / tp_size, tp_size,
         tp_->sequence_parallel() ? " with sequence parallelism between the parallel regions" : "",
-        tp_->size(), world_ / tp_->size(), sp_->data_parallel_size());
+        tp_size, world_ / tp_size, dp_size);
   }
-  if (sp_->size() > 1) {
+  if (sp_size > 1) {
     log::info(
         "sequence parallel: {} group(s) of {} {} (data-parallel size {}), "
         "{} tokens of each sequence per rank",
-        world_ / sp_->size(), sp_->size(),
-        tp_->size() > 1 ? fmt::format("ranks {} apart", tp_->size()) : "consecutive ranks",
-        sp_->data_parallel_size(), cfg_.data.max_length / sp_->size());
+        world_ / sp_size, sp_size,
+        tp_size > 1 ? fmt::format("ranks {} apart", tp_size) : "consecutive ranks", dp_size,
+        cfg_.data.max_length / sp_size);
   }
   if (pipeline_ && rank_ == 0) {
     const int m = static_cast<int>(cfg_.training.gradient_accumulation_steps);
@@ -228,10 +224,10 @@ void Trainer::init() {
     log::info(
         "pipeline parallel: {} stages of {} rank(s), {} schedule, {} micro-batches a step: each "
         "rank idles about {:.0f}% of a step (equal stages)",
-        pipeline_size(), world_ / pipeline_size(),
+        size(Axis::kPipeline), groups_->layout().group_size(layout::kStage),
         v > 1 ? fmt::format("interleaved 1F1B ({} virtual stages a rank)", v)
               : cfg_.parallel.pipeline_schedule,
-        m, 100 * pipeline_bubble(pipeline_size(), m, v));
+        m, 100 * pipeline_bubble(size(Axis::kPipeline), m, v));
     if (cfg_.zero.stage == 2) {
       log::warn(
           "zero stage 2 with pipeline parallelism reduce-scatters the gradients at each of a "
@@ -378,7 +374,7 @@ void Trainer::build_data() {
 void Trainer::build_loader() {
   // The ranks of a sequence-parallel group read the same samples.
   data::LoaderOptions options =
-      loader_options(cfg_, sp_->data_parallel_size(), sp_->data_parallel_rank());
+      loader_options(cfg_, size(Axis::kData), groups_->coordinate(Axis::kData));
   options.pin_memory = device_.is_cuda();  // page-locked batches copy to the GPU asynchronously
   loader_ = std::make_unique<data::Loader>(datasets_.train, options);
 }
@@ -436,14 +432,15 @@ torch::Tensor Trainer::train_step(double* fwd_bwd_s, double* data_s) {
     } while (!batches.back().last_micro_step);
     *data_s += d.seconds();
   }
-  // Summed over the world: each rank of a sequence-parallel group read the same samples. On a GPU
-  // the sum stays on the device, ordered before the step's backward (no host wait).
+  // Summed over the world, over-counting the ranks that read the same samples (a sequence- or
+  // tensor-parallel group, a pipeline). On a GPU the sum stays on the device, ordered before the
+  // step's backward (no host wait).
   torch::Tensor host = torch::tensor(counts, torch::kFloat64);
   if (device_.is_cuda()) host = host.pin_memory();
   torch::Tensor step_counts = host.to(device_, /*non_blocking=*/true);
   comm_->all_reduce(step_counts, comm::ReduceOp::kSum)->wait();
-  // Every stage of a pipeline read them too.
-  step_counts = step_counts / static_cast<double>(sp_->size() * tp_->size() * pipeline_size());
+  step_counts =
+      step_counts / static_cast<double>(groups_->layout().group_size(layout::kSameSamples));
   interval_tokens_ =
       interval_tokens_.defined() ? interval_tokens_ + step_counts[1] : step_counts[1].clone();
   if (pipeline_) {
@@ -453,7 +450,7 @@ torch::Tensor Trainer::train_step(double* fwd_bwd_s, double* data_s) {
     return loss;
   }
   const int64_t micro_steps = batches.back().micro_steps;
-  const torch::Tensor scale = tokens_scale(step_counts[0], micro_steps, sp_->data_parallel_size());
+  const torch::Tensor scale = tokens_scale(step_counts[0], micro_steps, size(Axis::kData));
   torch::Tensor loss_sum;
   for (data::Batch& b : batches) {
     Stopwatch f;
@@ -476,7 +473,7 @@ torch::Tensor Trainer::train_step(double* fwd_bwd_s, double* data_s) {
 }
 
 StageRanges Trainer::pipeline_stages() {
-  const int parts = pipeline_size() * static_cast<int>(cfg_.parallel.pipeline_virtual_stages);
+  const int parts = size(Axis::kPipeline) * static_cast<int>(cfg_.parallel.pipeline_virtual_stages);
   StageRanges stages;
   if (cfg_.parallel.pipeline_split.empty()) {
     stages = balance_stages(block_costs(*model_), parts, "parallel.pipeline_parallel_size");
@@ -504,7 +501,7 @@ torch::Tensor Trainer::pipeline_step(std::vector<data::Batch>& batches,
   const bool tokens = loss_normalization_ == LossNormalization::kTokens;
   const double labelled = std::max(1.0, step_counts[0].item<double>());
   const double loss_scale =
-      tokens ? static_cast<double>(sp_->data_parallel_size()) / labelled : 1.0;
+      tokens ? static_cast<double>(size(Axis::kData)) / labelled : 1.0;
   std::vector<PipelineStage::MicroBatch> micro_batches;
   for (data::Batch& b : batches) {
     const double scale = tokens ? 1.0
@@ -522,7 +519,8 @@ double Trainer::mean_loss_over_ranks(const torch::Tensor& local_loss) {
   torch::Tensor sum = local_loss.reshape({1}).clone();  // fp64, on the device
   comm::synchronize(*comm_->all_reduce(sum, comm::ReduceOp::kSum));
   // Every rank of a pipeline's last stage holds a value; the other stages' are zero.
-  const double loss = sum.item<double>() / (world_ / pipeline_size());
+  const double loss =
+      sum.item<double>() / static_cast<double>(groups_->layout().group_size(layout::kStage));
   if (!std::isfinite(loss)) {
     fail(ErrorKind::kRuntime, "training diverged: loss is {} at step {}", loss, step_);
   }
@@ -538,7 +536,7 @@ EvalResult Trainer::evaluate() {
   const int64_t micro = cfg_.training.per_device_eval_batch_size > 0
                             ? cfg_.training.per_device_eval_batch_size
                             : cfg_.training.per_device_train_batch_size;
-  data::EvalLoader eval(datasets_.eval, micro, sp_->data_parallel_size(), sp_->data_parallel_rank(),
+  data::EvalLoader eval(datasets_.eval, micro, size(Axis::kData), groups_->coordinate(Axis::kData),
                         device_.is_cuda());
   int64_t batches = eval.num_batches();
   if (cfg_.training.eval_max_batches > 0) {
@@ -562,7 +560,7 @@ EvalResult Trainer::evaluate() {
       continue;
     }
     in_pipeline.push_back({b.input_ids, b.labels, 1.0, packed_documents(b)});
-    if (static_cast<int>(in_pipeline.size()) == pipeline_size()) {
+    if (static_cast<int>(in_pipeline.size()) == size(Axis::kPipeline)) {
       add(pipeline_->evaluate(in_pipeline));
       in_pipeline.clear();
     }
@@ -571,7 +569,7 @@ EvalResult Trainer::evaluate() {
   model_->train();
   all_reduce(acc);
   // The ranks of a tensor-parallel group scored the same tokens.
-  for (double& v : acc) v /= tp_->size();
+  for (double& v : acc) v /= size(Axis::kTensor);
   r.tokens = static_cast<int64_t>(acc[1]);
   r.loss = acc[1] > 0 ? acc[0] / acc[1] : 0.0;
   r.ppl = std::exp(r.loss);

@@ -16,6 +16,7 @@
 #include "config/config.h"
 #include "data/datasets.h"
 #include "data/loader.h"
+#include "layout/parallel_layout.h"
 #include "lora/lora_model.h"
 #include "metrics/sinks.h"
 #include "model/model.h"
@@ -23,6 +24,7 @@
 #include "tokenizer/tokenizer.h"
 #include "train/device.h"
 #include "train/loss_normalization.h"
+#include "train/parallel_groups.h"
 #include "train/parallelize.h"
 #include "train/phase_peaks.h"
 #include "train/pipeline.h"
@@ -121,10 +123,8 @@ class Trainer {
   // The pipeline's stages (parallel.pipeline_split, else balanced) and this rank's blocks; said
   // once by rank 0.
   StageRanges pipeline_stages();
-  // The world this rank's stage runs in: stage_world_, or the whole world without pipeline
-  // parallelism.
-  comm::Communicator& stage_comm() { return stage_world_ ? *stage_world_ : *comm_; }
-  int pipeline_size() const { return static_cast<int>(cfg_.parallel.pipeline_parallel_size); }
+  // The layout's size of `axis` (layout/parallel_layout.h).
+  int size(layout::Axis axis) const { return groups_->size(axis); }
   // Collective: the mean over ranks of each rank's `local_loss` (a host read); Error(kRuntime) when
   // it is not finite (training diverged).
   double mean_loss_over_ranks(const torch::Tensor& local_loss);
@@ -157,11 +157,8 @@ class Trainer {
   int world_ = 1;
   torch::Device device_{torch::kCPU};  // cuda:LOCAL_RANK or the CPU (device.h)
   std::unique_ptr<comm::Communicator> comm_;
-  // Pipeline parallelism (parallel.pipeline_parallel_size > 1): the ranks of this rank's stage,
-  // which the tensor-, sequence- and data-parallel groups are cut from, and the pipeline's ranks
-  // (one of each stage, train/pipeline.h). Null without.
-  std::unique_ptr<comm::Communicator> stage_world_;
-  std::unique_ptr<comm::Communicator> pipeline_group_;
+  // The layout's groups, cut from comm_ (parallel_groups.h).
+  std::unique_ptr<ParallelGroups> groups_;
   // The groups outlive the model that uses them (the model shares the tensor-parallel group).
   std::shared_ptr<TensorParallelGroup> tp_;
   std::unique_ptr<SequenceParallel> sp_;
@@ -176,7 +173,7 @@ class Trainer {
   // engine is built); null without. Outlives the engine.
   std::unique_ptr<model::TrainingStream> training_stream_;
   Parallelized parallel_;  // the model's adapters (LoRA), CUDA graphs and ZeRO engine
-  std::unique_ptr<PipelineStage> pipeline_;  // with pipeline_group_: this rank's stages
+  std::unique_ptr<PipelineStage> pipeline_;  // with pipeline parallelism: this rank's stages
   std::string base_checksum_;                // LoRA: lora::base_checksum of the fp32 base weights
   bool graphs_logged_ = false;
   std::vector<model::LayerFallback> voted_fallbacks_;  // this rank's, in the pending stop vote

@@ -113,7 +113,7 @@ int64_t Trainer::recorded_micro_batch() const {
   const nlohmann::json& r = progress->state.at("micro_batch_auto");
   const int64_t micro = r.value("micro", int64_t{0});
   const int64_t samples = samples_per_rank(cfg_.training);
-  const bool same_world = r.value("data_parallel", int64_t{0}) == sp_->data_parallel_size() &&
+  const bool same_world = r.value("data_parallel", int64_t{0}) == size(layout::Axis::kData) &&
                           r.value("samples", int64_t{0}) == samples;
   return same_world && micro > 0 && samples % micro == 0 ? micro : 0;
 }
@@ -123,7 +123,7 @@ nlohmann::json Trainer::micro_batch_record() const {
   if (!t.micro_batch_auto) return nullptr;
   return {{"micro", t.per_device_train_batch_size},
           {"samples", samples_per_rank(t)},
-          {"data_parallel", sp_->data_parallel_size()}};
+          {"data_parallel", size(layout::Axis::kData)}};
 }
 
 }  // namespace dstrain::train

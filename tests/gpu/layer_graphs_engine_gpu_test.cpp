@@ -70,7 +70,7 @@ GraphsRun train(const GraphsSetup& s, bool graphs) {
     plan.engine.prefetch_bucket_size = 0;
     plan.optimizer = testing::sgd();
     plan.initial_values = model::init_source(*m, 3);
-    SequenceParallel no_sp(comm, 1);
+    SequenceParallel no_sp(nullptr);
     Parallelized parallel = parallelize(m, {comm, kCuda, no_sp}, std::move(plan));
     m->train();
     for (int step = 0; step < kSteps; ++step) {

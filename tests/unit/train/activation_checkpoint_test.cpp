@@ -115,7 +115,7 @@ std::vector<std::vector<double>> engine_losses(int stage, Ckpt checkpointing, in
     plan.engine.param_persistence_threshold = 0;  // stage 3: every layer gathered around use
     plan.engine.prefetch_bucket_size = 0;
     plan.optimizer = adamw();
-    SequenceParallel no_sp(comm, 1);
+    SequenceParallel no_sp(nullptr);
     Parallelized parallel = parallelize(m, {comm, torch::kCPU, no_sp}, plan);
     zero::Engine* engine = parallel.engine.get();
     const torch::Tensor mine = ids.narrow(0, 2 * comm.rank(), 2);

@@ -22,6 +22,7 @@
 #include "tests/unit/model/train_pass.h"
 #include "tests/unit/train/engine_test_util.h"
 #include "train/parallelize.h"
+#include "train/parallel_groups.h"
 #include "train/sequence_parallel.h"
 #include "zero/engine.h"
 #include "zero/grad_hooks.h"
@@ -100,7 +101,7 @@ void train_rank(const Setup& s, const torch::Tensor& ids, int steps, ThreadCommu
   plan.engine.prefetch_bucket_size = 0;
   plan.optimizer = sgd();
   plan.initial_values = model::init_source(*m, 3);
-  SequenceParallel no_sp(comm, 1);
+  SequenceParallel no_sp(nullptr);
   Parallelized parallel = parallelize(m, {comm, torch::kCPU, no_sp}, std::move(plan));
   for (const auto& a : attentions(*m)) {
     model::AttentionImpl* layer = a.get();  // the module outlives every forward here
@@ -230,7 +231,8 @@ std::vector<torch::Tensor> sequence_parallel_grads(bool window, bool fused) {
   std::vector<torch::Tensor> grads;
   run_ranks(2, [&](ThreadCommunicator& world) {
     model::DecoderModel m = model::build_model(config, torch::kFloat, 3);
-    SequenceParallel sp(world, 2);
+    ParallelGroups groups(world, layout::ParallelLayout(2, layout::Sizes{1, 2}));
+    SequenceParallel sp(groups.sequence());
     sp.apply(*m);
     data::Batch whole;
     whole.input_ids = ids.narrow(1, 0, 16).contiguous();

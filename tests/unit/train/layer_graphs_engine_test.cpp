@@ -83,7 +83,7 @@ void train_rank(const GraphsSetup& s, bool graphs, const torch::Tensor& ids,
   plan.engine.prefetch_bucket_size = 0;
   plan.optimizer = sgd();
   plan.initial_values = model::init_source(*m, 3);
-  SequenceParallel no_sp(comm, 1);
+  SequenceParallel no_sp(nullptr);
   Parallelized parallel = parallelize(m, {comm, torch::kCPU, no_sp}, std::move(plan));
   ASSERT_EQ(parallel.graphs != nullptr, graphs);
   m->train();
@@ -224,7 +224,7 @@ TEST(LayerGraphsEngine, ParallelizeRefusesGraphsWhereALayerCannotBeReplayed) {
     plan.checkpointing = model::Checkpointing::kOffload;
     plan.optimizer = sgd();
     plan.initial_values = model::init_source(*m, 3);
-    SequenceParallel no_sp(comm, 1);
+    SequenceParallel no_sp(nullptr);
     try {
       (void)parallelize(m, {comm, torch::kCPU, no_sp}, std::move(plan));
       ADD_FAILURE() << "no error";

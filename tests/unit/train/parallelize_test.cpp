@@ -95,7 +95,7 @@ ToyRun train_toy(int stage, bool checkpointing, int steps) {
     plan.engine.prefetch_bucket_size = 0;
     plan.optimizer = adamw();
     plan.initial_values = model::init_source(*m, 3);
-    SequenceParallel no_sp(comm, 1);
+    SequenceParallel no_sp(nullptr);
     Parallelized parallel = parallelize(m, {comm, torch::kCPU, no_sp}, std::move(plan));
     m->train();
     const auto r = static_cast<size_t>(comm.rank());

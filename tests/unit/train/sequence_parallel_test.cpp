@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "model/model.h"
+#include "train/parallel_groups.h"
 #include "tests/common/expect_error.h"
 #include "tests/common/thread_communicator.h"
 
@@ -137,12 +138,13 @@ TEST_P(SequenceParallelModel, LossAndEveryGradientEqualOneProcess) {
   std::mutex mutex;
   run_ranks(c.world, [&](ThreadCommunicator& world) {
     model::DecoderModel m = model::build_model(config, torch::kFloat32, 3);
-    SequenceParallel sp(world, c.p);
+    ParallelGroups groups(world, layout::ParallelLayout(c.world, layout::Sizes{1, c.p}));
+    SequenceParallel sp(groups.sequence());
     sp.apply(*m);
     if (c.selective)
       m->wrap_blocks(model::WrapperSlot::kCheckpointing, model::selective_checkpoint_layers());
-    const auto rows = torch::indexing::Slice(sp.data_parallel_rank() * rows_per_dp,
-                                             (sp.data_parallel_rank() + 1) * rows_per_dp);
+    const int d = groups.coordinate(layout::Axis::kData);
+    const auto rows = torch::indexing::Slice(d * rows_per_dp, (d + 1) * rows_per_dp);
     data::Batch b;
     b.input_ids = ids.index({rows});
     b.labels = labels.index({rows});
@@ -190,13 +192,6 @@ TEST(SequenceParallelChecks, HeadsThatCannotBeSplitNameTheKey) {
       ErrorKind::kConfig, {"num_key_value_heads (3)", "parallel.sequence_parallel_size (2)"});
   dstrain::testing::expect_error([] { SequenceParallel::check_length(30, 4); }, ErrorKind::kConfig,
                                  {"data.max_length (30)", "parallel.sequence_parallel_size (4)"});
-}
-
-TEST(SequenceParallelChecks, WorldNotDivisibleNamesTheKey) {
-  run_ranks(3, [](ThreadCommunicator& world) {
-    dstrain::testing::expect_error([&] { SequenceParallel sp(world, 2); }, ErrorKind::kConfig,
-                                   {"parallel.sequence_parallel_size (2)", "world size (3)"});
-  });
 }
 
 }  // namespace

@@ -58,7 +58,7 @@ std::vector<double> train_stage3(const Maker& make, torch::ScalarType dtype, int
     model::DecoderModel m = make(&values);
     ParallelPlan plan = stage3_plan(dtype);
     plan.initial_values = values;
-    SequenceParallel no_sp(comm, 1);
+    SequenceParallel no_sp(nullptr);
     Parallelized parallel = parallelize(m, {comm, torch::kCPU, no_sp}, plan);
     zero::Engine* engine = parallel.engine.get();
     for (int s = 0; s < steps; ++s) {
@@ -138,7 +138,7 @@ TEST(ShardedBuild, LoraBaseIsShardedFrozenAndReleasedAfterEachStep) {
     plan.lora->options.alpha = 8;
     plan.lora->options.target_modules = {"q_proj", "v_proj"};
     plan.lora->key = "test";
-    SequenceParallel no_sp(comm, 1);
+    SequenceParallel no_sp(nullptr);
     Parallelized parallel = parallelize(m, {comm, torch::kCPU, no_sp}, plan);
     zero::Engine* engine = parallel.engine.get();
     int64_t adapter_numel = 0;
@@ -208,7 +208,7 @@ int64_t construction_peak(bool sharded) {
                                   : model::build_model(c, torch::kFloat, 5);
   ParallelPlan plan = stage3_plan(torch::kFloat);
   if (sharded) plan.initial_values = model::init_source(*m, 5);
-  SequenceParallel no_sp(comm, 1);
+  SequenceParallel no_sp(nullptr);
   const Parallelized parallel = parallelize(m, {comm, torch::kCPU, no_sp}, plan);
   return counter.peak() - before;
 }

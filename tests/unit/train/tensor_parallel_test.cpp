@@ -28,12 +28,16 @@
 #include "tests/common/free_port.h"
 #include "tests/common/thread_communicator.h"
 #include "tests/unit/model/counting_allocator.h"
+#include "train/parallel_groups.h"
 
 namespace dstrain::train {
 namespace {
 
 using dstrain::testing::run_ranks;
 using dstrain::testing::ThreadCommunicator;
+
+// Every rank of a world of `n` in one tensor-parallel group.
+layout::ParallelLayout all_tensor_parallel(int n) { return {n, layout::Sizes{1, 1, n}}; }
 
 // float32 over two layers: the summation orders differ (the ranks' partial products are added by
 // the all-reduce). A tensor's difference is measured relative to its norm, ‖got − want‖₂ /
@@ -149,7 +153,9 @@ TEST_P(TensorParallelModel, LossLogitsAndEveryGradientEqualTheWholeModel) {
   for (const auto& item : whole->named_parameters()) whole_params[item.key()] = item.value();
 
   run_ranks(c.tp, [&](ThreadCommunicator& world) {
-    auto tp = std::make_shared<TensorParallelGroup>(world, c.tp, c.sequence_parallel);
+    ParallelGroups groups(world, all_tensor_parallel(c.tp));
+    auto tp = std::make_shared<TensorParallelGroup>(groups.tensor(), groups.slice_replicas(),
+                                                    c.sequence_parallel);
     model::DecoderModel local(config, model::Materialize::kYes, tp);
     {
       torch::NoGradGuard no_grad;
@@ -204,7 +210,8 @@ TEST(TensorParallelValues, SliceSourceReadsEachRanksSliceOfTheWholeValues) {
   model::DecoderModel whole(config, model::Materialize::kNo);
   const model::ValueSource values = model::init_source(*whole, 5);
   run_ranks(2, [&](ThreadCommunicator& world) {
-    auto tp = std::make_shared<TensorParallelGroup>(world, 2, true);
+    ParallelGroups groups(world, all_tensor_parallel(2));
+    auto tp = std::make_shared<TensorParallelGroup>(groups.tensor(), groups.slice_replicas(), true);
     model::DecoderModel local(config, model::Materialize::kNo, tp);
     const model::ValueSource sliced = slice_source(values, *local, *tp);
     for (const auto& item : local->named_parameters()) {
@@ -266,7 +273,8 @@ TEST(TensorParallelLora, AdaptersAreSlicesOfTheWholeModelsWithTheirGradients) {
   for (const auto& [name, t] : whole_lora.named_parameters()) want[name] = t;
   for (const bool sp : {false, true}) {
     run_ranks(2, [&](ThreadCommunicator& world) {
-      auto tp = std::make_shared<TensorParallelGroup>(world, 2, sp);
+      ParallelGroups groups(world, all_tensor_parallel(2));
+      auto tp = std::make_shared<TensorParallelGroup>(groups.tensor(), groups.slice_replicas(), sp);
       model::DecoderModel local(config, model::Materialize::kYes, tp);
       {
         torch::NoGradGuard no_grad;
@@ -353,7 +361,9 @@ RankMemory measure_ranks(bool sp, model::Checkpointing setting) {
         options.world_size = 2;
         options.timeout = std::chrono::seconds(60);
         const std::unique_ptr<comm::Communicator> world = comm::make_gloo_communicator(options);
-        auto tp = std::make_shared<TensorParallelGroup>(*world, 2, sp);
+        ParallelGroups groups(*world, all_tensor_parallel(2));
+        auto tp =
+            std::make_shared<TensorParallelGroup>(groups.tensor(), groups.slice_replicas(), sp);
         model::DecoderModel m(config, model::Materialize::kYes, tp);
         if (setting != model::Checkpointing::kNone) {
           m->wrap_blocks(model::WrapperSlot::kCheckpointing, model::checkpoint_layers());

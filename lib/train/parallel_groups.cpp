@@ -1,0 +1,32 @@
+#include "train/parallel_groups.h"
+
+#include "core/error.h"
+
+namespace dstrain::train {
+
+using layout::Axis;
+
+ParallelGroups::ParallelGroups(comm::Communicator& world, layout::ParallelLayout layout)
+    : world_(world), layout_(std::move(layout)), rank_(world.rank()) {
+  if (layout_.world_size() != world.world_size()) {
+    fail(ErrorKind::kInternal, "parallel groups: a layout of {} ranks for a world of {}",
+         layout_.world_size(), world.world_size());
+  }
+  // One order on every rank: each split is collective over the world. Without pipeline
+  // parallelism the stage is the world; without tensor parallelism a slice is the whole stage.
+  stage_ = layout_.size(Axis::kPipeline) > 1 ? group(layout::kStage, true) : &world_;
+  pipeline_ = group(Axis::kPipeline);
+  tensor_ = group(Axis::kTensor);
+  slice_replicas_ = tensor_ != nullptr ? group(layout::kSliceReplicas, true) : stage_;
+  sequence_ = group(Axis::kSequence);
+}
+
+comm::Communicator* ParallelGroups::group(layout::Axes axes, bool even_of_one) {
+  const int n = layout_.group_size(axes);
+  if (n == 1 && !even_of_one) return nullptr;
+  if (n == layout_.world_size()) return &world_;
+  owned_.push_back(world_.split(layout_.group_index(axes, rank_)));
+  return owned_.back().get();
+}
+
+}  // namespace dstrain::train
