@@ -130,7 +130,7 @@ void add_graphs(const ActivationInput& in, ActivationRow& row) {
   int64_t saved = 0, largest_saved = 0, backward = 0, gathered = 0;
   for (const auto& b : in.model->blocks()) {
     int64_t params = 0;
-    for (const auto& [name, tensor] : b->parameters) params += tensor.numel();
+    for (const model::BlockParameter& p : b->parameters) params += p.tensor.numel();
     gathered += params;
     if (b->role != model::BlockRole::kLayer) continue;
     const model::ActivationMemory m = memory_of(*b, run, Checkpointing::kNone);

@@ -37,8 +37,8 @@ Stage3Layout stage3_layout(const EstimateInput& in) {
 std::vector<ParamShape> parameter_shapes(const model::DecoderModelImpl& model) {
   std::vector<ParamShape> out;
   for (const auto& block : model.blocks()) {
-    for (const auto& [name, tensor] : block->parameters) {
-      out.push_back({name, tensor.numel(), static_cast<int>(block->index)});
+    for (const model::BlockParameter& p : block->parameters) {
+      out.push_back({p.name, p.tensor.numel(), static_cast<int>(block->index)});
     }
   }
   return out;

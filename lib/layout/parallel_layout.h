@@ -61,7 +61,9 @@ class Axes {
   constexpr explicit Axes(uint8_t bits) : bits_(bits) {}
   uint8_t bits_ = 0;
 };
-constexpr Axes operator|(Axis a, Axis b) { return Axes(a) | b; }
+constexpr Axes operator|(Axis a, Axis b) {
+  return Axes(a) | b;
+}
 
 // The groups the trainer uses, by the axes their ranks differ on.
 inline constexpr Axes kStage = Axis::kData | Axis::kSequence | Axis::kTensor;  // one stage's ranks

@@ -16,15 +16,28 @@ namespace dstrain::lora {
 // LoraModel::named_parameters(), so storage moved by the engine is seen here.
 class LoraAdapter : public model::LinearAdapter {
  public:
-  // `split`: the projection's weight's over `tp` (tensor parallelism; null: none).
+  // `weight`: the placement of the projection's weight over `tp` (tensor parallelism; null: none).
   LoraAdapter(torch::Tensor a, torch::Tensor b, double scale, double dropout,
-              model::TensorParallel* tp, model::TensorSplit split)
+              model::TensorParallel* tp, const model::Placement& weight)
       : A(std::move(a)),
         B(std::move(b)),
         scale_(scale),
         dropout_(dropout),
         tp_(tp),
-        row_parallel_(tp != nullptr && split.dim == 1) {}
+        row_parallel_(tp != nullptr && weight.kind == model::PlacementKind::kRow),
+        column_parallel_(tp != nullptr && weight.kind == model::PlacementKind::kColumn) {}
+
+  // A [r, in] by columns under a row-parallel weight, else whole with a partial gradient under a
+  // column-parallel one; B [out, r] by rows under a column-parallel weight, else whole with a
+  // partial gradient under a row-parallel one.
+  model::Placement a_placement() const {
+    return row_parallel_ ? model::Placement::split(model::PlacementKind::kRow)
+                         : model::Placement::replicated_with(column_parallel_);
+  }
+  model::Placement b_placement() const {
+    return column_parallel_ ? model::Placement::split(model::PlacementKind::kColumn)
+                            : model::Placement::replicated_with(row_parallel_);
+  }
 
   // x [..., in] → [..., out]
   torch::Tensor delta(const torch::Tensor& x, bool training) override {
@@ -59,6 +72,7 @@ class LoraAdapter : public model::LinearAdapter {
   double dropout_;
   model::TensorParallel* tp_;
   bool row_parallel_;
+  bool column_parallel_;
 };
 
 namespace {
@@ -89,22 +103,6 @@ std::string lora_b_name(const std::string& module) {
   return module + ".lora_B.weight";
 }
 
-model::TensorSplit tensor_split(const std::string& name) {
-  for (const auto& [suffix, a] :
-       {std::pair<std::string, bool>{".lora_A.weight", true}, {".lora_B.weight", false}}) {
-    if (name.size() <= suffix.size() ||
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
-      continue;
-    }
-    const int dim =
-        model::tensor_split(name.substr(0, name.size() - suffix.size()) + ".weight").dim;
-    // A [r, in] by columns under a row-parallel weight; B [out, r] by rows under a column one.
-    if (a) return dim == 1 ? model::TensorSplit{1} : model::TensorSplit{};
-    return dim == 0 ? model::TensorSplit{0} : model::TensorSplit{};
-  }
-  return model::tensor_split(name);
-}
-
 LoraModel::LoraModel(model::DecoderModel model, LoraOptions options, const std::string& key)
     : model_(std::move(model)), options_(std::move(options)) {
   if (options_.init != "default" && options_.init != "gaussian") {
@@ -122,17 +120,17 @@ LoraModel::LoraModel(model::DecoderModel model, LoraOptions options, const std::
   model::TensorParallel* tp = model_->tensor_parallel();
   torch::NoGradGuard no_grad;
   for (auto& t : targets_) {
-    const model::TensorSplit split =
-        tp ? model::tensor_split(t.path + ".weight") : model::TensorSplit{};
+    const model::Placement& placement = t.linear->weight_placement;
     // A drawn whole (a row-parallel projection's input is this rank's columns of it), then sliced.
-    const int64_t columns = split.dim == 1 ? tp->size() : 1;
+    const int64_t columns =
+        tp != nullptr && placement.kind == model::PlacementKind::kRow ? tp->size() : 1;
     torch::Tensor a = initial_a(options_.r, t.in_features * columns, options_.init, gen);
     if (columns > 1) a = a.narrow(1, tp->rank() * t.in_features, t.in_features).contiguous();
     torch::Tensor b = torch::zeros({t.out_features, options_.r}, torch::kFloat);
     a.set_requires_grad(true);
     b.set_requires_grad(true);
     auto adapter =
-        std::make_shared<LoraAdapter>(a, b, options_.scale(), options_.dropout, tp, split);
+        std::make_shared<LoraAdapter>(a, b, options_.scale(), options_.dropout, tp, placement);
     t.linear->adapter = adapter;
     adapters_.push_back(std::move(adapter));
   }
@@ -157,8 +155,9 @@ std::vector<std::pair<std::string, torch::Tensor>> LoraModel::named_parameters()
 std::vector<LoraModel::BlockParameter> LoraModel::block_parameters() const {
   std::vector<BlockParameter> out;
   for (size_t i = 0; i < targets_.size(); ++i) {
-    out.push_back({lora_a_name(targets_[i].path), adapters_[i]->A, targets_[i].block});
-    out.push_back({lora_b_name(targets_[i].path), adapters_[i]->B, targets_[i].block});
+    const LoraAdapter& a = *adapters_[i];
+    out.push_back({lora_a_name(targets_[i].path), a.A, targets_[i].block, a.a_placement()});
+    out.push_back({lora_b_name(targets_[i].path), a.B, targets_[i].block, a.b_placement()});
   }
   return out;
 }
@@ -182,17 +181,17 @@ void LoraModel::load(const std::vector<LoraWeights>& from, const std::string& so
   for (const auto& w : from) by_module[w.module] = &w;
   torch::NoGradGuard no_grad;
   model::TensorParallel* tp = model_->tensor_parallel();
-  // The whole tensor `t` is of this rank's `local` slice of it, cut along `split`.
-  const auto whole_sizes = [tp](const torch::Tensor& local, model::TensorSplit split) {
+  // The whole tensor of this rank's `local` slice of it, placed as `placement`.
+  const auto whole_sizes = [tp](const torch::Tensor& local, const model::Placement& placement) {
     std::vector<int64_t> sizes = local.sizes().vec();
-    if (tp && !split.replicated()) sizes.at(static_cast<size_t>(split.dim)) *= tp->size();
+    if (tp && !placement.replicated()) sizes.at(static_cast<size_t>(placement.dim())) *= tp->size();
     return sizes;
   };
   const auto slice = [tp](const torch::Tensor& whole, const torch::Tensor& local,
-                          model::TensorSplit split) {
-    if (!tp || split.replicated()) return whole;
-    const int64_t n = local.size(split.dim);
-    return whole.narrow(split.dim, tp->rank() * n, n);
+                          const model::Placement& placement) {
+    if (!tp || placement.replicated()) return whole;
+    const int64_t n = local.size(placement.dim());
+    return whole.narrow(placement.dim(), tp->rank() * n, n);
   };
   for (size_t i = 0; i < targets_.size(); ++i) {
     const std::string& module = targets_[i].path;
@@ -201,8 +200,7 @@ void LoraModel::load(const std::vector<LoraWeights>& from, const std::string& so
       fail(ErrorKind::kInput, "{}: the adapter has no weights for module {}", source, module);
     }
     LoraAdapter& a = *adapters_[i];
-    const model::TensorSplit split_a = tensor_split(lora_a_name(module));
-    const model::TensorSplit split_b = tensor_split(lora_b_name(module));
+    const model::Placement split_a = a.a_placement(), split_b = a.b_placement();
     const std::vector<int64_t> want_a = whole_sizes(a.A, split_a),
                                want_b = whole_sizes(a.B, split_b);
     if (it->second->A.sizes() != c10::IntArrayRef(want_a) ||

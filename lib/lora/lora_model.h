@@ -16,7 +16,8 @@
 //
 // On a tensor-parallel model (model/tensor_parallel.h) each rank holds the slices of A and B that
 // match its projection's: a column-parallel projection's (q/k/v, gate/up) B by rows and A whole, a
-// row-parallel one's (o_proj, down_proj) A by columns and B whole (tensor_split() below). A is
+// row-parallel one's (o_proj, down_proj) A by columns and B whole (their placements, from the
+// projection's: BlockParameter::placement). A is
 // drawn whole, as one rank draws it, and sliced; loaded weights are whole and sliced; the whole
 // one of the two gets its gradient summed over the group (only its part is this rank's); dropout
 // on a row-parallel projection's input draws the whole input's mask and takes this rank's
@@ -46,10 +47,6 @@ struct LoraWeights {
 std::string lora_a_name(const std::string& module);  // "<module>.lora_A.weight"
 std::string lora_b_name(const std::string& module);  // "<module>.lora_B.weight"
 
-// How a parameter of the model or of its adapters is split over a tensor-parallel group:
-// model::tensor_split() for the model's, and for an adapter's as the class comment says.
-model::TensorSplit tensor_split(const std::string& name);
-
 class LoraAdapter;
 
 class LoraModel {
@@ -70,11 +67,13 @@ class LoraModel {
   const std::vector<TargetModule>& targets() const { return targets_; }
   // (lora_A name, A), (lora_B name, B) per module, in forward order: the trainable parameters.
   std::vector<std::pair<std::string, torch::Tensor>> named_parameters() const;
-  // The same, each with the model block its projection belongs to (model::ModelBlock::index).
+  // The same, each with the model block its projection belongs to (model::ModelBlock::index)
+  // and its placement over a tensor-parallel group (the class comment).
   struct BlockParameter {
     std::string name;
     torch::Tensor tensor;
     size_t block = 0;
+    model::Placement placement{};
   };
   std::vector<BlockParameter> block_parameters() const;
   std::vector<LoraWeights> weights() const;

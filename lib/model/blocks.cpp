@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "model/activation_checkpoint.h"
 #include "model/fused_linear_cross_entropy.h"
 #include "model/selective_attention.h"
@@ -38,6 +39,14 @@ BlockWrapper selective_checkpoint_layers() {
         },
         {x});
   };
+}
+
+std::vector<Placement> TokenEmbedding::placements() {
+  return {tp_ ? Placement::split(PlacementKind::kVocabulary) : Placement{}};
+}
+
+std::vector<Placement> LmHead::placements() {
+  return {norm_->placement(), tp_ ? Placement::split(PlacementKind::kVocabulary) : Placement{}};
 }
 
 torch::Tensor TokenEmbedding::forward(const torch::Tensor& ids, const BlockContext&) {
@@ -80,6 +89,29 @@ std::vector<torch::Tensor> DecoderLayerImpl::weights() {
     bool listed = false;
     for (size_t i = 0; i < first; ++i) listed = listed || out[i].is_same(t);
     if (!listed) out.push_back(t);
+  }
+  return out;
+}
+
+std::vector<Placement> DecoderLayerImpl::placements() {
+  // Each tensor's placement as the module that holds it declares it.
+  std::vector<std::pair<torch::Tensor, Placement>> declared;
+  for (const Projection& p : projections()) {
+    declared.emplace_back(p.linear->weight, p.linear->weight_placement);
+    if (p.linear->bias.defined()) declared.emplace_back(p.linear->bias, p.linear->bias_placement);
+  }
+  for (const RMSNorm* n :
+       {&input_layernorm, &post_attention_layernorm, &self_attn->q_norm, &self_attn->k_norm}) {
+    if (!n->is_empty()) declared.emplace_back((*n)->weight, (*n)->placement());
+  }
+  std::vector<Placement> out;
+  for (const torch::Tensor& t : weights()) {
+    const auto it = std::find_if(declared.begin(), declared.end(),
+                                 [&t](const auto& d) { return d.first.is_same(t); });
+    if (it == declared.end()) {
+      fail(ErrorKind::kInternal, "a decoder layer's parameter has no declared placement");
+    }
+    out.push_back(it->second);
   }
   return out;
 }

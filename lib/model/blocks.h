@@ -105,6 +105,9 @@ class Block {
   // Every parameter tensor the forward reads, in a fixed order: its own, and any it shares with
   // an earlier block.
   virtual std::vector<torch::Tensor> weights() = 0;
+  // Where each of weights() lives across a tensor-parallel group (placement.h), declared by the
+  // module that made it, in the same order; empty: every one replicated.
+  virtual std::vector<Placement> placements() { return {}; }
   // The projections an adapter may be added to; none by default.
   virtual std::vector<Projection> projections() { return {}; }
   // Attention between RoPE and o_proj runs `core` (sequence parallelism); empty restores causal
@@ -118,6 +121,13 @@ class Block {
                                              Checkpointing setting) const = 0;
 };
 
+// A parameter a block owns.
+struct BlockParameter {
+  std::string name;  // its name in the model (the Hugging Face state dict's)
+  torch::Tensor tensor;
+  Placement placement{};
+};
+
 // A block in the model's list.
 struct ModelBlock {
   size_t index = 0;  // its position in the list
@@ -126,8 +136,8 @@ struct ModelBlock {
   std::string name;
   BlockRole role = BlockRole::kLayer;
   std::shared_ptr<Block> block;
-  // The parameters it owns, by their names in the model, in the order of Block::weights().
-  std::vector<std::pair<std::string, torch::Tensor>> parameters;
+  // The parameters it owns, in the order of Block::weights().
+  std::vector<BlockParameter> parameters;
   std::vector<size_t> shares;  // earlier blocks whose parameters it reads too
 };
 
@@ -170,6 +180,7 @@ class TokenEmbedding final : public Block {
       : embed_(std::move(embed)), tp_(tp), first_(first) {}
   torch::Tensor forward(const torch::Tensor& ids, const BlockContext& ctx) override;
   std::vector<torch::Tensor> weights() override { return {embed_->weight}; }
+  std::vector<Placement> placements() override;
   // Nothing: its backward reads the token ids, which the batch holds anyway; vocabulary-parallel,
   // the ids within its rows (int64) and the mask of the others (bool).
   ActivationMemory activation_memory(const ActivationRun& run, Checkpointing) const override {
@@ -196,6 +207,7 @@ class DecoderLayerImpl : public torch::nn::Module, public Block {
   // block's parameters out in this order, so the three weights (and biases) lie back to back and
   // fused_qkv's stacked weight is a view of the engine's memory, not a copy (fused_qkv.h).
   std::vector<torch::Tensor> weights() override;
+  std::vector<Placement> placements() override;
   std::vector<Projection> projections() override;
   void set_attention_core(const AttentionCore& core) override { self_attn->core = core; }
   void set_tiled_mlp(int64_t setting) override { mlp->set_tiling(setting); }
@@ -231,6 +243,7 @@ class LmHead final : public Block {
         first_(first) {}
   torch::Tensor forward(const torch::Tensor& h, const BlockContext& ctx) override;
   std::vector<torch::Tensor> weights() override { return {norm_->weight, weight()}; }
+  std::vector<Placement> placements() override;
   // The same under every setting: the head is not checkpointed.
   ActivationMemory activation_memory(const ActivationRun& run, Checkpointing) const override;
 

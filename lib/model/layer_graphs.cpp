@@ -388,9 +388,9 @@ std::shared_ptr<Slot> LayerGraphs::State::record(const ModelBlock& block, const 
     });
     stats.first_use_eager_seconds += eager_seconds;
     restore_rng(rng);
-    for (const auto& [name, t] : block.parameters) {
-      s->reads.emplace_back(t, t.data_ptr());
-      s->read_names.push_back(name);
+    for (const BlockParameter& p : block.parameters) {
+      s->reads.emplace_back(p.tensor, p.tensor.data_ptr());
+      s->read_names.push_back(p.name);
     }
     for (const torch::Tensor& t : s->leaves) {
       s->reads.emplace_back(t, t.data_ptr());
@@ -420,7 +420,7 @@ CheckResult LayerGraphs::State::check(Slot& s, const ModelBlock& block, const Ea
   }
   s.backward->replay();
   std::map<const c10::TensorImpl*, std::string> names;
-  for (const auto& [name, t] : block.parameters) names[t.unsafeGetTensorImpl()] = name;
+  for (const BlockParameter& p : block.parameters) names[p.tensor.unsafeGetTensorImpl()] = p.name;
   const variable_list inputs = gradient_inputs(s);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const c10::TensorImpl* id = inputs[i].unsafeGetTensorImpl();

@@ -57,6 +57,15 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias, Materialize mate
   }
 }
 
+void LinearImpl::place_column() {
+  weight_placement = bias_placement = Placement::split(PlacementKind::kColumn);
+}
+
+void LinearImpl::place_row(const TensorParallel& tp) {
+  weight_placement = Placement::split(PlacementKind::kRow);
+  bias_placement = Placement::replicated_with(tp.sequence_parallel());
+}
+
 // ATen's linear, which torch.nn.Linear runs too: a biased projection of contiguous input is one
 // addmm over its rows, the bias added before rounding (LibTorch's C++ functional::linear runs a
 // matmul and then adds the bias, which in bfloat16 rounds twice).
@@ -124,6 +133,10 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, std::optional<int64_t> window
   k_proj = register_module("k_proj", Linear(C, kv, c.qkv_bias, m));
   v_proj = register_module("v_proj", Linear(C, kv, c.qkv_bias, m));
   o_proj = register_module("o_proj", Linear(q, C, c.o_bias, m));
+  if (tp != nullptr) {
+    for (Linear* p : {&q_proj, &k_proj, &v_proj}) (*p)->place_column();
+    o_proj->place_row(*tp);
+  }
   if (c.qk_norm) {
     q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps, m));
     k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps, m));
@@ -172,6 +185,11 @@ MlpImpl::MlpImpl(const ModelConfig& c, Materialize m, TensorParallel* tp) : tp_(
   gate_proj = register_module("gate_proj", Linear(C, I, c.mlp_bias, m));
   up_proj = register_module("up_proj", Linear(C, I, c.mlp_bias, m));
   down_proj = register_module("down_proj", Linear(I, C, c.mlp_bias, m));
+  if (tp != nullptr) {
+    gate_proj->place_column();
+    up_proj->place_column();
+    down_proj->place_row(*tp);
+  }
 }
 
 torch::Tensor MlpImpl::untiled(const torch::Tensor& x, bool training, const torch::Tensor& residual,

@@ -17,6 +17,7 @@
 
 #include "model/document_attention.h"
 #include "model/model_config.h"
+#include "model/placement.h"
 #include "model/tensor_parallel.h"
 
 namespace dstrain::model {
@@ -57,9 +58,17 @@ class LinearImpl : public torch::nn::Module {
   // named_parameters() stays the Hugging Face state dict).
   std::shared_ptr<LinearAdapter> adapter;
 
+  // Tensor parallelism: its output features split (column-parallel: weight and bias by rows), or
+  // its input features (row-parallel: the weight by columns, the bias whole and added once after
+  // the ranks' partial products are summed; under the group's sequence parallelism on this rank's
+  // token rows, so its gradient there is a part). Replicated unless one of these is called.
+  void place_column();
+  void place_row(const TensorParallel& tp);
+
   int64_t in_features, out_features;
   torch::Tensor weight;  // [out, in]
   torch::Tensor bias;    // [out], or undefined
+  Placement weight_placement, bias_placement;
 };
 TORCH_MODULE(Linear);
 
@@ -90,6 +99,9 @@ class RMSNormImpl : public torch::nn::Module {
   // (add_rms_norm in fused_layer_ops.h).
   std::pair<torch::Tensor, torch::Tensor> add_and_forward(const torch::Tensor& x,
                                                           const torch::Tensor& delta);
+
+  // Replicated, with a partial gradient when gradient_group is set.
+  Placement placement() const { return Placement::replicated_with(gradient_group != nullptr); }
 
   torch::Tensor weight;  // [dim]
   // Tensor parallelism: a replicated weight whose gradient on this rank is only its part, read

@@ -88,7 +88,14 @@ void DecoderModelImpl::assign_parameters() {
     b.index = i;
     b.parameters.clear();
     b.shares.clear();
-    for (const torch::Tensor& t : b.block->weights()) {
+    const std::vector<torch::Tensor> weights = b.block->weights();
+    const std::vector<Placement> placements = b.block->placements();
+    if (!placements.empty() && placements.size() != weights.size()) {
+      fail(ErrorKind::kInternal, "block {} declares {} placements for {} parameters", b.name,
+           placements.size(), weights.size());
+    }
+    for (size_t k = 0; k < weights.size(); ++k) {
+      const torch::Tensor& t = weights[k];
       const auto* impl = t.unsafeGetTensorImpl();
       const auto name = names.find(impl);
       if (name == names.end()) {
@@ -97,7 +104,7 @@ void DecoderModelImpl::assign_parameters() {
       }
       const auto [it, first] = owner.emplace(impl, i);
       if (first) {
-        b.parameters.emplace_back(name->second, t);
+        b.parameters.push_back({name->second, t, placements.empty() ? Placement{} : placements[k]});
       } else if (it->second != i) {
         b.shares.push_back(it->second);
       }

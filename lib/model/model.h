@@ -78,7 +78,7 @@ class DecoderModelImpl : public torch::nn::Module {
   // drawn, whatever the size (a 70B config builds in milliseconds), and nothing can be read from
   // the parameters until someone gives them data. With `tp` the model is that rank's part of a
   // tensor-parallel model (tensor_parallel.h): its parameters have the Hugging Face names and this
-  // rank's shapes (tensor_split()); `config` stays the whole model's.
+  // rank's shapes (their placements: placement.h); `config` stays the whole model's.
   explicit DecoderModelImpl(ModelConfig config, Materialize materialize = Materialize::kYes,
                             std::shared_ptr<TensorParallel> tp = nullptr);
 

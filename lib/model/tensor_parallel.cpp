@@ -6,26 +6,6 @@
 #include "core/error.h"
 
 namespace dstrain::model {
-namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-}  // namespace
-
-TensorSplit tensor_split(const std::string& name) {
-  if (name == "model.embed_tokens.weight" || name == "lm_head.weight") return {0};
-  for (const char* column : {".q_proj.", ".k_proj.", ".v_proj.", ".gate_proj.", ".up_proj."}) {
-    if (name.find(column) != std::string::npos) return {0};
-  }
-  for (const char* row : {".o_proj.weight", ".down_proj.weight"}) {
-    if (ends_with(name, row)) return {1};
-  }
-  return {};
-}
-
 void check_tensor_parallel(const ModelConfig& c, int64_t size, const std::string& model,
                            const std::string& key) {
   if (size <= 1) return;

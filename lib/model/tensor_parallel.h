@@ -29,8 +29,8 @@
 // gradient and stays equal to the others.
 //
 // The model holds its parameters under their Hugging Face names with these local shapes
-// (tensor_split() says how each name is split); building the initial values, checkpoints and
-// exports from whole tensors is the caller's (lib/train).
+// (each parameter's placement, placement.h, says how it is split); building the initial values,
+// checkpoints and exports from whole tensors is the caller's (lib/train).
 
 #include <cstdint>
 #include <string>
@@ -64,17 +64,6 @@ class TensorParallel {
   // In place and outside autograd: the sum (or the maximum) over the ranks.
   virtual void all_reduce_(torch::Tensor& x, bool max) = 0;
 };
-
-// How a parameter of the model is split over a tensor-parallel group.
-struct TensorSplit {
-  int dim = -1;  // the dimension cut into T equal slices (rank r holds slice r); -1: whole
-  bool replicated() const { return dim < 0; }
-};
-
-// The split of parameter `name` (a Hugging Face name of the model): embedding, lm_head, q/k/v and
-// gate/up weights and biases by rows (dimension 0), o_proj and down_proj weights by columns
-// (dimension 1), everything else (norms, o_proj/down_proj biases) whole.
-TensorSplit tensor_split(const std::string& name);
 
 // Error(kConfig) naming `model`, the counts that do not divide and `key` unless `size` divides
 // the query heads, the key/value heads, the MLP width and the vocabulary.

@@ -17,8 +17,8 @@
 #include "model/safetensors.h"
 #include "model/weights.h"
 #include "optim/optimizer.h"
-#include "train/parallelize.h"
 #include "train/parallel_groups.h"
+#include "train/parallelize.h"
 #include "train/sequence_parallel.h"
 #include "train/tensor_parallel.h"
 
@@ -246,10 +246,11 @@ DebugForwardResult debug_forward(const DebugForwardOptions& o) {
   out.emplace_back("logits", logits.detach().to(torch::kCPU, torch::kFloat32));
   out.emplace_back("loss", loss.detach().to(torch::kCPU, torch::kFloat32));
   // The whole parameter's gradient (with tensor parallelism gathered from the slices).
+  const PlacedShapes placed = placed_shapes(*m, parallel.lora.get());
   auto add_grad = [&](const std::string& name, const torch::Tensor& p) {
     const torch::Tensor g = p.grad();
     const torch::Tensor mine = g.defined() ? g.to(torch::kFloat32) : torch::zeros(p.sizes());
-    out.emplace_back("grad." + name, tp.whole(mine, name).to(torch::kCPU));
+    out.emplace_back("grad." + name, tp.whole(mine, placed.at(name).placement).to(torch::kCPU));
   };
   if (parallel.lora) {
     for (const auto& [name, t] : parallel.lora->named_parameters()) add_grad(name, t);

@@ -35,17 +35,17 @@ std::vector<model::TensorSpec> export_specs(const ckpt::CheckpointReader& reader
   std::vector<model::TensorSpec> specs;
   const model::DecoderModel m(mc, model::Materialize::kNo);
   for (const auto& block : m->blocks()) {
-    for (const auto& [name, tensor] : block->parameters) {
-      const auto it = stored.find(name);
+    for (const model::BlockParameter& p : block->parameters) {
+      const auto it = stored.find(p.name);
       int64_t numel = 1;
       if (it != stored.end()) {
         for (int64_t d : it->second) numel *= d;
       }
-      if (it == stored.end() || numel != tensor.numel()) {
+      if (it == stored.end() || numel != p.tensor.numel()) {
         fail(ErrorKind::kInput, "{}: the checkpoint has no master weights of '{}' with {} elements",
-             reader.dir(), name, tensor.numel());
+             reader.dir(), p.name, p.tensor.numel());
       }
-      specs.push_back({name, it->second});
+      specs.push_back({p.name, it->second});
     }
   }
   return specs;

@@ -165,12 +165,12 @@ json Trainer::lora_reference_json() const {
 void Trainer::save_lora_adapter() {
   // Every rank owns some elements of the fp32 master (stages 1/2 shard it): each fills its pieces
   // into a zeroed full copy and one all-reduce adds them. Adapters are small.
-  const auto params = parallel_.lora->named_parameters();
+  const auto params = parallel_.lora->block_parameters();
   std::map<std::string, int64_t> offset;
   int64_t total = 0;
-  for (const auto& [name, t] : params) {
-    offset[name] = total;
-    total += t.numel();
+  for (const auto& p : params) {
+    offset[p.name] = total;
+    total += p.tensor.numel();
   }
   torch::Tensor flat = torch::zeros({total}, torch::TensorOptions(torch::kFloat).device(device_));
   for (const auto& piece : parallel_.engine->owned_state()) {
@@ -186,9 +186,9 @@ void Trainer::save_lora_adapter() {
     pipeline->all_reduce(flat, comm::ReduceOp::kSum)->wait();
   }
   std::map<std::string, torch::Tensor> whole;
-  for (const auto& [name, t] : params) {
-    whole[name] =
-        tp_->whole(flat.narrow(0, offset.at(name), t.numel()).view(t.sizes()), name).cpu();
+  for (const auto& p : params) {
+    const torch::Tensor mine = flat.narrow(0, offset.at(p.name), p.tensor.numel());
+    whole[p.name] = tp_->whole(mine.view(p.tensor.sizes()), p.placement).cpu();
   }
   if (rank_ == 0) {
     lora::Adapter adapter;

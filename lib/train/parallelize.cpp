@@ -72,14 +72,14 @@ std::vector<zero::NamedParameter> engine_parameters(const model::DecoderModelImp
   for (const auto& block : model.blocks()) {
     if (!trains(block->index)) continue;
     const int unit = static_cast<int>(block->index);
-    for (const auto& [name, t] : block->parameters) {
-      out.push_back({name, t, unit, /*frozen=*/!t.requires_grad()});
+    for (const model::BlockParameter& p : block->parameters) {
+      out.push_back({p.name, p.tensor, unit, /*frozen=*/!p.tensor.requires_grad(), p.placement});
     }
   }
   if (!lora) return out;
   for (const lora::LoraModel::BlockParameter& p : lora->block_parameters()) {
     if (!trains(p.block)) continue;
-    out.push_back({p.name, p.tensor, static_cast<int>(p.block)});
+    out.push_back({p.name, p.tensor, static_cast<int>(p.block), /*frozen=*/false, p.placement});
   }
   return out;
 }

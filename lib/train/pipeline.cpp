@@ -136,8 +136,8 @@ std::vector<double> block_costs(model::DecoderModelImpl& model) {
   for (const auto& block : model.blocks()) {
     double cost = 0;
     if (block->role != model::BlockRole::kEmbedding) {
-      for (const auto& [name, tensor] : block->parameters) {
-        if (tensor.dim() == 2) cost += static_cast<double>(tensor.numel());
+      for (const model::BlockParameter& p : block->parameters) {
+        if (p.tensor.dim() == 2) cost += static_cast<double>(p.tensor.numel());
       }
       // The tied head reads the embedding's matrix, which is not its own parameter.
       if (block->role == model::BlockRole::kHead && cost == 0) {
@@ -172,8 +172,8 @@ PipelineStage::PipelineStage(model::DecoderModelImpl& model, comm::Communicator&
   // the head, whose dtype is the model's as built).
   hidden_options_ = model_.head_weight().options();
   for (size_t i : blocks()) {
-    for (const auto& [name, t] : model_.blocks()[i]->parameters) {
-      if (model::storage_bytes(t) > 0) hidden_options_ = t.options();
+    for (const model::BlockParameter& p : model_.blocks()[i]->parameters) {
+      if (model::storage_bytes(p.tensor) > 0) hidden_options_ = p.tensor.options();
     }
   }
   if (model_.config().tie_word_embeddings && size_ > 1) {

@@ -40,19 +40,23 @@ struct GatherLast : torch::autograd::Function<GatherLast> {
 
 using WholeRange = std::function<torch::Tensor(int64_t begin, int64_t end)>;
 
-// Elements [begin, end) of rank r's slice (of `shape`) of the parameter `name`, from `whole`, the
-// whole parameter's flat ranges: a row slice is one range of it, a column slice a segment of each
-// of its rows (read in blocks of rows), a replicated parameter the range itself.
-torch::Tensor read_slice(const WholeRange& whole, const std::string& name,
-                         const std::vector<int64_t>& shape, int64_t T, int64_t r, int64_t begin,
-                         int64_t end) {
-  const model::TensorSplit split = lora::tensor_split(name);
-  if (split.replicated()) return whole(begin, end);
+// Elements [begin, end) of rank r's slice (`shape`, placed as `placed`) of a parameter, from
+// `whole`, the whole parameter's flat ranges: a slice along dimension 0 is one range of it, along
+// a later dimension d a segment of each of its rows of the whole shape viewed as
+// [shape[0]·…·shape[d−1], the rest] (read in blocks of rows), a replicated parameter the range
+// itself.
+torch::Tensor read_slice(const WholeRange& whole, const PlacedShape& placed, int64_t T, int64_t r,
+                         int64_t begin, int64_t end) {
+  if (placed.placement.replicated()) return whole(begin, end);
+  const std::vector<int64_t>& shape = placed.shape;
+  const auto dim = static_cast<size_t>(placed.placement.dim());
   int64_t numel = 1;
   for (int64_t d : shape) numel *= d;
-  if (split.dim == 0) return whole(r * numel + begin, r * numel + end);
+  if (dim == 0) return whole(r * numel + begin, r * numel + end);
   // A column slice of a [rows, T·cols] matrix: each row's cols elements from r·cols on.
-  const int64_t cols = shape.at(1), width = T * cols;
+  int64_t cols = 1;
+  for (size_t d = dim; d < shape.size(); ++d) cols *= shape[d];
+  const int64_t width = T * cols;
   constexpr int64_t kReadElements = int64_t{16} << 20;
   const int64_t rows_per_read = std::max<int64_t>(1, kReadElements / width);
   std::vector<torch::Tensor> parts;
@@ -66,17 +70,10 @@ torch::Tensor read_slice(const WholeRange& whole, const std::string& name,
   return parts.size() == 1 ? parts[0] : torch::cat(parts);
 }
 
-std::map<std::string, std::vector<int64_t>> parameter_shapes(model::DecoderModelImpl& model) {
-  std::map<std::string, std::vector<int64_t>> shapes;
-  for (const auto& item : model.named_parameters()) shapes[item.key()] = item.value().sizes().vec();
-  return shapes;
-}
-
 // A saved state read through one rank's slices (TensorParallelState::restore_state).
 class SliceStateIn final : public ckpt::StateIn {
  public:
-  SliceStateIn(const ckpt::StateIn& in, const std::map<std::string, std::vector<int64_t>>& shapes,
-               int64_t T, int64_t r)
+  SliceStateIn(const ckpt::StateIn& in, const PlacedShapes& shapes, int64_t T, int64_t r)
       : in_(in), shapes_(shapes), T_(T), r_(r) {}
   int version() const override { return in_.version(); }
   const nlohmann::json& json() const override { return in_.json(); }
@@ -84,17 +81,18 @@ class SliceStateIn final : public ckpt::StateIn {
                      int64_t end) const override {
     const auto it = shapes_.find(param);
     if (it == shapes_.end()) return in_.read(kind, param, begin, end);
-    return read_slice([&](int64_t b, int64_t e) { return in_.read(kind, param, b, e); }, param,
-                      it->second, T_, r_, begin, end);
+    return read_slice([&](int64_t b, int64_t e) { return in_.read(kind, param, b, e); }, it->second,
+                      T_, r_, begin, end);
   }
   // The whole shapes as this rank's slices of them.
   std::vector<std::pair<std::string, std::vector<int64_t>>> params(
       const std::string& kind) const override {
     auto out = in_.params(kind);
     for (auto& [name, shape] : out) {
-      const model::TensorSplit split = lora::tensor_split(name);
-      const auto dim = static_cast<size_t>(split.dim);
-      if (!split.replicated() && dim < shape.size() && shape[dim] % T_ == 0) shape[dim] /= T_;
+      const auto it = shapes_.find(name);
+      if (it == shapes_.end() || it->second.placement.replicated()) continue;
+      const auto dim = static_cast<size_t>(it->second.placement.dim());
+      if (dim < shape.size() && shape[dim] % T_ == 0) shape[dim] /= T_;
     }
     return out;
   }
@@ -105,7 +103,7 @@ class SliceStateIn final : public ckpt::StateIn {
 
  private:
   const ckpt::StateIn& in_;
-  const std::map<std::string, std::vector<int64_t>>& shapes_;
+  const PlacedShapes& shapes_;
   int64_t T_, r_;
 };
 
@@ -165,19 +163,20 @@ torch::Tensor TensorParallelGroup::gather_last(const torch::Tensor& x) {
   return GatherLast::apply(x, &group());
 }
 
-torch::Tensor TensorParallelGroup::whole(const torch::Tensor& local, const std::string& name) {
+torch::Tensor TensorParallelGroup::whole(const torch::Tensor& local,
+                                         const model::Placement& placement) {
   if (size_ == 1) return local;
   // Each rank's slice in its place of a zeroed whole tensor, summed over the group.
-  const model::TensorSplit split = lora::tensor_split(name);
   std::vector<int64_t> sizes = local.sizes().vec();
   torch::Tensor out;
-  if (split.replicated()) {
+  if (placement.replicated()) {
     out = rank_ == 0 ? local.contiguous().clone() : torch::zeros_like(local);
   } else {
-    const int64_t n = sizes.at(static_cast<size_t>(split.dim));
-    sizes[static_cast<size_t>(split.dim)] = n * size_;
+    const int dim = placement.dim();
+    const int64_t n = sizes.at(static_cast<size_t>(dim));
+    sizes[static_cast<size_t>(dim)] = n * size_;
     out = torch::zeros(sizes, local.options());
-    out.narrow(split.dim, rank_ * n, n).copy_(local);
+    out.narrow(dim, rank_ * n, n).copy_(local);
   }
   group().all_reduce(out, comm::ReduceOp::kSum)->wait();
   return out;
@@ -192,43 +191,59 @@ std::shared_ptr<model::TensorParallel> tensor_parallel_shapes(int size, bool seq
   return std::make_shared<Shapes>(size, sequence_parallel && size > 1);
 }
 
-model::ValueSource slice_source(model::ValueSource whole, model::DecoderModelImpl& model,
+PlacedShapes placed_shapes(const model::DecoderModelImpl& model, const lora::LoraModel* lora) {
+  PlacedShapes out;
+  for (const auto& block : model.blocks()) {
+    for (const model::BlockParameter& p : block->parameters) {
+      out[p.name] = {p.tensor.sizes().vec(), p.placement};
+    }
+  }
+  if (lora == nullptr) return out;
+  for (const lora::LoraModel::BlockParameter& p : lora->block_parameters()) {
+    out[p.name] = {p.tensor.sizes().vec(), p.placement};
+  }
+  return out;
+}
+
+model::ValueSource slice_source(model::ValueSource whole, const model::DecoderModelImpl& model,
                                 const model::TensorParallel& tp) {
   const int64_t T = tp.size(), r = tp.rank();
-  return [whole = std::move(whole), shapes = parameter_shapes(model), T, r](
+  return [whole = std::move(whole), shapes = placed_shapes(model, nullptr), T, r](
              const std::string& name, int64_t begin, int64_t end) {
-    return read_slice([&](int64_t b, int64_t e) { return whole(name, b, e); }, name,
-                      shapes.at(name), T, r, begin, end);
+    return read_slice([&](int64_t b, int64_t e) { return whole(name, b, e); }, shapes.at(name), T,
+                      r, begin, end);
   };
 }
 
-TensorParallelState::TensorParallelState(ckpt::Stateful& engine, model::DecoderModelImpl& model,
+TensorParallelState::TensorParallelState(ckpt::Stateful& engine,
+                                         const model::DecoderModelImpl& model,
                                          const lora::LoraModel* lora,
                                          const model::TensorParallel& tp)
-    : engine_(engine), shapes_(parameter_shapes(model)), size_(tp.size()), rank_(tp.rank()) {
-  if (!lora) return;
-  for (const auto& [name, t] : lora->named_parameters()) shapes_[name] = t.sizes().vec();
-}
+    : engine_(engine), shapes_(placed_shapes(model, lora)), size_(tp.size()), rank_(tp.rank()) {}
 
 ckpt::State TensorParallelState::snapshot_state(ckpt::Snapshot how) const {
   ckpt::State state = engine_.snapshot_state(how);
   std::vector<ckpt::Piece> pieces;
   for (ckpt::Piece& p : state.pieces) {
-    const model::TensorSplit split = lora::tensor_split(p.param);
-    if (split.replicated()) {
+    const model::Placement& placement = shapes_.at(p.param).placement;
+    if (placement.replicated()) {
       // Every rank of the group holds it: its rank 0 saves it, so each element is saved once.
       if (rank_ == 0) pieces.push_back(std::move(p));
       continue;
     }
     int64_t numel = 1;
     for (int64_t d : p.shape) numel *= d;
-    if (split.dim == 0) {
+    const int dim = placement.dim();
+    if (dim == 0) {
       p.begin += rank_ * numel;
       p.end += rank_ * numel;
-    } else {
+    } else if (dim == 1 && p.shape.size() == 2) {
       p.columns = ckpt::Columns{rank_ * p.shape.at(1), p.shape.at(1)};
+    } else {
+      fail(ErrorKind::kInternal, "checkpoint: {} is split along dimension {} of {}", p.param, dim,
+           p.shape.size());
     }
-    p.shape.at(static_cast<size_t>(split.dim)) *= size_;
+    p.shape.at(static_cast<size_t>(dim)) *= size_;
     pieces.push_back(std::move(p));
   }
   state.pieces = std::move(pieces);
@@ -239,17 +254,14 @@ void TensorParallelState::restore_state(const ckpt::StateIn& in) {
   engine_.restore_state(SliceStateIn(in, shapes_, size_, rank_));
 }
 
-bool replicated_parameter(const std::string& name) {
-  return lora::tensor_split(name).replicated();
-}
-
 void check_tensor_parallel_length(int64_t max_length, int sequence_parallel, int size,
                                   bool tensor_sequence_parallel) {
   if (size <= 1 || !tensor_sequence_parallel) return;
   if ((max_length / sequence_parallel) % size != 0) {
     fail(ErrorKind::kConfig,
          "data.max_length ({}) / parallel.sequence_parallel_size ({}) is not divisible by "
-         "parallel.tensor_parallel_size ({}) with parallel.tensor_sequence_parallel: each rank of a tensor-parallel group keeps "
+         "parallel.tensor_parallel_size ({}) with parallel.tensor_sequence_parallel: each rank of "
+         "a tensor-parallel group keeps "
          "an equal share of every micro-batch's token rows between the layers",
          max_length, sequence_parallel, size);
   }

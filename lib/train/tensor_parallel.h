@@ -40,10 +40,10 @@ class TensorParallelGroup final : public model::TensorParallel {
 
   // The ranks holding this rank's slice: where ZeRO shards it.
   comm::Communicator& replicas() { return replicas_; }
-  // Collective over the group: the whole parameter `name` (of the model or its adapters) from
-  // every rank's slice `local` of it (a parameter every rank holds whole: the group's rank 0's
-  // copy); `local` itself for a group of one.
-  torch::Tensor whole(const torch::Tensor& local, const std::string& name);
+  // Collective over the group: the whole parameter placed as `placement` (of the model or its
+  // adapters) from every rank's slice `local` of it (a parameter every rank holds whole: the
+  // group's rank 0's copy); `local` itself for a group of one.
+  torch::Tensor whole(const torch::Tensor& local, const model::Placement& placement);
   // The group itself (the world's own for size 1 is never used).
   comm::Communicator& group();
 
@@ -60,16 +60,22 @@ class TensorParallelGroup final : public model::TensorParallel {
 // Error(kInternal).
 std::shared_ptr<model::TensorParallel> tensor_parallel_shapes(int size, bool sequence_parallel);
 
+// Each parameter of a model and of its adapters by name: its shape on this rank and its placement
+// (model/placement.h, as the blocks and the adapters declare it).
+struct PlacedShape {
+  std::vector<int64_t> shape;
+  model::Placement placement;
+};
+using PlacedShapes = std::map<std::string, PlacedShape>;
+// `lora`: the model's adapters, or null.
+PlacedShapes placed_shapes(const model::DecoderModelImpl& model, const lora::LoraModel* lora);
+
 // The values of `model`'s parameters (one rank's slice, its shapes) read from `whole`, the whole
 // model's values by name: each local range becomes the whole parameter's elements of this rank's
-// slice (contiguous for a row slice, a segment of every row for a column slice, read in blocks of
-// rows).
-model::ValueSource slice_source(model::ValueSource whole, model::DecoderModelImpl& model,
+// slice (contiguous for a slice along dimension 0, a segment of every row for a later dimension,
+// read in blocks of rows).
+model::ValueSource slice_source(model::ValueSource whole, const model::DecoderModelImpl& model,
                                 const model::TensorParallel& tp);
-
-// Whether every rank of the group holds parameter `name` (of the model or of its adapters) whole
-// (lora::tensor_split()).
-bool replicated_parameter(const std::string& name);
 
 // The engine's checkpoint state in the whole model's coordinates, so that checkpoints stay
 // layout-free: a rank's pieces become pieces of the whole parameters (a row slice's range moved
@@ -79,7 +85,7 @@ bool replicated_parameter(const std::string& name);
 // (its adapters, or null) give the parameters' shapes on this rank.
 class TensorParallelState final : public ckpt::Stateful {
  public:
-  TensorParallelState(ckpt::Stateful& engine, model::DecoderModelImpl& model,
+  TensorParallelState(ckpt::Stateful& engine, const model::DecoderModelImpl& model,
                       const lora::LoraModel* lora, const model::TensorParallel& tp);
   int state_version() const override { return engine_.state_version(); }
   ckpt::State snapshot_state(ckpt::Snapshot how) const override;
@@ -87,7 +93,7 @@ class TensorParallelState final : public ckpt::Stateful {
 
  private:
   ckpt::Stateful& engine_;
-  std::map<std::string, std::vector<int64_t>> shapes_;  // this rank's
+  PlacedShapes shapes_;  // this rank's
   int64_t size_, rank_;
 };
 

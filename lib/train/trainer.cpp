@@ -137,10 +137,7 @@ void Trainer::init() {
     plan.lora = lora_plan(cfg_);
     base_checksum_ = base_checksum(values, *whole);
   }
-  if (tp_->size() > 1) {
-    plan.engine.tensor_parallel = groups_->tensor();
-    plan.engine.replicated = replicated_parameter;
-  }
+  plan.engine.tensor_parallel = groups_->tensor();
   comm::Communicator* pipeline = groups_->pipeline();
   StageRanges stages;
   if (pipeline) {
@@ -500,8 +497,7 @@ torch::Tensor Trainer::pipeline_step(std::vector<data::Batch>& batches,
   // over the data-parallel ranks undone); kMicroSteps: each one's own token mean, averaged.
   const bool tokens = loss_normalization_ == LossNormalization::kTokens;
   const double labelled = std::max(1.0, step_counts[0].item<double>());
-  const double loss_scale =
-      tokens ? static_cast<double>(size(Axis::kData)) / labelled : 1.0;
+  const double loss_scale = tokens ? static_cast<double>(size(Axis::kData)) / labelled : 1.0;
   std::vector<PipelineStage::MicroBatch> micro_batches;
   for (data::Batch& b : batches) {
     const double scale = tokens ? 1.0

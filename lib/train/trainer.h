@@ -179,7 +179,7 @@ class Trainer {
   std::vector<model::LayerFallback> voted_fallbacks_;  // this rank's, in the pending stop vote
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::unique_ptr<ckpt::Stateful> progress_state_;
-  std::unique_ptr<ckpt::Stateful> engine_state_;  // tensor parallelism: the engine's, whole
+  std::unique_ptr<ckpt::Stateful> engine_state_;  // the engine's, in whole coordinates
   std::unique_ptr<ckpt::Stateful> lora_reference_;
   std::unique_ptr<ckpt::Checkpointer> checkpointer_;  // after the components it saves
   struct {

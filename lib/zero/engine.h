@@ -52,6 +52,7 @@
 
 #include "ckpt/stateful.h"
 #include "comm/communicator.h"
+#include "model/placement.h"
 #include "optim/optimizer.h"
 #include "zero/loss_scaler.h"
 #include "zero/partition.h"
@@ -66,6 +67,9 @@ struct NamedParameter {
   // state, not in the checkpoint state. It gets its initial values in the compute dtype; stage 3
   // shards and gathers it like the others.
   bool frozen = false;
+  // Where it lives across the tensor-parallel group (EngineOptions::tensor_parallel): a
+  // replicated parameter is whole on every rank of it and counts once in the gradient norm.
+  model::Placement placement{};
 };
 
 // Builds the optimizer for a master shard of `shard_numel` fp32 elements; `no_decay` are the shard
@@ -101,9 +105,8 @@ struct EngineOptions {
   // Tensor parallelism (lib/train/tensor_parallel.h): the engine's ranks hold one slice of the
   // model, and `tensor_parallel` is the group whose ranks hold the other slices. The global
   // gradient norm sums Σg² over it too, counting the parameters every rank of it holds whole
-  // (those `replicated` says, by name) once. Null: the engine's ranks hold the whole model.
+  // (NamedParameter::placement replicated) once. Null: the engine's ranks hold the whole model.
   comm::Communicator* tensor_parallel = nullptr;
-  std::function<bool(const std::string& name)> replicated;
   // Pipeline parallelism (lib/train/pipeline.h): the engine holds one stage's parameters and
   // `pipeline` is the group of the ranks holding the other stages. The global norm (clipping, the
   // fp16 overflow that skips a step) sums every stage's Σg² over it. Null: one stage.

@@ -40,7 +40,6 @@ MasterState::MasterState(torch::Tensor master, bool aliases_params, MasterLayout
       layout_(std::move(layout)),
       clip_(options.gradient_clipping),
       tensor_parallel_(options.tensor_parallel),
-      replicated_(options.replicated),
       pipeline_(options.pipeline),
       scaler_(options.compute_dtype == torch::kHalf, options.loss_scaling) {
   optimizer_ = make_optimizer(master_.numel(), no_decay_ranges());
@@ -71,7 +70,7 @@ torch::Tensor MasterState::replicated_sq(const torch::Tensor& grad, int64_t offs
                            : Range{offset, offset + grad.numel()};
   torch::Tensor sq = torch::zeros({1}, grad.options().dtype(torch::kFloat64));
   for (const MasterPiece& piece : layout_.owned) {
-    if (!replicated_(piece.param)) continue;
+    if (!piece.replicated) continue;
     const int64_t begin = std::max(mine.begin, piece.offset);
     const int64_t end =
         std::min(mine.end, piece.offset + piece.elements.end - piece.elements.begin);

@@ -38,6 +38,9 @@ struct MasterPiece {
   std::vector<int64_t> shape;
   Range elements;
   int64_t offset = 0;
+  // Whole on every rank of the tensor-parallel group (NamedParameter::placement): counted once in
+  // the gradient norm.
+  bool replicated = false;
 };
 
 struct MasterLayout {
@@ -148,7 +151,6 @@ class MasterState {
   MasterLayout layout_;
   double clip_;
   comm::Communicator* tensor_parallel_;
-  std::function<bool(const std::string&)> replicated_;
   comm::Communicator* pipeline_;
   LossScaler scaler_;
   std::unique_ptr<optim::Optimizer> optimizer_;

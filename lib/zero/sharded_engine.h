@@ -73,6 +73,7 @@ class ShardedEngine final : public Engine {
     std::string name;
     std::vector<int64_t> shape;
     torch::Tensor tensor;
+    bool replicated = false;  // NamedParameter::placement
   };
 
   void do_backward(const torch::Tensor& root, const torch::Tensor& root_grad,

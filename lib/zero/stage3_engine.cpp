@@ -206,8 +206,8 @@ MasterLayout Stage3Engine::master_layout() const {
     if (unit.frozen()) continue;
     for (const ParamPiece& piece : unit.partition.owned_pieces(comm_.rank())) {
       const NamedParameter& p = params_[unit.params[piece.param]];
-      pieces.push_back(
-          {p.name, p.tensor.sizes().vec(), piece.elements, unit.shard_offset + piece.offset});
+      pieces.push_back({p.name, p.tensor.sizes().vec(), piece.elements,
+                        unit.shard_offset + piece.offset, p.placement.replicated()});
     }
   }
   return {pieces, pieces};

@@ -60,12 +60,11 @@ TEST_P(LayoutFixture, ResumesToTheSameLossesAndExportsTheSameBytes) {
   // A copy: nothing is written next to the fixture.
   stdfs::copy(dir + "/ckpt", tmp.file("ckpt"), stdfs::copy_options::recursive);
   const std::string nproc = std::to_string(want.at("nproc").get<int>());
-  const RunResult r = run_dstrain({"resume", tmp.file("ckpt"), "--nproc", nproc, "--set",
-                                   "model.name_or_path=" + kFixtures + "/model", "--set",
-                                   "data.train_path=" + kCorpus, "--set",
-                                   "logging.out_dir=" + tmp.file("run"), "--set",
-                                   "checkpoint.dir=" + tmp.file("run/ckpt")},
-                                  {}, 180);
+  const RunResult r = run_dstrain(
+      {"resume", tmp.file("ckpt"), "--nproc", nproc, "--set",
+       "model.name_or_path=" + kFixtures + "/model", "--set", "data.train_path=" + kCorpus, "--set",
+       "logging.out_dir=" + tmp.file("run"), "--set", "checkpoint.dir=" + tmp.file("run/ckpt")},
+      {}, 180);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const std::map<std::string, double> got = losses(tmp.file("run/metrics.jsonl"));
   EXPECT_EQ(got, want.at("resumed").get<decltype(got)>());
@@ -105,15 +104,28 @@ class LayoutCurve : public ::testing::TestWithParam<std::string> {};
 TEST_P(LayoutCurve, TheDemoConfigsFirstLossesAreTheRecordedOnes) {
   const nlohmann::json want = read_json(kFixtures + "/curves.json").at(GetParam());
   TempDir tmp;
-  const std::vector<std::string> args = with_sets(
-      {"launch", "--nproc", std::to_string(want.at("nproc").get<int>()),
-       std::string(DSTRAIN_SOURCE_DIR) + "/configs/tiny.yaml", "--set",
-       "data.train_path=" + kCorpus, "--set",
-       "model.name_or_path=" + std::string(DSTRAIN_SOURCE_DIR) + "/configs/models/tiny", "--set",
-       "training.max_steps=5", "--set", "training.log_interval=1", "--set",
-       "training.eval_interval=0", "--set", "checkpoint.interval=0", "--set",
-       "checkpoint.save_final=false", "--set", "logging.out_dir=" + tmp.path()},
-      want.at("overrides"));
+  const std::vector<std::string> args =
+      with_sets({"launch",
+                 "--nproc",
+                 std::to_string(want.at("nproc").get<int>()),
+                 std::string(DSTRAIN_SOURCE_DIR) + "/configs/tiny.yaml",
+                 "--set",
+                 "data.train_path=" + kCorpus,
+                 "--set",
+                 "model.name_or_path=" + std::string(DSTRAIN_SOURCE_DIR) + "/configs/models/tiny",
+                 "--set",
+                 "training.max_steps=5",
+                 "--set",
+                 "training.log_interval=1",
+                 "--set",
+                 "training.eval_interval=0",
+                 "--set",
+                 "checkpoint.interval=0",
+                 "--set",
+                 "checkpoint.save_final=false",
+                 "--set",
+                 "logging.out_dir=" + tmp.path()},
+                want.at("overrides"));
   const RunResult r = run_dstrain(args, {}, 180);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   std::vector<double> got;

@@ -36,7 +36,7 @@ TEST(Estimate, ParameterShapesAreTheModelsParametersBlockByBlock) {
     model::DecoderModel model(c);
     std::vector<std::pair<std::string, int64_t>> in_blocks;
     for (const auto& block : model->blocks()) {
-      for (const auto& [name, t] : block->parameters) in_blocks.emplace_back(name, t.numel());
+      for (const auto& p : block->parameters) in_blocks.emplace_back(p.name, p.tensor.numel());
     }
     const std::vector<ParamShape> shapes = parameter_shapes(*model);
     ASSERT_EQ(shapes.size(), in_blocks.size());

@@ -13,7 +13,9 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 // P 2 x D 2 x S 1 x T 2 over 8 ranks: stages {0-3}, {4-7}; tensor pairs {0,1}, {2,3}, ...
-ParallelLayout p2_d2_t2() { return ParallelLayout(8, Sizes{2, 1, 2, 1, 1}); }
+ParallelLayout p2_d2_t2() {
+  return ParallelLayout(8, Sizes{2, 1, 2, 1, 1});
+}
 
 TEST(ParallelLayout, CoordinatesFollowTheMeshOutermostFirst) {
   const ParallelLayout l = p2_d2_t2();

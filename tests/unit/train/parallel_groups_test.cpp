@@ -27,9 +27,9 @@ std::vector<int> members(comm::Communicator& c, int world_rank) {
 
 // Each group the trainer uses holds exactly the layout's ranks, in the layout's order.
 TEST(ParallelGroups, EveryGroupIsTheLayoutsRanksInItsOrder) {
-  for (const layout::Sizes sizes : {layout::Sizes{2, 1, 2}, layout::Sizes{1, 2, 2},
-                                    layout::Sizes{2, 1, 1}, layout::Sizes{1, 1, 1},
-                                    layout::Sizes{1, 4, 1}}) {
+  for (const layout::Sizes sizes :
+       {layout::Sizes{2, 1, 2}, layout::Sizes{1, 2, 2}, layout::Sizes{2, 1, 1},
+        layout::Sizes{1, 1, 1}, layout::Sizes{1, 4, 1}}) {
     const int n = 8;
     const layout::ParallelLayout l(n, sizes);
     std::mutex mutex;

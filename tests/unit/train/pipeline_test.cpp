@@ -283,7 +283,7 @@ TEST_P(PipelineStep, LossAndGradientsEqualOneProcess) {
           }
           std::set<std::string> mine;
           for (size_t b : stage.blocks()) {
-            for (const auto& [name, t] : m->blocks()[b]->parameters) mine.insert(name);
+            for (const auto& p : m->blocks()[b]->parameters) mine.insert(p.name);
           }
           if (c.tied && (group.rank() == 0 || group.rank() == (c.ranks * c.chunks - 1) % c.ranks)) {
             mine.insert("model.embed_tokens.weight");
@@ -401,8 +401,8 @@ TEST_P(PipelineEngineStep, ParametersAfterAStepEqualOneProcess) {
           std::vector<zero::NamedParameter> params;
           for (const auto& item : m->named_parameters()) {
             for (size_t b : mine) {
-              for (const auto& [name, t] : m->blocks()[b]->parameters) {
-                if (name == item.key()) params.push_back({item.key(), item.value()});
+              for (const auto& p : m->blocks()[b]->parameters) {
+                if (p.name == item.key()) params.push_back({item.key(), item.value()});
               }
             }
           }

@@ -10,9 +10,9 @@
 #include <mutex>
 
 #include "model/model.h"
-#include "train/parallel_groups.h"
 #include "tests/common/expect_error.h"
 #include "tests/common/thread_communicator.h"
+#include "train/parallel_groups.h"
 
 namespace dstrain::train {
 namespace {

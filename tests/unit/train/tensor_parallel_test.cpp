@@ -37,7 +37,9 @@ using dstrain::testing::run_ranks;
 using dstrain::testing::ThreadCommunicator;
 
 // Every rank of a world of `n` in one tensor-parallel group.
-layout::ParallelLayout all_tensor_parallel(int n) { return {n, layout::Sizes{1, 1, n}}; }
+layout::ParallelLayout all_tensor_parallel(int n) {
+  return {n, layout::Sizes{1, 1, n}};
+}
 
 // float32 over two layers: the summation orders differ (the ranks' partial products are added by
 // the all-reduce). A tensor's difference is measured relative to its norm, ‖got − want‖₂ /
@@ -126,12 +128,38 @@ std::pair<torch::Tensor, torch::Tensor> batch(int64_t rows, int64_t T, int64_t v
   return {ids.narrow(1, 0, T).contiguous(), labels};
 }
 
-// Slice `rank` of `size` of the whole model's `name`.
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Megatron-LM's split of a parameter, by its name: the embedding, lm_head, q/k/v and gate/up
+// weights and biases by rows, o_proj and down_proj weights by columns, the rest whole (-1); for an
+// adapter, A by columns under a row-parallel weight and B by rows under a column-parallel one.
+int expected_dim(const std::string& name) {
+  for (const auto& [suffix, a] :
+       {std::pair<std::string, bool>{".lora_A.weight", true}, {".lora_B.weight", false}}) {
+    if (!ends_with(name, suffix)) continue;
+    const int dim = expected_dim(name.substr(0, name.size() - suffix.size()) + ".weight");
+    if (a) return dim == 1 ? 1 : -1;
+    return dim == 0 ? 0 : -1;
+  }
+  if (name == "model.embed_tokens.weight" || name == "lm_head.weight") return 0;
+  for (const char* column : {".q_proj.", ".k_proj.", ".v_proj.", ".gate_proj.", ".up_proj."}) {
+    if (name.find(column) != std::string::npos) return 0;
+  }
+  for (const char* row : {".o_proj.weight", ".down_proj.weight"}) {
+    if (ends_with(name, row)) return 1;
+  }
+  return -1;
+}
+
+// Slice `rank` of `size` of the whole model's (or adapters') `name`.
 torch::Tensor slice_of(const std::string& name, const torch::Tensor& whole, int rank, int size) {
-  const model::TensorSplit split = model::tensor_split(name);
-  if (split.replicated()) return whole;
-  const int64_t n = whole.size(split.dim) / size;
-  return whole.narrow(split.dim, rank * n, n);
+  const int dim = expected_dim(name);
+  if (dim < 0) return whole;
+  const int64_t n = whole.size(dim) / size;
+  return whole.narrow(dim, rank * n, n);
 }
 
 class TensorParallelModel : public ::testing::TestWithParam<Case> {};
@@ -229,22 +257,28 @@ TEST(TensorParallelValues, SliceSourceReadsEachRanksSliceOfTheWholeValues) {
   });
 }
 
-TEST(TensorParallelValues, ReplicatedParametersAreTheNormsAndRowParallelBiases) {
-  EXPECT_TRUE(replicated_parameter("model.norm.weight"));
-  EXPECT_TRUE(replicated_parameter("model.layers.0.input_layernorm.weight"));
-  EXPECT_TRUE(replicated_parameter("model.layers.1.self_attn.o_proj.bias"));
-  EXPECT_TRUE(replicated_parameter("model.layers.1.mlp.down_proj.bias"));
-  EXPECT_TRUE(replicated_parameter("model.layers.1.self_attn.q_norm.weight"));
-  EXPECT_FALSE(replicated_parameter("model.layers.0.self_attn.q_proj.bias"));
-  EXPECT_FALSE(replicated_parameter("model.layers.0.mlp.down_proj.weight"));
-  EXPECT_FALSE(replicated_parameter("model.embed_tokens.weight"));
-  EXPECT_FALSE(replicated_parameter("lm_head.weight"));
-  // Adapters: A whole and B by rows under a column-parallel projection, A by columns and B
-  // whole under a row-parallel one.
-  EXPECT_TRUE(replicated_parameter("model.layers.0.self_attn.q_proj.lora_A.weight"));
-  EXPECT_EQ(lora::tensor_split("model.layers.0.self_attn.q_proj.lora_B.weight").dim, 0);
-  EXPECT_EQ(lora::tensor_split("model.layers.0.mlp.down_proj.lora_A.weight").dim, 1);
-  EXPECT_TRUE(replicated_parameter("model.layers.0.mlp.down_proj.lora_B.weight"));
+// The placements the model's modules declare are Megatron-LM's split (expected_dim, this test's
+// own table), and the replicated ones whose gradient on a rank is a part say so: the q/k norms
+// always, the layer norms and row-parallel biases under the region's sequence parallelism.
+TEST(TensorParallelPlacements, TheModulesDeclareMegatronsSplit) {
+  for (const int f : {0, 3}) {  // Llama with every bias, Qwen3 with q/k norms
+    const model::ModelConfig config = model::parse_model_config(families()[f].config);
+    for (const bool sp : {false, true}) {
+      const model::DecoderModel m(config, model::Materialize::kNo, tensor_parallel_shapes(2, sp));
+      int checked = 0;
+      for (const auto& block : m->blocks()) {
+        for (const model::BlockParameter& p : block->parameters) {
+          EXPECT_EQ(p.placement.dim(), expected_dim(p.name)) << p.name;
+          const bool qk_norm = p.name.find("_norm.") != std::string::npos &&
+                               p.name.find("self_attn") != std::string::npos;
+          const bool partial = p.placement.replicated() && (qk_norm || sp);
+          EXPECT_EQ(p.placement.partial_gradient, partial) << p.name << (sp ? ", sp" : "");
+          ++checked;
+        }
+      }
+      EXPECT_EQ(checked, static_cast<int>(m->named_parameters().size()));
+    }
+  }
 }
 
 // LoRA on every projection of a tensor-parallel model: each rank's A and B are its slices of the
@@ -286,26 +320,22 @@ TEST(TensorParallelLora, AdaptersAreSlicesOfTheWholeModelsWithTheirGradients) {
       lora::LoraModel local_lora(local, options, "lora");
       const std::string at =
           "rank " + std::to_string(tp->rank()) + (sp ? ", sequence parallel" : "");
+      // The adapters' placements follow their projections' (expected_dim's table); the whole
+      // one of A and B has a partial gradient.
+      for (const auto& p : local_lora.block_parameters()) {
+        EXPECT_EQ(p.placement.dim(), expected_dim(p.name)) << p.name;
+        EXPECT_EQ(p.placement.partial_gradient, p.placement.replicated()) << p.name;
+      }
       // As drawn: A whole or sliced, B zero.
       for (const auto& [name, t] : local_lora.named_parameters()) {
         if (name.find("lora_A") == std::string::npos) continue;
-        const torch::Tensor w = want.at(name);
-        const model::TensorSplit split = lora::tensor_split(name);
-        const torch::Tensor slice =
-            split.replicated()
-                ? w
-                : w.narrow(split.dim, tp->rank() * t.size(split.dim), t.size(split.dim));
+        const torch::Tensor slice = slice_of(name, want.at(name), tp->rank(), 2);
         EXPECT_TRUE(torch::equal(t.detach(), slice.detach())) << name << " as drawn, " << at;
       }
       local_lora.load(loaded, "test");
       local->loss_sum(ids, labels, /*fused=*/true).mean().backward();
       for (const auto& [name, t] : local_lora.named_parameters()) {
-        const model::TensorSplit split = lora::tensor_split(name);
-        const torch::Tensor g = want.at(name).grad();
-        const torch::Tensor slice =
-            split.replicated()
-                ? g
-                : g.narrow(split.dim, tp->rank() * t.size(split.dim), t.size(split.dim));
+        const torch::Tensor slice = slice_of(name, want.at(name).grad(), tp->rank(), 2);
         ASSERT_TRUE(t.grad().defined()) << name << ", " << at;
         expect_close(t.grad(), slice, name + " gradient, " + at);
       }
