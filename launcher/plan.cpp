@@ -161,7 +161,8 @@ std::string format_parallel_groups(const WorldPlan& plan) {
         "hold it\n",
         dp, stages > 1 ? " of a stage" : "", l.group_size(layout::kSliceReplicas));
   } else if (stages > 1) {
-    out += fmt::format("data-parallel size {}: ZeRO shards each stage over its {} ranks\n", dp, dp);
+    out += fmt::format("data-parallel size {}: ZeRO shards each stage over its {} ranks\n", dp,
+                       l.group_size(layout::kSliceReplicas));
   }
   return out;
 }

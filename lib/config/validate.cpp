@@ -168,12 +168,6 @@ void check_pipeline(const Config& c, const Merger& m, const std::string& file, i
                             "too); use stage 1, or 2",
                             describe_origin(m, "zero.stage")));
   }
-  if (p.sequence_parallel_size > 1) {
-    fail_at(at, fmt::format("pipeline parallelism does not run with sequence parallelism yet ({}); "
-                            "tensor parallelism (parallel.tensor_parallel_size) splits each "
-                            "stage",
-                            describe_origin(m, "parallel.sequence_parallel_size")));
-  }
   if (c.training.micro_batch_auto) {
     fail_at(origin_of(m, "training.per_device_train_batch_size", file),
             "auto is not available with pipeline parallelism (parallel.pipeline_parallel_size "

@@ -111,6 +111,16 @@ zero::OptimizerFactory optimizer_factory(const config::Config& c, torch::Device 
   };
 }
 
+StageOptions stage_options(const config::Config& c) {
+  StageOptions o;
+  const config::ParallelSection& p = c.parallel;
+  o.schedule = p.pipeline_virtual_stages > 1    ? PipelineSchedule::kInterleaved
+               : p.pipeline_schedule == "gpipe" ? PipelineSchedule::kGpipe
+                                                : PipelineSchedule::kOneForwardOneBackward;
+  o.fused_loss = c.model.fused_loss;
+  return o;
+}
+
 ParallelPlan parallel_plan(const config::Config& c, torch::Device device) {
   ParallelPlan plan;
   plan.tiled_mlp = c.model.tiled_mlp;

@@ -9,6 +9,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "train/parallelize.h"
+#include "train/pipeline.h"
 #include "zero/engine.h"
 
 namespace dstrain::train {
@@ -25,5 +26,7 @@ torch::ScalarType compute_dtype(const config::Config& c);
 // weights live: the host when offloading them, else `device`). LoRA and the initial values are
 // the caller's.
 ParallelPlan parallel_plan(const config::Config& c, torch::Device device);
+// The pipeline's schedule and the head's loss; the engine and the phase peaks are the caller's.
+StageOptions stage_options(const config::Config& c);
 
 }  // namespace dstrain::train

@@ -11,15 +11,19 @@ LossNormalization loss_normalization_from_word(const std::string& word) {
        word);
 }
 
-torch::Tensor tokens_scale(const torch::Tensor& labelled, int64_t micro_steps,
-                           int64_t data_parallel) {
+torch::Tensor micro_step_scale(LossNormalization how, const torch::Tensor& labelled,
+                               int64_t micro_batches, int64_t chunks, int64_t data_parallel) {
+  if (how == LossNormalization::kMicroSteps) {
+    return torch::full({}, static_cast<double>(chunks), labelled.options().dtype(torch::kFloat));
+  }
+  const int64_t micro_steps = micro_batches * chunks;
   return (static_cast<double>(micro_steps * data_parallel) / labelled.clamp_min(1))
       .to(torch::kFloat);
 }
 
 torch::Tensor micro_step_loss(const model::LossSum& loss, LossNormalization how,
                               const torch::Tensor& scale) {
-  return how == LossNormalization::kTokens ? loss.sum * scale : loss.mean();
+  return (how == LossNormalization::kTokens ? loss.sum : loss.mean()) * scale;
 }
 
 }  // namespace dstrain::train

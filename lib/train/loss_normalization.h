@@ -3,12 +3,14 @@
 // its gradient, is the mean of.
 //  - kTokens: the labelled tokens of the whole global batch (what HF calls num_items_in_batch).
 //    Before its first backward a step counts the labels its micro-batches hold on every rank; each
-//    micro-step then backpropagates its loss sum × micro-steps × data-parallel ranks / that count,
-//    which the engine's division by the micro-steps and average over the ranks turn into the
-//    global batch's token mean. A step's loss and gradient then do not depend on how its samples
-//    fall into micro-batches or ranks.
-//  - kMicroSteps: each micro-batch's token mean, averaged over the micro-steps and ranks (the
+//    micro-batch then backpropagates its loss sum × the engine's micro-steps × data-parallel ranks
+//    / that count, which the engine's division by its micro-steps and average over the ranks turn
+//    into the global batch's token mean. A step's loss and gradient then do not depend on how its
+//    samples fall into micro-batches or ranks.
+//  - kMicroSteps: each micro-batch's token mean, averaged over the micro-batches and ranks (the
 //    normalisation of configs recorded before the key existed, and DeepSpeed's).
+// The engine's micro-steps are the micro-batches times the virtual pipeline stages each rank
+// holds (every one a backward of the engine's; pipeline.h), so this is the one place that knows.
 
 #include <cstdint>
 #include <string>
@@ -24,14 +26,16 @@ enum class LossNormalization { kTokens, kMicroSteps };
 // tokens | micro_steps; Error(kConfig) naming training.loss_normalization otherwise.
 LossNormalization loss_normalization_from_word(const std::string& word);
 
-// kTokens: the factor on a micro-step's loss sum, micro_steps × data_parallel / labelled, where
-// `labelled` (a float scalar tensor, on the loss's device) counts the step's labels over every
-// rank (at least one is assumed).
-torch::Tensor tokens_scale(const torch::Tensor& labelled, int64_t micro_steps,
-                           int64_t data_parallel);
+// The factor on a micro-batch's loss of a step of `micro_batches`, each a backward of the engine
+// in each of the rank's `chunks` virtual stages: kTokens, micro_batches × chunks × data_parallel /
+// labelled, where `labelled` (a float scalar tensor, on the loss's device) counts the step's labels
+// over every rank (at least one is assumed); kMicroSteps, `chunks`. A float scalar tensor on
+// `labelled`'s device.
+torch::Tensor micro_step_scale(LossNormalization how, const torch::Tensor& labelled,
+                               int64_t micro_batches, int64_t chunks, int64_t data_parallel);
 
-// The loss a micro-step backpropagates: loss.sum × scale (kTokens, `scale` from tokens_scale) or
-// loss.mean() (kMicroSteps, `scale` unused).
+// The loss a micro-batch backpropagates: loss.sum × scale (kTokens) or loss.mean() × scale
+// (kMicroSteps), `scale` from micro_step_scale.
 torch::Tensor micro_step_loss(const model::LossSum& loss, LossNormalization how,
                               const torch::Tensor& scale);
 

@@ -22,9 +22,9 @@ ParallelGroups::ParallelGroups(comm::Communicator& world, layout::ParallelLayout
 }
 
 comm::Communicator* ParallelGroups::group(layout::Axes axes, bool even_of_one) {
-  const int n = layout_.group_size(axes);
-  if (n == 1 && !even_of_one) return nullptr;
-  if (n == layout_.world_size()) return &world_;
+  if (layout_.group_size(axes) == 1 && !even_of_one) return nullptr;
+  // A communicator of its own even when it spans the world: its collectives then never queue
+  // behind the world's (on a GPU each communicator has its stream).
   owned_.push_back(world_.split(layout_.group_index(axes, rank_)));
   return owned_.back().get();
 }

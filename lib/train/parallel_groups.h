@@ -38,8 +38,8 @@ class ParallelGroups {
   comm::Communicator* sequence() { return sequence_; }
 
  private:
-  // The group over `axes`: the world when it is every rank, a split of it otherwise (kept in
-  // owned_); null for groups of one rank unless `even_of_one`.
+  // The group over `axes`: a split of the world (kept in owned_); null for groups of one rank
+  // unless `even_of_one`.
   comm::Communicator* group(layout::Axes axes, bool even_of_one = false);
 
   comm::Communicator& world_;

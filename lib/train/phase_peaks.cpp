@@ -33,6 +33,11 @@ std::vector<std::pair<std::string, double>> PhasePeaks::take_metrics() {
   return out;
 }
 
+trace::Arg peak_arg(PhasePeaks& peaks, StepPhase phase) {
+  const int64_t bytes = peaks.end(phase);
+  return peaks.active() ? trace::Arg{"peak_allocated_mb", bytes / 1'000'000} : trace::Arg{};
+}
+
 PhasePeaks::PeakSource allocator_peak_source(const torch::Device& device) {
 #if DSTRAIN_CUDA
   if (device.is_cuda()) {

@@ -23,6 +23,8 @@
 
 #include <torch/types.h>
 
+#include "core/trace.h"
+
 namespace dstrain::train {
 
 enum class StepPhase { kForward, kBackward, kOptimizer };
@@ -49,6 +51,9 @@ class PhasePeaks {
   std::array<int64_t, 3> interval_{-1, -1, -1};  // -1: the phase has not run since
   int64_t run_ = 0;
 };
+
+// The phase that just ended, as its trace span's argument: its peak in MB; none when not active.
+trace::Arg peak_arg(PhasePeaks& peaks, StepPhase phase);
 
 // The CUDA caching allocator's peak on `device` (getDeviceStats, then resetPeakStats); an empty
 // source on the CPU and in a build without CUDA.

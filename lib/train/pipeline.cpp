@@ -149,15 +149,15 @@ std::vector<double> block_costs(model::DecoderModelImpl& model) {
   return out;
 }
 
-PipelineStage::PipelineStage(model::DecoderModelImpl& model, comm::Communicator& group,
-                             StageRanges stages, PipelineSchedule schedule, zero::Engine* engine)
+PipelineStage::PipelineStage(model::DecoderModelImpl& model, comm::Communicator* group,
+                             StageRanges stages, StageOptions options)
     : model_(model),
       group_(group),
       stages_(std::move(stages)),
-      schedule_(schedule),
-      engine_(engine),
-      rank_(group.rank()),
-      size_(group.world_size()) {
+      options_(options),
+      engine_(options.engine),
+      rank_(group ? group->rank() : 0),
+      size_(group ? group->world_size() : 1) {
   const auto parts = static_cast<int>(stages_.size());
   if (parts < size_ || parts % size_ != 0) {
     fail(ErrorKind::kInternal, "pipeline: {} stages over {} ranks", parts, size_);
@@ -179,7 +179,7 @@ PipelineStage::PipelineStage(model::DecoderModelImpl& model, comm::Communicator&
   if (model_.config().tie_word_embeddings && size_ > 1) {
     // The other ranks pass kNoGroup: a group of theirs, dropped at once, could be closed while
     // its other member still connects (communicator.h).
-    auto pair = group_.split(rank_ == 0 || rank_ == last ? 0 : comm::kNoGroup);
+    auto pair = group_->split(rank_ == 0 || rank_ == last ? 0 : comm::kNoGroup);
     if (rank_ == 0 || rank_ == last) tied_ = std::move(pair);
   }
 }
@@ -217,8 +217,8 @@ std::vector<size_t> PipelineStage::blocks() const {
   return rank_blocks(stages_, size_, rank_);
 }
 
-// The hidden states between stages: [B, T, C] in this rank's dtype, or its token rows [n,
-// C] under tensor parallelism's sequence parallelism.
+// The hidden states between stages: [B, T, C] in this rank's dtype (T this rank's tokens under
+// sequence parallelism), or its token rows [n, C] under tensor parallelism's sequence parallelism.
 torch::Tensor PipelineStage::hidden_like(const MicroBatch& mb) const {
   const int64_t B = mb.input_ids.size(0), T = mb.input_ids.size(1);
   const int64_t C = model_.config().hidden_size;
@@ -233,7 +233,7 @@ model::LossSum PipelineStage::begin(int micro_batches) {
   in_flight_.resize(static_cast<size_t>(chunks_));
   for (auto& chunk : in_flight_) chunk.resize(static_cast<size_t>(micro_batches));
   const torch::TensorOptions f32 = model_.head_weight().options().dtype(torch::kFloat);
-  scaled_loss_ = torch::zeros({}, f32.dtype(torch::kDouble));
+  step_loss_ = torch::zeros({}, f32.dtype(torch::kDouble));
   return {torch::zeros({}, f32), torch::zeros({}, f32.dtype(torch::kLong))};
 }
 
@@ -241,7 +241,7 @@ void PipelineStage::transfer(std::vector<comm::PeerTransfer> incoming) {
   std::vector<comm::PeerTransfer> batch = std::move(outgoing_);
   outgoing_.clear();
   for (comm::PeerTransfer& t : incoming) batch.push_back(std::move(t));
-  if (!batch.empty()) group_.exchange(std::move(batch))->wait();
+  if (!batch.empty()) group_->exchange(std::move(batch))->wait();
 }
 
 void PipelineStage::run_overlapped(const std::vector<PipelineAction>& actions,
@@ -257,7 +257,7 @@ void PipelineStage::run_overlapped(const std::vector<PipelineAction>& actions,
   std::list<std::shared_ptr<comm::Work>> outstanding;
   const auto post = [&](std::vector<comm::PeerTransfer> batch, const std::vector<size_t>& for_) {
     if (batch.empty()) return;
-    std::shared_ptr<comm::Work> work = group_.exchange(std::move(batch));
+    std::shared_ptr<comm::Work> work = group_->exchange(std::move(batch));
     for (size_t k : for_) carries[k] = work;
     outstanding.push_back(std::move(work));
   };
@@ -306,27 +306,25 @@ void PipelineStage::finish() {
   in_flight_.clear();
 }
 
-model::LossSum PipelineStage::run(const std::vector<MicroBatch>& micro_batches, double loss_scale,
-                                  const std::string& micro_batch_key) {
+model::LossSum PipelineStage::run(const std::vector<MicroBatch>& micro_batches,
+                                  const MicroStepLoss& loss, const std::string& micro_batch_key) {
   const int m = static_cast<int>(micro_batches.size());
   model::LossSum total = begin(m);
-  // An engine divides each micro-step's loss by their count: multiplied back here.
   const int micro_steps = m * chunks_;
-  const double factor = engine_ != nullptr ? micro_steps : 1;
   // The first stage's extra micro-step adds the head's gradient of a tied matrix.
   const bool tied_step = engine_tied() && rank_ == 0 && model_.head_weight().requires_grad();
   const int engine_steps = micro_steps + (tied_step ? 1 : 0);
   const std::vector<PipelineAction> actions =
-      pipeline_schedule(schedule_, size_, rank_, m, chunks_, micro_batch_key);
+      pipeline_schedule(options_.schedule, size_, rank_, m, chunks_, micro_batch_key);
   int backwards = 0;
   const auto compute = [&](const PipelineAction& a) {
     if (a.forward) {
-      forward(a, micro_batches.at(static_cast<size_t>(a.micro_batch)), loss_scale, factor, total);
+      forward(a, micro_batches.at(static_cast<size_t>(a.micro_batch)), &loss, total);
     } else {
       backward(a, {backwards++, engine_steps});
     }
   };
-  if (schedule_ == PipelineSchedule::kInterleaved) {
+  if (options_.schedule == PipelineSchedule::kInterleaved) {
     run_overlapped(actions, micro_batches, compute);
   } else {
     // One action at a time (Megatron-LM's 1F1B): before each, the previous one's sends and its
@@ -340,6 +338,8 @@ model::LossSum PipelineStage::run(const std::vector<MicroBatch>& micro_batches, 
     }
   }
   finish();  // the last unit's sends
+  // The engine divided each micro-step's loss by their count.
+  if (engine_ != nullptr) step_loss_ /= static_cast<double>(micro_steps);
   if (engine_tied()) exchange_tied_grad(engine_steps);
   if (tied_ != nullptr && engine_ == nullptr) {
     torch::Tensor grad = model_.head_weight().grad();
@@ -362,7 +362,7 @@ model::LossSum PipelineStage::evaluate(const std::vector<MicroBatch>& micro_batc
       std::vector<comm::PeerTransfer> incoming;
       receive(a, micro_batches[static_cast<size_t>(i)], incoming);
       transfer(std::move(incoming));
-      forward(a, micro_batches[static_cast<size_t>(i)], 1.0, 1.0, total);
+      forward(a, micro_batches[static_cast<size_t>(i)], nullptr, total);
       in_flight_[static_cast<size_t>(c)][static_cast<size_t>(i)] = InFlight{};
     }
   }
@@ -418,42 +418,57 @@ void PipelineStage::receive(const PipelineAction& a, const MicroBatch& mb,
   }
 }
 
-void PipelineStage::forward(const PipelineAction& a, const MicroBatch& mb, double loss_scale,
-                            double factor, model::LossSum& total) {
+void PipelineStage::forward(const PipelineAction& a, const MicroBatch& mb,
+                            const MicroStepLoss* loss, model::LossSum& total) {
   const int s = virtual_stage(a.chunk);
-  const int last = static_cast<int>(stages_.size()) - 1;
+  const bool last = s == static_cast<int>(stages_.size()) - 1;
   const auto& [first_block, end_block] = stages_.at(static_cast<size_t>(s));
   InFlight& f = in_flight_[static_cast<size_t>(a.chunk)][static_cast<size_t>(a.micro_batch)];
   torch::Tensor x = mb.input_ids;
   if (s > 0) x = f.input.requires_grad_(true);
-  trace::Span span("pipeline", "forward", {"micro_batch", a.micro_batch}, {"chunk", a.chunk});
-  model::BlockContext ctx = model_.context(mb.input_ids.size(1), {0, 0, mb.documents},
-                                           s == last ? mb.labels : torch::Tensor());
+  trace::Span span("forward", "forward", {"micro_batch", a.micro_batch}, {"chunk", a.chunk});
+  const int64_t B = mb.input_ids.size(0), T = mb.input_ids.size(1);
+  if (mb.positions.documents) {
+    mb.positions.documents->check(
+        B, mb.positions.length > 0 ? mb.positions.length : mb.positions.first + T);
+  }
+  // The head takes the labels and returns its fused loss sum; unfused, it returns logits.
+  const bool fused = last && options_.fused_loss;
+  model::BlockContext ctx = model_.context(T, mb.positions, fused ? mb.labels : torch::Tensor());
   // The model's RoPE tables take the embedding's dtype, which a stage without the embedding
   // holds only as built: this rank's.
   ctx.cos = ctx.cos.to(hidden_options_.dtype());
   ctx.sin = ctx.sin.to(hidden_options_.dtype());
   for (size_t i = first_block; i < end_block; ++i) x = model_.run_block(i, x, ctx);
-  if (s == last) {
-    const double scale = loss_scale * mb.scale;
-    {
-      torch::NoGradGuard no_grad;
-      total.sum += x.detach();
-      total.count += mb.labels.ne(model::kIgnoreIndex).sum();
-      scaled_loss_ += x.detach().to(torch::kDouble) * scale;
-    }
-    f.output = x * (scale * factor);
+  if (!last) {
+    f.output = x;
+    outgoing_.push_back({comm::CollectiveKind::kSend, x.detach().contiguous(), rank_of(s + 1)});
+    if (options_.peaks) span.set_arg(peak_arg(*options_.peaks, StepPhase::kForward));
     return;
   }
-  f.output = x;
-  outgoing_.push_back({comm::CollectiveKind::kSend, x.detach().contiguous(), rank_of(s + 1)});
+  model::LossSum head{x, mb.labels.ne(model::kIgnoreIndex).sum()};
+  if (!fused) {
+    // Tensor parallelism's sequence parallelism: the logits of every token row, [B·T, V].
+    if (x.dim() == 2) x = x.view({B, T, x.size(-1)});
+    head = model::causal_lm_loss_sum(x, mb.labels);
+  }
+  {
+    torch::NoGradGuard no_grad;
+    total.sum += head.sum.detach();
+    total.count += head.count;
+  }
+  if (loss != nullptr) {
+    f.output = (*loss)(head);
+    step_loss_ += f.output.detach().to(torch::kDouble);
+  }
+  if (options_.peaks) span.set_arg(peak_arg(*options_.peaks, StepPhase::kForward));
 }
 
 void PipelineStage::backward(const PipelineAction& a, zero::MicroStep micro) {
   const int s = virtual_stage(a.chunk);
   const int last = static_cast<int>(stages_.size()) - 1;
   InFlight& f = in_flight_[static_cast<size_t>(a.chunk)][static_cast<size_t>(a.micro_batch)];
-  trace::Span span("pipeline", "backward", {"micro_batch", a.micro_batch}, {"chunk", a.chunk});
+  trace::Span span("backward", "backward", {"micro_batch", a.micro_batch}, {"chunk", a.chunk});
   if (s == last) {
     if (engine_ != nullptr) {
       engine_->backward(f.output, micro);
@@ -479,6 +494,7 @@ void PipelineStage::backward(const PipelineAction& a, zero::MicroStep micro) {
     outgoing_.push_back({comm::CollectiveKind::kSend, f.input.grad().contiguous(), rank_of(s - 1)});
   }
   f = InFlight{};
+  if (options_.peaks) span.set_arg(peak_arg(*options_.peaks, StepPhase::kBackward));
 }
 
 }  // namespace dstrain::train

@@ -2,7 +2,8 @@
 // Pipeline parallelism: the model's block list (model/blocks.h) cut into contiguous stages, one
 // per rank of a pipeline group (or, interleaved, `chunks` virtual stages per rank), and a step's
 // micro-batches run through them by a schedule, the activations and their gradients sent between
-// neighbouring stages point to point (comm::Communicator::exchange).
+// neighbouring stages point to point (comm::Communicator::exchange). A run without pipeline
+// parallelism is a pipeline of one stage: every step and evaluation of the trainer runs here.
 //
 // Virtual stages. With P ranks and v chunks a rank there are P·v virtual stages in block order;
 // virtual stage s lives on rank s mod P as its chunk s / P (Megatron-LM's interleaving: rank p
@@ -29,6 +30,7 @@
 
 #include "comm/communicator.h"
 #include "model/model.h"
+#include "train/phase_peaks.h"
 #include "zero/engine.h"
 
 namespace dstrain::train {
@@ -91,38 +93,52 @@ std::vector<size_t> rank_blocks(const StageRanges& stages, int ranks, int rank);
 // step's micro-batches, in float32) it sends to the first stage at the end of its backwards; the
 // first stage adds it to the matrix's in one more micro-step of its engine (so the norm and the
 // update see the sum once), and sync_tied() sends the updated matrix back.
+// What a stage does besides its blocks' forwards and backwards.
+struct StageOptions {
+  PipelineSchedule schedule = PipelineSchedule::kOneForwardOneBackward;
+  // Over this rank's blocks' parameters (zero/engine.h), or null: autograd alone.
+  zero::Engine* engine = nullptr;
+  // The head's loss fused with its projection (model.fused_loss); else logits, then the loss.
+  bool fused_loss = true;
+  // Each forward's and backward's allocator peak on its trace span (phase_peaks.h); null: none.
+  PhasePeaks* peaks = nullptr;
+};
+
 class PipelineStage {
  public:
-  // With `engine` (over this rank's blocks' parameters, zero/engine.h) each backward is one of its
-  // micro-steps — chunks × micro-batches a step, in the schedule's order, and on the first stage
-  // one more with tied embeddings — the last stage's through backward(), the others' through
-  // backward_from(); the caller then calls engine->step() and sync_tied(). Without, autograd
-  // alone: the gradients accumulate in the parameters.
-  PipelineStage(model::DecoderModelImpl& model, comm::Communicator& group, StageRanges stages,
-                PipelineSchedule schedule, zero::Engine* engine = nullptr);
+  // `group`: the pipeline's ranks, or null for a pipeline of one stage (no transfers). With
+  // options.engine each backward is one of its micro-steps — chunks × micro-batches a step, in the
+  // schedule's order, and on the first stage one more with tied embeddings — the last stage's
+  // through backward(), the others' through backward_from(); the caller then calls
+  // engine->step() and sync_tied(). Without, autograd alone: the gradients accumulate in the
+  // parameters.
+  PipelineStage(model::DecoderModelImpl& model, comm::Communicator* group, StageRanges stages,
+                StageOptions options);
 
-  // One micro-batch: token ids and aligned labels [B, T]; every stage is given them (the first
-  // stage reads the ids, the last the labels; the others only their shape). `scale` multiplies
-  // run()'s loss_scale for this micro-batch's loss; `documents`: packed documents' bounds per row
-  // (model.h), null for one sequence a row.
+  // One micro-batch: token ids and aligned labels [B, T] (with sequence parallelism this rank's
+  // tokens of them, at `positions`); every stage is given them (the first stage reads the ids, the
+  // last the labels; the others only their shape). `positions` also holds packed documents'
+  // bounds per row (model.h).
   struct MicroBatch {
     torch::Tensor input_ids;
     torch::Tensor labels;
-    double scale = 1;
-    std::shared_ptr<const model::Documents> documents;
+    model::Positions positions;
   };
+  // The loss a micro-batch's backward starts from, given the head's loss sum and counted tokens
+  // over that micro-batch (for the step's token mean: the sum × micro-steps / the step's counted
+  // tokens); an engine's backward() then divides it by the step's micro-steps.
+  using MicroStepLoss = std::function<torch::Tensor(const model::LossSum&)>;
 
-  // Runs the step's forwards and backwards; each micro-batch's loss sum is scaled by `loss_scale`
-  // × its scale before its backward (1 / the step's counted tokens for the mean). The parameters
-  // of this rank's blocks accumulate their gradients (without an engine; tied embeddings, read by
-  // the first stage and the head's, then get the sum of both ranks' gradients on both). Returns the
-  // sum of the micro-batches' losses and counted tokens on the rank holding the last stage, zeros
-  // elsewhere.
-  model::LossSum run(const std::vector<MicroBatch>& micro_batches, double loss_scale,
+  // Runs the step's forwards and backwards, each micro-batch's backward from `loss`. The
+  // parameters of this rank's blocks accumulate their gradients (without an engine; tied
+  // embeddings, read by the first stage and the head's, then get the sum of both ranks' gradients
+  // on both). Returns the sum of the micro-batches' losses and counted tokens on the rank holding
+  // the last stage, zeros elsewhere.
+  model::LossSum run(const std::vector<MicroBatch>& micro_batches, const MicroStepLoss& loss,
                      const std::string& micro_batch_key);
-  // The last run()'s scaled losses summed (float64: Σ loss sum × loss_scale × scale, what its
-  // backwards started from) on the rank holding the last stage, zero elsewhere.
-  const torch::Tensor& scaled_loss() const { return scaled_loss_; }
+  // The last run()'s micro-step losses summed in float64 and divided by the engine's micro-steps
+  // (the step's loss) on the rank holding the last stage, zero elsewhere.
+  const torch::Tensor& step_loss() const { return step_loss_; }
   // Tied embeddings over more than one rank with an engine: the first stage's matrix to the head's
   // rank (after each engine step, and once the engine holds its first values or a restored
   // checkpoint's). Collective over the two; nothing elsewhere.
@@ -160,8 +176,8 @@ class PipelineStage {
   // The receive action `a` needs (its input, or its output's gradient), if any, into its slot.
   void receive(const PipelineAction& a, const MicroBatch& mb,
                std::vector<comm::PeerTransfer>& incoming);
-  // `factor`: the engine's micro-step count that its backward() divides by, multiplied back.
-  void forward(const PipelineAction& a, const MicroBatch& mb, double loss_scale, double factor,
+  // `loss`: null in an evaluation (no backward follows).
+  void forward(const PipelineAction& a, const MicroBatch& mb, const MicroStepLoss* loss,
                model::LossSum& total);
   void backward(const PipelineAction& a, zero::MicroStep micro);
   int virtual_stage(int chunk) const { return chunk * size_ + rank_; }
@@ -173,9 +189,9 @@ class PipelineStage {
   bool engine_tied() const { return tied_ != nullptr && engine_ != nullptr; }
 
   model::DecoderModelImpl& model_;
-  comm::Communicator& group_;
-  StageRanges stages_;  // every virtual stage's blocks
-  PipelineSchedule schedule_;
+  comm::Communicator* group_;  // null: one stage
+  StageRanges stages_;         // every virtual stage's blocks
+  StageOptions options_;
   zero::Engine* engine_;
   int rank_, size_, chunks_;
   torch::TensorOptions hidden_options_;           // the dtype and device of this rank's parameters
@@ -187,7 +203,7 @@ class PipelineStage {
   // on the others).
   std::unique_ptr<comm::Communicator> tied_;
   torch::Tensor tied_grad_;  // engine_tied() on the head's rank: this step's, float32
-  torch::Tensor scaled_loss_;
+  torch::Tensor step_loss_;
 };
 
 }  // namespace dstrain::train

@@ -73,12 +73,6 @@ int set_intra_op_threads() {
   return threads;
 }
 
-// The phase that just ended: its allocator peak as the span's argument (MB), none on the CPU.
-trace::Arg peak_arg(PhasePeaks& peaks, StepPhase phase) {
-  const int64_t bytes = peaks.end(phase);
-  return peaks.active() ? trace::Arg{"peak_allocated_mb", bytes / 1'000'000} : trace::Arg{};
-}
-
 }  // namespace
 
 Trainer::Trainer(config::Config config, std::string resume_from, World world,
@@ -128,34 +122,28 @@ void Trainer::init() {
       cfg_.training.per_device_train_batch_size * cfg_.data.max_length / std::max(1, sp_size),
       cfg_.data.max_length / std::max(1, sp_size), plan.engine.compute_dtype, device_);
   prepare_cuda_graphs(plan);
-  // The whole model's values; a tensor-parallel rank reads its slices of them.
-  model::DecoderModel whole =
-      tp_->size() == 1 ? model_ : model::DecoderModel(model_config_, model::Materialize::kNo);
+  // The whole model's values, of which each rank reads its slice by the parameters' placements.
+  model::DecoderModel whole(model_config_, model::Materialize::kNo);
   const model::ValueSource values = initial_values(*whole);
-  plan.initial_values = tp_->size() == 1 ? values : slice_source(values, *model_, *tp_);
+  plan.initial_values = slice_source(values, *model_, *tp_);
   if (cfg_.lora.enabled) {
     plan.lora = lora_plan(cfg_);
     base_checksum_ = base_checksum(values, *whole);
   }
   plan.engine.tensor_parallel = groups_->tensor();
-  comm::Communicator* pipeline = groups_->pipeline();
-  StageRanges stages;
-  if (pipeline) {
-    stages = pipeline_stages();
-    plan.blocks = rank_blocks(stages, pipeline->world_size(), pipeline->rank());
-    plan.engine.pipeline = pipeline;
-  }
+  // The engine holds this rank's stages' blocks (every block without pipeline parallelism).
+  StageRanges stages = pipeline_stages();
+  plan.blocks = rank_blocks(stages, size(Axis::kPipeline), groups_->coordinate(Axis::kPipeline));
+  plan.engine.pipeline = groups_->pipeline();
   // ZeRO shards over the ranks that hold this rank's slice (all of them without tensor
   // parallelism) of its stage (the whole model without pipeline parallelism).
   parallel_ = parallelize(model_, {groups_->slice_replicas(), device_, *sp_}, std::move(plan));
-  if (pipeline) {
-    const PipelineSchedule schedule =
-        cfg_.parallel.pipeline_virtual_stages > 1    ? PipelineSchedule::kInterleaved
-        : cfg_.parallel.pipeline_schedule == "gpipe" ? PipelineSchedule::kGpipe
-                                                     : PipelineSchedule::kOneForwardOneBackward;
-    pipeline_ = std::make_unique<PipelineStage>(*model_, *pipeline, std::move(stages), schedule,
-                                                parallel_.engine.get());
-  }
+  StageOptions stage = stage_options(cfg_);
+  stage.engine = parallel_.engine.get();
+  stage.fused_loss = cfg_.model.fused_loss;
+  stage.peaks = phase_peaks_.get();
+  pipeline_ =
+      std::make_unique<PipelineStage>(*model_, groups_->pipeline(), std::move(stages), stage);
   if (parallel_.lora) log_lora();
   model_->train();
   if (cfg_.model.fused_loss_chunk_mb > 0)
@@ -184,7 +172,7 @@ void Trainer::init() {
   create_checkpointer();
   if (!resume_from_.empty()) restore(resume_from_);
   // A tied embedding's copy on the head's stage, from the first stage's engine.
-  if (pipeline_) pipeline_->sync_tied();
+  pipeline_->sync_tied();
 
   if (rank_ == 0) create_metrics();
   if (rank_ == 0) {
@@ -197,25 +185,14 @@ void Trainer::init() {
       "thread(s) per rank",
       cfg_.model.name_or_path, model_config_.num_parameters(true) / 1e6,
       model_config_.num_hidden_layers, total_steps_, tokens_per_step_, cfg_.zero.stage, threads);
-  const int dp_size = size(Axis::kData);
-  if (tp_size > 1) {
-    log::info(
-        "tensor parallel: {} group(s) of {} consecutive ranks{}, each holding 1/{} of every "
-        "layer, the embedding and the head; ZeRO shards each slice over {} ranks (data-parallel "
-        "size {})",
-        world_ / tp_size, tp_size,
-        tp_->sequence_parallel() ? " with sequence parallelism between the parallel regions" : "",
-        tp_size, world_ / tp_size, dp_size);
+  // The groups themselves: `dstrain launch --dry-run`.
+  if (world_ > 1 && rank_ == 0) {
+    log::info("parallel layout: {}{}", groups_->layout().describe(),
+              tp_->sequence_parallel() ? ", sequence parallelism between the layers' parallel "
+                                         "regions"
+                                       : "");
   }
-  if (sp_size > 1) {
-    log::info(
-        "sequence parallel: {} group(s) of {} {} (data-parallel size {}), "
-        "{} tokens of each sequence per rank",
-        world_ / sp_size, sp_size,
-        tp_size > 1 ? fmt::format("ranks {} apart", tp_size) : "consecutive ranks", dp_size,
-        cfg_.data.max_length / sp_size);
-  }
-  if (pipeline_ && rank_ == 0) {
+  if (size(Axis::kPipeline) > 1 && rank_ == 0) {
     const int m = static_cast<int>(cfg_.training.gradient_accumulation_steps);
     const int v = pipeline_->chunks();
     log::info(
@@ -231,11 +208,6 @@ void Trainer::init() {
           "step's {} micro-steps; ZeRO 1 reduces them once a step (and keeps each stage's "
           "gradients whole on its ranks)",
           m * v);
-    }
-    if (!cfg_.model.fused_loss) {
-      log::warn(
-          "model.fused_loss: false has no effect with pipeline parallelism: the last stage "
-          "computes the loss in chunks of the vocabulary");
     }
   }
   if (parallel_.engine->can_update_during_backward()) {
@@ -395,11 +367,11 @@ std::shared_ptr<const model::Documents> packed_documents(const data::Batch& b) {
 
 }  // namespace
 
-model::LossSum Trainer::local_loss_sum(const data::Batch& whole) {
+PipelineStage::MicroBatch Trainer::stage_batch(const data::Batch& whole) const {
   model::Positions positions = sp_->positions(whole.input_ids.size(1));
   positions.documents = packed_documents(whole);
   const data::Batch b = sp_->slice(whole);
-  return model_->loss_sum(b.input_ids, b.labels, cfg_.model.fused_loss, positions);
+  return {b.input_ids, b.labels, positions};
 }
 
 void Trainer::all_reduce(std::vector<double>& values, comm::ReduceOp op) {
@@ -440,33 +412,24 @@ torch::Tensor Trainer::train_step(double* fwd_bwd_s, double* data_s) {
       step_counts / static_cast<double>(groups_->layout().group_size(layout::kSameSamples));
   interval_tokens_ =
       interval_tokens_.defined() ? interval_tokens_ + step_counts[1] : step_counts[1].clone();
-  if (pipeline_) {
-    Stopwatch f;
-    torch::Tensor loss = pipeline_step(batches, step_counts);
-    *fwd_bwd_s += f.seconds();
-    return loss;
-  }
-  const int64_t micro_steps = batches.back().micro_steps;
-  const torch::Tensor scale = tokens_scale(step_counts[0], micro_steps, size(Axis::kData));
-  torch::Tensor loss_sum;
+  Stopwatch f;
+  // Each micro-batch's loss as loss_normalization.h says, with sequence parallelism over the
+  // group's whole sequences.
+  const torch::Tensor scale =
+      micro_step_scale(loss_normalization_, step_counts[0], static_cast<int64_t>(batches.size()),
+                       pipeline_->chunks(), size(Axis::kData));
+  const PipelineStage::MicroStepLoss loss = [&](const model::LossSum& head) {
+    return micro_step_loss(sp_->reduce_loss(head), loss_normalization_, scale);
+  };
+  std::vector<PipelineStage::MicroBatch> micro_batches;
   for (data::Batch& b : batches) {
-    Stopwatch f;
-    trace::Span forward_span("forward", "forward", {"micro_step", b.micro_step});
-    // With sequence parallelism, the group's whole sequences.
-    const torch::Tensor loss =
-        micro_step_loss(sp_->reduce_loss(local_loss_sum(b)), loss_normalization_, scale);
-    forward_span.set_arg(peak_arg(*phase_peaks_, StepPhase::kForward));
-    forward_span.end();
-    trace::Span backward_span("backward", "backward", {"micro_step", b.micro_step});
-    parallel_.engine->backward(loss, {b.micro_step, b.micro_steps});
-    backward_span.set_arg(peak_arg(*phase_peaks_, StepPhase::kBackward));
-    backward_span.end();
-    const torch::Tensor value = loss.detach().to(torch::kFloat64);
-    loss_sum = loss_sum.defined() ? loss_sum + value : value;
-    b = data::Batch();  // its tensors freed as soon as its backward is done
-    *fwd_bwd_s += f.seconds();
+    micro_batches.push_back(stage_batch(b));
+    b = data::Batch();
   }
-  return loss_sum / static_cast<double>(micro_steps);
+  const trace::Span span("pipeline", "schedule");
+  pipeline_->run(micro_batches, loss, "training.gradient_accumulation_steps");
+  *fwd_bwd_s += f.seconds();
+  return pipeline_->step_loss().clone();
 }
 
 StageRanges Trainer::pipeline_stages() {
@@ -479,7 +442,7 @@ StageRanges Trainer::pipeline_stages() {
     for (const std::string& n : cfg_.parallel.pipeline_split) layers.push_back(std::stoll(n));
     stages = split_stages(layers, *model_, cfg_.source_path + ": parallel.pipeline_split");
   }
-  if (rank_ == 0) {
+  if (rank_ == 0 && stages.size() > 1) {
     std::string said;
     for (size_t s = 0; s < stages.size(); ++s) {
       const auto& [first, end] = stages[s];
@@ -489,26 +452,6 @@ StageRanges Trainer::pipeline_stages() {
               model_->blocks().size() - 1, said);
   }
   return stages;
-}
-
-torch::Tensor Trainer::pipeline_step(std::vector<data::Batch>& batches,
-                                     const torch::Tensor& step_counts) {
-  // kTokens: every micro-batch's loss sum over the step's labelled tokens (the engine's average
-  // over the data-parallel ranks undone); kMicroSteps: each one's own token mean, averaged.
-  const bool tokens = loss_normalization_ == LossNormalization::kTokens;
-  const double labelled = std::max(1.0, step_counts[0].item<double>());
-  const double loss_scale = tokens ? static_cast<double>(size(Axis::kData)) / labelled : 1.0;
-  std::vector<PipelineStage::MicroBatch> micro_batches;
-  for (data::Batch& b : batches) {
-    const double scale = tokens ? 1.0
-                                : 1.0 / (static_cast<double>(std::max<int64_t>(1, b.labelled)) *
-                                         static_cast<double>(batches.size()));
-    micro_batches.push_back({b.input_ids, b.labels, scale, packed_documents(b)});
-    b = data::Batch();
-  }
-  const trace::Span span("pipeline", "schedule");
-  pipeline_->run(micro_batches, loss_scale, "training.gradient_accumulation_steps");
-  return pipeline_->scaled_loss().clone();
 }
 
 double Trainer::mean_loss_over_ranks(const torch::Tensor& local_loss) {
@@ -543,19 +486,13 @@ EvalResult Trainer::evaluate() {
     acc[0] += ls.sum.item<double>();
     acc[1] += static_cast<double>(ls.count.item<int64_t>());
   };
-  // Through a pipeline as many batches at a time as it has stages (only the last stage's losses
-  // are not zero).
+  // Through the pipeline as many batches at a time as it has stages (only the last stage's losses
+  // are not zero). Each rank's own tokens: summed over the world, every token counts once.
   std::vector<PipelineStage::MicroBatch> in_pipeline;
   for (int64_t i = 0; i < batches; ++i) {
     auto next = eval.next();
     if (!next) break;
-    const data::Batch b = on_device(std::move(*next));
-    // Each rank's own tokens: summed over the world, every token counts once.
-    if (!pipeline_) {
-      add(local_loss_sum(b));
-      continue;
-    }
-    in_pipeline.push_back({b.input_ids, b.labels, 1.0, packed_documents(b)});
+    in_pipeline.push_back(stage_batch(on_device(std::move(*next))));
     if (static_cast<int>(in_pipeline.size()) == size(Axis::kPipeline)) {
       add(pipeline_->evaluate(in_pipeline));
       in_pipeline.clear();
@@ -668,7 +605,7 @@ RunSummary Trainer::run_steps() {
     Stopwatch o;
     trace::Span optimizer_span("optimizer", "optimizer");
     const zero::StepResult r = parallel_.engine->step(lr);
-    if (pipeline_) pipeline_->sync_tied();
+    pipeline_->sync_tied();
     optimizer_span.set_arg(peak_arg(*phase_peaks_, StepPhase::kOptimizer));
     optimizer_span.end();
     opt_t += o.seconds();

@@ -112,16 +112,14 @@ class Trainer {
   nlohmann::json micro_batch_record() const;
   // `b` with its tensors on the compute device (non-blocking copies from pinned memory on CUDA).
   data::Batch on_device(data::Batch b) const;
-  // This rank's loss sum over its tokens of `whole` (a batch of whole sequences; with sequence
-  // parallelism this rank's slice of them), every block run through the engine (parallelize.h).
-  model::LossSum local_loss_sum(const data::Batch& whole);
+  // What this rank's stages compute of `whole` (a batch of whole sequences): with sequence
+  // parallelism its slice of them, at their positions in the sequence.
+  PipelineStage::MicroBatch stage_batch(const data::Batch& whole) const;
+  // One optimizer step's micro-batches through this rank's stages. Returns this rank's value of
+  // the step's loss (zero but on the last stage), whose mean over a stage's ranks is the step's.
   torch::Tensor train_step(double* fwd_bwd_s, double* data_s);
-  // Pipeline parallelism: the step's micro-batches through this rank's stages; `step_counts` as
-  // train_step() has them. Returns the rank's value of the step's loss (zero but on the last
-  // stage).
-  torch::Tensor pipeline_step(std::vector<data::Batch>& batches, const torch::Tensor& step_counts);
-  // The pipeline's stages (parallel.pipeline_split, else balanced) and this rank's blocks; said
-  // once by rank 0.
+  // The pipeline's stages (parallel.pipeline_split, else balanced; one without pipeline
+  // parallelism); said once by rank 0.
   StageRanges pipeline_stages();
   // The layout's size of `axis` (layout/parallel_layout.h).
   int size(layout::Axis axis) const { return groups_->size(axis); }
@@ -173,7 +171,7 @@ class Trainer {
   // engine is built); null without. Outlives the engine.
   std::unique_ptr<model::TrainingStream> training_stream_;
   Parallelized parallel_;  // the model's adapters (LoRA), CUDA graphs and ZeRO engine
-  std::unique_ptr<PipelineStage> pipeline_;  // with pipeline parallelism: this rank's stages
+  std::unique_ptr<PipelineStage> pipeline_;  // this rank's stages: every step and evaluation
   std::string base_checksum_;                // LoRA: lora::base_checksum of the fp32 base weights
   bool graphs_logged_ = false;
   std::vector<model::LayerFallback> voted_fallbacks_;  // this rank's, in the pending stop vote

@@ -55,7 +55,11 @@ bool Trainer::trial_step_fits(int64_t micro) {
   // Whether micro-step `index` of 2 ran without running out of memory.
   auto micro_step = [&](int64_t index, bool may_fail) {
     try {
-      const torch::Tensor loss = sp_->reduce_loss(local_loss_sum(b)).mean();
+      const PipelineStage::MicroBatch mb = stage_batch(b);
+      const torch::Tensor loss =
+          sp_->reduce_loss(
+                 model_->loss_sum(mb.input_ids, mb.labels, cfg_.model.fused_loss, mb.positions))
+              .mean();
       parallel_.engine->backward(loss, {index, 2});
       return true;
     } catch (const c10::OutOfMemoryError& e) {

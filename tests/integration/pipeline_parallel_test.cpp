@@ -120,6 +120,11 @@ INSTANTIATE_TEST_SUITE_P(
              {},
              nullptr},
         Case{"P2Checkpointing", 2, 2, 1, 2, 4, {"model.gradient_checkpointing=true"}, {}, nullptr},
+        // Ulysses sequence parallelism inside each stage: each rank of a stage holds half of
+        // every sequence, and sends its half on to its place in the next stage.
+        Case{"P2Sp2", 4, 2, 1, 1, 4, {"parallel.sequence_parallel_size=2"}, {}, nullptr},
+        // The head's logits, then the loss (the last stage as without pipeline parallelism).
+        Case{"P2UnfusedLoss", 2, 2, 1, 1, 4, {"model.fused_loss=false"}, {}, nullptr},
         // fp16: one loss scale for every stage (the measured difference is about 1e-5).
         Case{"P2Fp16", 2, 2, 1, 1, 4, {"training.fp16=true"}, {}, nullptr, 1e-3},
         Case{"P2Bf16", 2, 2, 1, 1, 4, {"training.bf16=true"}, {}, nullptr, 2e-2},
@@ -204,9 +209,10 @@ std::vector<double> idle_shares(const std::string& out_dir, int ranks) {
       if (e.value("ph", "") != "X") continue;
       const double ts = e.at("ts").get<double>(), dur = e.at("dur").get<double>();
       const std::string name = e.value("name", ""), cat = e.value("cat", "");
-      if (cat != "pipeline") continue;
-      if (name == "schedule") steps[static_cast<size_t>(r)].push_back({ts, ts + dur, name});
-      if (name == "forward" || name == "backward") {
+      if (cat == "pipeline" && name == "schedule") {
+        steps[static_cast<size_t>(r)].push_back({ts, ts + dur, name});
+      }
+      if (cat == name && (name == "forward" || name == "backward")) {
         work[static_cast<size_t>(r)].push_back({ts, ts + dur, name});
       }
     }

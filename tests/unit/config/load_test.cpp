@@ -358,8 +358,10 @@ TEST(ConfigLoad, PipelineParallelUnderEachNameAndWhatItRefuses) {
                         "pipeline_parallel_size (2)"));
   EXPECT_THAT(load_error(pipeline("zero:\n  stage: 3\n"), world(2)),
               HasSubstr("runs with ZeRO stage 0, 1 or 2, not 3"));
-  EXPECT_THAT(load_error(pipeline("  sequence_parallel_size: 2\n"), world(4)),
-              HasSubstr("does not run with sequence parallelism yet"));
+  // Sequence parallelism inside each stage loads.
+  EXPECT_EQ(load_config(dir.write("sp.yaml", pipeline("  sequence_parallel_size: 2\n")), world(4))
+                .parallel.sequence_parallel_size,
+            2);
   EXPECT_THAT(load_error(pipeline("training:\n  per_device_train_batch_size: auto\n"), world(2)),
               HasSubstr("training.per_device_train_batch_size: auto is not available with "
                         "pipeline parallelism"));

@@ -101,8 +101,8 @@ TEST(PackedTraining, TwentyStepsEqualTheSameDocumentsPaddedOnePerRow) {
         batches.push_back(data::collate(samples, indices, false));
         labelled += static_cast<double>(batches.back().labelled);
       }
-      const torch::Tensor scale =
-          tokens_scale(torch::tensor(labelled, torch::kDouble), kMicroSteps, 1);
+      const torch::Tensor scale = micro_step_scale(
+          LossNormalization::kTokens, torch::tensor(labelled, torch::kDouble), kMicroSteps, 1, 1);
       // Packed: the trainer's micro-step loss, divided by the micro-steps as the engine does.
       packed_opt.zero_grad();
       double packed_loss = 0;

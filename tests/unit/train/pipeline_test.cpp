@@ -226,7 +226,7 @@ std::vector<PipelineStage::MicroBatch> micro_batches(int64_t vocab) {
     const torch::Tensor ids = torch::randint(0, vocab, {2, 13}, torch::kInt64);
     torch::Tensor labels = ids.roll(-1, 1).clone();
     labels.index_put_({0, 0}, model::kIgnoreIndex);
-    out.push_back({ids, labels, 1.0, nullptr});
+    out.push_back({ids, labels, {}});
   }
   return out;
 }
@@ -270,8 +270,9 @@ TEST_P(PipelineStep, LossAndGradientsEqualOneProcess) {
           model::DecoderModel m = model::build_model(config, torch::kFloat32, 3);
           const StageRanges stages = balance_stages(block_costs(*m), c.ranks * c.chunks,
                                                     "parallel.pipeline_parallel_size");
-          PipelineStage stage(*m, group, stages, c.schedule);
-          const model::LossSum got = stage.run(batches, 1.0 / count, "key");
+          PipelineStage stage(*m, &group, stages, {c.schedule});
+          const model::LossSum got = stage.run(
+              batches, [&](const model::LossSum& l) { return l.sum * (1.0 / count); }, "key");
           const std::string at = fmt::format("rank {}", group.rank());
           // Evaluation through the same stages: the same losses, without gradients.
           const model::LossSum evaluated = stage.evaluate(batches);
@@ -410,18 +411,22 @@ TEST_P(PipelineEngineStep, ParametersAfterAStepEqualOneProcess) {
           for (const zero::NamedParameter& p : params) before[p.name] = p.tensor.detach().clone();
           const std::unique_ptr<comm::Communicator> data_parallel = group.split(group.rank());
           auto engine = engine_over(params, *data_parallel, c.zero_stage, &group);
-          PipelineStage stage(*m, group, stages, c.schedule, engine.get());
+          PipelineStage stage(*m, &group, stages, {c.schedule, engine.get()});
           const bool head_rank = group.rank() == c.ranks - 1;
           const torch::Tensor embedding_before = m->head_weight().detach().clone();
           stage.sync_tied();
-          stage.run(batches, 1.0 / count, "key");
+          // The engine divides each micro-step's loss by its micro-steps.
+          const double micro_steps = kMicroBatches * c.chunks;
+          stage.run(
+              batches, [&](const model::LossSum& l) { return l.sum * (micro_steps / count); },
+              "key");
           const double norm = engine->step(kLr).grad_norm();
           stage.sync_tied();
           EXPECT_NEAR(norm, want_norm, 1e-6 * want_norm) << "rank " << group.rank();
           if (head_rank) {
-            EXPECT_NEAR(stage.scaled_loss().item<double>(), want_loss, 1e-6 * want_loss);
+            EXPECT_NEAR(stage.step_loss().item<double>(), want_loss, 1e-6 * want_loss);
           } else {
-            EXPECT_EQ(stage.scaled_loss().item<double>(), 0);
+            EXPECT_EQ(stage.step_loss().item<double>(), 0);
           }
           for (const zero::NamedParameter& p : params) {
             const torch::Tensor update = p.tensor.detach() - before.at(p.name);
