@@ -106,6 +106,18 @@ INSTANTIATE_TEST_SUITE_P(
              nullptr},
         Case{"P2SplitByHandUntied", 2, 2, 1, 0, 4, {}, {"parallel.pipeline_split=[1,3]"}, kUntied},
         Case{"P2T2", 4, 2, 2, 1, 4, {}, {}, nullptr},
+        // Every axis at once: P 2 x T 2 x DP 2 on 8 processes; interleaving with tensor
+        // parallelism.
+        Case{"P2T2Dp2", 8, 2, 2, 1, 4, {}, {}, nullptr},
+        Case{"P2T2V2Interleaved",
+             4,
+             2,
+             2,
+             1,
+             4,
+             {},
+             {"parallel.pipeline_virtual_stages=2"},
+             nullptr},
         Case{"P2Dp2Stage1", 4, 2, 1, 1, 4, {}, {}, nullptr},
         Case{"P2Dp2Stage2", 4, 2, 1, 2, 4, {}, {}, nullptr},
         Case{"P2Lora", 2, 2, 1, 1, 4, kLora, {}, nullptr},
@@ -132,6 +144,29 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"P2Bf16Untied", 2, 2, 1, 1, 4, {"training.bf16=true"}, {}, kUntied, 2e-2},
         Case{"P4Bf16", 4, 4, 1, 1, 8, {"training.bf16=true"}, {}, nullptr, 2e-2}),
     [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+// fp16 whose first loss scale overflows: the stages skip the steps one rank skips (one loss scale
+// for every stage, from the norm summed over the pipeline), and then train alike.
+TEST(PipelineParallelFp16, SkipsTheStepsOneRankSkips) {
+  const std::vector<std::string> fp16 = {"training.fp16=true",
+                                         "training.fp16_initial_scale_power=40"};
+  std::map<long, double> skipped_pp, skipped_one;
+  const auto skipped_into = [](std::map<long, double>& into) {
+    return [&into](const TempDir& dir) {
+      into = read_metric(dir.file("run/metrics.jsonl"), "skipped");
+    };
+  };
+  std::vector<std::string> pp = fp16;
+  pp.push_back("parallel.pipeline_parallel_size=2");
+  const Curves got = run_curves(2, 1, 4, pp, skipped_into(skipped_pp), kSteps);
+  const Curves want = run_curves(1, 1, 4, fp16, skipped_into(skipped_one), kSteps);
+  EXPECT_FALSE(skipped_one.empty()) << "no step was skipped: the test checks nothing";
+  std::vector<long> got_steps, want_steps;
+  for (const auto& [step, _] : skipped_pp) got_steps.push_back(step);
+  for (const auto& [step, _] : skipped_one) want_steps.push_back(step);
+  EXPECT_EQ(got_steps, want_steps);
+  expect_same_curve(got.train, want.train, 1e-3, "train/loss");
+}
 
 // A P2 checkpoint (stage 1, global batch 8: micro 2 × accumulation 4) resumed as P2 (bit for
 // bit), on one rank, as P4, and as P2 × DP2 and P2 × T2 with the same global batch: the

@@ -85,6 +85,8 @@ TEST_P(TensorParallelRun, LossesEqualOneRankWithTheSameBatches) {
 // Four key/value heads and a vocabulary of 260: T = 4 divides every count.
 const nlohmann::json kFourWay = {{"num_key_value_heads", 4}, {"vocab_size", 260}};
 const std::string kNoRegionSp = "parallel.tensor_sequence_parallel=false";
+const nlohmann::json kGqaEightFour = {
+    {"num_attention_heads", 8}, {"num_key_value_heads", 4}, {"head_dim", 16}, {"vocab_size", 260}};
 // LoRA on every projection (column- and row-parallel ones) with dropout: one rank's masks.
 const std::vector<std::string> kLora = {"lora.enabled=true", "lora.target_modules=[all-linear]",
                                         "lora.dropout=0.1", "training.lr=1e-2"};
@@ -101,6 +103,17 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"T2Dp2Stage2Accum2", 4, 2, 2, 2, {}, {}, nullptr},
         Case{"T2Dp2Stage3", 4, 2, 3, 1, {}, {}, nullptr},
         Case{"T2Sp2", 4, 2, 2, 1, {"parallel.sequence_parallel_size=2"}, {}, kFourWay},
+        // Grouped-query attention: each rank 2 query heads sharing its 1 key/value head (T = 4),
+        // and 4 query heads sharing 1 (T = 2).
+        Case{"T4Gqa8q4kv", 4, 4, 1, 1, {}, {}, kGqaEightFour},
+        Case{"T2Gqa8q2kv",
+             2,
+             2,
+             1,
+             1,
+             {},
+             {},
+             {{"num_attention_heads", 8}, {"num_key_value_heads", 2}, {"head_dim", 16}}},
         Case{"T2Checkpointing", 2, 2, 3, 1, {"model.gradient_checkpointing=true"}, {}, nullptr},
         Case{"T2SelectiveCheckpointing",
              2,

@@ -219,10 +219,10 @@ struct StepCase {
 
 constexpr int kMicroBatches = 4;
 
-std::vector<PipelineStage::MicroBatch> micro_batches(int64_t vocab) {
+std::vector<PipelineStage::MicroBatch> micro_batches(int64_t vocab, int count = kMicroBatches) {
   torch::manual_seed(7);
   std::vector<PipelineStage::MicroBatch> out;
-  for (int i = 0; i < kMicroBatches; ++i) {
+  for (int i = 0; i < count; ++i) {
     const torch::Tensor ids = torch::randint(0, vocab, {2, 13}, torch::kInt64);
     torch::Tensor labels = ids.roll(-1, 1).clone();
     labels.index_put_({0, 0}, model::kIgnoreIndex);
@@ -246,7 +246,9 @@ class PipelineStep : public ::testing::TestWithParam<StepCase> {};
 TEST_P(PipelineStep, LossAndGradientsEqualOneProcess) {
   const StepCase c = GetParam();
   const model::ModelConfig config = model::parse_model_config(llama(c.tied));
-  const auto batches = micro_batches(config.vocab_size);
+  // Interleaving takes the micro-batches P at a time.
+  const auto batches =
+      micro_batches(config.vocab_size, kMicroBatches % c.ranks == 0 ? kMicroBatches : 2 * c.ranks);
   model::DecoderModel whole = model::build_model(config, torch::kFloat32, 3);
   double count = 0;
   for (const auto& mb : batches) count += mb.labels.ne(model::kIgnoreIndex).sum().item<double>();
@@ -320,6 +322,7 @@ INSTANTIATE_TEST_SUITE_P(
         StepCase{"GpipeP2", PipelineSchedule::kGpipe, 2, 1, false},
         StepCase{"InterleavedP2V2", PipelineSchedule::kInterleaved, 2, 2, false},
         StepCase{"InterleavedP2V3Tied", PipelineSchedule::kInterleaved, 2, 3, true},
+        StepCase{"InterleavedP3V2", PipelineSchedule::kInterleaved, 3, 2, false},
         StepCase{"InterleavedP4V1", PipelineSchedule::kInterleaved, 4, 1, false}),
     [](const ::testing::TestParamInfo<StepCase>& i) { return i.param.name; });
 
