@@ -31,7 +31,15 @@ void validate(const EngineOptions& options, const std::vector<NamedParameter>& p
   for (const NamedParameter& p : params) {
     if (!p.frozen) numel += p.tensor.defined() ? p.tensor.numel() : 0;
   }
-  if (numel == 0) fail(ErrorKind::kConfig, "the model has no trainable parameters");
+  // A pipeline stage may have nothing to train (LoRA adapters on other stages' layers only): it
+  // still computes its input's gradients and joins the norm; a model may not.
+  if (numel == 0 && options.pipeline == nullptr) {
+    fail(ErrorKind::kConfig, "the model has no trainable parameters");
+  }
+  if (numel == 0 && options.stage == 3) {
+    fail(ErrorKind::kInternal, "zero engine: stage 3 over no trainable parameters");
+  }
+  if (params.empty()) fail(ErrorKind::kInternal, "zero engine: no parameters at all");
 }
 
 }  // namespace

@@ -72,8 +72,10 @@ ShardedEngine::ShardedEngine(std::vector<NamedParameter> params, comm::Communica
   }
   fill_frozen(frozen, options_);
   check_params(trainable);
-  torch::Tensor master = allocate_master(trainable);
-  const auto compute = trainable.front().tensor.options().dtype(options_.compute_dtype);
+  // Where the parameters live (a stage with nothing to train: its frozen ones).
+  const torch::Tensor& any = trainable.empty() ? frozen.front()->tensor : trainable.front().tensor;
+  torch::Tensor master = allocate_master(any);
+  const auto compute = any.options().dtype(options_.compute_dtype);
   grad_shard_options_ = options_.offload_optimizer ? master.options() : compute;
   allocate_flat_buffers(compute);
   fill_initial_values(trainable, master);
@@ -113,8 +115,8 @@ void ShardedEngine::check_params(const std::vector<NamedParameter>& params) {
 }
 
 // The fp32 master, zeroed (undefined when it is the flat parameter buffer itself: stage 0 in fp32).
-torch::Tensor ShardedEngine::allocate_master(const std::vector<NamedParameter>& params) const {
-  const auto options = master_options(params.front().tensor, options_.offload_optimizer);
+torch::Tensor ShardedEngine::allocate_master(const torch::Tensor& any_param) const {
+  const auto options = master_options(any_param, options_.offload_optimizer);
   const bool alias = options_.stage == 0 && options_.compute_dtype == torch::kFloat32;
   if (alias) return torch::Tensor();
   return torch::zeros({options_.stage == 0 ? partition_.padded_numel() : partition_.shard_numel()},

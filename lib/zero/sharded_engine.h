@@ -84,7 +84,7 @@ class ShardedEngine final : public Engine {
                      const LossScalerState& scaler) override;
 
   void check_params(const std::vector<NamedParameter>& params);
-  torch::Tensor allocate_master(const std::vector<NamedParameter>& params) const;
+  torch::Tensor allocate_master(const torch::Tensor& any_param) const;
   void allocate_flat_buffers(const torch::TensorOptions& compute);
   void fill_initial_values(const std::vector<NamedParameter>& params, const torch::Tensor& master);
   MasterLayout master_layout() const;
