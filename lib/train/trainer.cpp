@@ -509,8 +509,27 @@ EvalResult Trainer::evaluate() {
   return r;
 }
 
+std::vector<std::pair<std::string, double>> Trainer::fullest_rank_memory() {
+  std::vector<std::pair<std::string, double>> m = {
+      {"memory/rss_mb", static_cast<double>(metrics::current_rss_bytes()) / 1e6},
+      {"memory/peak_rss_mb", static_cast<double>(metrics::peak_rss_bytes()) / 1e6},
+      {"memory/model_states_mb",
+       static_cast<double>(parallel_.engine->bytes().model_states()) / 1e6}};
+  for (const auto& [key, value] : device_memory_metrics(device_)) {
+    // The allocator's own peak is reset at every phase's end: the run's comes from phase_peaks_.
+    if (phase_peaks_->active() && key == "memory/peak_allocated_mb") continue;
+    m.emplace_back(key, value);
+  }
+  std::vector<double> values;
+  for (const auto& [key, value] : m) values.push_back(value);
+  all_reduce(values, comm::ReduceOp::kMax);
+  for (size_t i = 0; i < m.size(); ++i) m[i].second = values[i];
+  return m;
+}
+
 void Trainer::log_step(double loss, const zero::StepResult& r, double lr, double interval_s,
                        int64_t interval_steps, double fwd_bwd_s, double data_s, double step_s) {
+  const auto memory = fullest_rank_memory();
   if (!metrics_) return;
   const double per_step = interval_s / static_cast<double>(std::max<int64_t>(1, interval_steps));
   const double tps = static_cast<double>(tokens_per_step_) / per_step;
@@ -535,15 +554,7 @@ void Trainer::log_step(double loss, const zero::StepResult& r, double lr, double
   rec.add("time/fwd_bwd_s", fwd_bwd_s);
   rec.add("time/optimizer_s", step_s);
   rec.add("tokens_seen", static_cast<double>(tokens_seen_));
-  rec.add("memory/rss_mb", static_cast<double>(metrics::current_rss_bytes()) / 1e6);
-  rec.add("memory/peak_rss_mb", static_cast<double>(metrics::peak_rss_bytes()) / 1e6);
-  rec.add("memory/model_states_mb",
-          static_cast<double>(parallel_.engine->bytes().model_states()) / 1e6);
-  for (const auto& [key, value] : device_memory_metrics(device_)) {
-    // The allocator's own peak is reset at every phase's end: the run's comes from phase_peaks_.
-    if (phase_peaks_->active() && key == "memory/peak_allocated_mb") continue;
-    rec.add(key, value);
-  }
+  for (const auto& [key, value] : memory) rec.add(key, value);
   for (const auto& [key, value] : phase_peaks_->take_metrics()) rec.add(key, value);
   if (parallel_.graphs) {
     rec.add("memory/graph_pools_mb", static_cast<double>(parallel_.graphs->pool_bytes()) / 1e6);

@@ -135,6 +135,11 @@ class Trainer {
   void report_saves();
   void finish_saves();
   void restore(const std::string& tag_dir);
+  // Collective: memory/* (but the phase peaks) of the rank that holds the most, each figure's
+  // largest over the ranks: a pipeline's stages, a data-parallel rank's shard, hold different
+  // amounts.
+  std::vector<std::pair<std::string, double>> fullest_rank_memory();
+  // Collective (the memory figures); rank 0 writes the line.
   void log_step(double loss, const zero::StepResult& r, double lr, double interval_s,
                 int64_t interval_steps, double fwd_bwd_s, double data_s, double step_s);
   void log_eval(const EvalResult& e);

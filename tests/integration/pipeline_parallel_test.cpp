@@ -157,6 +157,28 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"P4Bf16", 4, 4, 1, 1, 8, {"training.bf16=true"}, {}, nullptr, 2e-2}),
     [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
+// The memory figures are the fullest rank's: with the split reversed (an untied head as large as
+// the embedding) the larger stage holds the same, and rank 0 the other share.
+TEST(PipelineParallelMemory, ModelStatesAreTheFullestStages) {
+  const TempDir models;
+  const std::string untied = write_model(models, {{"tie_word_embeddings", false}});
+  std::vector<double> states;
+  for (const char* split : {"parallel.pipeline_split=[1,3]", "parallel.pipeline_split=[3,1]"}) {
+    std::map<long, double> mb;
+    run_curves(
+        2, 1, 4, {untied, "parallel.pipeline_parallel_size=2", split},
+        [&mb](const TempDir& dir) {
+          mb = read_metric(dir.file("run/metrics.jsonl"), "memory/model_states_mb");
+        },
+        2);
+    ASSERT_FALSE(mb.empty()) << split;
+    states.push_back(mb.rbegin()->second);
+  }
+  // [1, 3]: the embedding and a layer against three layers, the final norm and the head; [3, 1]:
+  // the embedding and three layers against the rest. The largest differ by the norm's weight.
+  EXPECT_NEAR(states[0], states[1], 0.01 * states[1]);
+}
+
 // fp16 whose first loss scale overflows: the stages skip the steps one rank skips (one loss scale
 // for every stage, from the norm summed over the pipeline), and then train alike.
 TEST(PipelineParallelFp16, SkipsTheStepsOneRankSkips) {
