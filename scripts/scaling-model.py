@@ -1833,11 +1833,15 @@ class Model:
 # The check: a real 2-rank CPU run's counters (its trace) against the formulas
 
 
+def logged_steps(steps, log_interval):
+    """Step 1, every log_interval-th and the last."""
+    return sum(1 for s in range(1, steps + 1) if s == 1 or s % log_interval == 0 or s == steps)
+
+
 def trainer_all_reduces(steps, log_interval):
     """The trainer's own 8-byte all-reduces besides the engine's norm: the stop vote after every
-    step but the last and the loss at logged steps (step 1, every log_interval, the last)."""
-    logged = sum(1 for s in range(1, steps + 1) if s == 1 or s % log_interval == 0 or s == steps)
-    return (steps - 1) + logged
+    step but the last and the loss at logged steps."""
+    return (steps - 1) + logged_steps(steps, log_interval)
 
 
 def load_trace(run_dir):
@@ -1916,18 +1920,21 @@ def check_command(inputs, args):
                                 f"counters {got}")
             rows.append([stage, kind, calls, f"{nbytes:,}",
                          " / ".join(f"{c} / {b:,}" for c, b in got), "equal" if ok else "**differ**"])
-        # One gradient norm a step (the engine's) and the trainer's own 8-byte ones, and its
-        # 16-byte count of each step's labels and tokens.
+        # One gradient norm a step (the engine's) and the trainer's own 8-byte ones, its 16-byte
+        # count of each step's labels and tokens, and at each logged step the fullest rank's
+        # memory figures (on the CPU three float64s: RSS, peak RSS, model states).
+        logged = logged_steps(steps, sets["training.log_interval"])
         small = steps + trainer_all_reduces(steps, sets["training.log_interval"])
-        calls = small + steps
+        calls = small + steps + logged
         nbytes = (small * ring_bytes("all_reduce", 8, world) +
-                  steps * ring_bytes("all_reduce", 16, world))
+                  steps * ring_bytes("all_reduce", 16, world) +
+                  logged * ring_bytes("all_reduce", 24, world))
         got = sorted({tuple(other[r]) for r in range(world)})
         ok = got == [(calls, nbytes)]
         if not ok:
             failures.append(f"stage {stage} small all_reduces: formula {calls} calls {nbytes} "
                             f"bytes, counters {got}")
-        rows.append([stage, f"8- and 16-byte all_reduce, whole run of {steps} steps", calls,
+        rows.append([stage, f"8-, 16- and 24-byte all_reduce, whole run of {steps} steps", calls,
                      f"{nbytes:,}", " / ".join(f"{c} / {b:,}" for c, b in got),
                      "equal" if ok else "**differ**"])
     text = table(["stage", "collective (per step unless said)", "calls (formula)",
