@@ -140,7 +140,6 @@ void Trainer::init() {
   parallel_ = parallelize(model_, {groups_->slice_replicas(), device_, *sp_}, std::move(plan));
   StageOptions stage = stage_options(cfg_);
   stage.engine = parallel_.engine.get();
-  stage.fused_loss = cfg_.model.fused_loss;
   stage.peaks = phase_peaks_.get();
   pipeline_ =
       std::make_unique<PipelineStage>(*model_, groups_->pipeline(), std::move(stages), stage);

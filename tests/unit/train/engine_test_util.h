@@ -23,6 +23,15 @@ inline zero::OptimizerFactory sgd() {
   };
 }
 
+// AdamW with the norms and biases excluded from weight decay, as the trainer builds it.
+inline zero::OptimizerFactory adamw() {
+  return [](int64_t n, std::vector<optim::Range> no_decay) {
+    optim::AdamWOptions o;
+    o.no_decay = std::move(no_decay);
+    return optim::make_adamw(n, o);
+  };
+}
+
 // The fp32 master of every piece the engine owns on `rank`, by "rank:param@begin".
 inline std::map<std::string, torch::Tensor> masters(const zero::Engine& engine, int rank) {
   std::map<std::string, torch::Tensor> out;

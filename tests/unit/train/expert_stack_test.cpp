@@ -17,6 +17,7 @@
 #include "tests/common/temp_dir.h"
 #include "tests/common/thread_communicator.h"
 #include "tests/unit/model/test_util.h"
+#include "tests/unit/train/engine_test_util.h"
 #include "train/parallel_groups.h"
 #include "train/parallelize.h"
 #include "train/tensor_parallel.h"
@@ -59,14 +60,6 @@ class ExpertStackImpl : public torch::nn::Module, public model::Block {
   model::TensorParallel* tp_;
 };
 
-zero::OptimizerFactory stack_adamw() {
-  return [](int64_t n, std::vector<optim::Range> no_decay) {
-    optim::AdamWOptions o;
-    o.no_decay = std::move(no_decay);
-    return optim::make_adamw(n, o);
-  };
-}
-
 struct StackLayout {
   int world = 1;
   int tensor = 1;
@@ -104,7 +97,7 @@ std::vector<double> train_stack(const StackLayout& at, int stage, int first, int
     plan.engine.stage = stage;
     plan.engine.gradient_clipping = 0.5;  // the norm counts every expert once
     plan.engine.tensor_parallel = groups.tensor();
-    plan.optimizer = stack_adamw();
+    plan.optimizer = testing::adamw();
     plan.initial_values = tp->size() > 1 ? slice_source(values, *m, *tp) : values;
     SequenceParallel no_sp(nullptr);
     Parallelized parallel =

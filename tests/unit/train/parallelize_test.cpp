@@ -19,6 +19,7 @@
 #include "tests/common/thread_communicator.h"
 #include "tests/unit/model/counting_allocator.h"
 #include "tests/unit/model/test_util.h"
+#include "tests/unit/train/engine_test_util.h"
 
 namespace dstrain::train {
 namespace {
@@ -54,14 +55,6 @@ class GatedResidualImpl : public torch::nn::Module, public model::Block {
   std::atomic<int> forwards{0};
 };
 
-zero::OptimizerFactory adamw() {
-  return [](int64_t n, std::vector<optim::Range> no_decay) {
-    optim::AdamWOptions o;
-    o.no_decay = std::move(no_decay);
-    return optim::make_adamw(n, o);
-  };
-}
-
 struct ToyRun {
   std::vector<std::vector<double>> losses{2};  // per rank
   std::vector<int> toy_forwards{0, 0};         // per rank
@@ -93,7 +86,7 @@ ToyRun train_toy(int stage, bool checkpointing, int steps) {
     plan.engine.stage = stage;
     plan.engine.param_persistence_threshold = 0;  // the toy's gate is in its unit too
     plan.engine.prefetch_bucket_size = 0;
-    plan.optimizer = adamw();
+    plan.optimizer = testing::adamw();
     plan.initial_values = model::init_source(*m, 3);
     SequenceParallel no_sp(nullptr);
     Parallelized parallel = parallelize(m, {comm, torch::kCPU, no_sp}, std::move(plan));
