@@ -70,7 +70,7 @@ torch::Tensor read_slice(const WholeRange& whole, const PlacedShape& placed, int
   return parts.size() == 1 ? parts[0] : torch::cat(parts);
 }
 
-// A saved state read through one rank's slices (TensorParallelState::restore_state).
+// A saved state read through one rank's slices (WholeCoordinateState::restore_state).
 class SliceStateIn final : public ckpt::StateIn {
  public:
   SliceStateIn(const ckpt::StateIn& in, const PlacedShapes& shapes, int64_t T, int64_t r)
@@ -215,13 +215,13 @@ model::ValueSource slice_source(model::ValueSource whole, const model::DecoderMo
   };
 }
 
-TensorParallelState::TensorParallelState(ckpt::Stateful& engine,
-                                         const model::DecoderModelImpl& model,
-                                         const lora::LoraModel* lora,
-                                         const model::TensorParallel& tp)
+WholeCoordinateState::WholeCoordinateState(ckpt::Stateful& engine,
+                                           const model::DecoderModelImpl& model,
+                                           const lora::LoraModel* lora,
+                                           const model::TensorParallel& tp)
     : engine_(engine), shapes_(placed_shapes(model, lora)), size_(tp.size()), rank_(tp.rank()) {}
 
-ckpt::State TensorParallelState::snapshot_state(ckpt::Snapshot how) const {
+ckpt::State WholeCoordinateState::snapshot_state(ckpt::Snapshot how) const {
   ckpt::State state = engine_.snapshot_state(how);
   std::vector<ckpt::Piece> pieces;
   for (ckpt::Piece& p : state.pieces) {
@@ -250,7 +250,7 @@ ckpt::State TensorParallelState::snapshot_state(ckpt::Snapshot how) const {
   return state;
 }
 
-void TensorParallelState::restore_state(const ckpt::StateIn& in) {
+void WholeCoordinateState::restore_state(const ckpt::StateIn& in) {
   engine_.restore_state(SliceStateIn(in, shapes_, size_, rank_));
 }
 

@@ -77,16 +77,17 @@ PlacedShapes placed_shapes(const model::DecoderModelImpl& model, const lora::Lor
 model::ValueSource slice_source(model::ValueSource whole, const model::DecoderModelImpl& model,
                                 const model::TensorParallel& tp);
 
-// The engine's checkpoint state in the whole model's coordinates, so that checkpoints stay
-// layout-free: a rank's pieces become pieces of the whole parameters (a row slice's range moved
-// by the slice's offset, a column slice saved as ckpt::Columns, a replicated parameter saved by
-// the group's rank 0 alone), and a restore reads this rank's slice of the whole parameters from
+// The engine's checkpoint state in the whole model's coordinates, on every layout (without tensor
+// parallelism it passes the pieces through), so that checkpoints stay layout-free: a rank's
+// pieces become pieces of the whole parameters by their placements (a slice along dimension 0
+// moved by the slice's offset, a column slice saved as ckpt::Columns, a replicated parameter saved
+// by the group's rank 0 alone), and a restore reads this rank's slice of the whole parameters from
 // whatever layout wrote them. `engine` must outlive it; `model` (the rank's slice) and `lora`
 // (its adapters, or null) give the parameters' shapes on this rank.
-class TensorParallelState final : public ckpt::Stateful {
+class WholeCoordinateState final : public ckpt::Stateful {
  public:
-  TensorParallelState(ckpt::Stateful& engine, const model::DecoderModelImpl& model,
-                      const lora::LoraModel* lora, const model::TensorParallel& tp);
+  WholeCoordinateState(ckpt::Stateful& engine, const model::DecoderModelImpl& model,
+                       const lora::LoraModel* lora, const model::TensorParallel& tp);
   int state_version() const override { return engine_.state_version(); }
   ckpt::State snapshot_state(ckpt::Snapshot how) const override;
   void restore_state(const ckpt::StateIn& in) override;

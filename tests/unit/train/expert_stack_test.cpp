@@ -102,7 +102,7 @@ std::vector<double> train_stack(const StackLayout& at, int stage, int first, int
     SequenceParallel no_sp(nullptr);
     Parallelized parallel =
         parallelize(m, {groups.slice_replicas(), torch::kCPU, no_sp}, std::move(plan));
-    TensorParallelState state(*parallel.engine, *m, nullptr, *tp);
+    WholeCoordinateState state(*parallel.engine, *m, nullptr, *tp);
     ckpt::CheckpointerOptions o;
     o.dir = save_dir.empty() ? from : save_dir;
     o.rank = world.rank();
