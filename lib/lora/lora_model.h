@@ -21,7 +21,8 @@
 // drawn whole, as one rank draws it, and sliced; loaded weights are whole and sliced; the whole
 // one of the two gets its gradient summed over the group (only its part is this rank's); dropout
 // on a row-parallel projection's input draws the whole input's mask and takes this rank's
-// columns, so a group whose ranks share the generator's state draws one rank's masks.
+// columns, so a group whose ranks share the generator's state draws one rank's masks (the
+// trainer seeds it alike on them before every block: train/pipeline.h's MicroBatch::draws).
 
 #include <memory>
 #include <string>

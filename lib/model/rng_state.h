@@ -8,6 +8,8 @@
 // Uses only the device-generic Generator API, so it builds against a CPU-only LibTorch; a device
 // generator is looked up only when a tensor lives on a CUDA device.
 
+#include <cstdint>
+#include <initializer_list>
 #include <optional>
 
 #include <ATen/core/TensorBody.h>
@@ -26,6 +28,15 @@ RngState capture_rng(at::TensorList tensors);
 
 // Puts the generators back to `state`.
 void restore_rng(const RngState& state);
+
+// Keyed draws: what a block draws depends on where it is in the run, not on what ran before it on
+// this rank. seed_rng() reseeds the CPU default generator and, when a tensor lives on a CUDA
+// device, that device's default generator (its offset back to 0) with `seed`; draw_key() mixes the
+// parts of a key (splitmix64's finaliser over each part in turn), so nearby keys seed unrelated
+// streams. A CUDA graph replay reads the generator's seed and offset at its start, so a replayed
+// layer seeded this way before it runs draws what the eager layer draws.
+void seed_rng(uint64_t seed, at::TensorList tensors);
+uint64_t draw_key(std::initializer_list<uint64_t> parts);
 
 // Runs fn() with the generators set to `state`, then puts them back as they were before (also
 // when fn throws).

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/trace.h"
+#include "model/rng_state.h"
 #include "model/storage.h"
 
 namespace dstrain::train {
@@ -439,7 +440,10 @@ void PipelineStage::forward(const PipelineAction& a, const MicroBatch& mb,
   // holds only as built: this rank's.
   ctx.cos = ctx.cos.to(hidden_options_.dtype());
   ctx.sin = ctx.sin.to(hidden_options_.dtype());
-  for (size_t i = first_block; i < end_block; ++i) x = model_.run_block(i, x, ctx);
+  for (size_t i = first_block; i < end_block; ++i) {
+    if (mb.draws) model::seed_rng(model::draw_key({*mb.draws, i}), {x});
+    x = model_.run_block(i, x, ctx);
+  }
   if (!last) {
     f.output = x;
     outgoing_.push_back({comm::CollectiveKind::kSend, x.detach().contiguous(), rank_of(s + 1)});

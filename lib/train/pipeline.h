@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -119,10 +120,15 @@ class PipelineStage {
   // tokens of them, at `positions`); every stage is given them (the first stage reads the ids, the
   // last the labels; the others only their shape). `positions` also holds packed documents'
   // bounds per row (model.h).
+  // `draws`: the key of its random draws (LoRA dropout), the same on every rank that computes a
+  // part of it; each block's draws then start from the generators seeded with the key and the
+  // block's index (model::seed_rng), so a block draws what it draws on one rank whichever stage
+  // runs it, in whichever order the schedule runs the micro-batches. Unset: nothing reseeded.
   struct MicroBatch {
     torch::Tensor input_ids;
     torch::Tensor labels;
     model::Positions positions;
+    std::optional<uint64_t> draws{};
   };
   // The loss a micro-batch's backward starts from, given the head's loss sum and counted tokens
   // over that micro-batch (for the step's token mean: the sum × micro-steps / the step's counted

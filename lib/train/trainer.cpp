@@ -26,6 +26,7 @@
 #include "metrics/progress.h"
 #include "metrics/system.h"
 #include "metrics/tracking.h"
+#include "model/rng_state.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
 #include "train/component_options.h"
@@ -94,11 +95,9 @@ void Trainer::init() {
   const int threads = set_intra_op_threads();
   groups_ = std::make_unique<ParallelGroups>(*comm_, layout::layout_of(cfg_.parallel, world_));
   const int sp_size = size(Axis::kSequence), tp_size = size(Axis::kTensor);
-  // Anything random during training (dropout) draws from LibTorch's default generator, which is
-  // otherwise seeded at random: seed it so runs repeat exactly. The ranks of a tensor-parallel
-  // group draw alike, what one rank without tensor parallelism draws (lora_model.h).
-  const int draws = groups_->layout().group_index(Axis::kPipeline | Axis::kTensor, rank_);
-  torch::manual_seed(cfg_.training.seed + static_cast<uint64_t>(draws));
+  // LibTorch's default generator is otherwise seeded at random; training's draws (dropout) are
+  // keyed by micro-batch and block (train_step).
+  torch::manual_seed(cfg_.training.seed);
   SequenceParallel::check_length(cfg_.data.max_length, sp_size);
   check_tensor_parallel_length(cfg_.data.max_length, sp_size, tp_size,
                                cfg_.parallel.tensor_sequence_parallel);
@@ -420,9 +419,17 @@ torch::Tensor Trainer::train_step(double* fwd_bwd_s, double* data_s) {
   const PipelineStage::MicroStepLoss loss = [&](const model::LossSum& head) {
     return micro_step_loss(sp_->reduce_loss(head), loss_normalization_, scale);
   };
+  // Each micro-batch's draws keyed by the seed, the step, its index and the tokens: the ranks that
+  // compute parts of the same tokens (a pipeline's stages, a tensor-parallel group) draw what one
+  // rank draws (lora_model.h); other samples, and a sequence-parallel rank's other tokens, draw
+  // otherwise.
+  const int tokens = groups_->layout().group_index(Axis::kPipeline | Axis::kTensor, rank_);
   std::vector<PipelineStage::MicroBatch> micro_batches;
   for (data::Batch& b : batches) {
-    micro_batches.push_back(stage_batch(b));
+    PipelineStage::MicroBatch mb = stage_batch(b);
+    mb.draws = model::draw_key({cfg_.training.seed, static_cast<uint64_t>(step_),
+                                micro_batches.size(), static_cast<uint64_t>(tokens)});
+    micro_batches.push_back(std::move(mb));
     b = data::Batch();
   }
   const trace::Span span("pipeline", "schedule");

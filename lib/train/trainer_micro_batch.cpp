@@ -12,7 +12,6 @@
 #include "comm/nccl_communicator.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "model/rng_state.h"
 #include "train/trainer.h"
 
 namespace dstrain::train {
@@ -43,14 +42,13 @@ void Trainer::confirm_micro_batch() {
 // without sequence parallelism it communicates nothing, so a rank can run out of memory alone and
 // still meet the others at the vote. The last also reduces the gradients, with the buffers a real
 // step's last micro-step holds; out of memory there (or in a micro-step that communicates) the
-// others wait in a collective this rank left, so it is an error. The generators are put back so
-// that dropout draws what it would have without the trial.
+// others wait in a collective this rank left, so it is an error. Training's draws are keyed
+// (train_step), so the trial's change nothing the steps draw.
 bool Trainer::trial_step_fits(int64_t micro) {
   data::Batch b;
   b.input_ids = torch::zeros({micro, cfg_.data.max_length}, torch::kInt64);
   b.labels = torch::zeros({micro, cfg_.data.max_length}, torch::kInt64);
   b = on_device(std::move(b));
-  const model::RngState rng = model::capture_rng({b.input_ids});
   const bool alone = cfg_.zero.stage <= 1 && sp_->size() == 1;
   // Whether micro-step `index` of 2 ran without running out of memory.
   auto micro_step = [&](int64_t index, bool may_fail) {
@@ -105,7 +103,6 @@ bool Trainer::trial_step_fits(int64_t micro) {
   if (fits) micro_step(1, false);
   parallel_.engine->discard_micro_steps();
   if (parallel_.graphs) parallel_.graphs->set_enabled(true);
-  model::restore_rng(rng);
   return fits;
 }
 

@@ -180,7 +180,8 @@ TEST(LoraTrain, Stage3ShardsTheFrozenBaseAndTrainsAsStage0) {
     spec.max_steps = 12;
     spec.save_final = true;
     const std::string cfg = write_lora_job(dir, spec);
-    // No dropout: its masks come from per-rank generators, which differ between world sizes.
+    // No dropout: its masks are keyed by the samples a rank holds, which differ between world
+    // sizes.
     const RunResult r = launch_job(
         cfg, spec.nproc,
         {"training.lr=1e-2", "lora.dropout=0", "zero.stage3_param_persistence_threshold=1000",

@@ -142,7 +142,9 @@ INSTANTIATE_TEST_SUITE_P(
              {},
              {{"model_type", "qwen3"}, {"tie_word_embeddings", false}}},
         Case{"T2LoraStage3Dropout", 2, 2, 3, 1, kLora, {}, nullptr},
-        Case{"T2Dp2LoraStage2", 4, 2, 2, 1, kLora, {}, nullptr},
+        // Adam's first steps amplify the rounding of the tensor-parallel sums in the adapters'
+        // smallest gradients (steps 1-6 agree within 1e-5: the same masks).
+        Case{"T2Dp2LoraStage2", 4, 2, 2, 1, kLora, {}, nullptr, 5e-5},
         Case{"T2Bf16", 2, 2, 2, 1, {"training.bf16=true"}, {}, nullptr, 2e-2}),
     [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
