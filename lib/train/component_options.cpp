@@ -111,23 +111,21 @@ zero::OptimizerFactory optimizer_factory(const config::Config& c, torch::Device 
   };
 }
 
-StageOptions stage_options(const config::Config& c) {
-  StageOptions o;
-  const config::ParallelSection& p = c.parallel;
-  o.schedule = p.pipeline_virtual_stages > 1    ? PipelineSchedule::kInterleaved
-               : p.pipeline_schedule == "gpipe" ? PipelineSchedule::kGpipe
-                                                : PipelineSchedule::kOneForwardOneBackward;
-  o.fused_loss = c.model.fused_loss;
-  return o;
-}
-
-ParallelPlan parallel_plan(const config::Config& c, torch::Device device) {
+ParallelPlan parallel_plan(const config::Config& c, const RunPlan& run, torch::Device device) {
   ParallelPlan plan;
-  plan.tiled_mlp = c.model.tiled_mlp;
-  // `auto` is the run plan's to resolve (run_plan.h): none until it has.
-  plan.checkpointing = model::checkpointing_from_word(c.model.gradient_checkpointing)
-                           .value_or(model::Checkpointing::kNone);
-  plan.engine = engine_options(c);
+  plan.tiled_mlp = run.tiled_mlp;
+  plan.checkpointing = run.checkpointing;
+  plan.graph_pool_budget = run.graph_pool_budget;
+  plan.graph_min_speedup = run.graphs.min_speedup;
+  plan.loss_chunk_bytes = c.model.fused_loss_chunk_mb > 0 ? c.model.fused_loss_chunk_mb << 20 : 0;
+  plan.stages = run.stages;
+  const config::ParallelSection& p = c.parallel;
+  plan.stage.schedule = p.pipeline_virtual_stages > 1    ? PipelineSchedule::kInterleaved
+                        : p.pipeline_schedule == "gpipe" ? PipelineSchedule::kGpipe
+                                                         : PipelineSchedule::kOneForwardOneBackward;
+  plan.stage.fused_loss = c.model.fused_loss;
+  plan.tensor_sequence_parallel = p.tensor_sequence_parallel;
+  plan.engine = run.engine;
   const bool host_state = c.zero.offload_optimizer.device == "cpu";
   plan.optimizer = optimizer_factory(c, host_state ? torch::Device(torch::kCPU) : device);
   return plan;

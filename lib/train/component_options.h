@@ -10,6 +10,7 @@
 #include "optim/optimizer.h"
 #include "train/parallelize.h"
 #include "train/pipeline.h"
+#include "train/run_plan.h"
 #include "zero/engine.h"
 
 namespace dstrain::train {
@@ -22,11 +23,10 @@ optim::LrScheduleOptions schedule_options(const config::Config& c, int64_t total
 zero::OptimizerFactory optimizer_factory(const config::Config& c,
                                          torch::Device state_device = torch::kCPU);
 torch::ScalarType compute_dtype(const config::Config& c);
-// Tiled MLP, checkpointing, the engine's options and its optimizer (its state where the master
-// weights live: the host when offloading them, else `device`). LoRA and the initial values are
-// the caller's.
-ParallelPlan parallel_plan(const config::Config& c, torch::Device device);
-// The pipeline's schedule and the head's loss; the engine and the phase peaks are the caller's.
-StageOptions stage_options(const config::Config& c);
+// What `run` chose (checkpointing, tiled MLP, the engine's options, the pipeline's stages, the CUDA
+// graphs' budgets), the pipeline's schedule and the head's loss, and the optimizer (its state
+// where the master weights live: the host when offloading them, else `device`). LoRA, the initial
+// values, the graphs' recorder and the phase peaks are the caller's.
+ParallelPlan parallel_plan(const config::Config& c, const RunPlan& run, torch::Device device);
 
 }  // namespace dstrain::train

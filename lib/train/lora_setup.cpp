@@ -180,15 +180,16 @@ void Trainer::save_lora_adapter() {
   }
   // Over the ranks that hold this rank's slices (every rank without tensor parallelism): the
   // slices whole on each of them; then the whole tensors from the slices.
-  tp_->replicas().all_reduce(flat, comm::ReduceOp::kSum)->wait();
+  parallel_.tensor_parallel->replicas().all_reduce(flat, comm::ReduceOp::kSum)->wait();
   // Each pipeline stage holds its own blocks' adapters (zeros elsewhere).
-  if (comm::Communicator* pipeline = groups_->pipeline()) {
+  if (comm::Communicator* pipeline = parallel_.groups->pipeline()) {
     pipeline->all_reduce(flat, comm::ReduceOp::kSum)->wait();
   }
   std::map<std::string, torch::Tensor> whole;
   for (const auto& p : params) {
     const torch::Tensor mine = flat.narrow(0, offset.at(p.name), p.tensor.numel());
-    whole[p.name] = tp_->whole(mine.view(p.tensor.sizes()), p.placement).cpu();
+    whole[p.name] =
+        parallel_.tensor_parallel->whole(mine.view(p.tensor.sizes()), p.placement).cpu();
   }
   if (rank_ == 0) {
     lora::Adapter adapter;

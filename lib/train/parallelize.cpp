@@ -97,19 +97,56 @@ std::vector<std::vector<int>> block_segments(const model::DecoderModelImpl& mode
 Parallelized& Parallelized::operator=(Parallelized&& other) noexcept {
   if (this == &other) return *this;
   reset();
+  groups = std::move(other.groups);
+  tensor_parallel = std::move(other.tensor_parallel);
+  sequence_parallel = std::move(other.sequence_parallel);
+  training_stream = std::move(other.training_stream);
   model = std::move(other.model);
   lora = std::move(other.lora);
   graphs = std::move(other.graphs);
   engine = std::move(other.engine);
+  stage = std::move(other.stage);
   return *this;
 }
 
 void Parallelized::reset() noexcept {
+  stage.reset();
   if (!model.is_empty()) model->unwrap_blocks();
   engine.reset();
   graphs.reset();
   lora.reset();
   model = model::DecoderModel(nullptr);
+  training_stream.reset();
+  sequence_parallel.reset();
+  tensor_parallel.reset();
+  groups.reset();
+}
+
+Parallelized parallelize(comm::Communicator& world, const layout::ParallelLayout& layout,
+                         torch::Device device, const model::ModelConfig& config,
+                         ParallelPlan plan) {
+  Parallelized out;
+  out.groups = std::make_unique<ParallelGroups>(world, layout);
+  ParallelGroups& groups = *out.groups;
+  out.tensor_parallel = std::make_shared<TensorParallelGroup>(
+      groups.tensor(), groups.slice_replicas(), plan.tensor_sequence_parallel);
+  out.sequence_parallel = std::make_unique<SequenceParallel>(groups.sequence());
+  const bool sliced = groups.tensor() != nullptr;
+  model::DecoderModel model(config, model::Materialize::kNo,
+                            sliced ? out.tensor_parallel : nullptr);
+  plan.initial_values = slice_source(std::move(plan.initial_values), *model, *out.tensor_parallel);
+  plan.engine.tensor_parallel = groups.tensor();
+  // Before the engine exists: its gradient accumulators take the stream current then.
+  if (plan.graph_recorder) out.training_stream = std::make_unique<model::TrainingStream>(device);
+  Parallelized rest = parallelize(
+      model, {groups.slice_replicas(), device, *out.sequence_parallel, groups.pipeline()},
+      std::move(plan));
+  out.model = std::move(rest.model);
+  out.lora = std::move(rest.lora);
+  out.graphs = std::move(rest.graphs);
+  out.engine = std::move(rest.engine);
+  out.stage = std::move(rest.stage);
+  return out;
 }
 
 Parallelized parallelize(model::DecoderModel model, const ParallelWorld& world, ParallelPlan plan) {
@@ -118,6 +155,7 @@ Parallelized parallelize(model::DecoderModel model, const ParallelWorld& world, 
   if (plan.lora) out.lora = apply_lora(model, *plan.lora);
   world.sequence_parallel.apply(*model);
   model->set_tiled_mlp(plan.tiled_mlp);
+  if (plan.loss_chunk_bytes > 0) model->set_loss_chunk_bytes(plan.loss_chunk_bytes);
   if (plan.graph_recorder) {
     const std::string blocker =
         layer_graphs_blocker(plan.checkpointing, plan.tiled_mlp, world.sequence_parallel.size());
@@ -146,11 +184,22 @@ Parallelized parallelize(model::DecoderModel model, const ParallelWorld& world, 
       break;
   }
   place_on_device(*model, out.lora.get(), world.device);
+  // The blocks of this rank's stages (every block in a pipeline of one stage).
+  StageRanges stages = plan.stages;
+  if (stages.empty()) stages = {{0, model->blocks().size()}};
+  const std::vector<size_t> blocks =
+      world.pipeline ? rank_blocks(stages, world.pipeline->world_size(), world.pipeline->rank())
+                     : std::vector<size_t>{};
+  plan.engine.pipeline = world.pipeline;
   plan.engine.segments = block_segments(*model);
   plan.engine.initial_values = with_adapters(std::move(plan.initial_values), out.lora.get());
-  out.engine = zero::make_engine(engine_parameters(*model, out.lora.get(), plan.blocks), world.comm,
+  out.engine = zero::make_engine(engine_parameters(*model, out.lora.get(), blocks), world.comm,
                                  plan.optimizer, std::move(plan.engine));
   model->wrap_blocks(model::WrapperSlot::kEngine, engine_wrapper(*out.engine));
+  model->train();
+  plan.stage.engine = out.engine.get();
+  out.stage =
+      std::make_unique<PipelineStage>(*model, world.pipeline, std::move(stages), plan.stage);
   return out;
 }
 

@@ -132,7 +132,7 @@ StageRanges balance_stages(const std::vector<double>& costs, int parts, const st
   return out;
 }
 
-std::vector<double> block_costs(model::DecoderModelImpl& model) {
+std::vector<double> block_costs(const model::DecoderModelImpl& model) {
   std::vector<double> out;
   for (const auto& block : model.blocks()) {
     double cost = 0;
@@ -220,13 +220,41 @@ std::vector<size_t> PipelineStage::blocks() const {
 
 // The hidden states between stages: [B, T, C] in this rank's dtype (T this rank's tokens under
 // sequence parallelism), or its token rows [n, C] under tensor parallelism's sequence parallelism.
-torch::Tensor PipelineStage::hidden_like(const MicroBatch& mb) const {
+std::vector<int64_t> PipelineStage::hidden_shape(const MicroBatch& mb) const {
   const int64_t B = mb.input_ids.size(0), T = mb.input_ids.size(1);
   const int64_t C = model_.config().hidden_size;
   const model::TensorParallel* tp = model_.tensor_parallel();
-  if (tp != nullptr && tp->sequence_parallel())
-    return torch::empty({B * T / tp->size(), C}, hidden_options_);
-  return torch::empty({B, T, C}, hidden_options_);
+  if (tp != nullptr && tp->sequence_parallel()) return {B * T / tp->size(), C};
+  return {B, T, C};
+}
+
+model::TensorParallel* PipelineStage::split_over(int64_t numel) const {
+  model::TensorParallel* tp = model_.tensor_parallel();
+  if (tp == nullptr || tp->size() == 1 || tp->sequence_parallel()) return nullptr;
+  return numel % tp->size() == 0 ? tp : nullptr;
+}
+
+torch::Tensor PipelineStage::sent_part(const torch::Tensor& whole) const {
+  const torch::Tensor sent = whole.detach().contiguous();
+  model::TensorParallel* tp = split_over(sent.numel());
+  if (tp == nullptr) return sent;
+  const int64_t n = sent.numel() / tp->size();
+  return sent.view({-1}).narrow(0, tp->rank() * n, n);
+}
+
+torch::Tensor PipelineStage::receive_buffer(const std::vector<int64_t>& shape) const {
+  const int64_t numel = c10::multiply_integers(shape);
+  model::TensorParallel* tp = split_over(numel);
+  return torch::empty(tp == nullptr ? shape : std::vector<int64_t>{numel / tp->size()},
+                      hidden_options_);
+}
+
+torch::Tensor PipelineStage::received_whole(const torch::Tensor& received,
+                                            const std::vector<int64_t>& shape) const {
+  model::TensorParallel* tp = split_over(c10::multiply_integers(shape));
+  if (tp == nullptr) return received;
+  torch::NoGradGuard no_grad;
+  return tp->gather_rows(received).view(shape);
 }
 
 model::LossSum PipelineStage::begin(int micro_batches) {
@@ -409,12 +437,13 @@ void PipelineStage::receive(const PipelineAction& a, const MicroBatch& mb,
   const int s = virtual_stage(a.chunk);
   const int last = static_cast<int>(stages_.size()) - 1;
   InFlight& f = in_flight_[static_cast<size_t>(a.chunk)][static_cast<size_t>(a.micro_batch)];
+  f.shape = hidden_shape(mb);
   if (a.forward && s > 0) {
-    f.input = hidden_like(mb);
+    f.input = receive_buffer(f.shape);
     incoming.push_back({comm::CollectiveKind::kRecv, f.input, rank_of(s - 1)});
   } else if (!a.forward && s < last) {
     // The shape of the output (which an overlapped schedule may not have computed yet).
-    f.output_grad = hidden_like(mb);
+    f.output_grad = receive_buffer(f.shape);
     incoming.push_back({comm::CollectiveKind::kRecv, f.output_grad, rank_of(s + 1)});
   }
 }
@@ -426,7 +455,10 @@ void PipelineStage::forward(const PipelineAction& a, const MicroBatch& mb,
   const auto& [first_block, end_block] = stages_.at(static_cast<size_t>(s));
   InFlight& f = in_flight_[static_cast<size_t>(a.chunk)][static_cast<size_t>(a.micro_batch)];
   torch::Tensor x = mb.input_ids;
-  if (s > 0) x = f.input.requires_grad_(true);
+  if (s > 0) {
+    f.input = received_whole(f.input, f.shape).requires_grad_(true);
+    x = f.input;
+  }
   trace::Span span("forward", "forward", {"micro_batch", a.micro_batch}, {"chunk", a.chunk});
   const int64_t B = mb.input_ids.size(0), T = mb.input_ids.size(1);
   if (mb.positions.documents) {
@@ -445,8 +477,10 @@ void PipelineStage::forward(const PipelineAction& a, const MicroBatch& mb,
     x = model_.run_block(i, x, ctx);
   }
   if (!last) {
+    outgoing_.push_back({comm::CollectiveKind::kSend, sent_part(x), rank_of(s + 1)});
+    // Its backward reads only its autograd edge (zero::run_backward): the data goes once sent.
+    if (!x.is_view()) x.set_data(torch::empty({0}, x.options()));
     f.output = x;
-    outgoing_.push_back({comm::CollectiveKind::kSend, x.detach().contiguous(), rank_of(s + 1)});
     if (options_.peaks) span.set_arg(peak_arg(*options_.peaks, StepPhase::kForward));
     return;
   }
@@ -487,15 +521,16 @@ void PipelineStage::backward(const PipelineAction& a, zero::MicroStep micro) {
       w.mutable_grad() = torch::Tensor();
     }
   } else {
+    // (A first stage with nothing to train, a frozen embedding under LoRA, has no graph.)
+    const torch::Tensor grad = received_whole(f.output_grad, f.shape);
     if (engine_ != nullptr) {
-      engine_->backward_from(f.output, f.output_grad, micro);
-    } else if (f.output.requires_grad()) {
-      // (A first stage with nothing to train, a frozen embedding under LoRA, has no graph.)
-      torch::autograd::backward({f.output}, {f.output_grad});
+      engine_->backward_from(f.output, grad, micro);
+    } else {
+      zero::run_backward(f.output, grad);
     }
   }
   if (s > 0) {
-    outgoing_.push_back({comm::CollectiveKind::kSend, f.input.grad().contiguous(), rank_of(s - 1)});
+    outgoing_.push_back({comm::CollectiveKind::kSend, sent_part(f.input.grad()), rank_of(s - 1)});
   }
   f = InFlight{};
   if (options_.peaks) span.set_arg(peak_arg(*options_.peaks, StepPhase::kBackward));

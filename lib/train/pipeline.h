@@ -72,7 +72,7 @@ StageRanges balance_stages(const std::vector<double>& costs, int parts, const st
 // projections, the head's vocabulary projection: the parameters they read), the embedding's lookup
 // none; attention's score products are left out (they grow with the sequence, alike in every
 // layer, so they move no boundary between layers).
-std::vector<double> block_costs(model::DecoderModelImpl& model);
+std::vector<double> block_costs(const model::DecoderModelImpl& model);
 
 // The stages of parallel.pipeline_split: `layers[s]` decoder layers in stage s, in order, the
 // embedding on the first and the head on the last. Error(kConfig) naming `key` unless they add up
@@ -160,8 +160,11 @@ class PipelineStage {
 
  private:
   struct InFlight {
-    torch::Tensor input;        // what the chunk received (requires grad), undefined on the first
-    torch::Tensor output;       // what it sent, or the scaled loss on the last stage
+    std::vector<int64_t> shape;  // of the hidden states between stages (hidden_shape)
+    torch::Tensor input;         // what the chunk received (requires grad), undefined on the first
+    // What it sent, its data freed once sent (backward reads its autograd edge alone), or the
+    // scaled loss on the last stage.
+    torch::Tensor output;
     torch::Tensor output_grad;  // the gradient of `output` from the next stage
   };
   // A step's or an evaluation's start (its micro-batches' slots, the zero totals) and end (the
@@ -188,7 +191,18 @@ class PipelineStage {
   void backward(const PipelineAction& a, zero::MicroStep micro);
   int virtual_stage(int chunk) const { return chunk * size_ + rank_; }
   int rank_of(int virtual_stage) const { return virtual_stage % size_; }
-  torch::Tensor hidden_like(const MicroBatch& mb) const;
+  std::vector<int64_t> hidden_shape(const MicroBatch& mb) const;
+  // Without tensor parallelism's sequence parallelism the hidden states (and their gradients) are
+  // whole on every rank of a tensor-parallel group: each rank sends its 1/T of them and the
+  // receiving group all-gathers them (Megatron-LM's scatter-gather of pipeline transfers), so the
+  // group moves them once, not T times. split_over(): that group for states of `numel` elements
+  // (null: whole transfers); sent_part(): what this rank sends of `whole`; receive_buffer(): what
+  // it receives of states of `shape`; received_whole(): the states, gathered when split.
+  model::TensorParallel* split_over(int64_t numel) const;
+  torch::Tensor sent_part(const torch::Tensor& whole) const;
+  torch::Tensor receive_buffer(const std::vector<int64_t>& shape) const;
+  torch::Tensor received_whole(const torch::Tensor& received,
+                               const std::vector<int64_t>& shape) const;
   // Tied embeddings with an engine, at the end of a step's backwards: the head's rank sends its
   // summed gradient of the matrix, the first stage adds it in its extra micro-step.
   void exchange_tied_grad(int micro_steps);

@@ -17,22 +17,67 @@ std::optional<model::Checkpointing> checkpointing_setting(const config::Config& 
 
 namespace {
 
-// The group a run's model is built for: `given`, or the shapes of one with tensor parallelism.
-std::shared_ptr<model::TensorParallel> model_group(const config::ParallelSection& p,
-                                                   std::shared_ptr<model::TensorParallel> given) {
+// The shapes of one rank of a tensor-parallel group; null without tensor parallelism.
+std::shared_ptr<model::TensorParallel> model_group(const config::ParallelSection& p) {
   if (p.tensor_parallel_size <= 1) return nullptr;
-  if (given) return given;
   return tensor_parallel_shapes(static_cast<int>(p.tensor_parallel_size),
                                 p.tensor_sequence_parallel);
+}
+
+StageRanges pipeline_stages(const config::Config& c, const model::DecoderModelImpl& model,
+                            int pipeline) {
+  const int parts = pipeline * static_cast<int>(c.parallel.pipeline_virtual_stages);
+  if (c.parallel.pipeline_split.empty()) {
+    return balance_stages(block_costs(model), parts, "parallel.pipeline_parallel_size");
+  }
+  std::vector<int64_t> layers;
+  for (const std::string& n : c.parallel.pipeline_split) layers.push_back(std::stoll(n));
+  return split_stages(layers, model, c.source_path + ": parallel.pipeline_split");
+}
+
+// On more than one rank: the layout, the pipeline's stages and what its schedule idles.
+void layout_lines(const RunPlan& plan, const config::Config& c, std::vector<PlanLine>& lines) {
+  const layout::ParallelLayout& l = plan.layout;
+  if (l.world_size() == 1) return;
+  const bool region_sp = l.size(layout::Axis::kTensor) > 1 && c.parallel.tensor_sequence_parallel;
+  lines.push_back(
+      {false, fmt::format(
+                  "parallel layout: {}{}", l.describe(),
+                  region_sp ? ", sequence parallelism between the layers' parallel regions" : "")});
+  const int p = l.size(layout::Axis::kPipeline);
+  if (p == 1) return;
+  std::string said;
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    const auto& [first, end] = plan.stages[s];
+    said += fmt::format("{}{}: blocks {}-{}", s == 0 ? "" : "; ", s, first, end - 1);
+  }
+  lines.push_back({false, fmt::format("pipeline stages (block 0 the embedding, {} the head): {}",
+                                      plan.stages.back().second - 1, said)});
+  const int m = static_cast<int>(plan.accumulation);
+  const int v = static_cast<int>(c.parallel.pipeline_virtual_stages);
+  lines.push_back(
+      {false,
+       fmt::format("pipeline parallel: {} stages of {} rank(s), {} schedule, {} micro-batches a "
+                   "step: each rank idles about {:.0f}% of a step (equal stages)",
+                   p, l.group_size(layout::kStage),
+                   v > 1 ? fmt::format("interleaved 1F1B ({} virtual stages a rank)", v)
+                         : c.parallel.pipeline_schedule,
+                   m, 100 * pipeline_bubble(p, m, v))});
+  if (c.zero.stage == 2) {
+    lines.push_back(
+        {true, fmt::format("zero stage 2 with pipeline parallelism reduce-scatters the gradients "
+                           "at each of a step's {} micro-steps; ZeRO 1 reduces them once a step "
+                           "(and keeps each stage's gradients whole on its ranks)",
+                           m * v)});
+  }
 }
 
 }  // namespace
 
 RunMemory::RunMemory(config::Config config, const model::ModelConfig& model, int world_size,
-                     bool cuda, std::shared_ptr<model::TensorParallel> tensor_parallel)
+                     bool cuda)
     : config_(std::move(config)),
-      model_(model, model::Materialize::kNo,
-             model_group(config_.parallel, std::move(tensor_parallel))),
+      model_(model, model::Materialize::kNo, model_group(config_.parallel)),
       world_size_(world_size / static_cast<int>(config_.parallel.tensor_parallel_size)),
       cuda_(cuda) {}
 
@@ -117,9 +162,10 @@ RunPlan resolve_run_plan(const config::Config& config, const model::ModelConfig&
          "run plan: an auto choice needs the memory limit, and none is given");
   }
   RunPlan plan;
-  plan.memory = std::make_shared<const RunMemory>(config, model, facts.world_size, facts.cuda,
-                                                  facts.tensor_parallel);
+  plan.layout = layout::layout_of(config.parallel, facts.world_size);
+  plan.memory = std::make_shared<const RunMemory>(config, model, facts.world_size, facts.cuda);
   const RunMemory& memory = *plan.memory;
+  plan.stages = pipeline_stages(config, *memory.model(), plan.layout.size(layout::Axis::kPipeline));
   plan.data_parallel = config.parallel.data_parallel(facts.world_size);
   const config::TrainingSection& t = config.training;
   const std::optional<model::Checkpointing> setting = checkpointing_setting(config);
@@ -209,6 +255,7 @@ std::vector<PlanLine> plan_lines(const RunPlan& plan, const config::Config& conf
   } else if (graphs == "auto" && plan.memory->cuda()) {
     lines.push_back({false, "CUDA graphs off: " + plan.graphs.why_not});
   }
+  layout_lines(plan, config, lines);
   return lines;
 }
 

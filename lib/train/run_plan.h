@@ -31,10 +31,12 @@
 #include "config/config.h"
 #include "estimate/activations.h"
 #include "estimate/model_states.h"
+#include "layout/parallel_layout.h"
 #include "model/checkpointing.h"
 #include "model/model.h"
 #include "train/graphs_choice.h"
 #include "train/micro_batch_auto.h"
+#include "train/pipeline.h"
 #include "zero/engine.h"
 
 namespace dstrain::train {
@@ -48,10 +50,9 @@ class RunMemory {
  public:
   // `cuda`: the run's device is a GPU (the fused kernels then run for float32 and bfloat16; the
   // build and DSTRAIN_CUDA_KERNELS are not consulted here). With parallel.tensor_parallel_size > 1
-  // the model is one rank's slice, built for `tensor_parallel` (the run's group; null: its shapes
-  // alone, tensor_parallel.h), and ZeRO shards it over world_size / T ranks.
-  RunMemory(config::Config config, const model::ModelConfig& model, int world_size, bool cuda,
-            std::shared_ptr<model::TensorParallel> tensor_parallel = nullptr);
+  // the model has one rank's slices' shapes (tensor_parallel_shapes), and ZeRO shards it over
+  // world_size / T ranks.
+  RunMemory(config::Config config, const model::ModelConfig& model, int world_size, bool cuda);
 
   const config::Config& config() const { return config_; }
   const model::DecoderModel& model() const { return model_; }
@@ -103,16 +104,17 @@ struct RunFacts {
   // per_device_train_batch_size: auto: the micro-batch the checkpoint resumed recorded for this
   // run's data-parallel ranks and samples per rank; 0: none.
   int64_t kept_micro_batch = 0;
-  // The run's tensor-parallel group (parallel.tensor_parallel_size > 1), which the plan's model is
-  // built for; null: the model's shapes alone.
-  std::shared_ptr<model::TensorParallel> tensor_parallel;
 };
 
 // Whether `c` on a GPU or not (`cuda`) has an auto choice that plans against the memory limit.
 bool needs_limit(const config::Config& c, bool cuda);
 
 struct RunPlan {
-  std::shared_ptr<const RunMemory> memory;         // its model is the run's, built without memory
+  layout::ParallelLayout layout;  // the ranks' mesh (layout/parallel_layout.h)
+  // Every (virtual) pipeline stage's blocks: parallel.pipeline_split, else balanced by the blocks'
+  // matrices (pipeline.h); one stage without pipeline parallelism.
+  StageRanges stages;
+  std::shared_ptr<const RunMemory> memory;         // one rank's model, built without memory
   int64_t micro_batch = 1;                         // per rank and micro-step
   int64_t accumulation = 1;                        // micro-steps per step
   bool micro_batch_kept = false;                   // auto, kept from the checkpoint resumed
@@ -137,8 +139,9 @@ RunPlan resolve_run_plan(const config::Config& config, const model::ModelConfig&
 // out of memory): accumulation and the auto plan's predicted peak follow.
 void replan_micro_batch(RunPlan& plan, int64_t micro);
 
-// What the plan chose, one line each (warning: nothing is predicted to fit, or `on` has no
-// effect), in order: the micro-batch (auto), checkpointing (auto), CUDA graphs.
+// What the plan chose, one line each (warning: nothing is predicted to fit, `on` has no effect,
+// or a setting that costs more than it needs to), in order: the micro-batch (auto), checkpointing
+// (auto), CUDA graphs, and on more than one rank the layout, the pipeline's stages and schedule.
 struct PlanLine {
   bool warning = false;
   std::string text;

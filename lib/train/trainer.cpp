@@ -84,7 +84,8 @@ Trainer::Trainer(config::Config config, std::string resume_from, World world,
       world_(world.size),
       device_(world.device),
       comm_(std::move(world.comm)),
-      lifetime_(lifetime) {}
+      lifetime_(lifetime),
+      loss_normalization_(loss_normalization_from_word(cfg_.training.loss_normalization)) {}
 
 Trainer::~Trainer() = default;
 
@@ -93,121 +94,56 @@ void Trainer::init() {
   if (cfg_.logging.trace) trace::start();
   phase_peaks_ = std::make_unique<PhasePeaks>(allocator_peak_source(device_));
   const int threads = set_intra_op_threads();
-  groups_ = std::make_unique<ParallelGroups>(*comm_, layout::layout_of(cfg_.parallel, world_));
-  const int sp_size = size(Axis::kSequence), tp_size = size(Axis::kTensor);
   // LibTorch's default generator is otherwise seeded at random; training's draws (dropout) are
   // keyed by micro-batch and block (train_step).
   torch::manual_seed(cfg_.training.seed);
-  SequenceParallel::check_length(cfg_.data.max_length, sp_size);
-  check_tensor_parallel_length(cfg_.data.max_length, sp_size, tp_size,
-                               cfg_.parallel.tensor_sequence_parallel);
-  tp_ = std::make_shared<TensorParallelGroup>(groups_->tensor(), groups_->slice_replicas(),
-                                              cfg_.parallel.tensor_sequence_parallel);
-  sp_ = std::make_unique<SequenceParallel>(groups_->sequence());
-
   resolve_model();
   build_data();
   plan_run();
-  // The model holds no memory: the engine fills it (at stage 3 only its shard) from the initial
-  // values, ranges of the safetensors files or the seeded initialisation alike.
-  model_ = plan_.memory->model();
-  ParallelPlan plan = parallel_plan(cfg_, device_);
-  plan.checkpointing = plan_.checkpointing;
-  plan.tiled_mlp = plan_.tiled_mlp;
-  plan.engine = plan_.engine;
   // Each fused GPU path against its eager ops on this card, before anything trains with it.
-  check_fused_kernels_for_run(
-      *comm_, model_config_,
-      cfg_.training.per_device_train_batch_size * cfg_.data.max_length / std::max(1, sp_size),
-      cfg_.data.max_length / std::max(1, sp_size), plan.engine.compute_dtype, device_);
-  prepare_cuda_graphs(plan);
-  // The whole model's values, of which each rank reads its slice by the parameters' placements.
+  const int64_t tokens = cfg_.data.max_length / size(Axis::kSequence);
+  check_fused_kernels_for_run(*comm_, model_config_,
+                              cfg_.training.per_device_train_batch_size * tokens, tokens,
+                              plan_.engine.compute_dtype, device_);
+  ParallelPlan plan = parallel_plan(cfg_, plan_, device_);
+  plan.stage.peaks = phase_peaks_.get();
+  if (plan_.graphs.on) plan.graph_recorder = model::cuda_graph_recorder(device_);
+  // The whole model's values (a model built without memory names them), of which parallelize()
+  // reads each rank's slice.
   model::DecoderModel whole(model_config_, model::Materialize::kNo);
-  const model::ValueSource values = initial_values(*whole);
-  plan.initial_values = slice_source(values, *model_, *tp_);
+  plan.initial_values = initial_values(*whole);
   if (cfg_.lora.enabled) {
     plan.lora = lora_plan(cfg_);
-    base_checksum_ = base_checksum(values, *whole);
+    base_checksum_ = base_checksum(plan.initial_values, *whole);
   }
-  plan.engine.tensor_parallel = groups_->tensor();
-  // The engine holds this rank's stages' blocks (every block without pipeline parallelism).
-  StageRanges stages = pipeline_stages();
-  plan.blocks = rank_blocks(stages, size(Axis::kPipeline), groups_->coordinate(Axis::kPipeline));
-  plan.engine.pipeline = groups_->pipeline();
-  // ZeRO shards over the ranks that hold this rank's slice (all of them without tensor
-  // parallelism) of its stage (the whole model without pipeline parallelism).
-  parallel_ = parallelize(model_, {groups_->slice_replicas(), device_, *sp_}, std::move(plan));
-  StageOptions stage = stage_options(cfg_);
-  stage.engine = parallel_.engine.get();
-  stage.peaks = phase_peaks_.get();
-  pipeline_ =
-      std::make_unique<PipelineStage>(*model_, groups_->pipeline(), std::move(stages), stage);
+  parallel_ = parallelize(*comm_, plan_.layout, device_, model_config_, std::move(plan));
   if (parallel_.lora) log_lora();
-  model_->train();
-  if (cfg_.model.fused_loss_chunk_mb > 0)
-    model_->set_loss_chunk_bytes(cfg_.model.fused_loss_chunk_mb << 20);
   confirm_micro_batch();
   // What the plan chose, said once (rank 0), and at the head of config.yaml below.
-  const std::vector<PlanLine> plan_said = plan_lines(plan_, cfg_);
-  for (const PlanLine& line : plan_said) {
-    if (rank_ != 0) continue;
-    if (line.warning) {
-      log::warn("{}", line.text);
-    } else {
-      log::info("{}", line.text);
-    }
+  std::vector<std::string> plan_said;
+  for (const PlanLine& line : plan_lines(plan_, cfg_)) {
+    if (rank_ == 0) log::write(line.warning ? log::Level::kWarn : log::Level::kInfo, line.text);
+    plan_said.push_back(line.text);
   }
   build_loader();
-
   total_steps_ = cfg_.training.max_steps > 0 ? cfg_.training.max_steps
                                              : cfg_.training.epochs * loader_->steps_per_epoch();
   schedule_ = optim::make_lr_schedule(schedule_options(cfg_, total_steps_),
                                       cfg_.training.optimizer.lr, total_steps_);
   tokens_per_step_ = loader_->global_batch() * cfg_.data.max_length;
-  loss_normalization_ = loss_normalization_from_word(cfg_.training.loss_normalization);
-  flops_per_token_ = model_config_.training_flops_per_token(cfg_.data.max_length);
-
   create_checkpointer();
   if (!resume_from_.empty()) restore(resume_from_);
   // A tied embedding's copy on the head's stage, from the first stage's engine.
-  pipeline_->sync_tied();
-
-  if (rank_ == 0) create_metrics();
+  parallel_.stage->sync_tied();
   if (rank_ == 0) {
-    std::vector<std::string> comments;
-    for (const PlanLine& line : plan_said) comments.push_back(line.text);
-    write_run_config(cfg_, comments);
+    create_metrics();
+    write_run_config(cfg_, plan_said);
   }
   log::info(
       "model {}: {:.2f}M parameters, {} layers; {} steps of {} tokens; zero stage {}; {} CPU "
       "thread(s) per rank",
       cfg_.model.name_or_path, model_config_.num_parameters(true) / 1e6,
       model_config_.num_hidden_layers, total_steps_, tokens_per_step_, cfg_.zero.stage, threads);
-  // The groups themselves: `dstrain launch --dry-run`.
-  if (world_ > 1 && rank_ == 0) {
-    log::info("parallel layout: {}{}", groups_->layout().describe(),
-              tp_->sequence_parallel() ? ", sequence parallelism between the layers' parallel "
-                                         "regions"
-                                       : "");
-  }
-  if (size(Axis::kPipeline) > 1 && rank_ == 0) {
-    const int m = static_cast<int>(cfg_.training.gradient_accumulation_steps);
-    const int v = pipeline_->chunks();
-    log::info(
-        "pipeline parallel: {} stages of {} rank(s), {} schedule, {} micro-batches a step: each "
-        "rank idles about {:.0f}% of a step (equal stages)",
-        size(Axis::kPipeline), groups_->layout().group_size(layout::kStage),
-        v > 1 ? fmt::format("interleaved 1F1B ({} virtual stages a rank)", v)
-              : cfg_.parallel.pipeline_schedule,
-        m, 100 * pipeline_bubble(size(Axis::kPipeline), m, v));
-    if (cfg_.zero.stage == 2) {
-      log::warn(
-          "zero stage 2 with pipeline parallelism reduce-scatters the gradients at each of a "
-          "step's {} micro-steps; ZeRO 1 reduces them once a step (and keeps each stage's "
-          "gradients whole on its ranks)",
-          m * v);
-    }
-  }
   if (parallel_.engine->can_update_during_backward()) {
     log::info("no gradient clipping: each bucket/unit is updated during backward, once reduced");
   }
@@ -220,20 +156,10 @@ void Trainer::plan_run() {
   facts.cuda = device_.is_cuda();
   if (needs_limit(cfg_, facts.cuda)) facts.limit = planning_limit(*comm_, device_);
   if (cfg_.training.micro_batch_auto) facts.kept_micro_batch = recorded_micro_batch();
-  if (tp_->size() > 1) facts.tensor_parallel = tp_;
   plan_ = resolve_run_plan(cfg_, model_config_, facts);
   if (cfg_.training.micro_batch_auto) {
     apply_micro_batch(cfg_.training, plan_.micro_batch, plan_.data_parallel);
   }
-}
-
-void Trainer::prepare_cuda_graphs(ParallelPlan& plan) {
-  if (!plan_.graphs.on) return;
-  // Before the engine exists (its gradient accumulators take the stream current then).
-  training_stream_ = std::make_unique<model::TrainingStream>(device_);
-  plan.graph_recorder = model::cuda_graph_recorder(device_);
-  plan.graph_pool_budget = plan_.graph_pool_budget;
-  plan.graph_min_speedup = plan_.graphs.min_speedup;
 }
 
 void Trainer::log_graphs_once() {
@@ -252,8 +178,8 @@ void Trainer::log_graphs_once() {
 }
 
 void Trainer::agree_graph_fallbacks_voted() {
-  agree_graph_fallbacks(*comm_, *parallel_.graphs, voted_fallbacks_, model_->blocks().size(),
-                        device_);
+  agree_graph_fallbacks(*comm_, *parallel_.graphs, voted_fallbacks_,
+                        parallel_.model->blocks().size(), device_);
   voted_fallbacks_.clear();
 }
 
@@ -311,11 +237,16 @@ void Trainer::resolve_model() {
             .string();
   }
   model_config_ = model::load_model_config(model_dir_);
-  model::check_tensor_parallel(model_config_, tp_->size(), cfg_.model.name_or_path,
+  // The layout against the model and the sequence: sequence parallelism splits the heads of one
+  // tensor-parallel slice, and each tensor-parallel rank's token rows of its part of a sequence.
+  const int64_t tp = cfg_.parallel.tensor_parallel_size, sp = cfg_.parallel.sequence_parallel_size;
+  model::check_tensor_parallel(model_config_, tp, cfg_.model.name_or_path,
                                "parallel.tensor_parallel_size");
-  // Sequence parallelism splits the heads of one tensor-parallel slice.
-  SequenceParallel::check_model(model::tensor_parallel_config(model_config_, 0, tp_->size()),
-                                sp_->size(), cfg_.model.name_or_path);
+  SequenceParallel::check_model(model::tensor_parallel_config(model_config_, 0, tp),
+                                static_cast<int>(sp), cfg_.model.name_or_path);
+  SequenceParallel::check_length(cfg_.data.max_length, static_cast<int>(sp));
+  check_tensor_parallel_length(cfg_.data.max_length, static_cast<int>(sp), static_cast<int>(tp),
+                               cfg_.parallel.tensor_sequence_parallel);
   const std::string tok = cfg_.model.tokenizer.empty() ? model_dir_ : cfg_.model.tokenizer;
   tokenizer_ = tokenizer::load_tokenizer(tok);
   if (tokenizer_->vocab_size() > model_config_.vocab_size) {
@@ -341,7 +272,7 @@ void Trainer::build_data() {
 void Trainer::build_loader() {
   // The ranks of a sequence-parallel group read the same samples.
   data::LoaderOptions options =
-      loader_options(cfg_, size(Axis::kData), groups_->coordinate(Axis::kData));
+      loader_options(cfg_, size(Axis::kData), plan_.layout.coordinate(Axis::kData, rank_));
   options.pin_memory = device_.is_cuda();  // page-locked batches copy to the GPU asynchronously
   loader_ = std::make_unique<data::Loader>(datasets_.train, options);
 }
@@ -366,9 +297,10 @@ std::shared_ptr<const model::Documents> packed_documents(const data::Batch& b) {
 }  // namespace
 
 PipelineStage::MicroBatch Trainer::stage_batch(const data::Batch& whole) const {
-  model::Positions positions = sp_->positions(whole.input_ids.size(1));
+  const SequenceParallel& sp = *parallel_.sequence_parallel;
+  model::Positions positions = sp.positions(whole.input_ids.size(1));
   positions.documents = packed_documents(whole);
-  const data::Batch b = sp_->slice(whole);
+  const data::Batch b = sp.slice(whole);
   return {b.input_ids, b.labels, positions};
 }
 
@@ -406,8 +338,7 @@ torch::Tensor Trainer::train_step(double* fwd_bwd_s, double* data_s) {
   if (device_.is_cuda()) host = host.pin_memory();
   torch::Tensor step_counts = host.to(device_, /*non_blocking=*/true);
   comm_->all_reduce(step_counts, comm::ReduceOp::kSum)->wait();
-  step_counts =
-      step_counts / static_cast<double>(groups_->layout().group_size(layout::kSameSamples));
+  step_counts = step_counts / static_cast<double>(plan_.layout.group_size(layout::kSameSamples));
   interval_tokens_ =
       interval_tokens_.defined() ? interval_tokens_ + step_counts[1] : step_counts[1].clone();
   Stopwatch f;
@@ -415,15 +346,16 @@ torch::Tensor Trainer::train_step(double* fwd_bwd_s, double* data_s) {
   // group's whole sequences.
   const torch::Tensor scale =
       micro_step_scale(loss_normalization_, step_counts[0], static_cast<int64_t>(batches.size()),
-                       pipeline_->chunks(), size(Axis::kData));
+                       parallel_.stage->chunks(), size(Axis::kData));
   const PipelineStage::MicroStepLoss loss = [&](const model::LossSum& head) {
-    return micro_step_loss(sp_->reduce_loss(head), loss_normalization_, scale);
+    return micro_step_loss(parallel_.sequence_parallel->reduce_loss(head), loss_normalization_,
+                           scale);
   };
   // Each micro-batch's draws keyed by the seed, the step, its index and the tokens: the ranks that
   // compute parts of the same tokens (a pipeline's stages, a tensor-parallel group) draw what one
   // rank draws (lora_model.h); other samples, and a sequence-parallel rank's other tokens, draw
   // otherwise.
-  const int tokens = groups_->layout().group_index(Axis::kPipeline | Axis::kTensor, rank_);
+  const int tokens = plan_.layout.group_index(Axis::kPipeline | Axis::kTensor, rank_);
   std::vector<PipelineStage::MicroBatch> micro_batches;
   for (data::Batch& b : batches) {
     PipelineStage::MicroBatch mb = stage_batch(b);
@@ -433,31 +365,9 @@ torch::Tensor Trainer::train_step(double* fwd_bwd_s, double* data_s) {
     b = data::Batch();
   }
   const trace::Span span("pipeline", "schedule");
-  pipeline_->run(micro_batches, loss, "training.gradient_accumulation_steps");
+  parallel_.stage->run(micro_batches, loss, "training.gradient_accumulation_steps");
   *fwd_bwd_s += f.seconds();
-  return pipeline_->step_loss().clone();
-}
-
-StageRanges Trainer::pipeline_stages() {
-  const int parts = size(Axis::kPipeline) * static_cast<int>(cfg_.parallel.pipeline_virtual_stages);
-  StageRanges stages;
-  if (cfg_.parallel.pipeline_split.empty()) {
-    stages = balance_stages(block_costs(*model_), parts, "parallel.pipeline_parallel_size");
-  } else {
-    std::vector<int64_t> layers;
-    for (const std::string& n : cfg_.parallel.pipeline_split) layers.push_back(std::stoll(n));
-    stages = split_stages(layers, *model_, cfg_.source_path + ": parallel.pipeline_split");
-  }
-  if (rank_ == 0 && stages.size() > 1) {
-    std::string said;
-    for (size_t s = 0; s < stages.size(); ++s) {
-      const auto& [first, end] = stages[s];
-      said += fmt::format("{}{}: blocks {}-{}", s == 0 ? "" : "; ", s, first, end - 1);
-    }
-    log::info("pipeline stages (block 0 the embedding, {} the head): {}",
-              model_->blocks().size() - 1, said);
-  }
-  return stages;
+  return parallel_.stage->step_loss().clone();
 }
 
 double Trainer::mean_loss_over_ranks(const torch::Tensor& local_loss) {
@@ -465,7 +375,7 @@ double Trainer::mean_loss_over_ranks(const torch::Tensor& local_loss) {
   comm::synchronize(*comm_->all_reduce(sum, comm::ReduceOp::kSum));
   // Every rank of a pipeline's last stage holds a value; the other stages' are zero.
   const double loss =
-      sum.item<double>() / static_cast<double>(groups_->layout().group_size(layout::kStage));
+      sum.item<double>() / static_cast<double>(plan_.layout.group_size(layout::kStage));
   if (!std::isfinite(loss)) {
     fail(ErrorKind::kRuntime, "training diverged: loss is {} at step {}", loss, step_);
   }
@@ -477,12 +387,12 @@ EvalResult Trainer::evaluate() {
   EvalResult r;
   if (!datasets_.eval) return r;
   torch::NoGradGuard no_grad;
-  model_->eval();
+  parallel_.model->eval();
   const int64_t micro = cfg_.training.per_device_eval_batch_size > 0
                             ? cfg_.training.per_device_eval_batch_size
                             : cfg_.training.per_device_train_batch_size;
-  data::EvalLoader eval(datasets_.eval, micro, size(Axis::kData), groups_->coordinate(Axis::kData),
-                        device_.is_cuda());
+  data::EvalLoader eval(datasets_.eval, micro, size(Axis::kData),
+                        plan_.layout.coordinate(Axis::kData, rank_), device_.is_cuda());
   int64_t batches = eval.num_batches();
   if (cfg_.training.eval_max_batches > 0) {
     batches = std::min(batches, cfg_.training.eval_max_batches);
@@ -500,12 +410,12 @@ EvalResult Trainer::evaluate() {
     if (!next) break;
     in_pipeline.push_back(stage_batch(on_device(std::move(*next))));
     if (static_cast<int>(in_pipeline.size()) == size(Axis::kPipeline)) {
-      add(pipeline_->evaluate(in_pipeline));
+      add(parallel_.stage->evaluate(in_pipeline));
       in_pipeline.clear();
     }
   }
-  if (!in_pipeline.empty()) add(pipeline_->evaluate(in_pipeline));
-  model_->train();
+  if (!in_pipeline.empty()) add(parallel_.stage->evaluate(in_pipeline));
+  parallel_.model->train();
   all_reduce(acc);
   // The ranks of a tensor-parallel group scored the same tokens.
   for (double& v : acc) v /= size(Axis::kTensor);
@@ -554,7 +464,8 @@ void Trainer::log_step(double loss, const zero::StepResult& r, double lr, double
           1.0 - real_tokens / (static_cast<double>(tokens_per_step_) *
                                static_cast<double>(std::max<int64_t>(1, interval_steps))));
   const double peak = metrics::peak_flops_from_env(0.0);
-  if (peak > 0) rec.add("mfu", metrics::mfu(flops_per_token_, tps, peak));
+  const double flops_per_token = model_config_.training_flops_per_token(cfg_.data.max_length);
+  if (peak > 0) rec.add("mfu", metrics::mfu(flops_per_token, tps, peak));
   rec.add("step_time_s", per_step);
   rec.add("time/data_s", data_s);
   rec.add("time/fwd_bwd_s", fwd_bwd_s);
@@ -622,7 +533,7 @@ RunSummary Trainer::run_steps() {
     Stopwatch o;
     trace::Span optimizer_span("optimizer", "optimizer");
     const zero::StepResult r = parallel_.engine->step(lr);
-    pipeline_->sync_tied();
+    parallel_.stage->sync_tied();
     optimizer_span.set_arg(peak_arg(*phase_peaks_, StepPhase::kOptimizer));
     optimizer_span.end();
     opt_t += o.seconds();

@@ -86,8 +86,6 @@ class Trainer {
   // Collective: the run plan (run_plan.h) against this rank's world and device, the micro-batch
   // it chose applied to cfg_.
   void plan_run();
-  // CUDA graphs on in the plan: the training stream and plan.graph_recorder (before the engine).
-  void prepare_cuda_graphs(ParallelPlan& plan);
   // Rank 0, after the first step: what the graphs recorded and replayed.
   void log_graphs_once();
   // A collective, after a step whose stop vote counted a fallback of the graphs on some rank:
@@ -118,11 +116,8 @@ class Trainer {
   // One optimizer step's micro-batches through this rank's stages. Returns this rank's value of
   // the step's loss (zero but on the last stage), whose mean over a stage's ranks is the step's.
   torch::Tensor train_step(double* fwd_bwd_s, double* data_s);
-  // The pipeline's stages (parallel.pipeline_split, else balanced; one without pipeline
-  // parallelism); said once by rank 0.
-  StageRanges pipeline_stages();
   // The layout's size of `axis` (layout/parallel_layout.h).
-  int size(layout::Axis axis) const { return groups_->size(axis); }
+  int size(layout::Axis axis) const { return plan_.layout.size(axis); }
   // Collective: the mean over ranks of each rank's `local_loss` (a host read); Error(kRuntime) when
   // it is not finite (training diverged).
   double mean_loss_over_ranks(const torch::Tensor& local_loss);
@@ -160,24 +155,16 @@ class Trainer {
   int world_ = 1;
   torch::Device device_{torch::kCPU};  // cuda:LOCAL_RANK or the CPU (device.h)
   std::unique_ptr<comm::Communicator> comm_;
-  // The layout's groups, cut from comm_ (parallel_groups.h).
-  std::unique_ptr<ParallelGroups> groups_;
-  // The groups outlive the model that uses them (the model shares the tensor-parallel group).
-  std::shared_ptr<TensorParallelGroup> tp_;
-  std::unique_ptr<SequenceParallel> sp_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::string model_dir_;
   model::ModelConfig model_config_;
-  RunPlan plan_;                        // what the run decided before building anything
-  model::DecoderModel model_{nullptr};  // the plan's
+  RunPlan plan_;  // what the run decided before building anything, its layout included
   data::Datasets datasets_;
   std::unique_ptr<data::Loader> loader_;
-  // With CUDA graphs, the one stream the rank trains on (this thread's current from before the
-  // engine is built); null without. Outlives the engine.
-  std::unique_ptr<model::TrainingStream> training_stream_;
-  Parallelized parallel_;  // the model's adapters (LoRA), CUDA graphs and ZeRO engine
-  std::unique_ptr<PipelineStage> pipeline_;  // this rank's stages: every step and evaluation
-  std::string base_checksum_;                // LoRA: lora::base_checksum of the fp32 base weights
+  // The layout's groups, the model, its adapters (LoRA), CUDA graphs, ZeRO engine and pipeline
+  // stage (parallelize.h), the whole world's collectives over comm_.
+  Parallelized parallel_;
+  std::string base_checksum_;  // LoRA: lora::base_checksum of the fp32 base weights
   bool graphs_logged_ = false;
   std::vector<model::LayerFallback> voted_fallbacks_;  // this rank's, in the pending stop vote
   std::unique_ptr<optim::LrSchedule> schedule_;
@@ -202,7 +189,6 @@ class Trainer {
   int64_t tokens_per_step_ = 0;
   LossNormalization loss_normalization_ = LossNormalization::kTokens;
   torch::Tensor interval_tokens_;  // document tokens since the last log step, over every rank
-  double flops_per_token_ = 0;
   double last_loss_ = 0;
   double last_eval_loss_ = -1;
   std::string last_checkpoint_;

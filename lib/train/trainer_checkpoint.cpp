@@ -58,8 +58,8 @@ void Trainer::create_checkpointer() {
   progress_state_ =
       std::make_unique<ProgressState>(step_, tokens_seen_, last_loss_, micro_batch_record());
   // The engine's pieces in the whole model's coordinates, by each parameter's placement.
-  engine_state_ = std::make_unique<WholeCoordinateState>(*parallel_.engine, *model_,
-                                                         parallel_.lora.get(), *tp_);
+  engine_state_ = std::make_unique<WholeCoordinateState>(
+      *parallel_.engine, *parallel_.model, parallel_.lora.get(), *parallel_.tensor_parallel);
   checkpointer_->add("engine", engine_state_.get());
   checkpointer_->add("loss_scaler", &parallel_.engine->loss_scaler());
   checkpointer_->add("loader", loader_.get());

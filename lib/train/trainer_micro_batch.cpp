@@ -49,14 +49,15 @@ bool Trainer::trial_step_fits(int64_t micro) {
   b.input_ids = torch::zeros({micro, cfg_.data.max_length}, torch::kInt64);
   b.labels = torch::zeros({micro, cfg_.data.max_length}, torch::kInt64);
   b = on_device(std::move(b));
-  const bool alone = cfg_.zero.stage <= 1 && sp_->size() == 1;
+  const bool alone = cfg_.zero.stage <= 1 && size(layout::Axis::kSequence) == 1;
   // Whether micro-step `index` of 2 ran without running out of memory.
   auto micro_step = [&](int64_t index, bool may_fail) {
     try {
       const PipelineStage::MicroBatch mb = stage_batch(b);
       const torch::Tensor loss =
-          sp_->reduce_loss(
-                 model_->loss_sum(mb.input_ids, mb.labels, cfg_.model.fused_loss, mb.positions))
+          parallel_.sequence_parallel
+              ->reduce_loss(parallel_.model->loss_sum(mb.input_ids, mb.labels,
+                                                      cfg_.model.fused_loss, mb.positions))
               .mean();
       parallel_.engine->backward(loss, {index, 2});
       return true;
@@ -67,7 +68,7 @@ bool Trainer::trial_step_fits(int64_t micro) {
            "of memory in its {} micro-step at ZeRO stage {}{}; set per_device_train_batch_size to "
            "a number below {}",
            micro, index == 0 ? "first" : "last (gradient reduction)", cfg_.zero.stage,
-           sp_->size() > 1 ? " with sequence parallelism" : "", micro);
+           size(layout::Axis::kSequence) > 1 ? " with sequence parallelism" : "", micro);
     }
   };
   // A trial's shape is recorded by no graph: its layers run eagerly, beside a block the size the

@@ -3,6 +3,8 @@
 
 #include <map>
 
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -86,9 +88,16 @@ void Engine::run_autograd(const torch::Tensor& root, const torch::Tensor& root_g
                           double loss_scale) {
   if (!root_grad.defined()) {
     (root * loss_scale).backward();
-  } else if (root.requires_grad()) {
-    torch::autograd::backward({root}, {root_grad});
+  } else {
+    run_backward(root, root_grad);
   }
+}
+
+void run_backward(const torch::Tensor& root, const torch::Tensor& grad) {
+  if (!root.requires_grad()) return;
+  torch::autograd::Engine::get_default_engine().execute(
+      {torch::autograd::impl::gradient_edge(root)}, {grad}, /*keep_graph=*/false,
+      /*create_graph=*/false, /*accumulate_grad=*/true);
 }
 
 StepResult Engine::step(double lr) {

@@ -178,6 +178,11 @@ struct StatePiece {
 using StateSource =
     std::function<torch::Tensor(const std::string& kind, const std::string& param, Range elements)>;
 
+// Autograd from `root` with its gradient `grad`, through root's gradient edge: root's data is never
+// read (grad is checked against the shape autograd recorded), so a pipeline stage may free what it
+// sent on (Megatron-LM's deallocate_output_tensor). A root that needs no gradient runs nothing.
+void run_backward(const torch::Tensor& root, const torch::Tensor& grad);
+
 class Engine : public ckpt::Stateful {
  public:
   ~Engine() override = default;
@@ -197,7 +202,7 @@ class Engine : public ckpt::Stateful {
   // `output`, what the stage sent on, with `output_grad`, its gradient from the next stage, which
   // the last stage's backward() scaled already (nothing is scaled here). An output that needs no
   // gradient (a stage with nothing to train) runs no autograd, only the micro-step's
-  // communication.
+  // communication. Only `output`'s autograd edge is read (run_backward), not its data.
   void backward_from(const torch::Tensor& output, const torch::Tensor& output_grad,
                      MicroStep micro = {});
   // After the backward() of the last micro-step (else Error(kInternal)): completes communication,

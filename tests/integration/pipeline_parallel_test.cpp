@@ -109,6 +109,17 @@ INSTANTIATE_TEST_SUITE_P(
              nullptr},
         Case{"P2SplitByHandUntied", 2, 2, 1, 0, 4, {}, {"parallel.pipeline_split=[1,3]"}, kUntied},
         Case{"P2T2", 4, 2, 2, 1, 4, {}, {}, nullptr},
+        // Whole hidden states between the regions: each tensor-parallel rank sends its half of
+        // them, and the next stage's group all-gathers them.
+        Case{"P2T2NoRegionSequenceParallel",
+             4,
+             2,
+             2,
+             1,
+             4,
+             {},
+             {"parallel.tensor_sequence_parallel=false"},
+             nullptr},
         // Every axis at once: P 2 x T 2 x DP 2 on 8 processes; interleaving with tensor
         // parallelism.
         Case{"P2T2Dp2", 8, 2, 2, 1, 4, {}, {}, nullptr},

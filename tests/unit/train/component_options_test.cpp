@@ -52,21 +52,27 @@ TEST(ComponentOptions, LoaderOptionsTakeTheBatchShapeAndThisRank) {
   EXPECT_TRUE(o.drop_last);
 }
 
-// model.gradient_checkpointing's word → the plan's setting (auto: none until the run plan chose).
-TEST(ComponentOptions, ParallelPlanTakesTheCheckpointingSetting) {
-  struct Want {
-    const char* word;
-    model::Checkpointing setting;
-  };
-  for (const Want w :
-       {Want{"false", model::Checkpointing::kNone}, Want{"true", model::Checkpointing::kPlain},
-        Want{"offload", model::Checkpointing::kOffload},
-        Want{"Selective", model::Checkpointing::kSelective},
-        Want{"auto", model::Checkpointing::kNone}}) {
-    const ParallelPlan plan = parallel_plan(
-        load(std::string("training:\n  gradient_checkpointing: ") + w.word + "\n"), torch::kCPU);
-    EXPECT_EQ(plan.checkpointing, w.setting) << w.word;
-  }
+// The run plan's choices, the pipeline's schedule and the head's loss from the config.
+TEST(ComponentOptions, ParallelPlanTakesTheRunPlansChoices) {
+  RunPlan run;
+  run.checkpointing = model::Checkpointing::kSelective;
+  run.tiled_mlp = 64;
+  run.stages = {{0, 2}, {2, 6}};
+  run.graph_pool_budget = 1234;
+  run.engine.stage = 2;
+  const config::Config c = load(
+      "model:\n  fused_loss: false\n  fused_loss_chunk_mb: 3\n"
+      "parallel:\n  pipeline_schedule: gpipe\n");
+  const ParallelPlan plan = parallel_plan(c, run, torch::kCPU);
+  EXPECT_EQ(plan.checkpointing, model::Checkpointing::kSelective);
+  EXPECT_EQ(plan.tiled_mlp, 64);
+  EXPECT_EQ(plan.stages, run.stages);
+  EXPECT_EQ(plan.graph_pool_budget, 1234);
+  EXPECT_EQ(plan.engine.stage, 2);
+  EXPECT_EQ(plan.loss_chunk_bytes, 3 << 20);
+  EXPECT_EQ(plan.stage.schedule, PipelineSchedule::kGpipe);
+  EXPECT_FALSE(plan.stage.fused_loss);
+  EXPECT_TRUE(plan.optimizer);
 }
 
 TEST(ComponentOptions, ComputeDtypeFollowsBf16AndFp16) {

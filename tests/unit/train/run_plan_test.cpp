@@ -214,14 +214,41 @@ TEST(RunPlan, IsAPureFunctionOfConfigModelAndFacts) {
   const RunPlan tight = resolve_run_plan(c, tiny_model(), facts);
   EXPECT_EQ(tight.checkpointing, Checkpointing::kSelective);
   EXPECT_FALSE(tight.graphs.on);
-  EXPECT_THAT(plan_lines(tight, c).back().text, HasSubstr("CUDA graphs off: selective"));
+  const std::vector<PlanLine> said = plan_lines(tight, c);
+  ASSERT_EQ(said.size(), 3u);
+  EXPECT_THAT(said[1].text, HasSubstr("CUDA graphs off: selective"));
+  EXPECT_EQ(said[2].text, "parallel layout: pipeline 1 x data 2 x sequence 1 x tensor 1 (2 ranks)");
   facts.limit = 0;
   EXPECT_THROW(resolve_run_plan(c, tiny_model(), facts), Error);
   c.model.gradient_checkpointing = "true";
   c.training.cuda_graphs = "off";
   const RunPlan fixed = resolve_run_plan(c, tiny_model(), facts);
   EXPECT_EQ(fixed.checkpointing, Checkpointing::kPlain);
-  EXPECT_TRUE(plan_lines(fixed, c).empty());
+  ASSERT_EQ(plan_lines(fixed, c).size(), 1u) << "the layout alone";
+  EXPECT_THAT(plan_lines(fixed, c)[0].text, HasSubstr("parallel layout"));
+  facts.world_size = 1;
+  EXPECT_TRUE(plan_lines(resolve_run_plan(c, tiny_model(), facts), c).empty());
+}
+
+// A pipeline's stages are the plan's, said with its schedule's idle share; ZeRO 2 warned about.
+TEST(RunPlan, PipelineStagesAndScheduleAreSaid) {
+  config::Config c = tiny_run();
+  c.model.gradient_checkpointing = "false";
+  c.parallel.pipeline_parallel_size = 2;
+  c.training.gradient_accumulation_steps = 4;
+  c.zero.stage = 2;
+  RunFacts facts;
+  facts.world_size = 2;
+  const RunPlan plan = resolve_run_plan(c, tiny_model(), facts);
+  ASSERT_EQ(plan.stages.size(), 2u);
+  EXPECT_EQ(plan.stages.front().first, 0u);
+  EXPECT_EQ(plan.stages.back().second, plan.memory->model()->blocks().size());
+  const std::vector<PlanLine> said = plan_lines(plan, c);
+  ASSERT_EQ(said.size(), 4u);
+  EXPECT_THAT(said[1].text, HasSubstr("pipeline stages (block 0 the embedding"));
+  EXPECT_THAT(said[2].text, HasSubstr("idles about 20% of a step"));
+  EXPECT_TRUE(said[3].warning);
+  EXPECT_THAT(said[3].text, HasSubstr("zero stage 2 with pipeline parallelism"));
 }
 
 // The CPU ranks of a host share its memory: each plans with its LOCAL_WORLD_SIZE-th part.

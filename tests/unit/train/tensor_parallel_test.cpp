@@ -5,7 +5,8 @@
 // embeddings, a padding id, Llama with YaRN's RoPE scaling): the fused loss, the logits, the
 // unfused loss over them and every parameter's gradient equal one process running the whole model;
 // the initial values of a slice are the whole model's (slice_source); LoRA adapters are slices of
-// the whole model's with their gradients; a model that does not divide is refused naming the count.
+// the whole model's with their gradients; a pipeline of tensor-parallel stages sends each rank's
+// part of the hidden states; a model that does not divide is refused naming the count.
 
 #include "train/tensor_parallel.h"
 
@@ -29,6 +30,7 @@
 #include "tests/common/thread_communicator.h"
 #include "tests/unit/model/counting_allocator.h"
 #include "train/parallel_groups.h"
+#include "train/pipeline.h"
 
 namespace dstrain::train {
 namespace {
@@ -462,6 +464,69 @@ TEST(TensorParallelMemory, PeakOfForwardAndBackwardMatchesTheMemoryModelPerRank)
                 << fmt::format("{:+.1f}%", 100.0 * (want - got.peak) / got.peak) << ")\n";
       EXPECT_NEAR(got.peak, want, 0.06 * want) << what;
     }
+  }
+}
+
+// A pipeline of 2 stages, each a tensor-parallel group of 2 (4 ranks): each rank sends the next
+// stage (and the gradient back) its half of the hidden states, with the region's sequence
+// parallelism (its token rows) and without it (its half of the whole states, all-gathered by the
+// receiving group), and the step's loss and every gradient are the whole model's.
+TEST(TensorParallelPipeline, EachRankSendsItsPartOfTheHiddenStates) {
+  const model::ModelConfig config = model::parse_model_config(base("llama", 4));
+  const int64_t B = 2, T = 16;
+  const int micro_batches = 2;
+  std::vector<PipelineStage::MicroBatch> batches;
+  model::DecoderModel whole = model::build_model(config, torch::kFloat32, 3);
+  double count = 0;
+  for (int i = 0; i < micro_batches; ++i) {
+    const auto [ids, labels] = batch(B, T, config.vocab_size);
+    batches.push_back({ids, labels, {}});
+    count += static_cast<double>(labels.ne(model::kIgnoreIndex).sum().item<int64_t>());
+  }
+  double want_loss = 0;
+  for (const auto& mb : batches) {
+    const model::LossSum l = whole->loss_sum(mb.input_ids, mb.labels, /*fused=*/true);
+    want_loss += l.sum.item<double>();
+    (l.sum / count).backward();
+  }
+  std::map<std::string, torch::Tensor> whole_params;
+  for (const auto& item : whole->named_parameters()) whole_params[item.key()] = item.value();
+  const uint64_t part_bytes = static_cast<uint64_t>(B * T * config.hidden_size * 4 / 2);
+  for (const bool sp : {false, true}) {
+    SCOPED_TRACE(sp ? "the region's sequence parallelism" : "whole states between the regions");
+    run_ranks(4, [&](ThreadCommunicator& world) {
+      ParallelGroups groups(world, layout::ParallelLayout(4, layout::Sizes{2, 1, 2}));
+      auto tp = std::make_shared<TensorParallelGroup>(groups.tensor(), groups.slice_replicas(), sp);
+      model::DecoderModel local(config, model::Materialize::kYes, tp);
+      {
+        torch::NoGradGuard no_grad;
+        for (auto& item : local->named_parameters()) {
+          item.value().copy_(slice_of(item.key(), whole_params.at(item.key()), tp->rank(), 2));
+        }
+      }
+      const StageRanges stages =
+          balance_stages(block_costs(*local), 2, "parallel.pipeline_parallel_size");
+      PipelineStage stage(*local, groups.pipeline(), stages, {});
+      const model::LossSum got = stage.run(
+          batches, [&](const model::LossSum& l) { return l.sum * (1.0 / count); }, "key");
+      const int p = groups.coordinate(layout::Axis::kPipeline);
+      const std::string at = fmt::format("stage {}, tensor rank {}", p, tp->rank());
+      if (p == 1) {
+        EXPECT_NEAR(got.sum.item<double>(), want_loss, 1e-5 * std::abs(want_loss)) << at;
+      }
+      // Stage 0 sends the states forward, stage 1 their gradients back: half of each a rank.
+      EXPECT_EQ(groups.pipeline()->stats().bytes_sent.at(comm::CollectiveKind::kSend),
+                micro_batches * part_bytes)
+          << at;
+      for (size_t b : stage.blocks()) {
+        for (const model::BlockParameter& param : local->blocks()[b]->parameters) {
+          ASSERT_TRUE(param.tensor.grad().defined()) << param.name << ", " << at;
+          expect_close(param.tensor.grad(),
+                       slice_of(param.name, whole_params.at(param.name).grad(), tp->rank(), 2),
+                       param.name + " gradient, " + at);
+        }
+      }
+    });
   }
 }
 
