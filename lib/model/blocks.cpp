@@ -257,21 +257,28 @@ ActivationMemory LmHead::activation_memory(const ActivationRun& run, Checkpointi
 }
 
 torch::Tensor LmHead::forward(const torch::Tensor& h, const BlockContext& ctx) {
-  return ctx.labels.defined() ? loss_sum(h, ctx.labels, ctx.loss_chunk_bytes) : logits(h);
+  return project(h, ctx.labels, ctx.loss_chunk_bytes);
 }
 
 torch::Tensor LmHead::logits(const torch::Tensor& h) {
-  if (tp_ == nullptr) return torch::nn::functional::linear(norm_(h), weight());
-  return tp_->gather_last(torch::nn::functional::linear(enter_region(tp_, norm_(h)), weight()));
+  return project(h, {}, 0);
 }
 
 torch::Tensor LmHead::loss_sum(const torch::Tensor& h, const torch::Tensor& labels,
                                int64_t chunk_bytes) {
-  if (tp_ == nullptr) {
-    return linear_cross_entropy_sum(norm_(h), weight(), labels, kIgnoreIndex, chunk_bytes);
+  return project(h, labels, chunk_bytes);
+}
+
+torch::Tensor LmHead::project(const torch::Tensor& h, const torch::Tensor& labels,
+                              int64_t chunk_bytes) {
+  // The final norm on every rank, into the vocabulary-parallel region (tensor_parallel.h).
+  const torch::Tensor x = enter_region(tp_, norm_(h));
+  if (labels.defined()) {
+    return linear_cross_entropy_sum(x, weight(), labels, kIgnoreIndex, chunk_bytes,
+                                    VocabSlice{tp_, first_});
   }
-  return linear_cross_entropy_sum(enter_region(tp_, norm_(h)), weight(), labels, kIgnoreIndex,
-                                  chunk_bytes, VocabSlice{tp_, first_});
+  const torch::Tensor logits = torch::nn::functional::linear(x, weight());
+  return tp_ ? tp_->gather_last(logits) : logits;
 }
 
 }  // namespace dstrain::model

@@ -62,7 +62,7 @@ struct BlockContext {
 };
 
 // A linear projection inside a block that an adapter can be added to (LoRA: its
-// LinearImpl::adapter, which the block's forward reads through adapted() or add_delta()).
+// LinearImpl::adapter, which the block's forward reads through project(), layers.h).
 struct Projection {
   std::string path;  // relative to the block, e.g. "self_attn.q_proj"
   Linear linear;
@@ -255,6 +255,10 @@ class LmHead final : public Block {
   torch::Tensor loss_sum(const torch::Tensor& h, const torch::Tensor& labels, int64_t chunk_bytes);
 
  private:
+  // The head's one forward (a number format that keeps the head apart changes it alone): the
+  // norm, then the vocabulary projection fused with the loss given labels, else the logits.
+  torch::Tensor project(const torch::Tensor& h, const torch::Tensor& labels, int64_t chunk_bytes);
+
   RMSNorm norm_;
   Linear lm_head_;
   torch::nn::Embedding tied_;

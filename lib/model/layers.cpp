@@ -37,11 +37,6 @@ torch::Tensor leave_row_parallel(const LinearImpl& p, const torch::Tensor& parti
   return whole + (tp->sequence_parallel() ? summed_gradient(tp, p.bias) : p.bias);
 }
 
-// This rank's partial products of a row-parallel projection, without its bias.
-torch::Tensor partial_products(const LinearImpl& p, const torch::Tensor& x, bool training) {
-  return p.add_delta(at::linear(x, p.weight), x, training);
-}
-
 }  // namespace
 
 LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias, Materialize materialize)
@@ -97,13 +92,34 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
                                           /*enable_gqa=*/kv_heads != heads);
 }
 
-torch::Tensor LinearImpl::adapted(const torch::Tensor& x, bool training) {
-  return add_delta(forward(x), x, training);
+namespace {
+
+// y plus p's adapter's delta for x, if it has one.
+torch::Tensor with_delta(const LinearImpl& p, const torch::Tensor& y, const torch::Tensor& x,
+                         bool training) {
+  return p.adapter ? y + p.adapter->delta(x, training) : y;
 }
 
-torch::Tensor LinearImpl::add_delta(const torch::Tensor& y, const torch::Tensor& x,
-                                    bool training) const {
-  return adapter ? y + adapter->delta(x, training) : y;
+}  // namespace
+
+torch::Tensor project(const LinearImpl& p, const torch::Tensor& x, bool training,
+                      const ProjectionEpilogue& e) {
+  const torch::Tensor& bias = e.partial ? torch::Tensor() : p.bias;
+  if (e.residual.defined() && !bias.defined() && use_fused_kernels(x)) {
+    return with_delta(p, add_projection(e.residual, x, p.weight), x, training);
+  }
+  const torch::Tensor y = with_delta(p, at::linear(x, p.weight, bias), x, training);
+  return e.residual.defined() ? e.residual + y : y;
+}
+
+std::array<torch::Tensor, 3> project_qkv(const LinearImpl& q, const LinearImpl& k,
+                                         const LinearImpl& v, const torch::Tensor& x,
+                                         bool training) {
+  if (!use_fused_qkv(x))
+    return {project(q, x, training), project(k, x, training), project(v, x, training)};
+  const QkvOutputs y = fused_qkv(x, q, k, v);
+  return {with_delta(q, y.q, x, training), with_delta(k, y.k, x, training),
+          with_delta(v, y.v, x, training)};
 }
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps, Materialize materialize) : eps_(eps) {
@@ -153,7 +169,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& input, const torch::Te
   if (x.dim() == 2) x = x.view({-1, cos.size(-2), x.size(-1)});
   const int64_t B = x.size(0), T = x.size(1);
   const bool train = is_training();
-  auto [q, k, v] = project_qkv(x, train);
+  auto [q, k, v] = project_qkv(*q_proj, *k_proj, *v_proj, x, train);
   q = q.view({B, T, heads_, head_dim_});
   k = k.view({B, T, kv_heads_, head_dim_});
   v = v.view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
@@ -166,18 +182,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& input, const torch::Te
   const torch::Tensor out =
       core ? core(q, k, v, window_, documents) : causal_attention(q, k, v, window_, documents);
   const torch::Tensor heads = out.transpose(1, 2).reshape({B, T, heads_ * head_dim_});
-  if (tp_ == nullptr) return o_proj->adapted(heads, train);
-  return leave_row_parallel(*o_proj, partial_products(*o_proj, heads, train), tp_);
-}
-
-std::array<torch::Tensor, 3> AttentionImpl::project_qkv(const torch::Tensor& x, bool training) {
-  if (!use_fused_qkv(x)) {
-    return {q_proj->adapted(x, training), k_proj->adapted(x, training),
-            v_proj->adapted(x, training)};
-  }
-  const QkvOutputs y = fused_qkv(x, *q_proj, *k_proj, *v_proj);
-  return {q_proj->add_delta(y.q, x, training), k_proj->add_delta(y.k, x, training),
-          v_proj->add_delta(y.v, x, training)};
+  if (tp_ == nullptr) return project(*o_proj, heads, train);
+  return leave_row_parallel(*o_proj, project(*o_proj, heads, train, {{}, /*partial=*/true}), tp_);
 }
 
 MlpImpl::MlpImpl(const ModelConfig& c, Materialize m, TensorParallel* tp) : tp_(tp) {
@@ -194,13 +200,8 @@ MlpImpl::MlpImpl(const ModelConfig& c, Materialize m, TensorParallel* tp) : tp_(
 
 torch::Tensor MlpImpl::untiled(const torch::Tensor& x, bool training, const torch::Tensor& residual,
                                bool partial) {
-  const torch::Tensor h = swiglu(gate_proj->adapted(x, training), up_proj->adapted(x, training));
-  if (partial) return partial_products(*down_proj, h, training);
-  if (residual.defined() && !down_proj->bias.defined() && use_fused_kernels(h)) {
-    return down_proj->add_delta(add_projection(residual, h, down_proj->weight), h, training);
-  }
-  const torch::Tensor y = down_proj->adapted(h, training);
-  return residual.defined() ? residual + y : y;
+  const torch::Tensor h = swiglu(project(*gate_proj, x, training), project(*up_proj, x, training));
+  return project(*down_proj, h, training, {residual, partial});
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x, const torch::Tensor& residual) {

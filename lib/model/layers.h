@@ -41,17 +41,12 @@ class LinearAdapter {
 };
 
 // y = x·Wᵀ + b: torch::nn::Linear's forward and default initialisation, buildable without memory.
-// A projection owns the slot of its adapter: adapted() and add_delta() are what a module's forward
-// calls, so an adapter set on a projection is one its forward reads (no lookup by name).
+// A projection owns the slot of its adapter, which project() (below) reads, so an adapter set on a
+// projection is one its forward reads (no lookup by name).
 class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(int64_t in_features, int64_t out_features, bool bias, Materialize materialize);
-  torch::Tensor forward(const torch::Tensor& x);  // [..., in] -> [..., out]
-  // forward(x) plus the adapter's delta, if there is one.
-  torch::Tensor adapted(const torch::Tensor& x, bool training);
-  // y (this projection's output for x, computed elsewhere: a fused kernel) plus the adapter's
-  // delta, if there is one.
-  torch::Tensor add_delta(const torch::Tensor& y, const torch::Tensor& x, bool training) const;
+  torch::Tensor forward(const torch::Tensor& x);  // [..., in] -> [..., out], without the adapter
 
   // The adapter added to this projection's output; null: none. The model never creates adapters:
   // whoever sets one keeps its parameters (they are not the module's parameters, so
@@ -71,6 +66,25 @@ class LinearImpl : public torch::nn::Module {
   Placement weight_placement, bias_placement;
 };
 TORCH_MODULE(Linear);
+
+// The one forward of a projection, which every weight matmul of a block runs through (a new number
+// format or adapter kind changes these two functions alone): x·Wᵀ + b plus the adapter's delta
+// (training: the owning module's mode, so dropout-like adapters act only in training).
+//   residual   added to the output: fused into the matmul where add_projection() fuses it (a GPU,
+//              no bias), else added after the adapter's delta
+//   partial    a row-parallel projection's partial products: without the bias, which is added
+//              once after the group's sum (tensor_parallel.h)
+struct ProjectionEpilogue {
+  torch::Tensor residual;
+  bool partial = false;
+};
+torch::Tensor project(const LinearImpl& p, const torch::Tensor& x, bool training,
+                      const ProjectionEpilogue& epilogue = {});
+// q, k and v of one input: one matrix product over the stacked weights where use_fused_qkv(x)
+// holds (fused_qkv.h), each projection's own otherwise; the adapters' deltas added per projection.
+std::array<torch::Tensor, 3> project_qkv(const LinearImpl& q, const LinearImpl& k,
+                                         const LinearImpl& v, const torch::Tensor& x,
+                                         bool training);
 
 // Causal attention over the whole sequence, the part of attention between RoPE and o_proj:
 // q [B, H, T, D], k and v [B, KV, T, D] → [B, H, T, D], each key/value head serving H/KV
@@ -138,9 +152,6 @@ class AttentionImpl : public torch::nn::Module {
   AttentionCore core;       // empty: causal_attention
 
  private:
-  // q [B, T, H·D], k and v [B, T, KV·D] for x [B, T, C], adapters included.
-  std::array<torch::Tensor, 3> project_qkv(const torch::Tensor& x, bool training);
-
   int64_t heads_, kv_heads_, head_dim_;
   std::optional<int64_t> window_;
   TensorParallel* tp_;

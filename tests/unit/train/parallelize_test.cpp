@@ -39,7 +39,7 @@ class GatedResidualImpl : public torch::nn::Module, public model::Block {
   }
   torch::Tensor forward(const torch::Tensor& h, const model::BlockContext&) override {
     ++forwards;
-    return h + torch::sigmoid(gate) * proj->adapted(h, is_training());
+    return h + torch::sigmoid(gate) * model::project(*proj, h, is_training());
   }
   std::vector<torch::Tensor> weights() override { return parameters(); }
   std::vector<model::Projection> projections() override { return {{"proj", proj}}; }
