@@ -37,16 +37,32 @@ class CountingAllocator : public c10::Allocator {
   static void reset_thread_peak() { mine().peak = mine().current.load(); }
   static int64_t thread_current() { return mine().current; }
   static int64_t thread_peak() { return mine().peak; }
+  // What the calling thread allocated since its last start_thread_count() and has not been freed
+  // (wherever it is freed), and the most of that at any moment: unlike thread_current(), blind to
+  // blocks allocated before the start that another thread frees meanwhile (a communication
+  // library's worker dropping the last reference to a tensor of an earlier collective).
+  static void start_thread_count() {
+    Thread& t = mine();
+    t.epoch += 1;
+    t.since = 0;
+    t.since_peak = 0;
+  }
+  static int64_t thread_since() { return mine().since; }
+  static int64_t thread_since_peak() { return mine().since_peak; }
 
  private:
   struct Thread {
     std::atomic<int64_t> current{0};
     int64_t peak = 0;  // written by its thread only
+    std::atomic<int64_t> epoch{0};
+    std::atomic<int64_t> since{0};
+    int64_t since_peak = 0;  // written by its thread only
   };
   struct Block {
     c10::DataPtr inner;
     size_t bytes = 0;
     Thread* owner = nullptr;
+    int64_t epoch = 0;  // the owner's when it was allocated
   };
   // The calling thread's counters; they outlive it (a block it allocated may be freed later).
   static Thread& mine() {
@@ -66,6 +82,7 @@ class CountingAllocator : public c10::Allocator {
     }
     current_ -= static_cast<int64_t>(block.bytes);
     block.owner->current -= static_cast<int64_t>(block.bytes);
+    if (block.epoch == block.owner->epoch) block.owner->since -= static_cast<int64_t>(block.bytes);
   }  // block.inner frees the memory here
   static c10::DataPtr wrap(c10::DataPtr inner, size_t n) {
     void* data = inner.get();
@@ -74,10 +91,12 @@ class CountingAllocator : public c10::Allocator {
     Thread& thread = mine();
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      blocks_[data] = Block{std::move(inner), n, &thread};
+      blocks_[data] = Block{std::move(inner), n, &thread, thread.epoch};
     }
     const int64_t mine_now = thread.current += static_cast<int64_t>(n);
     thread.peak = std::max(thread.peak, mine_now);
+    const int64_t since_now = thread.since += static_cast<int64_t>(n);
+    thread.since_peak = std::max(thread.since_peak, since_now);
     const int64_t now = current_ += static_cast<int64_t>(n);
     int64_t seen = peak_;
     while (now > seen && !peak_.compare_exchange_weak(seen, now)) {

@@ -403,12 +403,14 @@ RankMemory measure_ranks(bool sp, model::Checkpointing setting) {
         m->train();
         m->loss_sum(ids, labels, /*fused=*/true).mean().backward();
         world->barrier();
-        const int64_t start = Counter::thread_current();
-        Counter::reset_thread_peak();
+        // Counted from here by what this thread allocates: Gloo's worker threads drop the last
+        // references to some of the warm-up's tensors at their own time (once, measured here in
+        // one run of about sixty, a [N, C] gradient freed during the forward).
+        Counter::start_thread_count();
         const torch::Tensor loss = m->loss_sum(ids, labels, /*fused=*/true).mean();
-        const int64_t kept = Counter::thread_current() - start;
+        const int64_t kept = Counter::thread_since();
         loss.backward();
-        const int64_t peak = Counter::thread_peak() - start;
+        const int64_t peak = Counter::thread_since_peak();
         world->barrier();
         if (r == 0) {
           estimate::ActivationInput in;
