@@ -168,11 +168,12 @@ void check_pipeline(const Config& c, const Merger& m, const std::string& file, i
                             "too); use stage 1, or 2",
                             describe_origin(m, "zero.stage")));
   }
-  if (c.training.micro_batch_auto) {
+  if (c.training.micro_batch_auto && v > 1) {
     fail_at(origin_of(m, "training.per_device_train_batch_size", file),
-            "auto is not available with pipeline parallelism (parallel.pipeline_parallel_size "
-            "> 1): give the micro-batch, and the accumulation steps that are the pipeline's "
-            "micro-batches");
+            "auto is not available with the interleaved pipeline schedule "
+            "(parallel.pipeline_virtual_stages > 1), whose micro-batches must be a multiple of "
+            "the stages: give the micro-batch, and the accumulation steps that are the "
+            "pipeline's micro-batches");
   }
 }
 

@@ -102,21 +102,31 @@ ActivationRow row_without_graphs(const ActivationInput& in, Checkpointing settin
   const int64_t rng = setting == Checkpointing::kNone ? 0 : checkpoint_rng_bytes(in);
   ActivationRow row;
   row.setting = setting;
-  int64_t kept = 0, peak = 0, fetched = 0, fetched_next = 0;
-  for (const auto& b : in.model->blocks()) {
-    const model::ActivationMemory m = memory_of(*b, run, setting);
-    kept += m.kept + (b->role == model::BlockRole::kLayer ? rng : 0);
-    row.host += m.host;
-    peak = std::max(peak, kept + std::max(m.forward, m.backward));
-    // The two largest host parts: the offload store's inputs on the device.
-    if (m.host > fetched) {
-      fetched_next = fetched;
-      fetched = m.host;
-    } else {
-      fetched_next = std::max(fetched_next, m.host);
+  const auto& blocks = in.model->blocks();
+  std::vector<std::pair<size_t, size_t>> chunks = in.chunks;
+  if (chunks.empty()) chunks = {{0, blocks.size()}};
+  int64_t chunk_kept = 0, peak = 0, fetched = 0, fetched_next = 0;
+  for (const auto& [first, end] : chunks) {
+    int64_t kept = 0;
+    for (size_t i = first; i < end; ++i) {
+      const model::ModelBlock& b = *blocks.at(i);
+      const model::ActivationMemory m = memory_of(b, run, setting);
+      kept += m.kept + (b.role == model::BlockRole::kLayer ? rng : 0);
+      row.host += m.host;
+      peak = std::max(peak, kept + std::max(m.forward, m.backward));
+      // The two largest host parts: the offload store's inputs on the device.
+      if (m.host > fetched) {
+        fetched_next = fetched;
+        fetched = m.host;
+      } else {
+        fetched_next = std::max(fetched_next, m.host);
+      }
     }
+    chunk_kept = std::max(chunk_kept, kept);
   }
-  row.device = rope_tables(in) + fetched + fetched_next + peak;
+  const int64_t others = std::max<int64_t>(0, in.in_flight - 1);
+  row.host *= std::max<int64_t>(1, in.in_flight);
+  row.device = rope_tables(in) + fetched + fetched_next + others * chunk_kept + peak;
   return row;
 }
 

@@ -12,6 +12,16 @@
 //
 //   peak = tables + max over blocks i of ( Σ_{j ≤ i} kept_j + max(forward_i, backward_i) )
 //
+// A pipeline stage (ActivationInput::chunks) runs only its chunks' blocks, and its schedule holds
+// several micro-batches' chunks between their forward and their backward (in_flight: 1F1B
+// min(m, P − p), GPipe all m, interleaved more): the other in-flight chunks each keep what the
+// largest chunk keeps through its step, beside the moments of the one running,
+//
+//   peak = tables + (in_flight − 1) · max_c Σ_{j ∈ c} kept_j + max_c (the moments of chunk c)
+//
+// What a stage sent on is not held (train/pipeline.h frees it once sent), and under GPipe the last
+// stage's head keeps every micro-batch's fused-loss buffers (its kept) until its backward.
+//
 // Checkpointing wraps the layer blocks only (model::checkpoint_layers); the others are asked for
 // Checkpointing::kNone. Each checkpointed call also keeps the random generators' states
 // (model/rng_state.h: on the CPU 5,056 bytes a layer; host tensors on a GPU). Offloaded on a GPU,
@@ -57,6 +67,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -85,6 +96,11 @@ struct ActivationInput {
   bool head_trains = true;       // the head's weight gets a gradient (not under LoRA)
   bool graphs = false;           // CUDA graphs per layer are recorded where the setting allows
   int zero_stage = 0;            // stage 3 keeps every parameter gathered under graphs
+  // Pipeline parallelism: the blocks of the rank's chunks (its virtual stages, [first, end)), and
+  // how many chunks' activations its schedule holds at its fullest (train/pipeline.h's
+  // in_flight_chunks). Empty: every block, one micro-batch.
+  std::vector<std::pair<size_t, size_t>> chunks;
+  int64_t in_flight = 1;
 };
 
 // The parts of the first layer block and of the head, bytes on one rank (what `dstrain estimate`

@@ -34,9 +34,13 @@ Stage3Layout stage3_layout(const EstimateInput& in) {
 
 }  // namespace
 
-std::vector<ParamShape> parameter_shapes(const model::DecoderModelImpl& model) {
+std::vector<ParamShape> parameter_shapes(const model::DecoderModelImpl& model,
+                                         const std::vector<size_t>& blocks) {
   std::vector<ParamShape> out;
   for (const auto& block : model.blocks()) {
+    if (!blocks.empty() && std::find(blocks.begin(), blocks.end(), block->index) == blocks.end()) {
+      continue;
+    }
     for (const model::BlockParameter& p : block->parameters) {
       out.push_back({p.name, p.tensor.numel(), static_cast<int>(block->index)});
     }

@@ -50,8 +50,10 @@ EstimateRow estimate_row(const EstimateInput& in, int stage, bool offload_optimi
 std::vector<EstimateRow> estimate_all(const EstimateInput& in);
 
 // The trainable tensors of `model` (built without memory), block by block, each block's in the
-// order of its weights() (the engines' layout). Their sum is config.num_parameters(true).
-std::vector<ParamShape> parameter_shapes(const model::DecoderModelImpl& model);
+// order of its weights() (the engines' layout); only those of `blocks` (a pipeline rank's) when it
+// is not empty. Their sum over every block is config.num_parameters(true).
+std::vector<ParamShape> parameter_shapes(const model::DecoderModelImpl& model,
+                                         const std::vector<size_t>& blocks = {});
 
 // A table: one row per estimate_all() entry, sizes in binary units, after a header line that names
 // the model, Ψ, the ranks and the dtype.

@@ -36,21 +36,51 @@ std::string estimate_report(const std::string& config_path,
       hub::resolve_model_dir({config.model.name_or_path, config.model.revision, /*weights=*/false});
   // The ranks are GPUs: activations as the fused kernels keep them (estimate/activations.h).
   const RunMemory memory(config, model::load_model_config(dir), world_size, /*cuda=*/true);
-  const estimate::EstimateInput in = memory.model_states_input();
-  const estimate::ActivationInput activations = memory.activations();
+  const int P = memory.pipeline_ranks();
+  const int64_t T = config.parallel.tensor_parallel_size;
   if (!json) {
-    const int64_t T = config.parallel.tensor_parallel_size;
-    const std::string slice =
+    std::string out =
         T == 1 ? ""
                : fmt::format(
                      "Tensor parallelism {}: each rank holds 1/{} of every layer, the embedding "
                      "and the head; below, one slice on the {} ranks that hold it.\n",
-                     T, T, world_size / T);
-    return slice + estimate::format_estimate(in, dir.string()) + "\n" +
-           estimate::format_activations(activations) + auto_micro_batch_note(config.training);
+                     T, T, memory.layout().group_size(layout::kSliceReplicas));
+    // Each pipeline rank holds its stages' blocks and what its schedule keeps in flight.
+    for (int p = 0; p < P; ++p) {
+      if (P > 1) {
+        const estimate::ActivationInput a = memory.activations(0, false, p);
+        std::string blocks;
+        for (const auto& [first, end] : a.chunks) {
+          blocks += fmt::format("{}{}-{}", blocks.empty() ? "" : ", ", first, end - 1);
+        }
+        out += fmt::format(
+            "{}Pipeline rank {} of {} (blocks {}; block 0 the embedding, {} the head), {} "
+            "micro-batch chunk(s) in flight at its fullest:\n",
+            p == 0 ? "" : "\n", p, P, blocks, memory.stages().back().second - 1, a.in_flight);
+      }
+      out += estimate::format_estimate(memory.model_states_input(p), dir.string()) + "\n" +
+             estimate::format_activations(memory.activations(0, false, p));
+    }
+    return out + auto_micro_batch_note(config.training);
   }
-  nlohmann::json out = nlohmann::json::parse(estimate::format_estimate_json(in, dir.string()));
-  out["activations"] = estimate::activations_json(activations);
+  const auto stage_json = [&](int p) {
+    nlohmann::json out = nlohmann::json::parse(
+        estimate::format_estimate_json(memory.model_states_input(p), dir.string()));
+    out["activations"] = estimate::activations_json(memory.activations(0, false, p));
+    return out;
+  };
+  nlohmann::json out = stage_json(0);
+  if (P > 1) {
+    out["pipeline_stages"] = nlohmann::json::array();
+    for (int p = 0; p < P; ++p) {
+      nlohmann::json stage = stage_json(p);
+      const estimate::ActivationInput a = memory.activations(0, false, p);
+      stage["pipeline_rank"] = p;
+      stage["chunks"] = a.chunks;
+      stage["in_flight"] = a.in_flight;
+      out["pipeline_stages"].push_back(std::move(stage));
+    }
+  }
   return out.dump(2) + "\n";
 }
 

@@ -206,6 +206,15 @@ StageRanges split_stages(const std::vector<int64_t>& layers, const model::Decode
   return out;
 }
 
+int in_flight_chunks(const std::vector<PipelineAction>& actions) {
+  int now = 0, most = 0;
+  for (const PipelineAction& a : actions) {
+    now += a.forward ? 1 : -1;
+    most = std::max(most, now);
+  }
+  return most;
+}
+
 std::vector<size_t> rank_blocks(const StageRanges& stages, int ranks, int rank) {
   std::vector<size_t> out;
   for (size_t s = static_cast<size_t>(rank); s < stages.size(); s += static_cast<size_t>(ranks)) {

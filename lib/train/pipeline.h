@@ -57,6 +57,11 @@ std::vector<PipelineAction> pipeline_schedule(PipelineSchedule schedule, int sta
                                               int micro_batches, int chunks,
                                               const std::string& key);
 
+// The most micro-batch chunks whose forward has run and whose backward has not, at any point of
+// `actions` (a rank's schedule): what its stages hold at their fullest. 1F1B: min(m, P − p); GPipe:
+// m; interleaved: min(m·v, 2(P − p − 1) + (v − 1)·P + 1), each chunk 1/v of the rank's blocks.
+int in_flight_chunks(const std::vector<PipelineAction>& actions);
+
 // The idle share of a step with equal forward and backward times (header): (P − 1)/(v·m + P − 1).
 double pipeline_bubble(int stages, int micro_batches, int chunks);
 

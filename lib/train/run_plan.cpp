@@ -78,10 +78,11 @@ RunMemory::RunMemory(config::Config config, const model::ModelConfig& model, int
                      bool cuda)
     : config_(std::move(config)),
       model_(model, model::Materialize::kNo, model_group(config_.parallel)),
-      world_size_(world_size / static_cast<int>(config_.parallel.tensor_parallel_size)),
+      layout_(layout::layout_of(config_.parallel, world_size)),
+      stages_(pipeline_stages(config_, *model_, layout_.size(layout::Axis::kPipeline))),
       cuda_(cuda) {}
 
-estimate::ActivationInput RunMemory::activations(int64_t micro, bool graphs) const {
+estimate::ActivationInput RunMemory::activations(int64_t micro, bool graphs, int stage) const {
   const config::Config& c = config_;
   estimate::ActivationInput in;
   in.model = model_;
@@ -99,13 +100,31 @@ estimate::ActivationInput RunMemory::activations(int64_t micro, bool graphs) con
   in.graphs = (graphs || c.training.cuda_graphs == "on") && cuda_ &&
               c.parallel.sequence_parallel_size <= 1 && c.model.tiled_mlp == 0;
   in.zero_stage = static_cast<int>(c.zero.stage);
+  const int P = pipeline_ranks();
+  if (P == 1) return in;
+  for (size_t s = static_cast<size_t>(stage); s < stages_.size(); s += static_cast<size_t>(P)) {
+    in.chunks.push_back(stages_[s]);
+  }
+  const config::TrainingSection& t = c.training;
+  const int64_t m =
+      micro > 0 && t.micro_batch_auto ? samples_per_rank(t) / micro : t.gradient_accumulation_steps;
+  const auto v = static_cast<int>(c.parallel.pipeline_virtual_stages);
+  const PipelineSchedule schedule = v > 1 ? PipelineSchedule::kInterleaved
+                                    : c.parallel.pipeline_schedule == "gpipe"
+                                        ? PipelineSchedule::kGpipe
+                                        : PipelineSchedule::kOneForwardOneBackward;
+  in.in_flight = in_flight_chunks(pipeline_schedule(schedule, P, stage, static_cast<int>(m), v,
+                                                    "training.gradient_accumulation_steps"));
   return in;
 }
 
-estimate::EstimateInput RunMemory::model_states_input() const {
+estimate::EstimateInput RunMemory::model_states_input(int stage) const {
   estimate::EstimateInput in;
-  in.params = estimate::parameter_shapes(*model_);
-  in.world_size = world_size_;
+  const int P = pipeline_ranks();
+  in.params = estimate::parameter_shapes(
+      *model_, P == 1 ? std::vector<size_t>{} : rank_blocks(stages_, P, stage));
+  // ZeRO shards a rank's slice of its stage over the ranks that hold it.
+  in.world_size = layout_.group_size(layout::kSliceReplicas);
   in.compute_bytes = config_.training.bf16 || config_.training.fp16 ? 2 : 4;
   const auto& opt = config_.training.optimizer;
   in.optimizer_bytes = opt.type == "sgd" ? (opt.momentum != 0 ? 4 : 0) : 8;
@@ -113,15 +132,21 @@ estimate::EstimateInput RunMemory::model_states_input() const {
   return in;
 }
 
-int64_t RunMemory::model_states() const {
-  return estimate::estimate_row(model_states_input(), static_cast<int>(config_.zero.stage),
+int64_t RunMemory::model_states(int stage) const {
+  return estimate::estimate_row(model_states_input(stage), static_cast<int>(config_.zero.stage),
                                 config_.zero.offload_optimizer.device == "cpu",
                                 config_.zero.offload_param.device == "cpu")
       .device();
 }
 
 int64_t RunMemory::peak(int64_t micro, model::Checkpointing setting) const {
-  return model_states() + estimate::activation_row(activations(micro), setting).device;
+  int64_t fullest = 0;
+  for (int p = 0; p < pipeline_ranks(); ++p) {
+    fullest = std::max(
+        fullest,
+        model_states(p) + estimate::activation_row(activations(micro, false, p), setting).device);
+  }
+  return fullest;
 }
 
 estimate::ActivationRow RunMemory::graphs(int64_t micro, model::Checkpointing setting) const {
@@ -146,8 +171,26 @@ MicroBatchPlan plan_for_run(const RunMemory& memory, std::optional<model::Checkp
 
 estimate::CheckpointingChoice choose_checkpointing(const RunMemory& memory, int64_t micro,
                                                    int64_t limit) {
-  return estimate::choose_checkpointing(estimate::activation_rows(memory.activations(micro)),
-                                        memory.model_states(), limit);
+  if (memory.pipeline_ranks() == 1) {
+    return estimate::choose_checkpointing(estimate::activation_rows(memory.activations(micro)),
+                                          memory.model_states(), limit);
+  }
+  // Each setting's fullest pipeline rank, its model states included in its row.
+  std::vector<estimate::ActivationRow> fullest;
+  for (int p = 0; p < memory.pipeline_ranks(); ++p) {
+    const std::vector<estimate::ActivationRow> rows =
+        estimate::activation_rows(memory.activations(micro, false, p));
+    for (size_t i = 0; i < rows.size(); ++i) {
+      estimate::ActivationRow row = rows[i];
+      row.device += memory.model_states(p);
+      if (fullest.size() <= i) {
+        fullest.push_back(row);
+      } else if (row.device > fullest[i].device) {
+        fullest[i] = row;
+      }
+    }
+  }
+  return estimate::choose_checkpointing(fullest, 0, limit);
 }
 
 bool needs_limit(const config::Config& c, bool cuda) {
@@ -162,10 +205,10 @@ RunPlan resolve_run_plan(const config::Config& config, const model::ModelConfig&
          "run plan: an auto choice needs the memory limit, and none is given");
   }
   RunPlan plan;
-  plan.layout = layout::layout_of(config.parallel, facts.world_size);
   plan.memory = std::make_shared<const RunMemory>(config, model, facts.world_size, facts.cuda);
   const RunMemory& memory = *plan.memory;
-  plan.stages = pipeline_stages(config, *memory.model(), plan.layout.size(layout::Axis::kPipeline));
+  plan.layout = memory.layout();
+  plan.stages = memory.stages();
   plan.data_parallel = config.parallel.data_parallel(facts.world_size);
   const config::TrainingSection& t = config.training;
   const std::optional<model::Checkpointing> setting = checkpointing_setting(config);

@@ -52,22 +52,33 @@ class RunMemory {
   // build and DSTRAIN_CUDA_KERNELS are not consulted here). With parallel.tensor_parallel_size > 1
   // the model has one rank's slices' shapes (tensor_parallel_shapes), and ZeRO shards it over
   // world_size / T ranks.
+  // With pipeline parallelism each pipeline rank (`stage` below: its coordinate p) is planned for
+  // what it holds: its stages' parameters, sharded over its stage's data-parallel ranks, and the
+  // activations its schedule keeps in flight (estimate/activations.h).
   RunMemory(config::Config config, const model::ModelConfig& model, int world_size, bool cuda);
 
   const config::Config& config() const { return config_; }
   const model::DecoderModel& model() const { return model_; }
   bool cuda() const { return cuda_; }
+  const layout::ParallelLayout& layout() const { return layout_; }
+  // Every (virtual) pipeline stage's blocks: parallel.pipeline_split, else balanced by the
+  // blocks' matrices (pipeline.h); one stage without pipeline parallelism.
+  const StageRanges& stages() const { return stages_; }
+  int pipeline_ranks() const { return layout_.size(layout::Axis::kPipeline); }
 
-  // The activation input at micro-batch `micro` (the config's when 0): the sequence, the
-  // sequence-parallel degree, the compute dtype (training.bf16 / fp16), model.tiled_mlp,
-  // model.fused_loss and its chunk, LoRA, and `graphs`: CUDA graphs counted where the setting
-  // lets them run.
-  estimate::ActivationInput activations(int64_t micro = 0, bool graphs = false) const;
-  // The parameter shapes, ranks, compute dtype, optimizer and stage-3 persistence threshold.
-  estimate::EstimateInput model_states_input() const;
+  // The activation input at micro-batch `micro` (the config's when 0) of pipeline rank `stage`:
+  // the sequence, the sequence-parallel degree, the compute dtype (training.bf16 / fp16),
+  // model.tiled_mlp, model.fused_loss and its chunk, LoRA, `graphs`: CUDA graphs counted where the
+  // setting lets them run, and the rank's chunks and what its schedule keeps in flight.
+  estimate::ActivationInput activations(int64_t micro = 0, bool graphs = false,
+                                        int stage = 0) const;
+  // The parameter shapes (pipeline rank `stage`'s), ranks, compute dtype, optimizer and stage-3
+  // persistence threshold.
+  estimate::EstimateInput model_states_input(int stage = 0) const;
   // The device bytes per rank of the model states at the run's ZeRO stage and offload.
-  int64_t model_states() const;
-  // Model states + activations at micro-batch `micro` under `setting`, bytes per rank.
+  int64_t model_states(int stage = 0) const;
+  // Model states + activations at micro-batch `micro` under `setting`, bytes per rank: the fullest
+  // pipeline rank's.
   int64_t peak(int64_t micro, model::Checkpointing setting) const;
   // What CUDA graphs keep at micro-batch `micro` under `setting` (its graphs, graph_buffers and
   // graph_pools; estimate/activations.h), wherever the config lets them run.
@@ -76,7 +87,8 @@ class RunMemory {
  private:
   config::Config config_;
   model::DecoderModel model_;
-  int world_size_;
+  layout::ParallelLayout layout_;
+  StageRanges stages_;
   bool cuda_;
 };
 
@@ -90,7 +102,8 @@ MicroBatchPlan plan_for_run(const RunMemory& memory, std::optional<model::Checkp
                             int64_t limit);
 
 // gradient_checkpointing: auto for `memory`'s run at micro-batch `micro`:
-// estimate::choose_checkpointing() of its rows against `limit`.
+// estimate::choose_checkpointing() of its rows against `limit`; with pipeline parallelism, of each
+// setting's fullest pipeline rank (model states included).
 estimate::CheckpointingChoice choose_checkpointing(const RunMemory& memory, int64_t micro,
                                                    int64_t limit);
 

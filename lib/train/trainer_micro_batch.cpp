@@ -49,6 +49,25 @@ bool Trainer::trial_step_fits(int64_t micro) {
   b.input_ids = torch::zeros({micro, cfg_.data.max_length}, torch::kInt64);
   b.labels = torch::zeros({micro, cfg_.data.max_length}, torch::kInt64);
   b = on_device(std::move(b));
+  if (const int P = size(layout::Axis::kPipeline); P > 1) {
+    // A pipeline's trial is a step of P micro-batches through its stages (the first stage then
+    // holds as many as a 1F1B step does): its transfers wait on the neighbours, so running out
+    // of memory anywhere in it is an error.
+    const std::vector<PipelineStage::MicroBatch> trial(static_cast<size_t>(P), stage_batch(b));
+    parallel_.stage->sync_tied();  // the head's copy of a tied embedding, before it is read
+    try {
+      parallel_.stage->run(
+          trial, [](const model::LossSum& head) { return head.sum * 0.0; },
+          "training.per_device_train_batch_size");
+    } catch (const c10::OutOfMemoryError& e) {
+      fail(ErrorKind::kRuntime,
+           "training.per_device_train_batch_size: auto: the trial step of micro-batch {} ran out "
+           "of memory in the pipeline; set per_device_train_batch_size to a number below {}",
+           micro, micro);
+    }
+    parallel_.engine->discard_micro_steps();
+    return true;
+  }
   const bool alone = cfg_.zero.stage <= 1 && size(layout::Axis::kSequence) == 1;
   // Whether micro-step `index` of 2 ran without running out of memory.
   auto micro_step = [&](int64_t index, bool may_fail) {
@@ -115,8 +134,10 @@ int64_t Trainer::recorded_micro_batch() const {
   const nlohmann::json& r = progress->state.at("micro_batch_auto");
   const int64_t micro = r.value("micro", int64_t{0});
   const int64_t samples = samples_per_rank(cfg_.training);
-  const bool same_world = r.value("data_parallel", int64_t{0}) == size(layout::Axis::kData) &&
-                          r.value("samples", int64_t{0}) == samples;
+  // Before the plan (which takes it as a fact): the data-parallel ranks from the config.
+  const bool same_world =
+      r.value("data_parallel", int64_t{0}) == cfg_.parallel.data_parallel(world_) &&
+      r.value("samples", int64_t{0}) == samples;
   return same_world && micro > 0 && samples % micro == 0 ? micro : 0;
 }
 

@@ -67,6 +67,36 @@ TEST(EstimateCli, JsonHasTheActivationsPerSetting) {
   }
 }
 
+// With pipeline parallelism each pipeline rank is printed: its blocks' parameters (the two add up
+// to the model's), and what its schedule keeps in flight (GPipe: every micro-batch).
+TEST(EstimateCli, APipelinePrintsEachRanksStages) {
+  const std::vector<std::string> args = {
+      "estimate", kTiny,
+      "--gpus",   "2",
+      "--set",    "model.name_or_path=" DSTRAIN_SOURCE_DIR "/configs/models/tiny",
+      "--set",    "parallel.pipeline_parallel_size=2",
+      "--set",    "parallel.pipeline_schedule=gpipe",
+      "--set",    "training.gradient_accumulation_steps=4"};
+  const RunResult r = run_dstrain(args, {}, 30);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("Pipeline rank 0 of 2 (blocks 0-"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Pipeline rank 1 of 2 (blocks "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("4 micro-batch chunk(s) in flight at its fullest"), std::string::npos)
+      << r.out;
+  std::vector<std::string> json = args;
+  json.push_back("--json");
+  const RunResult j = run_dstrain(json, {}, 30);
+  ASSERT_EQ(j.exit_code, 0) << j.out << j.err;
+  const auto out = nlohmann::json::parse(j.out);
+  ASSERT_EQ(out["pipeline_stages"].size(), 2u) << j.out;
+  int64_t params = 0;
+  for (const auto& stage : out["pipeline_stages"]) {
+    EXPECT_EQ(stage["in_flight"], 4) << j.out;
+    params += stage["parameters"].get<int64_t>();
+  }
+  EXPECT_EQ(params, 1017216) << "the stages hold the model's parameters once";
+}
+
 TEST(EstimateCli, BadInputIsExitTwo) {
   RunResult r = run_dstrain({"estimate", "/nonexistent/run.yaml"}, {}, 30);
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;

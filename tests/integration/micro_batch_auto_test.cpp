@@ -120,6 +120,22 @@ TEST(MicroBatchAuto, TheTrialLeavesNoTraceAtStagesTwoAndThree) {
   }
 }
 
+// A pipeline plans its fullest stage (its blocks, its schedule's micro-batches in flight) and its
+// trial is a step through the stages: the choice trains the user's split's losses.
+TEST(MicroBatchAuto, APipelinePlansItsStagesAndTrainsTheUsersSplitsLosses) {
+  JobSpec spec = users_split(2, 1);
+  spec.extra_overrides = {"parallel.pipeline_parallel_size=2"};
+  TempDir users, chosen;
+  const RunResult mine = run_job(users, spec);
+  ASSERT_EQ(mine.exit_code, 0) << mine.out << mine.err;
+  const RunResult r = run_job(chosen, spec, {kAuto});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // One pipeline: its 4 samples a step in one micro-batch, the tiny model fitting the host.
+  EXPECT_THAT(r.out + r.err,
+              HasSubstr("micro-batch auto: 4 × accumulation 1 = global 4, fits in "));
+  expect_fp32_equal(losses(chosen), losses(users));
+}
+
 TEST(MicroBatchAuto, DeepSpeedMicroBatchOneGetsTheHint) {
   TempDir dir;
   JobSpec spec;

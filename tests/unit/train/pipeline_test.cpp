@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "estimate/activations.h"
 #include "optim/optimizer.h"
 #include "tests/common/expect_error.h"
 #include "tests/common/thread_communicator.h"
@@ -369,6 +370,97 @@ TEST(PipelineMemory, AStageFreesWhatItSentOn) {
         EXPECT_TRUE(m->blocks()[0]->parameters[0].tensor.grad().defined());
       },
       PointToPoint::kRendezvous);
+}
+
+// Each pipeline rank's peak over a step (the activations its schedule keeps in flight, its
+// blocks' gradients made beforehand) against the memory model's prediction for that rank
+// (estimate/activations.h: its chunks, in_flight_chunks of its schedule), within the 6% of the
+// whole model's test (tests/unit/estimate/activations_test.cpp): 1F1B holds P − p micro-batches
+// on stage p, GPipe all of them, and GPipe's last stage keeps every micro-batch's fused-loss
+// weight-gradient buffer too.
+TEST(PipelineMemory, EachStagesPeakMatchesItsMemoryPlan) {
+  torch::set_num_threads(1);
+  using Counter = model::testing::CountingAllocator;
+  model::testing::CountingScope scope;
+  const model::ModelConfig config =
+      model::parse_model_config(nlohmann::json{{"model_type", "llama"},
+                                               {"vocab_size", 2048},
+                                               {"hidden_size", 64},
+                                               {"intermediate_size", 176},
+                                               {"num_hidden_layers", 4},
+                                               {"num_attention_heads", 4},
+                                               {"num_key_value_heads", 2},
+                                               {"max_position_embeddings", 1024},
+                                               {"rms_norm_eps", 1e-6},
+                                               {"tie_word_embeddings", false}});
+  constexpr int kMicro = 4;
+  constexpr int64_t kChunkBytes = int64_t{1} << 20;
+  torch::manual_seed(3);
+  std::vector<PipelineStage::MicroBatch> batches;
+  for (int i = 0; i < kMicro; ++i) {
+    const torch::Tensor ids = torch::randint(0, 2048, {2, 256}, torch::kInt64);
+    batches.push_back({ids, ids.roll(-1, 1), {}});
+  }
+  for (const PipelineSchedule schedule :
+       {PipelineSchedule::kOneForwardOneBackward, PipelineSchedule::kGpipe}) {
+    SCOPED_TRACE(schedule_word(schedule));
+    std::vector<double> measured(2), predicted(2);
+    run_ranks(
+        2,
+        [&](ThreadCommunicator& group) {
+          model::DecoderModel m = model::build_model(config, torch::kFloat32, 1);
+          m->set_loss_chunk_bytes(kChunkBytes);
+          const StageRanges stages =
+              balance_stages(block_costs(*m), 2, "parallel.pipeline_parallel_size");
+          PipelineStage stage(*m, &group, stages, {schedule});
+          const auto loss = [](const model::LossSum& l) { return l.sum * 1e-3; };
+          stage.run(batches, loss, "key");  // the gradients exist from here on
+          Counter::start_thread_count();
+          stage.run(batches, loss, "key");
+          const int p = group.rank();
+          measured[static_cast<size_t>(p)] = static_cast<double>(Counter::thread_since_peak());
+          estimate::ActivationInput in;
+          in.model = model::DecoderModel(config, model::Materialize::kNo);
+          in.micro_batch = 2;
+          in.seq_len = 256;
+          in.loss_chunk_bytes = kChunkBytes;
+          in.chunks = {stages[static_cast<size_t>(p)]};
+          in.in_flight = in_flight_chunks(pipeline_schedule(schedule, 2, p, kMicro, 1, "key"));
+          predicted[static_cast<size_t>(p)] =
+              static_cast<double>(estimate::activation_row(in, model::Checkpointing::kNone).device);
+        },
+        PointToPoint::kRendezvous);
+    for (size_t p = 0; p < 2; ++p) {
+      std::cout << schedule_word(schedule) << " stage " << p << ": peak " << measured[p]
+                << " bytes, predicted " << predicted[p] << " ("
+                << fmt::format("{:+.1f}%", 100.0 * (predicted[p] - measured[p]) / measured[p])
+                << ")\n";
+      EXPECT_NEAR(measured[p], predicted[p], 0.06 * predicted[p]) << "stage " << p;
+    }
+  }
+}
+
+// The in-flight counts of the schedules are the formulas': 1F1B min(m, P − p), GPipe m,
+// interleaved min(m·v, 2(P − p − 1) + (v − 1)·P + 1) chunks.
+TEST(PipelineMemory, InFlightChunksFollowTheFormulas) {
+  for (int P = 1; P <= 4; ++P) {
+    for (int p = 0; p < P; ++p) {
+      for (int m : {1, 2, 4, 8, 12}) {
+        EXPECT_EQ(in_flight_chunks(
+                      pipeline_schedule(PipelineSchedule::kOneForwardOneBackward, P, p, m, 1, "k")),
+                  std::min(m, P - p));
+        EXPECT_EQ(in_flight_chunks(pipeline_schedule(PipelineSchedule::kGpipe, P, p, m, 1, "k")),
+                  m);
+        if (m % P != 0) continue;
+        for (int v : {2, 3}) {
+          EXPECT_EQ(
+              in_flight_chunks(pipeline_schedule(PipelineSchedule::kInterleaved, P, p, m, v, "k")),
+              std::min(m * v, 2 * (P - p - 1) + (v - 1) * P + 1))
+              << "P " << P << " p " << p << " m " << m << " v " << v;
+        }
+      }
+    }
+  }
 }
 
 // Plain SGD at learning rate 1: a step moves each parameter by minus its gradient, so the update
