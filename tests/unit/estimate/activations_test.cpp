@@ -17,6 +17,7 @@
 #include "model/rng_state.h"
 #include "model/tiled_mlp.h"
 #include "qwen25_config.h"
+#include "tests/unit/estimate/small_model.h"
 #include "tests/unit/model/counting_allocator.h"
 
 namespace dstrain::estimate {
@@ -24,20 +25,7 @@ namespace {
 
 using model::testing::CountingScope;
 
-// A small llama with grouped-query attention and a vocabulary large enough that the loss runs in
-// several chunks.
-model::ModelConfig small_model() {
-  return model::parse_model_config(nlohmann::json{{"model_type", "llama"},
-                                                  {"vocab_size", 2048},
-                                                  {"hidden_size", 64},
-                                                  {"intermediate_size", 176},
-                                                  {"num_hidden_layers", 4},
-                                                  {"num_attention_heads", 4},
-                                                  {"num_key_value_heads", 2},
-                                                  {"max_position_embeddings", 1024},
-                                                  {"rms_norm_eps", 1e-6},
-                                                  {"tie_word_embeddings", false}});
-}
+using testing::small_model;
 
 constexpr int64_t kBatch = 2, kSeq = 256;
 constexpr int64_t kChunkBytes = int64_t{1} << 20;  // 128 tokens of 2048 float32 logits

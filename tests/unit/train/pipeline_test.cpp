@@ -20,6 +20,7 @@
 #include "optim/optimizer.h"
 #include "tests/common/expect_error.h"
 #include "tests/common/thread_communicator.h"
+#include "tests/unit/estimate/small_model.h"
 #include "tests/unit/model/counting_allocator.h"
 #include "train/phase_peaks.h"
 
@@ -382,17 +383,7 @@ TEST(PipelineMemory, EachStagesPeakMatchesItsMemoryPlan) {
   torch::set_num_threads(1);
   using Counter = model::testing::CountingAllocator;
   model::testing::CountingScope scope;
-  const model::ModelConfig config =
-      model::parse_model_config(nlohmann::json{{"model_type", "llama"},
-                                               {"vocab_size", 2048},
-                                               {"hidden_size", 64},
-                                               {"intermediate_size", 176},
-                                               {"num_hidden_layers", 4},
-                                               {"num_attention_heads", 4},
-                                               {"num_key_value_heads", 2},
-                                               {"max_position_embeddings", 1024},
-                                               {"rms_norm_eps", 1e-6},
-                                               {"tie_word_embeddings", false}});
+  const model::ModelConfig config = estimate::testing::small_model();
   constexpr int kMicro = 4;
   constexpr int64_t kChunkBytes = int64_t{1} << 20;
   torch::manual_seed(3);
