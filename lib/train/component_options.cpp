@@ -111,6 +111,13 @@ zero::OptimizerFactory optimizer_factory(const config::Config& c, torch::Device 
   };
 }
 
+PipelineSchedule pipeline_schedule_of(const config::Config& c) {
+  const config::ParallelSection& p = c.parallel;
+  if (p.pipeline_virtual_stages > 1) return PipelineSchedule::kInterleaved;
+  return p.pipeline_schedule == "gpipe" ? PipelineSchedule::kGpipe
+                                        : PipelineSchedule::kOneForwardOneBackward;
+}
+
 ParallelPlan parallel_plan(const config::Config& c, const RunPlan& run, torch::Device device) {
   ParallelPlan plan;
   plan.tiled_mlp = run.tiled_mlp;
@@ -119,12 +126,9 @@ ParallelPlan parallel_plan(const config::Config& c, const RunPlan& run, torch::D
   plan.graph_min_speedup = run.graphs.min_speedup;
   plan.loss_chunk_bytes = c.model.fused_loss_chunk_mb > 0 ? c.model.fused_loss_chunk_mb << 20 : 0;
   plan.stages = run.stages;
-  const config::ParallelSection& p = c.parallel;
-  plan.stage.schedule = p.pipeline_virtual_stages > 1    ? PipelineSchedule::kInterleaved
-                        : p.pipeline_schedule == "gpipe" ? PipelineSchedule::kGpipe
-                                                         : PipelineSchedule::kOneForwardOneBackward;
+  plan.stage.schedule = pipeline_schedule_of(c);
   plan.stage.fused_loss = c.model.fused_loss;
-  plan.tensor_sequence_parallel = p.tensor_sequence_parallel;
+  plan.tensor_sequence_parallel = c.parallel.tensor_sequence_parallel;
   plan.engine = run.engine;
   const bool host_state = c.zero.offload_optimizer.device == "cpu";
   plan.optimizer = optimizer_factory(c, host_state ? torch::Device(torch::kCPU) : device);

@@ -23,6 +23,9 @@ optim::LrScheduleOptions schedule_options(const config::Config& c, int64_t total
 zero::OptimizerFactory optimizer_factory(const config::Config& c,
                                          torch::Device state_device = torch::kCPU);
 torch::ScalarType compute_dtype(const config::Config& c);
+// The pipeline's schedule: parallel.pipeline_virtual_stages > 1 interleaves, else
+// parallel.pipeline_schedule (gpipe, or 1F1B).
+PipelineSchedule pipeline_schedule_of(const config::Config& c);
 // What `run` chose (checkpointing, tiled MLP, the engine's options, the pipeline's stages, the CUDA
 // graphs' budgets), the pipeline's schedule and the head's loss, and the optimizer (its state
 // where the master weights live: the host when offloading them, else `device`). LoRA, the initial

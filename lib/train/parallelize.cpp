@@ -125,27 +125,21 @@ void Parallelized::reset() noexcept {
 Parallelized parallelize(comm::Communicator& world, const layout::ParallelLayout& layout,
                          torch::Device device, const model::ModelConfig& config,
                          ParallelPlan plan) {
-  Parallelized out;
-  out.groups = std::make_unique<ParallelGroups>(world, layout);
-  ParallelGroups& groups = *out.groups;
-  out.tensor_parallel = std::make_shared<TensorParallelGroup>(
-      groups.tensor(), groups.slice_replicas(), plan.tensor_sequence_parallel);
-  out.sequence_parallel = std::make_unique<SequenceParallel>(groups.sequence());
-  const bool sliced = groups.tensor() != nullptr;
-  model::DecoderModel model(config, model::Materialize::kNo,
-                            sliced ? out.tensor_parallel : nullptr);
-  plan.initial_values = slice_source(std::move(plan.initial_values), *model, *out.tensor_parallel);
-  plan.engine.tensor_parallel = groups.tensor();
+  auto groups = std::make_unique<ParallelGroups>(world, layout);
+  auto tp = std::make_shared<TensorParallelGroup>(groups->tensor(), groups->slice_replicas(),
+                                                  plan.tensor_sequence_parallel);
+  auto sp = std::make_unique<SequenceParallel>(groups->sequence());
+  model::DecoderModel model(config, model::Materialize::kNo, groups->tensor() ? tp : nullptr);
+  plan.initial_values = slice_source(std::move(plan.initial_values), *model, *tp);
+  plan.engine.tensor_parallel = groups->tensor();
   // Before the engine exists: its gradient accumulators take the stream current then.
-  if (plan.graph_recorder) out.training_stream = std::make_unique<model::TrainingStream>(device);
-  Parallelized rest = parallelize(
-      model, {groups.slice_replicas(), device, *out.sequence_parallel, groups.pipeline()},
-      std::move(plan));
-  out.model = std::move(rest.model);
-  out.lora = std::move(rest.lora);
-  out.graphs = std::move(rest.graphs);
-  out.engine = std::move(rest.engine);
-  out.stage = std::move(rest.stage);
+  auto stream = plan.graph_recorder ? std::make_unique<model::TrainingStream>(device) : nullptr;
+  Parallelized out = parallelize(model, {groups->slice_replicas(), device, *sp, groups->pipeline()},
+                                 std::move(plan));
+  out.groups = std::move(groups);
+  out.tensor_parallel = std::move(tp);
+  out.sequence_parallel = std::move(sp);
+  out.training_stream = std::move(stream);
   return out;
 }
 

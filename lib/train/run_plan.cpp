@@ -109,12 +109,9 @@ estimate::ActivationInput RunMemory::activations(int64_t micro, bool graphs, int
   const int64_t m =
       micro > 0 && t.micro_batch_auto ? samples_per_rank(t) / micro : t.gradient_accumulation_steps;
   const auto v = static_cast<int>(c.parallel.pipeline_virtual_stages);
-  const PipelineSchedule schedule = v > 1 ? PipelineSchedule::kInterleaved
-                                    : c.parallel.pipeline_schedule == "gpipe"
-                                        ? PipelineSchedule::kGpipe
-                                        : PipelineSchedule::kOneForwardOneBackward;
-  in.in_flight = in_flight_chunks(pipeline_schedule(schedule, P, stage, static_cast<int>(m), v,
-                                                    "training.gradient_accumulation_steps"));
+  in.in_flight =
+      in_flight_chunks(pipeline_schedule(pipeline_schedule_of(c), P, stage, static_cast<int>(m), v,
+                                         "training.gradient_accumulation_steps"));
   return in;
 }
 
