@@ -43,10 +43,8 @@ class LoraAdapter : public model::LinearAdapter {
   torch::Tensor delta(const torch::Tensor& x, bool training) override {
     const torch::Tensor h = training && dropout_ > 0 ? dropout(x) : x;
     namespace F = torch::nn::functional;
-    // The whole one of A and B: this rank's gradient of it is its part (tensor_parallel.h).
-    const torch::Tensor a = tp_ && !row_parallel_ ? model::summed_gradient(tp_, A) : A;
-    const torch::Tensor b = row_parallel_ ? model::summed_gradient(tp_, B) : B;
-    return F::linear(F::linear(h, a), b) * scale_;
+    // The whole one of A and B takes this rank's part of its gradient (its placement).
+    return F::linear(F::linear(h, A), B) * scale_;
   }
   std::vector<torch::Tensor> parameters() const override { return {A, B}; }
 

@@ -67,8 +67,7 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t index, Material
       register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, m));
   // Under sequence parallelism each rank normalises its own token rows.
   if (tp != nullptr && tp->sequence_parallel()) {
-    input_layernorm->gradient_group = tp;
-    post_attention_layernorm->gradient_group = tp;
+    input_layernorm->partial_gradient = post_attention_layernorm->partial_gradient = true;
   }
 }
 

@@ -33,8 +33,9 @@ torch::Tensor leave_row_parallel(const LinearImpl& p, const torch::Tensor& parti
                                  TensorParallel* tp) {
   const torch::Tensor whole = leave_region(tp, partial);
   if (!p.bias.defined()) return whole;
-  // Added to this rank's token rows under sequence parallelism: its gradient there is a part.
-  return whole + (tp->sequence_parallel() ? summed_gradient(tp, p.bias) : p.bias);
+  // Added to this rank's token rows under sequence parallelism: its gradient there is a part
+  // (place_row).
+  return whole + p.bias;
 }
 
 }  // namespace
@@ -129,12 +130,12 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps, Materialize materialize) : eps
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  return rms_norm(x, summed_gradient(gradient_group, weight), eps_);
+  return rms_norm(x, weight, eps_);
 }
 
 std::pair<torch::Tensor, torch::Tensor> RMSNormImpl::add_and_forward(const torch::Tensor& x,
                                                                      const torch::Tensor& delta) {
-  return add_rms_norm(x, delta, summed_gradient(gradient_group, weight), eps_);
+  return add_rms_norm(x, delta, weight, eps_);
 }
 
 AttentionImpl::AttentionImpl(const ModelConfig& c, std::optional<int64_t> window, Materialize m,
@@ -157,8 +158,7 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, std::optional<int64_t> window
     q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps, m));
     k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps, m));
     // Each rank normalises its own heads: its gradient of the shared weights is its heads' part.
-    q_norm->gradient_group = tp;
-    k_norm->gradient_group = tp;
+    q_norm->partial_gradient = k_norm->partial_gradient = tp != nullptr;
   }
 }
 

@@ -114,13 +114,13 @@ class RMSNormImpl : public torch::nn::Module {
   std::pair<torch::Tensor, torch::Tensor> add_and_forward(const torch::Tensor& x,
                                                           const torch::Tensor& delta);
 
-  // Replicated, with a partial gradient when gradient_group is set.
-  Placement placement() const { return Placement::replicated_with(gradient_group != nullptr); }
+  // Replicated, with a partial gradient when partial_gradient is set.
+  Placement placement() const { return Placement::replicated_with(partial_gradient); }
 
   torch::Tensor weight;  // [dim]
-  // Tensor parallelism: a replicated weight whose gradient on this rank is only its part, read
-  // through summed_gradient() (tensor_parallel.h); null: read as it is.
-  TensorParallel* gradient_group = nullptr;
+  // Tensor parallelism: this rank normalises only part of what the group normalises (its token
+  // rows, its heads), so its gradient of the weight is its part (tensor_parallel.h).
+  bool partial_gradient = false;
 
  private:
   double eps_;

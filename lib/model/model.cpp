@@ -22,7 +22,7 @@ DecoderBackboneImpl::DecoderBackboneImpl(const ModelConfig& c, Materialize mater
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
     layers->push_back(DecoderLayer(c, i, materialize, tp));
   norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, materialize));
-  if (tp != nullptr && tp->sequence_parallel()) norm->gradient_group = tp;
+  norm->partial_gradient = tp != nullptr && tp->sequence_parallel();
 }
 
 DecoderModelImpl::DecoderModelImpl(ModelConfig config, Materialize materialize,

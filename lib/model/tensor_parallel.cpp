@@ -50,8 +50,4 @@ torch::Tensor leave_region(TensorParallel* tp, const torch::Tensor& y) {
   return tp->reduce_scatter_rows(y.reshape({-1, y.size(-1)}));
 }
 
-torch::Tensor summed_gradient(TensorParallel* tp, const torch::Tensor& w) {
-  return tp == nullptr ? w : tp->enter(w);
-}
-
 }  // namespace dstrain::model

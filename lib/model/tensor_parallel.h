@@ -24,9 +24,10 @@
 //
 // Replicated parameters (the norms, row-parallel biases, Qwen3's q/k norms) are whole on every
 // rank. Where a rank's gradient of one is only its part (q_norm/k_norm over its heads; every one of
-// them with sequence parallelism, over its rows) the forward reads it through enter(), whose
-// backward sums the gradient over the group, so every rank's replicated copy gets the whole
-// gradient and stays equal to the others.
+// them with sequence parallelism, over its rows) its placement says so (a partial gradient,
+// placement.h), and the engine sums it over the group once per step, after the micro-steps and
+// the data-parallel reduction (zero/engine.h: EngineOptions::model_parallel), so every rank's
+// replicated copy takes the whole gradient and stays equal to the others.
 //
 // The model holds its parameters under their Hugging Face names with these local shapes
 // (each parameter's placement, placement.h, says how it is split); building the initial values,
@@ -80,8 +81,5 @@ torch::Tensor enter_region(TensorParallel* tp, const torch::Tensor& x);
 // Out of it: the partial results y [..., C] summed over the ranks (leave), or summed and cut to
 // this rank's token rows [n, C] (sequence parallel). tp null: y.
 torch::Tensor leave_region(TensorParallel* tp, const torch::Tensor& y);
-// A replicated parameter whose gradient on this rank is only part of it (above): read through
-// enter(). tp null: w.
-torch::Tensor summed_gradient(TensorParallel* tp, const torch::Tensor& w);
 
 }  // namespace dstrain::model

@@ -250,7 +250,8 @@ DebugForwardResult debug_forward(const DebugForwardOptions& o) {
   auto add_grad = [&](const std::string& name, const torch::Tensor& p) {
     const torch::Tensor g = p.grad();
     const torch::Tensor mine = g.defined() ? g.to(torch::kFloat32) : torch::zeros(p.sizes());
-    out.emplace_back("grad." + name, tp.whole(mine, placed.at(name).placement).to(torch::kCPU));
+    out.emplace_back("grad." + name,
+                     tp.whole_gradient(mine, placed.at(name).placement).to(torch::kCPU));
   };
   if (parallel.lora) {
     for (const auto& [name, t] : parallel.lora->named_parameters()) add_grad(name, t);

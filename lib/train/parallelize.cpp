@@ -131,7 +131,9 @@ Parallelized parallelize(comm::Communicator& world, const layout::ParallelLayout
   auto sp = std::make_unique<SequenceParallel>(groups->sequence());
   model::DecoderModel model(config, model::Materialize::kNo, groups->tensor() ? tp : nullptr);
   plan.initial_values = slice_source(std::move(plan.initial_values), *model, *tp);
-  plan.engine.tensor_parallel = groups->tensor();
+  // Every placement is cut over the tensor-parallel group.
+  plan.engine.model_parallel = {
+      &world, [tensor = groups->tensor()](const model::Placement&) { return tensor; }};
   // Before the engine exists: its gradient accumulators take the stream current then.
   auto stream = plan.graph_recorder ? std::make_unique<model::TrainingStream>(device) : nullptr;
   Parallelized out = parallelize(model, {groups->slice_replicas(), device, *sp, groups->pipeline()},
@@ -184,7 +186,6 @@ Parallelized parallelize(model::DecoderModel model, const ParallelWorld& world, 
   const std::vector<size_t> blocks =
       world.pipeline ? rank_blocks(stages, world.pipeline->world_size(), world.pipeline->rank())
                      : std::vector<size_t>{};
-  plan.engine.pipeline = world.pipeline;
   plan.engine.segments = block_segments(*model);
   plan.engine.initial_values = with_adapters(std::move(plan.initial_values), out.lora.get());
   out.engine = zero::make_engine(engine_parameters(*model, out.lora.get(), blocks), world.comm,

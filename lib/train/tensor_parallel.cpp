@@ -182,6 +182,14 @@ torch::Tensor TensorParallelGroup::whole(const torch::Tensor& local,
   return out;
 }
 
+torch::Tensor TensorParallelGroup::whole_gradient(const torch::Tensor& local,
+                                                  const model::Placement& placement) {
+  if (size_ == 1 || !placement.partial_gradient) return whole(local, placement);
+  torch::Tensor out = local.contiguous().clone();
+  group().all_reduce(out, comm::ReduceOp::kSum)->wait();
+  return out;
+}
+
 void TensorParallelGroup::all_reduce_(torch::Tensor& x, bool max) {
   if (!x.is_contiguous()) fail(ErrorKind::kInternal, "tensor parallelism: all_reduce_ of a view");
   group().all_reduce(x, max ? comm::ReduceOp::kMax : comm::ReduceOp::kSum)->wait();

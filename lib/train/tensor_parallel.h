@@ -44,6 +44,9 @@ class TensorParallelGroup final : public model::TensorParallel {
   // adapters) from every rank's slice `local` of it (a parameter every rank holds whole: the
   // group's rank 0's copy); `local` itself for a group of one.
   torch::Tensor whole(const torch::Tensor& local, const model::Placement& placement);
+  // The same for a gradient read outside the engine (which sums a partial gradient over the group
+  // in its step): a partial gradient summed over the group, any other as whole().
+  torch::Tensor whole_gradient(const torch::Tensor& local, const model::Placement& placement);
   // The group itself (the world's own for size 1 is never used).
   comm::Communicator& group();
 

@@ -33,9 +33,10 @@ void validate(const EngineOptions& options, const std::vector<NamedParameter>& p
   for (const NamedParameter& p : params) {
     if (!p.frozen) numel += p.tensor.defined() ? p.tensor.numel() : 0;
   }
-  // A pipeline stage may have nothing to train (LoRA adapters on other stages' layers only): it
-  // still computes its input's gradients and joins the norm; a model may not.
-  if (numel == 0 && options.pipeline == nullptr) {
+  // One part of a model (a pipeline stage with LoRA adapters on other stages' layers only) may
+  // have nothing to train: it still computes its input's gradients and joins the norm; a whole
+  // model may not.
+  if (numel == 0 && options.model_parallel.world == nullptr) {
     fail(ErrorKind::kConfig, "the model has no trainable parameters");
   }
   if (numel == 0 && options.stage == 3) {

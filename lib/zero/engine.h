@@ -67,8 +67,8 @@ struct NamedParameter {
   // state, not in the checkpoint state. It gets its initial values in the compute dtype; stage 3
   // shards and gathers it like the others.
   bool frozen = false;
-  // Where it lives across the tensor-parallel group (EngineOptions::tensor_parallel): a
-  // replicated parameter is whole on every rank of it and counts once in the gradient norm.
+  // Where it lives across the model-parallel ranks (EngineOptions::model_parallel): a replicated
+  // parameter is whole on every rank of its group and counts once in the gradient norm.
   model::Placement placement{};
 };
 
@@ -102,15 +102,22 @@ struct EngineOptions {
   bool keep_gathered_memory = false;
   bool offload_optimizer = false;  // stages 1-3: master, optimizer state and the update on the host
   bool offload_param = false;      // stage 3: parameter shards on the host
-  // Tensor parallelism (lib/train/tensor_parallel.h): the engine's ranks hold one slice of the
-  // model, and `tensor_parallel` is the group whose ranks hold the other slices. The global
-  // gradient norm sums Σg² over it too, counting the parameters every rank of it holds whole
-  // (NamedParameter::placement replicated) once. Null: the engine's ranks hold the whole model.
-  comm::Communicator* tensor_parallel = nullptr;
-  // Pipeline parallelism (lib/train/pipeline.h): the engine holds one stage's parameters and
-  // `pipeline` is the group of the ranks holding the other stages. The global norm (clipping, the
-  // fp16 overflow that skips a step) sums every stage's Σg² over it. Null: one stage.
-  comm::Communicator* pipeline = nullptr;
+  // Model parallelism (layout/parallel_layout.h): the engine's ranks hold one part of the model
+  // (a pipeline stage, a tensor slice), each parameter placed as NamedParameter::placement says.
+  struct ModelParallel {
+    // Every rank of the job: the global norm (clipping, the fp16 verdict that skips a step) sums
+    // each rank's Σg² over it, an element held whole by the n ranks of its placement's group
+    // counting 1/n on each. Null: the engine's ranks hold the whole model (the norm sums over
+    // them), and a model without anything to train is refused.
+    comm::Communicator* world = nullptr;
+    // The group a placement is cut over: the ranks holding a split parameter's other slices, or
+    // each a whole copy of a replicated one. A replicated parameter's partial gradient
+    // (Placement::partial_gradient) is summed over it once per step, after the data-parallel
+    // reduction (Megatron-LM's finalize_model_grads). Unset, or null for a placement: a group of
+    // one rank.
+    std::function<comm::Communicator*(const model::Placement&)> group;
+  };
+  ModelParallel model_parallel;
   // Where the initial values come from; unset: from the parameters themselves (which must then
   // hold them). The master is built from them (so compute-dtype rounding never reaches it), then
   // the compute-dtype parameters. At stage 3 each rank asks only for its own shard's elements and
@@ -209,8 +216,9 @@ class Engine : public ckpt::Stateful {
   // clips, updates (unless fp16 overflow), refreshes the parameters, zeroes the gradients.
   StepResult step(double lr);
   // Optional, before the backward() of a step's last micro-step: the learning rate that step() will
-  // be given (else Error(kInternal) there). Without gradient clipping and fp16 loss scaling (where
-  // no update waits for the global norm) each bucket (stages 0-2) or unit (stage 3) is then updated
+  // be given (else Error(kInternal) there). Without gradient clipping, fp16 loss scaling and
+  // partial gradients (where no update waits for the global norm or for the sum of a partial
+  // gradient over its group) each bucket (stages 0-2) or unit (stage 3) is then updated
   // as soon as its gradient is reduced, and its parameters refreshed, while backward goes on with
   // the earlier layers; the values are bit for bit those of updating in step().
   void set_step_lr(double lr) { step_lr_ = lr; }

@@ -1,5 +1,6 @@
 #include "zero/master_state.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -39,9 +40,23 @@ MasterState::MasterState(torch::Tensor master, bool aliases_params, MasterLayout
       aliases_params_(aliases_params),
       layout_(std::move(layout)),
       clip_(options.gradient_clipping),
-      tensor_parallel_(options.tensor_parallel),
-      pipeline_(options.pipeline),
+      norm_group_(options.model_parallel.world ? *options.model_parallel.world : comm),
       scaler_(options.compute_dtype == torch::kHalf, options.loss_scaling) {
+  const auto& group_of = options.model_parallel.group;
+  const auto group = [&](const model::Placement& p) { return group_of ? group_of(p) : nullptr; };
+  for (const MasterPiece& piece : layout_.owned) {
+    comm::Communicator* g = piece.placement.replicated() ? group(piece.placement) : nullptr;
+    owned_copies_.push_back(g ? g->world_size() : 1);
+  }
+  for (size_t i = 0; i < layout_.held.size(); ++i) {
+    const model::Placement& placement = layout_.held[i].placement;
+    comm::Communicator* g = placement.partial_gradient ? group(placement) : nullptr;
+    if (g == nullptr || g->world_size() == 1) continue;
+    auto it = std::find_if(partial_groups_.begin(), partial_groups_.end(),
+                           [g](const auto& entry) { return entry.first == g; });
+    if (it == partial_groups_.end()) it = partial_groups_.insert(it, {g, {}});
+    it->second.push_back(i);
+  }
   optimizer_ = make_optimizer(master_.numel(), no_decay_ranges());
   if (!optimizer_) fail(ErrorKind::kInternal, "zero engine: the optimizer factory returned null");
 }
@@ -56,49 +71,59 @@ std::vector<Range> MasterState::no_decay_ranges() const {
 }
 
 StepResult MasterState::step(torch::Tensor grad32, const torch::Tensor& local_sq, double lr) {
-  StepResult result = reduce_norm(local_sq, replicated_sq(grad32));
+  StepResult result = reduce_norm(local_sq, copies_sq(grad32));
   if (result.skipped) return result;
   begin_update(lr);
   update(std::move(grad32), 0, coefficient(result));
   return result;
 }
 
-torch::Tensor MasterState::replicated_sq(const torch::Tensor& grad, int64_t offset,
-                                         std::optional<Range> owned) const {
-  if (tensor_parallel_ == nullptr) return torch::Tensor();
+void MasterState::sum_partial_gradients(const torch::Tensor& grad32) {
+  for (const auto& [group, pieces] : partial_groups_) {
+    std::vector<torch::Tensor> parts;
+    for (size_t i : pieces) {
+      const MasterPiece& piece = layout_.held[i];
+      parts.push_back(grad32.narrow(0, piece.offset, piece.elements.end - piece.elements.begin));
+    }
+    // One collective per group, on the communicator's device (the host gradient of an offloaded
+    // optimizer goes there and back).
+    torch::Tensor flat = torch::cat(parts).to(device_);
+    group->all_reduce(flat, comm::ReduceOp::kSum)->wait();
+    int64_t at = 0;
+    for (torch::Tensor& part : parts) {
+      part.copy_(flat.narrow(0, at, part.numel()));
+      at += part.numel();
+    }
+  }
+}
+
+torch::Tensor MasterState::copies_sq(const torch::Tensor& grad, int64_t offset,
+                                     std::optional<Range> owned) const {
   const Range mine = owned ? Range{offset + owned->begin, offset + owned->end}
                            : Range{offset, offset + grad.numel()};
-  torch::Tensor sq = torch::zeros({1}, grad.options().dtype(torch::kFloat64));
-  for (const MasterPiece& piece : layout_.owned) {
-    if (!piece.replicated) continue;
+  torch::Tensor sq;
+  for (size_t i = 0; i < layout_.owned.size(); ++i) {
+    if (owned_copies_[i] == 1) continue;
+    const MasterPiece& piece = layout_.owned[i];
     const int64_t begin = std::max(mine.begin, piece.offset);
     const int64_t end =
         std::min(mine.end, piece.offset + piece.elements.end - piece.elements.begin);
-    if (begin < end) sq += squared_norm(grad.narrow(0, begin - offset, end - begin));
+    if (!sq.defined()) sq = torch::zeros({1}, grad.options().dtype(torch::kFloat64));
+    const double others = 1.0 - 1.0 / owned_copies_[i];
+    if (begin < end) sq += squared_norm(grad.narrow(0, begin - offset, end - begin)) * others;
   }
   return sq;
 }
 
-StepResult MasterState::reduce_norm(const torch::Tensor& local_sq,
-                                    const torch::Tensor& replicated_sq) {
+StepResult MasterState::reduce_norm(const torch::Tensor& local_sq, const torch::Tensor& copies_sq) {
   StepResult result;
   result.loss_scale = scaler_.scale();
   // All-reduced on the communicator's device, where the norm and the coefficient stay: without
   // fp16 loss scaling nothing here waits for the device. With it, whether to skip the step is
   // decided on the host (one sync per step).
   torch::Tensor sq = local_sq.to(device_, torch::kFloat64).reshape({1});
-  if (tensor_parallel_ == nullptr) {
-    comm_.all_reduce(sq, comm::ReduceOp::kSum)->wait();
-  } else {
-    // This slice's Σg² and its replicated part over the engine's ranks, then the slices' sums
-    // over the group with each replicated parameter counted once (T equal copies, 1/T each).
-    torch::Tensor both = torch::cat({sq, replicated_sq.to(device_, torch::kFloat64).reshape({1})});
-    comm_.all_reduce(both, comm::ReduceOp::kSum)->wait();
-    const double copies = tensor_parallel_->world_size();
-    sq = (both[0] - both[1] * (1.0 - 1.0 / copies)).reshape({1}).contiguous();
-    tensor_parallel_->all_reduce(sq, comm::ReduceOp::kSum)->wait();
-  }
-  if (pipeline_ != nullptr) pipeline_->all_reduce(sq, comm::ReduceOp::kSum)->wait();
+  if (copies_sq.defined()) sq = (sq - copies_sq.to(device_, torch::kFloat64).reshape({1}));
+  norm_group_.all_reduce(sq, comm::ReduceOp::kSum)->wait();
   result.grad_norm_tensor = sq.sqrt() / result.loss_scale;
   if (scaler_.enabled()) result.skipped = scaler_.update(!std::isfinite(sq.item<double>()));
   return result;
@@ -120,10 +145,10 @@ void MasterState::update(torch::Tensor grad32, int64_t offset, const torch::Tens
 }
 
 void MasterState::arm_backward_update(std::optional<double> lr) {
-  backward_lr_ = no_norm_needed() ? lr : std::nullopt;
+  backward_lr_ = can_update_during_backward() ? lr : std::nullopt;
   backward_pieces_ = 0;
   if (backward_lr_) backward_sq_ = torch::zeros({1}, master_.options().dtype(torch::kFloat64));
-  backward_replicated_sq_ = torch::Tensor();
+  backward_copies_sq_ = torch::Tensor();
 }
 
 void MasterState::backward_update(torch::Tensor grad, int64_t offset, Range owned,
@@ -131,10 +156,9 @@ void MasterState::backward_update(torch::Tensor grad, int64_t offset, Range owne
   if (!backward_lr_) fail(ErrorKind::kInternal, "zero engine: backward update not armed");
   if (backward_pieces_++ == 0) begin_update(*backward_lr_);
   backward_sq_ += squared_norm(grad.narrow(0, owned.begin, owned.end - owned.begin));
-  if (tensor_parallel_ != nullptr) {
-    const torch::Tensor sq = replicated_sq(grad, offset, owned);
-    backward_replicated_sq_ = backward_replicated_sq_.defined() ? backward_replicated_sq_ + sq : sq;
-  }
+  const torch::Tensor sq = copies_sq(grad, offset, owned);
+  if (sq.defined())
+    backward_copies_sq_ = backward_copies_sq_.defined() ? backward_copies_sq_ + sq : sq;
   update(std::move(grad), offset, torch::Tensor(), compute_copy);
 }
 
@@ -144,10 +168,7 @@ StepResult MasterState::finish_backward_update(size_t pieces) {
          backward_pieces_, pieces);
   }
   backward_lr_.reset();
-  if (tensor_parallel_ != nullptr && !backward_replicated_sq_.defined()) {
-    backward_replicated_sq_ = torch::zeros_like(backward_sq_);
-  }
-  return reduce_norm(backward_sq_, backward_replicated_sq_);
+  return reduce_norm(backward_sq_, backward_copies_sq_);
 }
 
 std::vector<std::string> MasterState::state_kinds() const {

@@ -10,22 +10,27 @@
 // the implementation is getting the gradient into master coordinates (its communication) and
 // getting the updated master back into the compute parameters.
 //
-// The step. Given the reduced gradient in master coordinates (fp32, where the master lives) and
-// this rank's Σg² over the elements it owns (each element counted once across ranks), step()
-// all-reduces Σg² (fp64, on the compute device), reports the unscaled global norm as a device
-// tensor, lets the loss scaler see a non-finite sum as an fp16 overflow (every rank gets the same
-// verdict through the all-reduce, so all skip together; the only host sync, fp16 only), and
-// otherwise multiplies the gradient by gradient_coefficient() and runs the optimizer on the master.
+// The step. Given the reduced gradient in master coordinates (fp32, where the master lives), whose
+// partial pieces sum_partial_gradients() has summed over their groups, and this rank's Σg² over
+// the elements it owns (each element counted once across the engine's ranks), step() all-reduces
+// Σg² (fp64, on the compute device; over the whole job with model parallelism, a replicated
+// piece's share divided among its copies: EngineOptions::model_parallel), reports the unscaled
+// global norm as a device tensor, lets the loss scaler see a non-finite sum as an fp16 overflow
+// (every rank gets the same verdict through the all-reduce, so all skip together; the only host
+// sync, fp16 only), and otherwise multiplies the gradient by gradient_coefficient() and runs the
+// optimizer on the master.
 
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/types.h>
 
 #include "comm/communicator.h"
+#include "model/placement.h"
 #include "zero/engine.h"
 #include "zero/loss_scaler.h"
 
@@ -38,9 +43,8 @@ struct MasterPiece {
   std::vector<int64_t> shape;
   Range elements;
   int64_t offset = 0;
-  // Whole on every rank of the tensor-parallel group (NamedParameter::placement): counted once in
-  // the gradient norm.
-  bool replicated = false;
+  // Its parameter's placement across the model-parallel ranks (NamedParameter::placement).
+  model::Placement placement{};
 };
 
 struct MasterLayout {
@@ -76,11 +80,20 @@ class MasterState {
   bool aliases_params() const { return aliases_params_; }
   double loss_scale() const { return scaler_.scale(); }
 
+  // Collective: sums the pieces of `grad32` whose gradient is partial (Placement::partial_gradient)
+  // over their placement's group, one all-reduce per group (none without such pieces). `grad32`:
+  // the reduced gradient in master coordinates (the master's elements [0, grad32.numel())), fp32,
+  // where the master lives. Before its Σg² is taken.
+  void sum_partial_gradients(const torch::Tensor& grad32);
+  // Whether set_step_lr() may move the update into backward: no update waits for the norm nor for
+  // the sum of a partial gradient.
+  bool can_update_during_backward() const { return no_norm_needed() && partial_groups_.empty(); }
+
   // Collective (one all-reduce). `grad32`: the reduced gradient in master coordinates, fp32, on the
-  // master's device; scaled in place (pass it moved so that it is freed on return). `local_sq`:
-  // this rank's Σg², one element of any float dtype. When the result is not skipped the master has
-  // been updated and the caller refreshes its parameters from it. The same as reduce_norm(),
-  // begin_update() and update() of the whole master.
+  // master's device, its partial pieces summed; scaled in place (pass it moved so that it is freed
+  // on return). `local_sq`: this rank's Σg², one element of any float dtype. When the result is not
+  // skipped the master has been updated and the caller refreshes its parameters from it. The same
+  // as reduce_norm(), begin_update() and update() of the whole master.
   StepResult step(torch::Tensor grad32, const torch::Tensor& local_sq, double lr);
 
   // The step in pieces, for an engine that updates bucket by bucket:
@@ -96,16 +109,15 @@ class MasterState {
   // whatever the norm, so begin_update() and update() (with an undefined coef) may come first,
   // while the other pieces' gradients are still being computed, and reduce_norm() only reports.
   bool no_norm_needed() const { return clip_ == 0 && !scaler_.enabled(); }
-  // `replicated_sq`: with tensor parallelism (EngineOptions::tensor_parallel), the part of
-  // local_sq from the parameters every rank of its group holds whole (replicated_sq()), which its
-  // sum over the group counts once; undefined without.
+  // `copies_sq`: the part of local_sq that other ranks count too (copies_sq()); undefined: none.
   StepResult reduce_norm(const torch::Tensor& local_sq,
-                         const torch::Tensor& replicated_sq = torch::Tensor());
-  // Σg² of the owned pieces of the replicated parameters in `grad`, which holds the master's
-  // elements [offset, offset + grad.numel()), of which elements `owned` (relative to grad) are
-  // this rank's (all when absent); undefined without tensor parallelism.
-  torch::Tensor replicated_sq(const torch::Tensor& grad, int64_t offset = 0,
-                              std::optional<Range> owned = std::nullopt) const;
+                         const torch::Tensor& copies_sq = torch::Tensor());
+  // Of Σg² over the owned pieces in `grad`, which holds the master's elements [offset, offset +
+  // grad.numel()) of which elements `owned` (relative to grad) are this rank's (all when absent),
+  // the share the other copies of replicated pieces count: (n − 1)/n of each such piece's Σg²
+  // when n ranks of the model-parallel job hold it whole. Undefined when no piece has copies.
+  torch::Tensor copies_sq(const torch::Tensor& grad, int64_t offset = 0,
+                          std::optional<Range> owned = std::nullopt) const;
   // fp32, one element where the master lives; undefined when it is 1.
   torch::Tensor coefficient(const StepResult& reduced) const;
   void begin_update(double lr) { optimizer_->begin_step(lr); }
@@ -150,8 +162,12 @@ class MasterState {
   bool aliases_params_;
   MasterLayout layout_;
   double clip_;
-  comm::Communicator* tensor_parallel_;
-  comm::Communicator* pipeline_;
+  // Where the norm is summed: the whole job with model parallelism, else `comm_`.
+  comm::Communicator& norm_group_;
+  // How many ranks hold each piece of layout_.owned whole (1: this rank only, among the parts).
+  std::vector<int> owned_copies_;
+  // The held pieces with a partial gradient, by the group they are summed over, in held order.
+  std::vector<std::pair<comm::Communicator*, std::vector<size_t>>> partial_groups_;
   LossScaler scaler_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   // The update during backward: its learning rate while armed, the pieces updated so far and
@@ -159,7 +175,7 @@ class MasterState {
   std::optional<double> backward_lr_;
   size_t backward_pieces_ = 0;
   torch::Tensor backward_sq_;
-  torch::Tensor backward_replicated_sq_;
+  torch::Tensor backward_copies_sq_;
 };
 
 }  // namespace dstrain::zero

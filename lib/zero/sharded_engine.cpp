@@ -110,7 +110,7 @@ void ShardedEngine::check_params(const std::vector<NamedParameter>& params) {
     if (p.tensor.device() != params.front().tensor.device()) {
       fail(ErrorKind::kInternal, "zero engine: parameters on different devices ('{}')", p.name);
     }
-    params_.push_back({p.name, p.tensor.sizes().vec(), p.tensor, p.placement.replicated()});
+    params_.push_back({p.name, p.tensor.sizes().vec(), p.tensor, p.placement});
   }
 }
 
@@ -167,7 +167,7 @@ MasterLayout ShardedEngine::master_layout() const {
     std::vector<MasterPiece> out;
     for (const ParamPiece& piece : pieces) {
       const ParamInfo& p = params_[piece.param];
-      out.push_back({p.name, p.shape, piece.elements, master_offset(piece), p.replicated});
+      out.push_back({p.name, p.shape, piece.elements, master_offset(piece), p.placement});
     }
     return out;
   };

@@ -66,14 +66,14 @@ class ShardedEngine final : public Engine {
   LossScaler& loss_scaler() override { return master_->scaler(); }
 
   const Partition& partition() const { return partition_; }
-  bool can_update_during_backward() const override { return master_->no_norm_needed(); }
+  bool can_update_during_backward() const override { return master_->can_update_during_backward(); }
 
  private:
   struct ParamInfo {
     std::string name;
     std::vector<int64_t> shape;
     torch::Tensor tensor;
-    bool replicated = false;  // NamedParameter::placement
+    model::Placement placement{};  // NamedParameter::placement
   };
 
   void do_backward(const torch::Tensor& root, const torch::Tensor& root_grad,

@@ -14,7 +14,8 @@ StepResult ShardedEngine::do_step(double lr) {
     result = master_->finish_backward_update(partition_.buckets().size());
   } else {
     torch::Tensor grad32 = fp32_gradients();
-    result = master_->reduce_norm(local_grad_sq(grad32), master_->replicated_sq(grad32));
+    master_->sum_partial_gradients(grad32);
+    result = master_->reduce_norm(local_grad_sq(grad32), master_->copies_sq(grad32));
     if (!result.skipped) {
       const torch::Tensor coef = master_->coefficient(result);
       master_->begin_update(lr);

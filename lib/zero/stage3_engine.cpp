@@ -207,7 +207,7 @@ MasterLayout Stage3Engine::master_layout() const {
     for (const ParamPiece& piece : unit.partition.owned_pieces(comm_.rank())) {
       const NamedParameter& p = params_[unit.params[piece.param]];
       pieces.push_back({p.name, p.tensor.sizes().vec(), piece.elements,
-                        unit.shard_offset + piece.offset, p.placement.replicated()});
+                        unit.shard_offset + piece.offset, p.placement});
     }
   }
   return {pieces, pieces};

@@ -96,7 +96,7 @@ class Stage3Engine final : public Engine {
   // Elements of unit `unit` (without padding).
   int64_t unit_numel(size_t unit) const { return units_[unit].partition.numel(); }
   bool unit_gathered(size_t unit) const { return units_[unit].state != UnitState::kFree; }
-  bool can_update_during_backward() const override { return master_->no_norm_needed(); }
+  bool can_update_during_backward() const override { return master_->can_update_during_backward(); }
 
  private:
   enum class UnitState { kFree, kGathering, kGathered };

@@ -17,6 +17,7 @@ StepResult Stage3Engine::do_step(double lr) {
   } else {
     // The gradient shard in fp32 where the master lives (the host when offloading the optimizer).
     torch::Tensor grad32 = grad_shard_.to(master_->master().device(), torch::kFloat32);
+    master_->sum_partial_gradients(grad32);
     const torch::Tensor sq = squared_norm(grad32);
     result = master_->step(std::move(grad32), sq, lr);
     if (!result.skipped) refresh_params();

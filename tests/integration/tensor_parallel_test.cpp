@@ -143,8 +143,11 @@ INSTANTIATE_TEST_SUITE_P(
              {{"model_type", "qwen3"}, {"tie_word_embeddings", false}}},
         Case{"T2LoraStage3Dropout", 2, 2, 3, 1, kLora, {}, nullptr},
         // Adam's first steps amplify the rounding of the tensor-parallel sums in the adapters'
-        // smallest gradients (steps 1-6 agree within 1e-5: the same masks).
-        Case{"T2Dp2LoraStage2", 4, 2, 2, 1, kLora, {}, nullptr, 5e-5},
+        // smallest gradients (steps 1-6 agree within 1e-5: the same masks). The losses agree
+        // within 4e-7 at every step; the gradient norms of steps 7 and 13, where the norm jumps,
+        // by 2.1e-5 and 6.5e-5 (1.5e-5 and 4.9e-5 when the partial gradients were summed at
+        // every micro-step instead of once a step: the same steps, the same signs).
+        Case{"T2Dp2LoraStage2", 4, 2, 2, 1, kLora, {}, nullptr, 1e-4},
         Case{"T2Bf16", 2, 2, 2, 1, {"training.bf16=true"}, {}, nullptr, 2e-2}),
     [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 

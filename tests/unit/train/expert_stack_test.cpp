@@ -96,7 +96,8 @@ std::vector<double> train_stack(const StackLayout& at, int stage, int first, int
     ParallelPlan plan;
     plan.engine.stage = stage;
     plan.engine.gradient_clipping = 0.5;  // the norm counts every expert once
-    plan.engine.tensor_parallel = groups.tensor();
+    plan.engine.model_parallel = {&world,
+                                  [&groups](const model::Placement&) { return groups.tensor(); }};
     plan.optimizer = testing::adamw();
     plan.initial_values = tp->size() > 1 ? slice_source(values, *m, *tp) : values;
     SequenceParallel no_sp(nullptr);

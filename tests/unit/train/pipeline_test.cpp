@@ -458,10 +458,10 @@ TEST(PipelineMemory, InFlightChunksFollowTheFormulas) {
 // shows the gradient itself (AdamW's first step would show only its sign).
 std::unique_ptr<zero::Engine> engine_over(std::vector<zero::NamedParameter> params,
                                           comm::Communicator& comm, int stage,
-                                          comm::Communicator* pipeline = nullptr) {
+                                          comm::Communicator* world = nullptr) {
   zero::EngineOptions options;
   options.stage = stage;
-  options.pipeline = pipeline;
+  options.model_parallel.world = world;
   options.reduce_bucket_size = 4096;  // several buckets a stage
   return zero::make_engine(
       std::move(params), comm,
