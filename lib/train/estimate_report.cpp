@@ -58,8 +58,16 @@ std::string estimate_report(const std::string& config_path,
             "micro-batch chunk(s) in flight at its fullest:\n",
             p == 0 ? "" : "\n", p, P, blocks, memory.stages().back().second - 1, a.in_flight);
       }
-      out += estimate::format_estimate(memory.model_states_input(p), dir.string()) + "\n" +
-             estimate::format_activations(memory.activations(0, false, p));
+      out += estimate::format_estimate(memory.model_states_input(p), dir.string()) + "\n";
+      if (const int64_t tied = memory.tied_copy(p); tied > 0) {
+        out += fmt::format(
+            "The head's rank also holds a copy of the tied embedding beside these: {:.1f} MiB "
+            "(the matrix in the compute dtype{}).\n",
+            static_cast<double>(tied) / (1 << 20),
+            config.lora.enabled ? ""
+                                : "; training it, its gradient's float32 sum over the step");
+      }
+      out += estimate::format_activations(memory.activations(0, false, p));
     }
     return out + auto_micro_batch_note(config.training);
   }
@@ -78,6 +86,7 @@ std::string estimate_report(const std::string& config_path,
       stage["pipeline_rank"] = p;
       stage["chunks"] = a.chunks;
       stage["in_flight"] = a.in_flight;
+      stage["tied_embedding_copy_bytes"] = memory.tied_copy(p);
       out["pipeline_stages"].push_back(std::move(stage));
     }
   }

@@ -185,6 +185,15 @@ PipelineStage::PipelineStage(model::DecoderModelImpl& model, comm::Communicator*
   }
 }
 
+int64_t tied_copy_bytes(const model::DecoderModelImpl& model, const StageRanges& stages, int ranks,
+                        int rank, int element_bytes, bool head_trains) {
+  if (!model.config().tie_word_embeddings || ranks <= 1) return 0;
+  const std::vector<size_t> mine = rank_blocks(stages, ranks, rank);
+  if (std::find(mine.begin(), mine.end(), model.blocks().size() - 1) == mine.end()) return 0;
+  const int64_t elements = model.head_weight().numel();
+  return elements * (element_bytes + (head_trains ? 4 : 0));
+}
+
 StageRanges split_stages(const std::vector<int64_t>& layers, const model::DecoderModelImpl& model,
                          const std::string& key) {
   const int64_t have = model.config().num_hidden_layers;
@@ -345,16 +354,24 @@ void PipelineStage::finish() {
 }
 
 model::LossSum PipelineStage::run(const std::vector<MicroBatch>& micro_batches,
-                                  const MicroStepLoss& loss, const std::string& micro_batch_key) {
+                                  const MicroStepLoss& loss, const std::string& micro_batch_key,
+                                  StepPart part) {
   const int m = static_cast<int>(micro_batches.size());
   model::LossSum total = begin(m);
   const int micro_steps = m * chunks_;
   // The first stage's extra micro-step adds the head's gradient of a tied matrix.
   const bool tied_step = engine_tied() && rank_ == 0 && model_.head_weight().requires_grad();
-  const int engine_steps = micro_steps + (tied_step ? 1 : 0);
+  int engine_steps = micro_steps + (tied_step ? 1 : 0);
+  if (part.of > 0) {
+    if (stages_.size() > 1 || part.first < 0 || part.first + m > part.of) {
+      fail(ErrorKind::kInternal, "pipeline: micro-steps [{}, {}) of {} on a pipeline of {} stages",
+           part.first, part.first + m, part.of, stages_.size());
+    }
+    engine_steps = part.of;
+  }
   const std::vector<PipelineAction> actions =
       pipeline_schedule(options_.schedule, size_, rank_, m, chunks_, micro_batch_key);
-  int backwards = 0;
+  int backwards = part.first;
   const auto compute = [&](const PipelineAction& a) {
     if (a.forward) {
       forward(a, micro_batches.at(static_cast<size_t>(a.micro_batch)), &loss, total);
@@ -377,7 +394,7 @@ model::LossSum PipelineStage::run(const std::vector<MicroBatch>& micro_batches,
   }
   finish();  // the last unit's sends
   // The engine divided each micro-step's loss by their count.
-  if (engine_ != nullptr) step_loss_ /= static_cast<double>(micro_steps);
+  if (engine_ != nullptr) step_loss_ /= static_cast<double>(part.of > 0 ? part.of : micro_steps);
   if (engine_tied()) exchange_tied_grad(engine_steps);
   if (tied_ != nullptr && engine_ == nullptr) {
     torch::Tensor grad = model_.head_weight().grad();
@@ -524,9 +541,13 @@ void PipelineStage::backward(const PipelineAction& a, zero::MicroStep micro) {
     }
     const torch::Tensor& w = model_.head_weight();
     if (engine_tied() && w.grad().defined()) {
-      // Summed in float32 over the step's micro-batches, then sent to the first stage.
-      const torch::Tensor g = w.grad().to(torch::kFloat);
-      tied_grad_ = tied_grad_.defined() ? tied_grad_ + g : g.clone();
+      // Summed in float32 over the step's micro-batches (in place: one float32 matrix held),
+      // then sent to the first stage.
+      if (tied_grad_.defined()) {
+        tied_grad_.add_(w.grad());
+      } else {
+        tied_grad_ = w.grad().to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
+      }
       w.mutable_grad() = torch::Tensor();
     }
   } else {

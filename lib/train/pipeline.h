@@ -89,6 +89,14 @@ StageRanges split_stages(const std::vector<int64_t>& layers, const model::Decode
 // order.
 std::vector<size_t> rank_blocks(const StageRanges& stages, int ranks, int rank);
 
+// Bytes pipeline rank `rank` of `ranks` holds for a tied embedding besides its engine's
+// (PipelineStage below): on the head's rank the matrix's copy in the compute dtype (`element_bytes`
+// an element), and when the head trains the float32 sum of its gradient over the step's
+// micro-batches (a backward's gradient of it is the head's, counted with its activations); 0
+// elsewhere, for an untied model and for a pipeline of one stage.
+int64_t tied_copy_bytes(const model::DecoderModelImpl& model, const StageRanges& stages, int ranks,
+                        int rank, int element_bytes, bool head_trains);
+
 // One rank's stages of a model and the schedule's run of a step over them. The model is whole on
 // every rank (it runs only its blocks; their parameters are the only ones it trains); `group` is
 // the pipeline's ranks, rank p holding virtual stages p, p + P, ... Construction is collective over
@@ -108,6 +116,16 @@ struct StageOptions {
   bool fused_loss = true;
   // Each forward's and backward's allocator peak on its trace span (phase_peaks.h); null: none.
   PhasePeaks* peaks = nullptr;
+};
+
+// On a pipeline of one stage (no transfers, one chunk) a step may be run in several calls of
+// PipelineStage::run: its micro-batches are then the engine's micro-steps [first, first + m) of
+// `of` (so that something may happen between them: the trial step of micro-batch auto votes after
+// the first). `of` 0: the micro-batches are the whole step. Error(kInternal) for a part of a
+// pipeline's step.
+struct StepPart {
+  int first = 0;
+  int of = 0;
 };
 
 class PipelineStage {
@@ -145,8 +163,9 @@ class PipelineStage {
   // embeddings, read by the first stage and the head's, then get the sum of both ranks' gradients
   // on both). Returns the sum of the micro-batches' losses and counted tokens on the rank holding
   // the last stage, zeros elsewhere.
+  // `part`: the micro-batches as part of a step (StepPart); default the whole step.
   model::LossSum run(const std::vector<MicroBatch>& micro_batches, const MicroStepLoss& loss,
-                     const std::string& micro_batch_key);
+                     const std::string& micro_batch_key, StepPart part = {});
   // The last run()'s micro-step losses summed in float64 and divided by the engine's micro-steps
   // (the step's loss) on the rank holding the last stage, zero elsewhere.
   const torch::Tensor& step_loss() const { return step_loss_; }

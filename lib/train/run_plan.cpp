@@ -133,7 +133,14 @@ int64_t RunMemory::model_states(int stage) const {
   return estimate::estimate_row(model_states_input(stage), static_cast<int>(config_.zero.stage),
                                 config_.zero.offload_optimizer.device == "cpu",
                                 config_.zero.offload_param.device == "cpu")
-      .device();
+             .device() +
+         tied_copy(stage);
+}
+
+int64_t RunMemory::tied_copy(int stage) const {
+  return tied_copy_bytes(*model_, stages_, pipeline_ranks(), stage,
+                         static_cast<int>(model_states_input(stage).compute_bytes),
+                         !config_.lora.enabled);
 }
 
 int64_t RunMemory::peak(int64_t micro, model::Checkpointing setting) const {

@@ -75,8 +75,11 @@ class RunMemory {
   // The parameter shapes (pipeline rank `stage`'s), ranks, compute dtype, optimizer and stage-3
   // persistence threshold.
   estimate::EstimateInput model_states_input(int stage = 0) const;
-  // The device bytes per rank of the model states at the run's ZeRO stage and offload.
+  // The device bytes per rank of the model states at the run's ZeRO stage and offload, with the
+  // head's rank's copy of a tied embedding (tied_copy_bytes).
   int64_t model_states(int stage = 0) const;
+  // Pipeline rank `stage`'s bytes for a tied embedding outside its engine (tied_copy_bytes).
+  int64_t tied_copy(int stage) const;
   // Model states + activations at micro-batch `micro` under `setting`, bytes per rank: the fullest
   // pipeline rank's.
   int64_t peak(int64_t micro, model::Checkpointing setting) const;

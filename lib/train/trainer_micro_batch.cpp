@@ -3,6 +3,8 @@
 // once the engine is built; the data order, the parameters, the optimizer and the random generators
 // are those of a run that never tried.
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include <c10/util/Exception.h>
@@ -36,58 +38,41 @@ void Trainer::confirm_micro_batch() {
        "trial step");
 }
 
-// The trial: both micro-steps of a step of two on a batch of token 0 (every position counted),
+// The trial: a step of max(2, P) micro-batches of token 0 (every position counted) through the
+// stage, which the pipeline's first stage holds as many of as a 1F1B step does, from a zero loss,
 // without a learning rate (nothing is updated during backward) and never followed by step():
-// discard_micro_steps() drops their gradients. The first holds the activations; at stages 0-1
-// without sequence parallelism it communicates nothing, so a rank can run out of memory alone and
-// still meet the others at the vote. The last also reduces the gradients, with the buffers a real
-// step's last micro-step holds; out of memory there (or in a micro-step that communicates) the
-// others wait in a collective this rank left, so it is an error. Training's draws are keyed
-// (train_step), so the trial's change nothing the steps draw.
+// discard_micro_steps() drops their gradients. On a stage of its own at ZeRO 0-1 without sequence
+// parallelism the first micro-step communicates nothing, so it runs alone: a rank may run out of
+// memory there and still meet the others at the vote before the last, which also reduces the
+// gradients with the buffers a real step's last micro-step holds. Out of memory anywhere else the
+// others wait in a collective this rank left (a transfer, a reduction), so it is an error.
+// Training's draws are keyed (train_step), so the trial's change nothing the steps draw.
 bool Trainer::trial_step_fits(int64_t micro) {
   data::Batch b;
   b.input_ids = torch::zeros({micro, cfg_.data.max_length}, torch::kInt64);
   b.labels = torch::zeros({micro, cfg_.data.max_length}, torch::kInt64);
   b = on_device(std::move(b));
-  if (const int P = size(layout::Axis::kPipeline); P > 1) {
-    // A pipeline's trial is a step of P micro-batches through its stages (the first stage then
-    // holds as many as a 1F1B step does): its transfers wait on the neighbours, so running out
-    // of memory anywhere in it is an error.
-    const std::vector<PipelineStage::MicroBatch> trial(static_cast<size_t>(P), stage_batch(b));
-    parallel_.stage->sync_tied();  // the head's copy of a tied embedding, before it is read
+  const int steps = std::max(2, size(layout::Axis::kPipeline));
+  const std::vector<PipelineStage::MicroBatch> trial(static_cast<size_t>(steps), stage_batch(b));
+  const bool alone = size(layout::Axis::kPipeline) == 1 && cfg_.zero.stage <= 1 &&
+                     size(layout::Axis::kSequence) == 1;
+  // Whether micro-steps [first, first + n) ran without running out of memory.
+  auto run = [&](int first, int n, bool may_fail) {
+    const std::vector<PipelineStage::MicroBatch> part(trial.begin() + first,
+                                                      trial.begin() + first + n);
     try {
       parallel_.stage->run(
-          trial, [](const model::LossSum& head) { return head.sum * 0.0; },
-          "training.per_device_train_batch_size");
-    } catch (const c10::OutOfMemoryError& e) {
-      fail(ErrorKind::kRuntime,
-           "training.per_device_train_batch_size: auto: the trial step of micro-batch {} ran out "
-           "of memory in the pipeline; set per_device_train_batch_size to a number below {}",
-           micro, micro);
-    }
-    parallel_.engine->discard_micro_steps();
-    return true;
-  }
-  const bool alone = cfg_.zero.stage <= 1 && size(layout::Axis::kSequence) == 1;
-  // Whether micro-step `index` of 2 ran without running out of memory.
-  auto micro_step = [&](int64_t index, bool may_fail) {
-    try {
-      const PipelineStage::MicroBatch mb = stage_batch(b);
-      const torch::Tensor loss =
-          parallel_.sequence_parallel
-              ->reduce_loss(parallel_.model->loss_sum(mb.input_ids, mb.labels,
-                                                      cfg_.model.fused_loss, mb.positions))
-              .mean();
-      parallel_.engine->backward(loss, {index, 2});
+          part, [](const model::LossSum& head) { return head.sum * 0.0; },
+          "training.per_device_train_batch_size", n == steps ? StepPart{} : StepPart{first, steps});
       return true;
     } catch (const c10::OutOfMemoryError& e) {
       if (may_fail) return false;
       fail(ErrorKind::kRuntime,
            "training.per_device_train_batch_size: auto: the trial step of micro-batch {} ran out "
-           "of memory in its {} micro-step at ZeRO stage {}{}; set per_device_train_batch_size to "
-           "a number below {}",
-           micro, index == 0 ? "first" : "last (gradient reduction)", cfg_.zero.stage,
-           size(layout::Axis::kSequence) > 1 ? " with sequence parallelism" : "", micro);
+           "of memory{} at ZeRO stage {}{}{}; set per_device_train_batch_size to a number below {}",
+           micro, first + n == steps ? " (gradient reduction)" : "", cfg_.zero.stage,
+           size(layout::Axis::kSequence) > 1 ? " with sequence parallelism" : "",
+           size(layout::Axis::kPipeline) > 1 ? " in the pipeline" : "", micro);
     }
   };
   // A trial's shape is recorded by no graph: its layers run eagerly, beside a block the size the
@@ -114,13 +99,16 @@ bool Trainer::trial_step_fits(int64_t micro) {
       fits = false;
     }
   }
-  fits = fits && micro_step(0, alone);
+  parallel_.stage->sync_tied();  // the head's copy of a tied embedding, before it is read
   if (alone) {
+    fits = fits && run(0, 1, true);
     std::vector<double> failed = {fits ? 0.0 : 1.0};
     all_reduce(failed);
     fits = failed[0] == 0;
+    if (fits) run(1, 1, false);
+  } else {
+    run(0, steps, false);
   }
-  if (fits) micro_step(1, false);
   parallel_.engine->discard_micro_steps();
   if (parallel_.graphs) parallel_.graphs->set_enabled(true);
   return fits;

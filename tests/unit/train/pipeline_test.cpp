@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "estimate/activations.h"
+#include "model/storage.h"
 #include "optim/optimizer.h"
 #include "tests/common/expect_error.h"
 #include "tests/common/thread_communicator.h"
@@ -573,6 +574,104 @@ TEST_P(PipelineEngineStep, ParametersAfterAStepEqualOneProcess) {
         },
         transfers);
   }
+}
+
+// A pipeline of one stage runs a step in parts (StepPart: the trial step of micro-batch auto votes
+// between them): the micro-batches in two calls update the parameters as the one call does, bit
+// for bit; a part of a two-stage pipeline's step is refused.
+TEST(PipelineEngineStep, AStepInPartsIsTheWholeStep) {
+  const model::ModelConfig config = model::parse_model_config(llama(false));
+  const auto batches = micro_batches(config.vocab_size);
+  const auto loss = [](const model::LossSum& l) { return l.sum * 0.01; };
+  std::vector<std::map<std::string, torch::Tensor>> after;
+  for (const bool in_parts : {false, true}) {
+    run_ranks(1, [&](ThreadCommunicator& solo) {
+      model::DecoderModel m = model::build_model(config, torch::kFloat32, 3);
+      std::vector<zero::NamedParameter> params;
+      for (const auto& item : m->named_parameters()) params.push_back({item.key(), item.value()});
+      auto engine = engine_over(params, solo, 1);
+      PipelineStage stage(*m, nullptr, {{0, m->blocks().size()}}, {{}, engine.get()});
+      if (in_parts) {
+        const auto half = batches.begin() + kMicroBatches / 2;
+        stage.run({batches.begin(), half}, loss, "key", {0, kMicroBatches});
+        stage.run({half, batches.end()}, loss, "key", {kMicroBatches / 2, kMicroBatches});
+      } else {
+        stage.run(batches, loss, "key");
+      }
+      engine->step(kLr);
+      std::map<std::string, torch::Tensor> values;
+      for (const auto& item : m->named_parameters())
+        values[item.key()] = item.value().detach().clone();
+      after.push_back(values);
+    });
+  }
+  for (const auto& [name, value] : after[0]) {
+    EXPECT_TRUE(torch::equal(after[1].at(name), value)) << name;
+  }
+  run_ranks(2, [&](ThreadCommunicator& group) {
+    model::DecoderModel m = model::build_model(config, torch::kFloat32, 3);
+    const StageRanges stages = balance_stages(block_costs(*m), 2, "key");
+    PipelineStage stage(*m, &group, stages, {});
+    dstrain::testing::expect_error(
+        [&] {
+          stage.run({batches[0]}, loss, "key", {0, 2});
+        },
+        ErrorKind::kInternal, {"of 2 on a pipeline of 2 stages"});
+  });
+}
+
+// The head's rank of a tied model holds what tied_copy_bytes says beside its engine (the run plan
+// adds it to that rank's model states): the matrix's copy (made by sync_tied) and the float32 sum
+// of its gradient over the step, measured as the head's rank's peak over a step with an engine
+// against the same model untied (whose head matrix is in the engine, its gradient buffer made
+// before).
+TEST(PipelineMemory, TheHeadsRankHoldsWhatTiedCopyBytesSays) {
+  torch::set_num_threads(1);
+  using Counter = model::testing::CountingAllocator;
+  model::testing::CountingScope scope;
+  std::vector<double> peak(2);
+  int64_t predicted = 0;
+  // A vocabulary large enough that the matrix (1 MiB) dwarfs the step's small allocations.
+  const auto with_vocabulary = [](nlohmann::json c) {
+    c["vocab_size"] = 8192;
+    return model::parse_model_config(c);
+  };
+  for (const bool tied : {false, true}) {
+    const model::ModelConfig config = with_vocabulary(llama(tied));
+    const auto batches = micro_batches(config.vocab_size);
+    run_ranks(2, [&](ThreadCommunicator& group) {
+      model::DecoderModel m = model::build_model(config, torch::kFloat32, 3);
+      const StageRanges stages = balance_stages(block_costs(*m), 2, "key");
+      std::vector<zero::NamedParameter> params;
+      for (size_t b : rank_blocks(stages, 2, group.rank())) {
+        for (const auto& p : m->blocks()[b]->parameters) {
+          if (!tied || b + 1 < m->blocks().size() || p.name != "model.embed_tokens.weight")
+            params.push_back({p.name, p.tensor});
+        }
+      }
+      const std::unique_ptr<comm::Communicator> data_parallel = group.split(group.rank());
+      auto engine = engine_over(params, *data_parallel, 0, &group);
+      PipelineStage stage(*m, &group, stages,
+                          {PipelineSchedule::kOneForwardOneBackward, engine.get()});
+      // As a run builds it: the head's rank's copy holds no memory until sync_tied().
+      if (group.rank() == 1 && tied) {
+        const torch::Tensor& w = m->head_weight();
+        w.set_data(model::unmaterialized(w.sizes(), torch::kFloat));
+      }
+      Counter::start_thread_count();
+      stage.sync_tied();
+      stage.run(
+          batches, [](const model::LossSum& l) { return l.sum * 1e-3; }, "key");
+      if (group.rank() != 1) return;
+      peak[tied ? 1 : 0] = static_cast<double>(Counter::thread_since_peak());
+      if (tied) predicted = tied_copy_bytes(*m, stages, 2, 1, 4, /*head_trains=*/true);
+    });
+  }
+  const model::ModelConfig config = with_vocabulary(llama(true));
+  EXPECT_EQ(predicted, config.vocab_size * config.hidden_size * 8);
+  std::cout << "the head's rank's peak over a step: untied " << peak[0] << " bytes, tied "
+            << peak[1] << ", predicted difference " << predicted << "\n";
+  EXPECT_NEAR(peak[1] - peak[0], static_cast<double>(predicted), 0.02 * predicted);
 }
 
 INSTANTIATE_TEST_SUITE_P(
