@@ -64,8 +64,7 @@ std::string estimate_report(const std::string& config_path,
             "The head's rank also holds a copy of the tied embedding beside these: {:.1f} MiB "
             "(the matrix in the compute dtype{}).\n",
             static_cast<double>(tied) / (1 << 20),
-            config.lora.enabled ? ""
-                                : "; training it, its gradient's float32 sum over the step");
+            config.lora.enabled ? "" : "; training it, its gradient's float32 sum over the step");
       }
       out += estimate::format_activations(memory.activations(0, false, p));
     }
