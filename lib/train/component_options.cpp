@@ -118,10 +118,11 @@ PipelineSchedule pipeline_schedule_of(const config::Config& c) {
                                         : PipelineSchedule::kOneForwardOneBackward;
 }
 
-ParallelPlan parallel_plan(const config::Config& c, const RunPlan& run, torch::Device device) {
+ParallelPlan parallel_plan(const config::Config& c, const RunPlan& run, torch::Device device,
+                           int stage) {
   ParallelPlan plan;
   plan.tiled_mlp = run.tiled_mlp;
-  plan.checkpointing = run.checkpointing;
+  plan.checkpointing = run.checkpointing_of(stage);
   plan.graph_pool_budget = run.graph_pool_budget;
   plan.graph_min_speedup = run.graphs.min_speedup;
   plan.loss_chunk_bytes = c.model.fused_loss_chunk_mb > 0 ? c.model.fused_loss_chunk_mb << 20 : 0;

@@ -26,10 +26,11 @@ torch::ScalarType compute_dtype(const config::Config& c);
 // The pipeline's schedule: parallel.pipeline_virtual_stages > 1 interleaves, else
 // parallel.pipeline_schedule (gpipe, or 1F1B).
 PipelineSchedule pipeline_schedule_of(const config::Config& c);
-// What `run` chose (checkpointing, tiled MLP, the engine's options, the pipeline's stages, the CUDA
-// graphs' budgets), the pipeline's schedule and the head's loss, and the optimizer (its state
-// where the master weights live: the host when offloading them, else `device`). LoRA, the initial
-// values, the graphs' recorder and the phase peaks are the caller's.
-ParallelPlan parallel_plan(const config::Config& c, const RunPlan& run, torch::Device device);
+// What `run` chose (pipeline rank `stage`'s checkpointing, tiled MLP, the engine's options, the
+// pipeline's stages, the CUDA graphs' budgets), the pipeline's schedule and the head's loss, and
+// the optimizer (its state where the master weights live: the host when offloading them, else
+// `device`). LoRA, the initial values, the graphs' recorder and the phase peaks are the caller's.
+ParallelPlan parallel_plan(const config::Config& c, const RunPlan& run, torch::Device device,
+                           int stage = 0);
 
 }  // namespace dstrain::train

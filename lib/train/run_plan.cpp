@@ -173,12 +173,16 @@ MicroBatchPlan plan_for_run(const RunMemory& memory, std::optional<model::Checkp
   return plan;
 }
 
+estimate::CheckpointingChoice choose_stage_checkpointing(const RunMemory& memory, int64_t micro,
+                                                         int64_t limit, int stage) {
+  return estimate::choose_checkpointing(
+      estimate::activation_rows(memory.activations(micro, false, stage)),
+      memory.model_states(stage), limit);
+}
+
 estimate::CheckpointingChoice choose_checkpointing(const RunMemory& memory, int64_t micro,
                                                    int64_t limit) {
-  if (memory.pipeline_ranks() == 1) {
-    return estimate::choose_checkpointing(estimate::activation_rows(memory.activations(micro)),
-                                          memory.model_states(), limit);
-  }
+  if (memory.pipeline_ranks() == 1) return choose_stage_checkpointing(memory, micro, limit, 0);
   // Each setting's fullest pipeline rank, its model states included in its row.
   std::vector<estimate::ActivationRow> fullest;
   for (int p = 0; p < memory.pipeline_ranks(); ++p) {
@@ -235,6 +239,14 @@ RunPlan resolve_run_plan(const config::Config& config, const model::ModelConfig&
     plan.checkpointing = plan.checkpointing_auto->setting;
   }
 
+  // (CUDA graphs, chosen for one setting, stay off in a pipeline: graphs_choice.h.)
+  if (!setting && memory.pipeline_ranks() > 1) {
+    for (int p = 0; p < memory.pipeline_ranks(); ++p) {
+      plan.stage_checkpointing.push_back(
+          choose_stage_checkpointing(memory, plan.micro_batch, facts.limit, p));
+    }
+  }
+
   GraphsMemory graphs_memory;
   if (t.cuda_graphs == "auto" && facts.cuda) {
     graphs_memory.peak = memory.peak(plan.micro_batch, plan.checkpointing);
@@ -283,7 +295,12 @@ std::vector<PlanLine> plan_lines(const RunPlan& plan, const config::Config& conf
                        "trial step ran"});
     }
   }
-  if (plan.checkpointing_auto) {
+  for (size_t p = 0; p < plan.stage_checkpointing.size(); ++p) {
+    const estimate::CheckpointingChoice& choice = plan.stage_checkpointing[p];
+    lines.push_back(
+        {!choice.fits, fmt::format("pipeline rank {}: {}", p, estimate::describe_choice(choice))});
+  }
+  if (plan.checkpointing_auto && plan.stage_checkpointing.empty()) {
     lines.push_back(
         {!plan.checkpointing_auto->fits, estimate::describe_choice(*plan.checkpointing_auto)});
   }

@@ -10,7 +10,8 @@
 //      fits; with gradient_checkpointing: auto as well, under the first setting (fastest first)
 //      that lets one fit;
 //   2. activation checkpointing (model.gradient_checkpointing: auto): the fastest setting whose
-//      predicted peak at that micro-batch fits;
+//      predicted peak at that micro-batch fits (with pipeline parallelism each pipeline rank's
+//      own, for its stages);
 //   3. CUDA graphs (training.cuda_graphs, graphs_choice.h), with that checkpointing, and for auto
 //      the memory the two choices above leave;
 //   4. the engine's options (ZeRO stage, offload, buckets: component_options.h).
@@ -106,9 +107,12 @@ MicroBatchPlan plan_for_run(const RunMemory& memory, std::optional<model::Checkp
 
 // gradient_checkpointing: auto for `memory`'s run at micro-batch `micro`:
 // estimate::choose_checkpointing() of its rows against `limit`; with pipeline parallelism, of each
-// setting's fullest pipeline rank (model states included).
+// setting's fullest pipeline rank (model states included): one setting for every rank.
 estimate::CheckpointingChoice choose_checkpointing(const RunMemory& memory, int64_t micro,
                                                    int64_t limit);
+// The same for pipeline rank `stage` alone: its own rows and model states.
+estimate::CheckpointingChoice choose_stage_checkpointing(const RunMemory& memory, int64_t micro,
+                                                         int64_t limit, int stage);
 
 // What the plan is resolved against besides the config.
 struct RunFacts {
@@ -135,8 +139,18 @@ struct RunPlan {
   int64_t accumulation = 1;                        // micro-steps per step
   bool micro_batch_kept = false;                   // auto, kept from the checkpoint resumed
   std::optional<MicroBatchPlan> micro_batch_auto;  // auto, chosen from the memory model
+  // One setting for every rank (with auto, the fullest pipeline rank's choice).
   model::Checkpointing checkpointing = model::Checkpointing::kNone;
   std::optional<estimate::CheckpointingChoice> checkpointing_auto;  // gradient_checkpointing: auto
+  // gradient_checkpointing: auto with pipeline parallelism: each pipeline rank's own choice for
+  // its stages, fastest first (a rank holding fewer micro-batches in flight may need less);
+  // empty: `checkpointing` everywhere.
+  std::vector<estimate::CheckpointingChoice> stage_checkpointing;
+  // Pipeline rank `stage`'s setting.
+  model::Checkpointing checkpointing_of(int stage) const {
+    return stage_checkpointing.empty() ? checkpointing
+                                       : stage_checkpointing.at(static_cast<size_t>(stage)).setting;
+  }
   GraphsChoice graphs;
   int64_t graph_pool_budget = 0;  // model::LayerGraphOptions::pool_budget with graphs on
   int64_t tiled_mlp = 0;          // model.tiled_mlp

@@ -105,7 +105,8 @@ void Trainer::init() {
   check_fused_kernels_for_run(*comm_, model_config_,
                               cfg_.training.per_device_train_batch_size * tokens, tokens,
                               plan_.engine.compute_dtype, device_);
-  ParallelPlan plan = parallel_plan(cfg_, plan_, device_);
+  ParallelPlan plan =
+      parallel_plan(cfg_, plan_, device_, plan_.layout.coordinate(Axis::kPipeline, rank_));
   plan.stage.peaks = phase_peaks_.get();
   if (plan_.graphs.on) plan.graph_recorder = model::cuda_graph_recorder(device_);
   // The whole model's values (a model built without memory names them), of which parallelize()

@@ -1,6 +1,7 @@
 // model.gradient_checkpointing: auto end to end: the choice is made and logged once (rank 0) when
 // training starts, every rank trains with it, the run's config.yaml and its checkpoint keep `auto`,
-// and a resumed run chooses again; a misspelt value is exit code 2 naming the key and the values.
+// and a resumed run chooses again; each pipeline rank chooses for its stages; a misspelt value is
+// exit code 2 naming the key and the values.
 
 #include <gtest/gtest.h>
 
@@ -53,6 +54,22 @@ TEST(CheckpointingAuto, ChoosesAtStartKeepsAutoAndChoosesAgainOnResume) {
   const RunResult off = run_job(plain, spec);
   ASSERT_EQ(off.exit_code, 0) << off.out << off.err;
   EXPECT_EQ(read_metric(plain.file("run/metrics.jsonl"), "train/loss"), auto_loss);
+}
+
+// With pipeline parallelism each pipeline rank chooses for its own stages, and says so.
+TEST(CheckpointingAuto, EachPipelineRankChoosesForItsStages) {
+  TempDir dir;
+  JobSpec spec;
+  spec.nproc = 2;
+  spec.stage = 1;
+  spec.accum = 2;
+  spec.max_steps = 2;
+  spec.extra_overrides = {"model.gradient_checkpointing=auto", "parallel.pipeline_parallel_size=2"};
+  const RunResult r = run_job(dir, spec);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string log = r.out + r.err;
+  EXPECT_EQ(count(log, "pipeline rank 0: " + kChoseNone), 1u) << log;
+  EXPECT_EQ(count(log, "pipeline rank 1: " + kChoseNone), 1u) << log;
 }
 
 TEST(CheckpointingAuto, AMisspeltValueIsExitTwoNamingTheKeyAndTheValues) {

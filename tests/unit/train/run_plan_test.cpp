@@ -230,6 +230,34 @@ TEST(RunPlan, IsAPureFunctionOfConfigModelAndFacts) {
   EXPECT_TRUE(plan_lines(resolve_run_plan(c, tiny_model(), facts), c).empty());
 }
 
+// gradient_checkpointing: auto with pipeline parallelism: each pipeline rank takes the fastest
+// setting that fits its own stages (1F1B: the first keeps P micro-batches in flight, the last
+// one), said per rank.
+TEST(RunPlan, CheckpointingAutoIsEachPipelineRanksOwn) {
+  config::Config c = tiny_run();
+  c.parallel.pipeline_parallel_size = 2;
+  c.training.gradient_accumulation_steps = 4;
+  const RunMemory memory(c, tiny_model(), 2, /*cuda=*/false);
+  const auto peak = [&](int p, Checkpointing s) {
+    return memory.model_states(p) +
+           estimate::activation_row(memory.activations(0, false, p), s).device;
+  };
+  ASSERT_GT(peak(0, Checkpointing::kNone), peak(1, Checkpointing::kNone));
+  RunFacts facts;
+  facts.world_size = 2;
+  // Room for the last rank without checkpointing, not for the first.
+  facts.limit = peak(1, Checkpointing::kNone);
+  ASSERT_LT(facts.limit, peak(0, Checkpointing::kNone));
+  const RunPlan plan = resolve_run_plan(c, tiny_model(), facts);
+  ASSERT_EQ(plan.stage_checkpointing.size(), 2u);
+  EXPECT_NE(plan.checkpointing_of(0), Checkpointing::kNone);
+  EXPECT_EQ(plan.checkpointing_of(0), plan.checkpointing);  // the fullest's
+  EXPECT_EQ(plan.checkpointing_of(1), Checkpointing::kNone);
+  const std::vector<PlanLine> said = plan_lines(plan, c);
+  EXPECT_THAT(said[0].text, HasSubstr("pipeline rank 0: "));
+  EXPECT_THAT(said[1].text, HasSubstr("pipeline rank 1: "));
+}
+
 // A pipeline's stages are the plan's, said with its schedule's idle share; ZeRO 2 warned about.
 TEST(RunPlan, PipelineStagesAndScheduleAreSaid) {
   config::Config c = tiny_run();
