@@ -107,6 +107,11 @@ LoraModel::LoraModel(model::DecoderModel model, LoraOptions options, const std::
     fail(ErrorKind::kConfig, "{}: lora.init '{}' is not supported; expected default or gaussian",
          key, options_.init);
   }
+  if (model_->config().moe.experts > 0) {
+    fail(ErrorKind::kConfig,
+         "{}: lora.enabled: LoRA on a Mixture-of-Experts model ({}) is not supported yet", key,
+         model_->config().model_type);
+  }
   targets_ = resolve_targets(*model_, options_.target_modules, options_.target_regex,
                              key + ": lora.target_modules");
   if (!options_.target_regex) {

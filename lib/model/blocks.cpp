@@ -61,7 +61,13 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t index, Material
                                    TensorParallel* tp)
     : heads_(c.num_attention_heads), tp_(tp) {
   self_attn = register_module("self_attn", Attention(c, c.attention_window(index), m, tp));
-  mlp = register_module("mlp", Mlp(c, m, tp));
+  if (c.is_moe_layer(index)) {
+    if (tp != nullptr) fail(ErrorKind::kInternal, "a MoE layer under tensor parallelism");
+    sparse_mlp = register_module("mlp", SparseMoe(c, m));
+    top_k_ = c.moe.top_k;
+  } else {
+    mlp = register_module("mlp", Mlp(c, m, tp));
+  }
   input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, m));
   post_attention_layernorm =
       register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, m));
@@ -74,6 +80,7 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t index, Material
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& h, const BlockContext& ctx) {
   const auto [x, normed] = post_attention_layernorm->add_and_forward(
       h, self_attn(input_layernorm(h), ctx.cos, ctx.sin, ctx.documents.get()));
+  if (!sparse_mlp.is_empty()) return x + sparse_mlp(normed);
   return mlp->forward(normed, x);
 }
 
@@ -103,6 +110,10 @@ std::vector<Placement> DecoderLayerImpl::placements() {
        {&input_layernorm, &post_attention_layernorm, &self_attn->q_norm, &self_attn->k_norm}) {
     if (!n->is_empty()) declared.emplace_back((*n)->weight, (*n)->placement());
   }
+  // A MoE layer's router, experts and shared expert: whole on every rank.
+  if (!sparse_mlp.is_empty()) {
+    for (const torch::Tensor& t : sparse_mlp->parameters()) declared.emplace_back(t, Placement{});
+  }
   std::vector<Placement> out;
   for (const torch::Tensor& t : weights()) {
     const auto it = std::find_if(declared.begin(), declared.end(),
@@ -117,11 +128,29 @@ std::vector<Placement> DecoderLayerImpl::placements() {
 
 std::vector<Projection> DecoderLayerImpl::projections() {
   auto& a = *self_attn;
-  auto& m = *mlp;
-  return {{"self_attn.q_proj", a.q_proj}, {"self_attn.k_proj", a.k_proj},
-          {"self_attn.v_proj", a.v_proj}, {"self_attn.o_proj", a.o_proj},
-          {"mlp.gate_proj", m.gate_proj}, {"mlp.up_proj", m.up_proj},
-          {"mlp.down_proj", m.down_proj}};
+  std::vector<Projection> out = {{"self_attn.q_proj", a.q_proj},
+                                 {"self_attn.k_proj", a.k_proj},
+                                 {"self_attn.v_proj", a.v_proj},
+                                 {"self_attn.o_proj", a.o_proj}};
+  // A MoE layer's experts are no projections (3-D stacks); its shared expert's are.
+  const Mlp& m = sparse_mlp.is_empty() ? mlp : sparse_mlp->shared_expert;
+  if (m.is_empty()) return out;
+  const std::string at = sparse_mlp.is_empty() ? "mlp." : "mlp.shared_expert.";
+  out.push_back({at + "gate_proj", m->gate_proj});
+  out.push_back({at + "up_proj", m->up_proj});
+  out.push_back({at + "down_proj", m->down_proj});
+  return out;
+}
+
+double DecoderLayerImpl::multiply_adds_per_token() const {
+  double total = 0;
+  for (const auto& item : named_parameters()) {
+    const torch::Tensor& t = item.value();
+    if (t.dim() == 2) total += static_cast<double>(t.numel());
+    // An expert stack [E, ...]: a token runs through top_k of its E experts.
+    if (t.dim() == 3) total += static_cast<double>(t.numel() / t.size(0) * top_k_);
+  }
+  return total;
 }
 
 // What the layer keeps, derived tensor by tensor from what its ops save for backward (layers.cpp,
@@ -141,6 +170,8 @@ std::vector<Projection> DecoderLayerImpl::projections() {
 //                           normalised value in c, its output, the float32 rstd
 //     the same attention terms
 //     4cI                   SwiGLU: gate, silu(gate), up, the product
+//   Qwen3's q/k norms on top: their input and per-head rstd, (c or 4 + c)·(HD + KVD) +
+//   4·(heads + kv_heads) with the kernels or eager
 //
 // For the Qwen2.5-0.5B shape in bf16 on a GPU that is c·(6C + 2·KVD + 3I) + 4·heads + 8 bytes per
 // token (40.5 KB). Tiled MLP keeps only the MLP's input (the second norm's output, counted above)
@@ -159,6 +190,16 @@ std::vector<Projection> DecoderLayerImpl::projections() {
 // Without it the norms run on every token and their outputs are what the projections keep, as
 // above; every other term is this rank's heads' and MLP width's (its config's).
 //
+// A MoE layer's MLP (moe.h) keeps, per token with k experts of width I and E of them: the router's
+// float32 probabilities (4E) and top-k indices (8k), with norm_topk_prob the top-k weights and
+// their sum (4k + 4) of the division; the sorted rows' order, tokens and inverse order (24k); and
+// per routed row
+// its input (cC), the SwiGLU terms above at width I, its output (cC, kept by the product with its
+// weight) and that weight (c, Mixtral's float32 4); a shared expert its MLP terms at its width, its
+// output (cC) and its gate's sigmoid (c). Its backward: the layer output's gradient, then per
+// routed row the gradients of its output, product and gate/up (cC + 2cI). Whatever the routing,
+// the rows are N·k.
+//
 // Checkpointed, it keeps its input, c·C per token (selective: also its attention's output and
 // log-sum-exp, c·HD + 4·heads, and on a GPU the recompute's attention holds k and v repeated to the
 // query heads, c·2·(HD − KVD) more; offloaded on a GPU: the input in host memory), and its backward
@@ -167,21 +208,46 @@ ActivationMemory DecoderLayerImpl::activation_memory(const ActivationRun& run,
                                                      Checkpointing setting) const {
   const auto& a = *self_attn;
   const int64_t C = a.q_proj->in_features, HD = a.q_proj->out_features;
-  const int64_t KVD = a.k_proj->out_features, I = mlp->gate_proj->out_features;
+  const int64_t KVD = a.k_proj->out_features;
   const int64_t c = run.element_bytes, N = run.tokens;
   const bool fused = run.fused_kernels;
   // One RMSNorm, its output included.
   const int64_t norm = (fused ? c * C : 4 * C + c * C) + c * C + 4;
-  const int64_t attention = c * (2 * HD + 2 * KVD) + 4 * heads_;
-  const int64_t mlp_saved = (fused ? 3 : 4) * c * I;
-  const int64_t tile = mlp_tile_tokens(run.tiled_mlp, N, C);
+  int64_t attention = c * (2 * HD + 2 * KVD) + 4 * heads_;
+  if (!a.q_norm.is_empty()) {
+    // Qwen3's q/k norms: each keeps its input (eager: as float32) and its rstd per head, and
+    // eager also its normalised value (the weight's product's input); RoPE keeps nothing of q, k.
+    const int64_t kv_heads = KVD / (HD / heads_);
+    attention += (fused ? c : 4 + c) * (HD + KVD) + 4 * (heads_ + kv_heads);
+  }
+  // The MLP per token: what it keeps, and its backward's working memory beyond the layer output's
+  // gradient.
+  const auto swiglu_saved = [&](int64_t width) { return (fused ? 3 : 4) * c * width; };
+  int64_t I = 0, mlp_saved = 0, mlp_backward = 0;
+  if (sparse_mlp.is_empty()) {
+    I = mlp->gate_proj->out_features;
+    mlp_saved = swiglu_saved(I);
+    mlp_backward = 2 * c * I;
+  } else {
+    const SparseMoeImpl& moe = *sparse_mlp;
+    const int64_t E = moe.gate->out_features, k = top_k_;
+    I = moe.experts->down_proj.size(2);
+    const int64_t weight = moe.float32_weights() ? 4 : c;
+    mlp_saved = 4 * E + 8 * k + (moe.norm_topk_prob() ? 4 * k + 4 : 0) + 24 * k +
+                k * (c * C + swiglu_saved(I) + c * C + weight);
+    if (!moe.shared_expert.is_empty()) {
+      mlp_saved += swiglu_saved(moe.shared_expert->gate_proj->out_features) + c * C + c;
+    }
+    mlp_backward = k * (c * C + 2 * c * I);
+  }
+  const int64_t tile = sparse_mlp.is_empty() ? mlp_tile_tokens(run.tiled_mlp, N, C) : 0;
   const int64_t T = tp_ != nullptr && tp_->sequence_parallel() ? tp_->size() : 1;
   const int64_t norms = T == 1 ? N * 2 * norm : (N / T) * 2 * (norm - c * C) + N * 2 * c * C;
   const int64_t saved = norms + N * (attention + (tile > 0 ? 0 : mlp_saved));
   const int64_t attention_grads = N * (c * C + c * (2 * HD + 2 * KVD) + (run.cuda ? 4 * HD : 0));
   const int64_t backward =
       tile == 0
-          ? std::max(attention_grads, N * (c * C + 2 * c * I))
+          ? std::max(attention_grads, N * (c * C + mlp_backward))
           : std::max(attention_grads,
                      N * c * C + tile * (mlp_saved + (fused ? 3 : 4) * c * I) + 4 * 3 * C * I);
   ActivationMemory m;

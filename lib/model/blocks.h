@@ -34,6 +34,7 @@
 #include "model/checkpointing.h"
 #include "model/layers.h"
 #include "model/model_config.h"
+#include "model/moe.h"
 
 namespace dstrain::model {
 
@@ -119,6 +120,10 @@ class Block {
   // layer blocks only: the memory model asks the others for Checkpointing::kNone).
   virtual ActivationMemory activation_memory(const ActivationRun& run,
                                              Checkpointing setting) const = 0;
+  // The multiply-adds of its matrices for one token, by which pipeline stages are balanced
+  // (lib/train/pipeline.h): by default none for the embedding, every 2-D parameter's elements
+  // elsewhere (ModelBlock::parameters; the tied head's borrowed matrix too); negative: that rule.
+  virtual double multiply_adds_per_token() const { return -1; }
 };
 
 // A parameter a block owns.
@@ -210,18 +215,26 @@ class DecoderLayerImpl : public torch::nn::Module, public Block {
   std::vector<Placement> placements() override;
   std::vector<Projection> projections() override;
   void set_attention_core(const AttentionCore& core) override { self_attn->core = core; }
-  void set_tiled_mlp(int64_t setting) override { mlp->set_tiling(setting); }
+  void set_tiled_mlp(int64_t setting) override {
+    if (!mlp.is_empty()) mlp->set_tiling(setting);
+  }
   // Derived tensor by tensor in blocks.cpp.
   ActivationMemory activation_memory(const ActivationRun& run,
                                      Checkpointing setting) const override;
 
+  // A MoE layer's cost per token: what its matrices multiply for one token (of the experts the
+  // top_k it runs through); a dense layer's is every matrix's.
+  double multiply_adds_per_token() const override;
+
   Attention self_attn{nullptr};
-  Mlp mlp{nullptr};
+  Mlp mlp{nullptr};               // a dense layer's MLP
+  SparseMoe sparse_mlp{nullptr};  // a MoE layer's (moe.h), under the same name "mlp"
   RMSNorm input_layernorm{nullptr};
   RMSNorm post_attention_layernorm{nullptr};
 
  private:
   int64_t heads_ = 0;  // attention heads (the float32 log-sum-exp per head and token)
+  int64_t top_k_ = 0;  // a MoE layer's experts per token
   TensorParallel* tp_ = nullptr;
 };
 TORCH_MODULE(DecoderLayer);

@@ -186,8 +186,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& input, const torch::Te
   return leave_row_parallel(*o_proj, project(*o_proj, heads, train, {{}, /*partial=*/true}), tp_);
 }
 
-MlpImpl::MlpImpl(const ModelConfig& c, Materialize m, TensorParallel* tp) : tp_(tp) {
-  const int64_t C = c.hidden_size, I = c.intermediate_size;
+MlpImpl::MlpImpl(const ModelConfig& c, Materialize m, TensorParallel* tp, int64_t width) : tp_(tp) {
+  const int64_t C = c.hidden_size, I = width > 0 ? width : c.intermediate_size;
   gate_proj = register_module("gate_proj", Linear(C, I, c.mlp_bias, m));
   up_proj = register_module("up_proj", Linear(C, I, c.mlp_bias, m));
   down_proj = register_module("down_proj", Linear(I, C, c.mlp_bias, m));

@@ -164,7 +164,9 @@ TORCH_MODULE(Attention);
 // token rows [n, C] under its sequence parallelism.
 class MlpImpl : public torch::nn::Module {
  public:
-  MlpImpl(const ModelConfig& config, Materialize materialize, TensorParallel* tp = nullptr);
+  // `width`: the MLP's (0: config.intermediate_size; a MoE model's shared expert has its own).
+  MlpImpl(const ModelConfig& config, Materialize materialize, TensorParallel* tp = nullptr,
+          int64_t width = 0);
   torch::Tensor forward(const torch::Tensor& x);  // [B, T, C] -> [B, T, C]
   // residual + forward(x), the add fused into the down projection where add_projection fuses it
   // (fused_layer_ops.h; not with a down_proj bias or a tiled MLP).

@@ -1,14 +1,16 @@
 #pragma once
-// DecoderModel: a decoder-only causal language model (Llama / Mistral / Qwen2 / Qwen3) built from a
-// ModelConfig. Its named_parameters() are exactly the Hugging Face state-dict names
+// DecoderModel: a decoder-only causal language model (Llama / Mistral / Qwen2 / Qwen3 and the
+// Mixture-of-Experts Qwen2-MoE / Qwen3-MoE / Mixtral) built from a ModelConfig. Its
+// named_parameters() are exactly the Hugging Face (transformers 5) state-dict names
 //   model.embed_tokens.weight                                  [V, C]
 //   model.layers.N.self_attn.{q,k,v,o}_proj.{weight,bias}      (bias per family: model_config.h)
-//   model.layers.N.self_attn.{q,k}_norm.weight                 [D] (qwen3)
-//   model.layers.N.mlp.{gate,up,down}_proj.weight
-//   model.layers.N.{input,post_attention}_layernorm.weight     [C]
-//   model.norm.weight                                          [C]
+//   model.layers.N.self_attn.{q,k}_norm.weight                 [D] (qwen3, qwen3_moe)
+//   model.layers.N.mlp.{gate,up,down}_proj.weight              (a dense layer)
+//   model.layers.N.mlp.gate.weight, .mlp.experts.{gate_up_proj,down_proj}, ...  (a MoE layer:
+//   moe.h) model.layers.N.{input,post_attention}_layernorm.weight     [C] model.norm.weight [C]
 //   lm_head.weight                                             [V, C] (only when untied)
-// so loading and saving Hugging Face weights is a copy by name (see weights.h).
+// so loading and saving Hugging Face weights is a copy by name (see weights.h; a MoE layer's
+// experts are converted from and to the Hub's per-expert tensors: expert_names.h).
 //
 // The model knows nothing about parallelism but tensor parallelism (tensor_parallel.h: built for
 // one rank of a group, it holds that rank's slices and calls the group's collectives through an

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/ranges.h>
+
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/shared_files.h"
@@ -149,7 +151,9 @@ void parse_family_switches(const Reader& r, ModelConfig& c) {
     c.mlp_bias = r.boolean("mlp_bias", false);
   } else if (c.model_type == "qwen2") {
     c.qkv_bias = true;
-  } else if (c.model_type == "qwen3") {
+  } else if (c.model_type == "qwen2_moe") {
+    c.qkv_bias = r.boolean("qkv_bias", true);
+  } else if (c.model_type == "qwen3" || c.model_type == "qwen3_moe") {
     c.qkv_bias = c.o_bias = attention_bias;
     c.qk_norm = true;
   }
@@ -260,10 +264,62 @@ void parse_shape(const Reader& r, ModelConfig& c) {
   if (act != "silu") r.bad("hidden_act", "is '" + act + "'; only silu (SwiGLU) is supported");
 }
 
+bool is_moe_family(const std::string& model_type) {
+  return model_type == "qwen2_moe" || model_type == "qwen3_moe" || model_type == "mixtral";
+}
+
+// The experts of qwen2_moe, qwen3_moe and mixtral, with their config classes' defaults. What
+// dstrain does not compute yet is refused, naming the key: a sliding window in a MoE model, the
+// load-balancing loss (output_router_logits) and Mixtral's router jitter.
+void parse_moe(const Reader& r, ModelConfig& c) {
+  if (!is_moe_family(c.model_type)) return;
+  MoeConfig& m = c.moe;
+  const bool mixtral = c.model_type == "mixtral";
+  const bool qwen2 = c.model_type == "qwen2_moe";
+  const char* experts_key = r.has("num_experts") ? "num_experts" : "num_local_experts";
+  m.experts = r.integer(experts_key, mixtral ? 8 : qwen2 ? 60 : 128);
+  m.top_k = r.integer("num_experts_per_tok", mixtral ? 2 : qwen2 ? 4 : 8);
+  m.expert_size =
+      mixtral ? c.intermediate_size : r.integer("moe_intermediate_size", qwen2 ? 1408 : 768);
+  m.shared_expert_size = qwen2 ? r.integer("shared_expert_intermediate_size", 5632) : 0;
+  m.norm_topk_prob = mixtral || r.boolean("norm_topk_prob", false);
+  m.float32_weights = mixtral;
+  m.sparse_step = mixtral ? 1 : r.integer("decoder_sparse_step", 1);
+  if (!mixtral && r.has("mlp_only_layers")) m.dense_layers = r.integers("mlp_only_layers");
+  m.aux_loss_coef = r.number("router_aux_loss_coef", 0.001);
+  if (m.experts <= 0) r.bad(experts_key, "must be > 0, got " + std::to_string(m.experts));
+  if (m.top_k <= 0 || m.top_k > m.experts)
+    r.bad("num_experts_per_tok",
+          fmt::format("must be between 1 and the {} experts, got {}", m.experts, m.top_k));
+  require_positive(r, mixtral ? "intermediate_size" : "moe_intermediate_size", m.expert_size);
+  if (qwen2) require_positive(r, "shared_expert_intermediate_size", m.shared_expert_size);
+  require_positive(r, "decoder_sparse_step", m.sparse_step);
+  for (int64_t layer : m.dense_layers) {
+    if (layer < 0 || layer >= c.num_hidden_layers)
+      r.bad("mlp_only_layers", fmt::format("holds layer {}; the model has layers 0 to {}", layer,
+                                           c.num_hidden_layers - 1));
+  }
+  if (r.boolean("output_router_logits", false))
+    r.bad("output_router_logits",
+          "is true: dstrain does not add the load-balancing loss yet; set it to false (the model "
+          "then trains on the language-model loss alone, as transformers does with false)");
+  if (mixtral && r.number("router_jitter_noise", 0.0) != 0.0)
+    r.bad("router_jitter_noise", "is not 0: router jitter is not supported; set it to 0");
+  const bool windowed =
+      mixtral ? r.has("sliding_window")
+              : r.boolean("use_sliding_window", false) || (!qwen2 && r.has("sliding_window"));
+  if (windowed)
+    r.bad(mixtral || !r.boolean("use_sliding_window", false) ? "sliding_window"
+                                                             : "use_sliding_window",
+          "sets a sliding window: MoE models train with full attention only; set it to null "
+          "(false)");
+}
+
 }  // namespace
 
 const std::vector<std::string>& supported_model_types() {
-  static const std::vector<std::string> types = {"llama", "mistral", "qwen2", "qwen3"};
+  static const std::vector<std::string> types = {"llama",     "mistral",   "qwen2",  "qwen3",
+                                                 "qwen2_moe", "qwen3_moe", "mixtral"};
   return types;
 }
 
@@ -272,22 +328,23 @@ ModelConfig parse_model_config(const json& doc, const std::string& source) {
   const Reader r(doc, source);
   ModelConfig c;
   c.raw = doc;
-  if (!r.has("model_type"))
-    r.bad("model_type", "is missing; supported: llama, mistral, qwen2, qwen3");
-  c.model_type = r.string("model_type", "");
   const auto& types = supported_model_types();
+  const std::string supported = fmt::format("supported: {}", fmt::join(types, ", "));
+  if (!r.has("model_type")) r.bad("model_type", "is missing; " + supported);
+  c.model_type = r.string("model_type", "");
   if (std::find(types.begin(), types.end(), c.model_type) == types.end())
-    r.bad("model_type", "is '" + c.model_type + "'; supported: llama, mistral, qwen2, qwen3");
+    r.bad("model_type", "is '" + c.model_type + "'; " + supported);
   c.architectures = r.strings("architectures");
   parse_shape(r, c);
   parse_rope(doc, source, c);
   parse_family_switches(r, c);
-  parse_sliding_window(doc, r, c);
+  if (!is_moe_family(c.model_type)) parse_sliding_window(doc, r, c);
   parse_dtype(r, c);
   if (r.has("bos_token_id")) c.bos_token_id = r.integer("bos_token_id");
   c.eos_token_ids = r.integers("eos_token_id");
   if (r.has("pad_token_id")) c.pad_token_id = r.integer("pad_token_id");
   validate(r, c);
+  parse_moe(r, c);
   parse_layer_types(r, c);
   return c;
 }
@@ -306,16 +363,30 @@ ModelConfig load_model_config(const std::filesystem::path& path) {
   return parse_model_config(doc, file.string());
 }
 
-int64_t ModelConfig::num_parameters(bool include_embeddings) const {
+bool ModelConfig::is_moe_layer(int64_t layer) const {
+  if (moe.experts == 0) return false;
+  if (std::find(moe.dense_layers.begin(), moe.dense_layers.end(), layer) != moe.dense_layers.end())
+    return false;
+  return (layer + 1) % moe.sparse_step == 0;
+}
+
+int64_t ModelConfig::num_parameters(bool include_embeddings, bool active) const {
   const int64_t C = hidden_size, Q = head_dim, I = intermediate_size;
   const int64_t q_out = num_attention_heads * Q, kv_out = num_key_value_heads * Q;
-  int64_t layer = C * (q_out + 2 * kv_out) + q_out * C;  // q, k, v, o
-  if (qkv_bias) layer += q_out + 2 * kv_out;
-  if (o_bias) layer += C;
-  if (qk_norm) layer += 2 * Q;
-  layer += 3 * C * I + (mlp_bias ? 2 * I + C : 0);  // gate, up, down
-  layer += 2 * C;                                   // input/post_attention layernorm
-  int64_t total = num_hidden_layers * layer + C;    // + final norm
+  int64_t attention = C * (q_out + 2 * kv_out) + q_out * C;  // q, k, v, o
+  if (qkv_bias) attention += q_out + 2 * kv_out;
+  if (o_bias) attention += C;
+  if (qk_norm) attention += 2 * Q;
+  attention += 2 * C;                                            // input/post_attention layernorm
+  const int64_t dense = 3 * C * I + (mlp_bias ? 2 * I + C : 0);  // gate, up, down
+  // The router, the experts (those a token runs through when `active`), the shared expert and
+  // its gate.
+  const int64_t experts = active ? moe.top_k : moe.experts;
+  const int64_t sparse = moe.experts * C + experts * 3 * C * moe.expert_size +
+                         (moe.shared_expert_size > 0 ? 3 * C * moe.shared_expert_size + C : 0);
+  int64_t total = C;  // the final norm
+  for (int64_t l = 0; l < num_hidden_layers; ++l)
+    total += attention + (is_moe_layer(l) ? sparse : dense);
   if (include_embeddings) total += vocab_size * C * (tie_word_embeddings ? 1 : 2);
   return total;
 }
@@ -327,7 +398,7 @@ std::optional<int64_t> ModelConfig::attention_window(int64_t layer) const {
 }
 
 double ModelConfig::training_flops_per_token(int64_t seq_len) const {
-  const double n = static_cast<double>(num_parameters(false)) +
+  const double n = static_cast<double>(num_parameters(false, /*active=*/true)) +
                    static_cast<double>(vocab_size) * static_cast<double>(hidden_size);
   double keys = 0.0;  // summed over layers
   for (int64_t l = 0; l < num_hidden_layers; ++l) {

@@ -45,8 +45,24 @@ struct RopeScaling {
 constexpr const char* kFullAttention = "full_attention";
 constexpr const char* kSlidingAttention = "sliding_attention";
 
+// Mixture-of-Experts (qwen2_moe, qwen3_moe, mixtral; moe.h): layers whose MLP is a set of experts
+// of which a router picks `top_k` for each token, as transformers computes them.
+struct MoeConfig {
+  int64_t experts = 0;  // E: num_experts (mixtral: num_local_experts); 0: a dense model
+  int64_t top_k = 0;    // num_experts_per_tok
+  int64_t expert_size =
+      0;  // each expert's MLP width: moe_intermediate_size (mixtral: intermediate_size)
+  int64_t shared_expert_size = 0;  // qwen2_moe's shared expert: shared_expert_intermediate_size
+  bool norm_topk_prob = false;     // the top-k weights renormalised to sum 1 (mixtral: always)
+  // Mixtral keeps the routing weights in float32; Qwen casts them to the router logits' dtype.
+  bool float32_weights = false;
+  int64_t sparse_step = 1;            // decoder_sparse_step: every step-th layer is MoE
+  std::vector<int64_t> dense_layers;  // mlp_only_layers: layers with a dense MLP
+  double aux_loss_coef = 0.001;       // router_aux_loss_coef
+};
+
 struct ModelConfig {
-  std::string model_type;                  // llama | mistral | qwen2 | qwen3
+  std::string model_type;  // llama | mistral | qwen2 | qwen3 | qwen2_moe | qwen3_moe | mixtral
   std::vector<std::string> architectures;  // e.g. {"LlamaForCausalLM"}; informational
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;          // C
@@ -76,18 +92,25 @@ struct ModelConfig {
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;  // config may hold one id or a list (Llama 3)
   std::optional<int64_t> pad_token_id;
+  MoeConfig moe;       // experts == 0 for the dense families
   nlohmann::json raw;  // the parsed config.json, written back (updated) by to_json()
+
+  // Whether layer `layer`'s MLP is a Mixture-of-Experts (moe.h): not in mlp_only_layers, and
+  // (layer + 1) a multiple of decoder_sparse_step.
+  bool is_moe_layer(int64_t layer) const;
 
   // The attention window of layer `layer` (sliding_window for a sliding layer), none when the
   // layer attends to every earlier position.
   std::optional<int64_t> attention_window(int64_t layer) const;
 
   // Parameter count. include_embeddings=false leaves out model.embed_tokens.weight and
-  // lm_head.weight (tied or not); true counts every distinct parameter tensor once.
-  int64_t num_parameters(bool include_embeddings) const;
+  // lm_head.weight (tied or not); true counts every distinct parameter tensor once. `active`: of a
+  // MoE layer's experts only the top_k a token runs through (what a token's forward multiplies).
+  int64_t num_parameters(bool include_embeddings, bool active = false) const;
 
   // Training FLOPs per token for sequence length T: 6·N + 12·H·Q·Σ_layers K with N = the parameters
-  // that do matmul work: every non-embedding parameter plus the LM head (V·C, counted also when it
+  // that do matmul work for a token: every non-embedding parameter (of a MoE layer's experts the
+  // top_k a token runs through) plus the LM head (V·C, counted also when it
   // is tied to the embedding, whose lookup does no matmul), and K the keys a layer attends to: T,
   // or min(T, window) for a sliding-window layer. Forward + backward matmuls, plus attention scores
   // and values.

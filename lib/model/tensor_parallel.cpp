@@ -9,6 +9,12 @@ namespace dstrain::model {
 void check_tensor_parallel(const ModelConfig& c, int64_t size, const std::string& model,
                            const std::string& key) {
   if (size <= 1) return;
+  if (c.moe.experts > 0) {
+    fail(ErrorKind::kConfig,
+         "model {}: a Mixture-of-Experts model ({}) does not run with tensor parallelism yet; set "
+         "{} to 1",
+         model, c.model_type, key);
+  }
   const std::vector<std::pair<const char*, int64_t>> counts = {
       {"num_attention_heads", c.num_attention_heads},
       {"num_key_value_heads", c.num_key_value_heads},

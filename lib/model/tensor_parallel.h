@@ -67,7 +67,8 @@ class TensorParallel {
 };
 
 // Error(kConfig) naming `model`, the counts that do not divide and `key` unless `size` divides
-// the query heads, the key/value heads, the MLP width and the vocabulary.
+// the query heads, the key/value heads, the MLP width and the vocabulary; for a Mixture-of-Experts
+// model unless `size` is 1.
 void check_tensor_parallel(const ModelConfig& config, int64_t size, const std::string& model,
                            const std::string& key);
 

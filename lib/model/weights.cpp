@@ -9,6 +9,7 @@
 #include "core/fs.h"
 #include "core/shared_files.h"
 #include "core/text.h"
+#include "model/expert_names.h"
 #include "model/safetensors.h"
 
 namespace dstrain::model {
@@ -39,16 +40,25 @@ std::string shape_str(c10::IntArrayRef shape) {
 void check_weights(const SafetensorsSet& files, DecoderModelImpl& model, const stdfs::path& dir) {
   std::vector<std::string> missing, unexpected, mismatched;
   std::set<std::string> expected;
-  for (const auto& item : model.named_parameters()) {
-    expected.insert(item.key());
-    if (!files.contains(item.key())) {
-      missing.push_back(item.key());
-      continue;
+  const auto check = [&](const std::string& name, c10::IntArrayRef shape) {
+    expected.insert(name);
+    if (!files.contains(name)) {
+      missing.push_back(name);
+      return;
     }
-    const TensorInfo& info = files.info(item.key());
-    if (c10::IntArrayRef(info.shape) != item.value().sizes())
-      mismatched.push_back(fmt::format("{} (file {}, model {})", item.key(), shape_str(info.shape),
-                                       shape_str(item.value().sizes())));
+    const TensorInfo& info = files.info(name);
+    if (c10::IntArrayRef(info.shape) != shape)
+      mismatched.push_back(
+          fmt::format("{} (file {}, model {})", name, shape_str(info.shape), shape_str(shape)));
+  };
+  for (const auto& item : model.named_parameters()) {
+    const std::vector<HubPiece> pieces =
+        hub_pieces(model.config(), item.key(), item.value().sizes().vec());
+    if (files.contains(item.key()) || pieces.empty()) {
+      check(item.key(), item.value().sizes());
+    } else {
+      for (const HubPiece& p : pieces) check(p.name, p.shape);
+    }
   }
   for (const std::string& name : files.names())
     if (expected.count(name) == 0 && !tolerated_extra(name, model.config()))
@@ -65,10 +75,23 @@ void check_weights(const SafetensorsSet& files, DecoderModelImpl& model, const s
 }
 
 void load_weights(DecoderModelImpl& model, const stdfs::path& dir) {
-  const SafetensorsSet files(dir);
-  check_weights(files, model, dir);
+  const ValueSource source = weights_source(dir, model);
   torch::NoGradGuard no_grad;
-  for (auto& item : model.named_parameters()) item.value().copy_(files.read(item.key()));
+  for (auto& item : model.named_parameters()) {
+    torch::Tensor& p = item.value();
+    p.copy_(source(item.key(), 0, p.numel()).view(p.sizes()));
+  }
+}
+
+ValueSource weights_source(const stdfs::path& dir, DecoderModelImpl& model) {
+  auto files = std::make_shared<SafetensorsSet>(dir);
+  check_weights(*files, model, dir);
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& item : model.named_parameters()) shapes[item.key()] = item.value().sizes().vec();
+  return [files, config = model.config(), shapes = std::move(shapes)](const std::string& name,
+                                                                      int64_t begin, int64_t end) {
+    return read_parameter(*files, config, name, shapes.at(name), begin, end);
+  };
 }
 
 void save_weights(DecoderModelImpl& model, const stdfs::path& dir, torch::ScalarType dtype,
@@ -76,7 +99,17 @@ void save_weights(DecoderModelImpl& model, const stdfs::path& dir, torch::Scalar
   const std::string name = dtype_name(dtype);
   fs::create_dirs(dir);
   NamedTensors tensors;
-  for (const auto& item : model.named_parameters()) tensors.emplace_back(item.key(), item.value());
+  for (const auto& item : model.named_parameters()) {
+    const torch::Tensor& t = item.value();
+    const std::vector<HubPiece> pieces = hub_pieces(model.config(), item.key(), t.sizes().vec());
+    if (pieces.empty()) tensors.emplace_back(item.key(), t);
+    for (const HubPiece& p : pieces) {
+      int64_t numel = 1;
+      for (int64_t d : p.shape) numel *= d;
+      tensors.emplace_back(p.name,
+                           t.detach().reshape({-1}).narrow(0, p.offset, numel).view(p.shape));
+    }
+  }
   write_safetensors_dir(dir, tensors, max_shard_bytes, dtype);
   fs::write_file_atomic(dir / shared_files::kModelConfig,
                         to_json(model.config(), name).dump(2) + "\n");

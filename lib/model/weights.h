@@ -21,15 +21,19 @@ constexpr uint64_t kDefaultMaxShardBytes = 5'000'000'000ULL;
 void load_weights(DecoderModelImpl& model, const std::filesystem::path& dir);
 
 class SafetensorsSet;
-// The checks of load_weights alone (names and shapes; `dir` names the files in errors), for a
-// caller that reads only parts of the tensors (SafetensorsSet::read_range). The model's parameters
-// need not hold memory.
+// The checks of load_weights alone (names and shapes; `dir` names the files in errors). The model's
+// parameters need not hold memory. A MoE model's expert stacks may be held in the Hub's per-expert
+// layout instead (expert_names.h).
 void check_weights(const SafetensorsSet& files, DecoderModelImpl& model,
                    const std::filesystem::path& dir);
 
+// The weights in `dir` as `model`'s parameters by name (its initial values, read range by range
+// when asked), after check_weights(). The model's parameters need not hold memory.
+ValueSource weights_source(const std::filesystem::path& dir, DecoderModelImpl& model);
+
 // Writes config.json (torch_dtype = dtype) and the parameters, cast to `dtype`, as
-// model.safetensors, or as shards plus index when larger than max_shard_bytes. Each file is written
-// atomically.
+// model.safetensors, or as shards plus index when larger than max_shard_bytes, under the Hub's
+// names (a MoE model's experts one tensor each: expert_names.h). Each file is written atomically.
 void save_weights(DecoderModelImpl& model, const std::filesystem::path& dir,
                   torch::ScalarType dtype, uint64_t max_shard_bytes = kDefaultMaxShardBytes);
 

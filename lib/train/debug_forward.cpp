@@ -181,14 +181,10 @@ ParallelPlan debug_plan(const DebugForwardOptions& o, model::DecoderModel m,
   plan.optimizer = [](int64_t numel, std::vector<optim::Range>) {
     return optim::make_sgd(numel, optim::SgdOptions{});
   };
-  auto files = std::make_shared<model::SafetensorsSet>(o.model_dir);
   // The files hold the whole model.
   model::DecoderModel whole =
       tp.size() == 1 ? m : model::DecoderModel(m->config(), model::Materialize::kNo);
-  model::check_weights(*files, *whole, o.model_dir);
-  plan.initial_values = [files](const std::string& name, int64_t begin, int64_t end) {
-    return files->read_range(name, begin, end);
-  };
+  plan.initial_values = model::weights_source(o.model_dir, *whole);
   if (tp.size() > 1) plan.initial_values = slice_source(plan.initial_values, *m, tp);
   if (!o.adapter_dir.empty()) {
     lora::Adapter adapter = lora::read_adapter(o.adapter_dir);

@@ -15,6 +15,7 @@
 #include "core/fs.h"
 #include "core/log.h"
 #include "core/shared_files.h"
+#include "model/expert_names.h"
 #include "model/model.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
@@ -26,13 +27,22 @@ namespace dstrain::train {
 namespace stdfs = std::filesystem;
 namespace {
 
+// A tensor to write: the Hub's name and shape, and which elements of which parameter it holds.
+struct ExportTensor {
+  model::TensorSpec spec;
+  std::string param;
+  int64_t offset = 0;
+};
+
 // The model's parameters in its named_parameters() order (the order Hugging Face writes), with
-// the shapes the checkpoint stored. Error(kInput) when the checkpoint lacks one or disagrees.
-std::vector<model::TensorSpec> export_specs(const ckpt::CheckpointReader& reader,
-                                            const model::ModelConfig& mc) {
+// the shapes the checkpoint stored, under the Hub's names (a MoE model's expert stacks one tensor
+// per expert and projection: expert_names.h). Error(kInput) when the checkpoint lacks one or
+// disagrees.
+std::vector<ExportTensor> export_tensors(const ckpt::CheckpointReader& reader,
+                                         const model::ModelConfig& mc) {
   std::map<std::string, std::vector<int64_t>> stored;
   for (auto& [name, shape] : reader.params("master")) stored[name] = shape;
-  std::vector<model::TensorSpec> specs;
+  std::vector<ExportTensor> specs;
   const model::DecoderModel m(mc, model::Materialize::kNo);
   for (const auto& block : m->blocks()) {
     for (const model::BlockParameter& p : block->parameters) {
@@ -45,7 +55,11 @@ std::vector<model::TensorSpec> export_specs(const ckpt::CheckpointReader& reader
         fail(ErrorKind::kInput, "{}: the checkpoint has no master weights of '{}' with {} elements",
              reader.dir(), p.name, p.tensor.numel());
       }
-      specs.push_back({p.name, it->second});
+      const std::vector<model::HubPiece> pieces = model::hub_pieces(mc, p.name, it->second);
+      if (pieces.empty()) specs.push_back({{p.name, it->second}, p.name, 0});
+      for (const model::HubPiece& piece : pieces) {
+        specs.push_back({{piece.name, piece.shape}, p.name, piece.offset});
+      }
     }
   }
   return specs;
@@ -69,9 +83,30 @@ int run_export(const ExportOptions& options) {
       reader.manifest().component("lora") != nullptr) {
     export_lora(options, reader, mc);
   } else {
+    const std::vector<ExportTensor> tensors = export_tensors(reader, mc);
+    std::vector<model::TensorSpec> specs;
+    std::map<std::string, const ExportTensor*> by_name;
+    for (const ExportTensor& t : tensors) {
+      specs.push_back(t.spec);
+      by_name[t.spec.name] = &t;
+    }
+    // The pieces of one parameter come in a row: the last parameter read serves them all.
+    std::string held_name;
+    torch::Tensor held;
     model::write_safetensors_dir_streamed(
-        out, export_specs(reader, mc), dtype,
-        [&](const model::TensorSpec& spec) { return reader.read_full("master", spec.name); },
+        out, specs, dtype,
+        [&](const model::TensorSpec& spec) {
+          const ExportTensor& t = *by_name.at(spec.name);
+          if (t.param != held_name) {
+            held = torch::Tensor();
+            held = reader.read_full("master", t.param);
+            held_name = t.param;
+          }
+          if (t.param == spec.name) return held;
+          int64_t numel = 1;
+          for (int64_t d : spec.shape) numel *= d;
+          return held.reshape({-1}).narrow(0, t.offset, numel).view(spec.shape);
+        },
         options.max_shard_bytes);
     fs::write_file_atomic(out / shared_files::kModelConfig,
                           model::to_json(mc, model::dtype_name(dtype)).dump(2) + "\n");

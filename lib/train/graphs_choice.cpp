@@ -28,7 +28,7 @@ std::string layer_graphs_blocker(model::Checkpointing checkpointing, int64_t til
 }
 
 GraphsChoice choose_graphs(const config::Config& c, model::Checkpointing checkpointing, bool cuda,
-                           const GraphsMemory& memory) {
+                           const GraphsMemory& memory, bool experts) {
   GraphsChoice g;
   if (c.training.cuda_graphs == "off") return g;
   const bool automatic = c.training.cuda_graphs == "auto";
@@ -44,6 +44,10 @@ GraphsChoice choose_graphs(const config::Config& c, model::Checkpointing checkpo
     g.why_not =
         "with pipeline parallelism a stage's layers run between transfers from the other stages, "
         "and they run eagerly";
+  } else if (experts) {
+    g.why_not =
+        "a Mixture-of-Experts layer sends each batch's tokens to the experts its router picks "
+        "(shapes that change from batch to batch), which a recorded layer does not replay";
   } else if (!blocker.empty()) {
     g.why_not = blocker;
   } else if (c.data.packing == "documents") {

@@ -46,9 +46,10 @@ struct GraphsMemory {
   int64_t peak = 0, peak_with_graphs = 0, limit = 0;
 };
 
-// `checkpointing`: the run's, resolved. `cuda`: the run's device is a GPU.
+// `checkpointing`: the run's, resolved. `cuda`: the run's device is a GPU. `experts`: the model
+// has Mixture-of-Experts layers (never recorded).
 GraphsChoice choose_graphs(const config::Config& c, model::Checkpointing checkpointing, bool cuda,
-                           const GraphsMemory& memory = {});
+                           const GraphsMemory& memory = {}, bool experts = false);
 
 // What keeps a layer's work from being replayed as recorded under `checkpointing`, `tiled_mlp`
 // and `sequence_parallel_size` ranks per sequence, "" when nothing does. parallelize() refuses

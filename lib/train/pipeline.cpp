@@ -135,7 +135,12 @@ StageRanges balance_stages(const std::vector<double>& costs, int parts, const st
 std::vector<double> block_costs(const model::DecoderModelImpl& model) {
   std::vector<double> out;
   for (const auto& block : model.blocks()) {
-    double cost = 0;
+    double cost = block->block->multiply_adds_per_token();
+    if (cost >= 0) {
+      out.push_back(cost);
+      continue;
+    }
+    cost = 0;
     if (block->role != model::BlockRole::kEmbedding) {
       for (const model::BlockParameter& p : block->parameters) {
         if (p.tensor.dim() == 2) cost += static_cast<double>(p.tensor.numel());

@@ -254,7 +254,8 @@ RunPlan resolve_run_plan(const config::Config& config, const model::ModelConfig&
         graphs_memory.peak + memory.graphs(plan.micro_batch, plan.checkpointing).graphs;
     graphs_memory.limit = facts.limit;
   }
-  plan.graphs = choose_graphs(config, plan.checkpointing, facts.cuda, graphs_memory);
+  plan.graphs =
+      choose_graphs(config, plan.checkpointing, facts.cuda, graphs_memory, model.moe.experts > 0);
   if (plan.graphs.on) {
     // The memory model's figure for the graphs' pools, exceeded by at most half (allocator
     // rounding, kernels' workspaces it does not model) before recording stops.

@@ -243,6 +243,11 @@ void Trainer::resolve_model() {
   const int64_t tp = cfg_.parallel.tensor_parallel_size, sp = cfg_.parallel.sequence_parallel_size;
   model::check_tensor_parallel(model_config_, tp, cfg_.model.name_or_path,
                                "parallel.tensor_parallel_size");
+  if (model_config_.moe.experts > 0 && cfg_.model.tiled_mlp != 0) {
+    fail(ErrorKind::kConfig,
+         "{}: model.tiled_mlp: a Mixture-of-Experts model ({}) has no tiled MLP; set it to 0",
+         cfg_.source_path, model_config_.model_type);
+  }
   SequenceParallel::check_model(model::tensor_parallel_config(model_config_, 0, tp),
                                 static_cast<int>(sp), cfg_.model.name_or_path);
   SequenceParallel::check_length(cfg_.data.max_length, static_cast<int>(sp));
@@ -259,11 +264,7 @@ void Trainer::resolve_model() {
 
 model::ValueSource Trainer::initial_values(model::DecoderModelImpl& whole) {
   if (cfg_.model.init != "pretrained") return model::init_source(whole, cfg_.training.seed);
-  auto files = std::make_shared<model::SafetensorsSet>(model_dir_);
-  model::check_weights(*files, whole, model_dir_);
-  return [files](const std::string& name, int64_t begin, int64_t end) {
-    return files->read_range(name, begin, end);
-  };
+  return model::weights_source(model_dir_, whole);
 }
 
 void Trainer::build_data() {

@@ -208,6 +208,17 @@ TINY_CONFIGS = {
                        attention_bias=False),
     "qwen3-untied": dict(BASE, model_type="qwen3", tie_word_embeddings=False, head_dim=16,
                          attention_bias=False),
+    # Mixture-of-Experts: Qwen3-MoE with a dense layer among its MoE layers and renormalised top-k
+    # weights; Qwen2-MoE with its gated shared expert (top-k weights not renormalised); Mixtral.
+    "qwen3-moe-dense-layer": dict(BASE, model_type="qwen3_moe", tie_word_embeddings=False,
+                                  head_dim=16, attention_bias=False, num_hidden_layers=3,
+                                  num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                                  norm_topk_prob=True, mlp_only_layers=[1]),
+    "qwen2-moe-shared-expert": dict(BASE, model_type="qwen2_moe", tie_word_embeddings=False,
+                                    num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                                    shared_expert_intermediate_size=48),
+    "mixtral": dict(BASE, model_type="mixtral", tie_word_embeddings=False, num_local_experts=4,
+                    num_experts_per_tok=2, intermediate_size=32),
 }
 
 
@@ -221,9 +232,13 @@ def save_tiny_model(out_dir, cfg, seed=1234):
     config = transformers.AutoConfig.for_model(**cfg)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     with torch.no_grad():
-        for p in model.parameters():
+        for name, p in model.named_parameters():
             if p.dim() == 1:
                 p.add_(0.1 * torch.randn_like(p))
+            # A MoE router's weights (transformers may start them at zero): distinct scores, so
+            # that every token's top-k experts are one choice, not a tie.
+            if name.endswith("mlp.gate.weight") and p.abs().max() == 0:
+                p.normal_(0.0, 0.5)
     model.save_pretrained(out_dir, safe_serialization=True)
     return out_dir
 

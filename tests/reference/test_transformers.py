@@ -144,7 +144,8 @@ def hf_training_losses(model_dir, batches):
     return losses
 
 
-@pytest.mark.parametrize("name", ["qwen2-untied", "llama-mha-tied", "qwen3-tied", "mistral-window"])
+@pytest.mark.parametrize("name", ["qwen2-untied", "llama-mha-tied", "qwen3-tied", "mistral-window",
+                                  "qwen3-moe-dense-layer", "mixtral"])
 def test_training_matches_transformers_adamw_loop(tmp, name):
     cfg = dict(reflib.TINY_CONFIGS[name], vocab_size=258 + 6)  # byte tokenizer ids 0..257
     model_dir = reflib.save_tiny_model(os.path.join(tmp, "model"), cfg)

@@ -42,9 +42,10 @@ std::string name_of(const Setting& s, torch::ScalarType dtype) {
                      c10::toString(dtype));
 }
 
-ActivationInput input_for(const Setting& s, torch::ScalarType dtype) {
+ActivationInput input_for(const Setting& s, torch::ScalarType dtype,
+                          const model::ModelConfig& config = small_model()) {
   ActivationInput in;
-  in.model = model::DecoderModel(small_model(), model::Materialize::kNo);
+  in.model = model::DecoderModel(config, model::Materialize::kNo);
   in.micro_batch = kBatch;
   in.seq_len = kSeq;
   in.element_bytes = dtype == torch::kFloat32 ? 4 : 2;
@@ -65,9 +66,10 @@ using Extend = std::function<void(model::DecoderModelImpl& m, torch::ScalarType 
 // One micro-batch as the trainer runs it (fused_loss: the head's fused loss, else logits);
 // parameter gradients exist beforehand (a first pass made them), so what is counted is the
 // activations and their gradients. `extend`: blocks added to the small model.
-Measured measure(const Setting& s, torch::ScalarType dtype, const Extend& extend = {}) {
+Measured measure(const Setting& s, torch::ScalarType dtype, const Extend& extend = {},
+                 const model::ModelConfig& config = small_model()) {
   torch::manual_seed(0);
-  model::DecoderModel m = model::build_model(small_model(), dtype, 1);
+  model::DecoderModel m = model::build_model(config, dtype, 1);
   if (extend) extend(*m, dtype);
   m->set_tiled_mlp(s.tiled_mlp);
   m->set_loss_chunk_bytes(kChunkBytes);
@@ -167,6 +169,46 @@ TEST(EstimateActivations, PeakOfEachSettingMatchesTheCpuAllocator) {
                   0.06 * want.device)
           << name_of(s, dtype);
       EXPECT_EQ(want.host, 0) << "the CPU keeps nothing elsewhere";
+    }
+  }
+}
+
+// Mixture-of-Experts layers (model/moe.h: Qwen3-MoE's router, renormalised top-k weights cast to
+// the activations' dtype; Mixtral's float32 weights), every layer MoE: what a forward keeps within
+// 1% of the derivation and each setting's peak within the bound the dense layers meet.
+TEST(EstimateActivations, MixtureOfExpertsLayersMatchTheCpuAllocator) {
+  torch::set_num_threads(1);
+  for (const std::string type : {"qwen3_moe", "mixtral"}) {
+    nlohmann::json doc = {{"model_type", type},          {"vocab_size", 2048},
+                          {"hidden_size", 64},           {"intermediate_size", 48},
+                          {"moe_intermediate_size", 48}, {"num_experts", 8},
+                          {"num_experts_per_tok", 2},    {"norm_topk_prob", true},
+                          {"num_hidden_layers", 3},      {"num_attention_heads", 4},
+                          {"num_key_value_heads", 2},    {"max_position_embeddings", 1024},
+                          {"tie_word_embeddings", false}};
+    const model::ModelConfig config = model::parse_model_config(doc);
+    for (const torch::ScalarType dtype : {torch::kFloat32, torch::kBFloat16}) {
+      const std::string at = type + ", " + c10::toString(dtype);
+      const Setting none{Checkpointing::kNone, 0};
+      const ActivationInput in = input_for(none, dtype, config);
+      const ActivationParts p = activation_parts(in);
+      const int64_t want = p.context + in.model->num_layers() * p.layer_saved + p.head_saved;
+      const Measured got = measure(none, dtype, {}, config);
+      std::cout << at << ": kept after forward " << got.after_forward << " bytes, predicted "
+                << want << "\n";
+      EXPECT_NEAR(static_cast<double>(got.after_forward), static_cast<double>(want), 0.01 * want)
+          << at;
+      for (const Checkpointing setting :
+           {Checkpointing::kNone, Checkpointing::kPlain, Checkpointing::kSelective}) {
+        const Setting s{setting, 0};
+        const ActivationRow row = activation_row(input_for(s, dtype, config), setting);
+        const Measured peak = measure(s, dtype, {}, config);
+        std::cout << at << ", " << checkpointing_word(setting) << ": peak " << peak.peak
+                  << " bytes, predicted " << row.device << "\n";
+        EXPECT_NEAR(static_cast<double>(peak.peak), static_cast<double>(row.device),
+                    0.06 * row.device)
+            << at << ", " << checkpointing_word(setting);
+      }
     }
   }
 }

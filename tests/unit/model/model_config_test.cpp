@@ -49,7 +49,67 @@ TEST(ModelConfig, WrongTypeNamesKeyAndValue) {
 TEST(ModelConfig, UnknownModelTypeListsSupportedOnes) {
   json doc = small_config_json("gpt2");
   expect_error([&] { parse_model_config(doc); }, ErrorKind::kInput,
-               {"'gpt2'", "llama, mistral, qwen2, qwen3"});
+               {"'gpt2'", "llama, mistral, qwen2, qwen3, qwen2_moe, qwen3_moe, mixtral"});
+}
+
+// The MoE families' keys as their config classes default them, which layers are MoE, the
+// parameter counts (total and active) and what is refused, naming the key.
+TEST(ModelConfig, MixtureOfExpertsKeysDefaultsAndRefusals) {
+  json q3 = small_config_json("qwen3_moe");
+  q3["num_hidden_layers"] = 4;
+  q3["num_experts"] = 8;
+  q3["num_experts_per_tok"] = 2;
+  q3["moe_intermediate_size"] = 16;
+  q3["mlp_only_layers"] = {1};
+  ModelConfig c = parse_model_config(q3);
+  EXPECT_EQ(c.moe.experts, 8);
+  EXPECT_EQ(c.moe.top_k, 2);
+  EXPECT_EQ(c.moe.expert_size, 16);
+  EXPECT_FALSE(c.moe.norm_topk_prob);
+  EXPECT_FALSE(c.moe.float32_weights);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_EQ(c.head_dim, c.hidden_size / c.num_attention_heads);  // not Qwen3's 128
+  const std::vector<bool> moe = {c.is_moe_layer(0), c.is_moe_layer(1), c.is_moe_layer(2),
+                                 c.is_moe_layer(3)};
+  EXPECT_EQ(moe, (std::vector<bool>{true, false, true, true}));
+  // Total and active: a MoE layer holds E experts of 3·C·I and runs top_k of them.
+  const int64_t C = c.hidden_size;
+  EXPECT_EQ(c.num_parameters(false) - c.num_parameters(false, true), 3 * (8 - 2) * 3 * C * 16);
+  q3["decoder_sparse_step"] = 2;
+  c = parse_model_config(q3);
+  EXPECT_FALSE(c.is_moe_layer(0));
+  EXPECT_FALSE(c.is_moe_layer(1));  // in mlp_only_layers
+  EXPECT_TRUE(c.is_moe_layer(3));
+
+  json mixtral = small_config_json("mixtral");
+  mixtral["num_local_experts"] = 4;
+  c = parse_model_config(mixtral);
+  EXPECT_EQ(c.moe.experts, 4);
+  EXPECT_EQ(c.moe.top_k, 2);
+  EXPECT_EQ(c.moe.expert_size, c.intermediate_size);
+  EXPECT_TRUE(c.moe.norm_topk_prob);
+  EXPECT_TRUE(c.moe.float32_weights);
+  EXPECT_FALSE(c.sliding_window);
+
+  json q2 = small_config_json("qwen2_moe");
+  q2["num_experts"] = 4;
+  q2["shared_expert_intermediate_size"] = 24;
+  c = parse_model_config(q2);
+  EXPECT_EQ(c.moe.shared_expert_size, 24);
+  EXPECT_EQ(c.moe.top_k, 4);
+  EXPECT_TRUE(c.qkv_bias);
+
+  const auto refused = [](json doc, const std::string& key, const json& value,
+                          const std::string& why) {
+    doc[key] = value;
+    expect_error([&] { parse_model_config(doc); }, ErrorKind::kInput, {key, why});
+  };
+  refused(q3, "output_router_logits", true, "load-balancing loss");
+  refused(mixtral, "router_jitter_noise", 0.01, "router jitter");
+  refused(mixtral, "sliding_window", 4096, "full attention only");
+  refused(q2, "use_sliding_window", true, "full attention only");
+  refused(q3, "num_experts_per_tok", 9, "between 1 and the 8 experts");
+  refused(q3, "mlp_only_layers", json::array({7}), "holds layer 7");
 }
 
 TEST(ModelConfig, KeyValueHeadsMustDivideHeads) {

@@ -1,0 +1,82 @@
+#pragma once
+// The Mixture-of-Experts MLP of qwen2_moe, qwen3_moe and mixtral layers (model.layers.N.mlp), as
+// transformers 5 computes it, dropless (every token reaches its top_k experts, none is dropped):
+//
+//   router     logits = x · gateᵀ [N, E] in x's dtype; probabilities = softmax in float32; the
+//              top_k of them per token (torch.topk's order), renormalised to sum 1 where
+//              norm_topk_prob (Mixtral: always); Qwen casts the weights back to the logits' dtype,
+//              Mixtral keeps them in float32
+//   experts    the N·top_k (token, expert) pairs sorted by expert once, then one grouped matrix
+//              product per projection over the sorted rows (at::_grouped_mm, whose offsets mark
+//              where each expert's rows end): gate_up = rows · gate_up_projᵀ [.., 2I], the SwiGLU
+//              of its halves (gate first), then · down_projᵀ; each row scaled by its weight, cast
+//              to x's dtype, put back in token order and summed over the token's k rows (a
+//              gather and a sum, whose backward keeps nothing of the rows; index_add would keep
+//              them all)
+//   shared     qwen2_moe: a dense MLP on every token, scaled by sigmoid(x · shared_expert_gateᵀ),
+//              added to the experts' sum
+//
+// Parameters under transformers 5's names: gate.weight [E, C], experts.gate_up_proj [E, 2I, C]
+// (each expert's gate_proj rows, then its up_proj rows), experts.down_proj [E, C, I], and for
+// qwen2_moe shared_expert.{gate,up,down}_proj.weight and shared_expert_gate.weight [1, C]. The
+// Hub's per-expert files (experts.N.gate_proj ..., Mixtral's block_sparse_moe.experts.N.w1/w3/w2)
+// are converted to these when read and back when written (expert_names.h).
+//
+// The grouped product runs where the rows and weights meet at::_grouped_mm's alignment (its
+// strides multiples of 16 bytes) on the CPU; elsewhere, and on a GPU until a first-use check
+// against the loop exists, one product per expert over its rows: the same sums.
+
+#include <cstdint>
+
+#include <torch/torch.h>
+
+#include "model/layers.h"
+#include "model/model_config.h"
+
+namespace dstrain::model {
+
+// The experts' weights: transformers 5's Qwen3MoeExperts / MixtralExperts.
+class ExpertsImpl : public torch::nn::Module {
+ public:
+  ExpertsImpl(int64_t experts, int64_t hidden, int64_t width, Materialize materialize);
+  // rows [M, C] sorted by expert, `ends` [E] int32 the end of each expert's rows (the last one M)
+  // → [M, C]: down(silu(gate(row)) · up(row)) of each row's expert.
+  torch::Tensor forward(const torch::Tensor& rows, const torch::Tensor& ends);
+
+  torch::Tensor gate_up_proj;  // [E, 2I, C]
+  torch::Tensor down_proj;     // [E, C, I]
+};
+TORCH_MODULE(Experts);
+
+class SparseMoeImpl : public torch::nn::Module {
+ public:
+  SparseMoeImpl(const ModelConfig& config, Materialize materialize);
+  torch::Tensor forward(const torch::Tensor& x);  // [..., C] → [..., C]
+
+  bool norm_topk_prob() const { return norm_topk_prob_; }
+  bool float32_weights() const { return float32_weights_; }
+
+  Linear gate{nullptr};  // the router: weight [E, C]
+  Experts experts{nullptr};
+  Mlp shared_expert{nullptr};          // qwen2_moe only
+  Linear shared_expert_gate{nullptr};  // qwen2_moe only: weight [1, C]
+
+ private:
+  int64_t top_k_;
+  bool norm_topk_prob_;
+  bool float32_weights_;
+};
+TORCH_MODULE(SparseMoe);
+
+// The rows the experts read, one (token, chosen expert) pair each, from `experts` [N, k] (each
+// token's top-k expert indices): sorted by expert, within an expert in token order (a stable
+// sort), with where each expert's rows end and the token each row belongs to.
+struct Routed {
+  torch::Tensor order;    // [N·k] int64: each sorted row's index in experts.reshape(-1)
+  torch::Tensor tokens;   // [N·k] int64: order / k
+  torch::Tensor ends;     // [E] int32: cumulative row counts
+  torch::Tensor inverse;  // [N·k] int64: where each (token, slot) went among the sorted rows
+};
+Routed route(const torch::Tensor& experts, int64_t num_experts);
+
+}  // namespace dstrain::model
