@@ -193,12 +193,11 @@ double DecoderLayerImpl::multiply_adds_per_token() const {
 // A MoE layer's MLP (moe.h) keeps, per token with k experts of width I and E of them: the router's
 // float32 probabilities (4E) and top-k indices (8k), with norm_topk_prob the top-k weights and
 // their sum (4k + 4) of the division; the sorted rows' order, tokens and inverse order (24k); and
-// per routed row
-// its input (cC), the SwiGLU terms above at width I, its output (cC, kept by the product with its
-// weight) and that weight (c, Mixtral's float32 4); a shared expert its MLP terms at its width, its
-// output (cC) and its gate's sigmoid (c). Its backward: the layer output's gradient, then per
-// routed row the gradients of its output, product and gate/up (cC + 2cI). Whatever the routing,
-// the rows are N·k.
+// per routed row its input (cC), the SwiGLU terms above at width I, its output (cC, kept by the
+// product with its weight) and that weight (c, Mixtral's float32 4); a shared expert its MLP terms
+// at its width, its output (cC) and its gate's sigmoid (c). Its backward: the layer output's
+// gradient, then per routed row the gradients of its output, product and gate/up (cC + 2cI).
+// Whatever the routing, the rows are N·k.
 //
 // Checkpointed, it keeps its input, c·C per token (selective: also its attention's output and
 // log-sum-exp, c·HD + 4·heads, and on a GPU the recompute's attention holds k and v repeated to the
