@@ -561,10 +561,12 @@ TEST(TensorParallelPipeline, EachRankSendsItsPartOfTheHiddenStates) {
 // The engine's step sums the replicated parameters' partial gradients over the tensor-parallel
 // group once, after the step's micro-steps and the data-parallel reduction (Megatron-LM's
 // finalize_model_grads): Qwen3 (q/k norms) under the region's sequence parallelism (every norm,
-// the row-parallel biases), TP 2 × DP 2, 3 micro-steps, ZeRO 0, 2 and 3. Plain SGD at learning
-// rate 1 makes the step's gradient the update: every parameter after it equals its slice of the
-// whole model's after one step, the step all-reduces once over the tensor-parallel group, the
-// update does not move into backward (it waits for the sums), and the replicated copies stay equal.
+// the row-parallel biases), TP 2 × DP 2, 3 micro-steps, ZeRO 0, 2 and 3, and 2 with the optimizer
+// offloaded (the host's gradient shard summed through the device's communicator). Plain SGD at
+// learning rate 1 makes the step's gradient the update: every parameter after it equals its slice
+// of the whole model's after one step, the step all-reduces once over the tensor-parallel group,
+// the update does not move into backward (it waits for the sums), and the replicated copies stay
+// equal.
 TEST(TensorParallelEngine, PartialGradientsAreSummedOnceAStep) {
   const model::ModelConfig config = model::parse_model_config(families()[3].config);  // Qwen3
   const int micro_steps = 3;
@@ -583,12 +585,14 @@ TEST(TensorParallelEngine, PartialGradientsAreSummedOnceAStep) {
   for (const auto& item : whole->named_parameters()) whole_params[item.key()] = item.value();
   model::DecoderModel shapes(config, model::Materialize::kNo);
   const model::ValueSource values = model::init_source(*shapes, 3);
-  for (const int stage : {0, 2, 3}) {
-    SCOPED_TRACE("ZeRO stage " + std::to_string(stage));
-    run_ranks(4, [&](ThreadCommunicator& world) {
+  for (const auto& [stage, offload] :
+       std::vector<std::pair<int, bool>>{{0, false}, {2, false}, {3, false}, {2, true}}) {
+    SCOPED_TRACE("ZeRO stage " + std::to_string(stage) + (offload ? ", optimizer offloaded" : ""));
+    run_ranks(4, [&, stage = stage, offload = offload](ThreadCommunicator& world) {
       torch::set_num_threads(1);
       ParallelPlan plan;
       plan.engine.stage = stage;
+      plan.engine.offload_optimizer = offload;
       plan.optimizer = testing::sgd();
       plan.initial_values = values;
       plan.tensor_sequence_parallel = true;
