@@ -45,6 +45,16 @@ std::string estimate_report(const std::string& config_path,
                      "Tensor parallelism {}: each rank holds 1/{} of every layer, the embedding "
                      "and the head; below, one slice on the {} ranks that hold it.\n",
                      T, T, memory.layout().group_size(layout::kSliceReplicas));
+    const model::MoeConfig& moe = memory.model()->config().moe;
+    if (moe.experts > 0) {
+      out += fmt::format(
+          "Mixture-of-Experts: {} parameters, {} of them active for a token ({} of the {} experts "
+          "of each MoE layer); the model states below hold them all, and the activations are the "
+          "same whatever the routing (each token's {} rows through the experts).\n",
+          memory.model()->config().num_parameters(true),
+          memory.model()->config().num_parameters(true, /*active=*/true), moe.top_k, moe.experts,
+          moe.top_k);
+    }
     // Each pipeline rank holds its stages' blocks and what its schedule keeps in flight.
     for (int p = 0; p < P; ++p) {
       if (P > 1) {
@@ -77,6 +87,9 @@ std::string estimate_report(const std::string& config_path,
     return out;
   };
   nlohmann::json out = stage_json(0);
+  if (memory.model()->config().moe.experts > 0) {
+    out["active_parameters"] = memory.model()->config().num_parameters(true, /*active=*/true);
+  }
   if (P > 1) {
     out["pipeline_stages"] = nlohmann::json::array();
     for (int p = 0; p < P; ++p) {

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -95,6 +97,34 @@ TEST(EstimateCli, APipelinePrintsEachRanksStages) {
     params += stage["parameters"].get<int64_t>();
   }
   EXPECT_EQ(params, 1017216) << "the stages hold the model's parameters once";
+}
+
+// A Mixture-of-Experts model: its total and active parameters (text and JSON).
+TEST(EstimateCli, AMixtureOfExpertsModelSaysItsActiveParameters) {
+  TempDir dir;
+  std::ifstream in(DSTRAIN_SOURCE_DIR "/configs/models/tiny/config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  config.update({{"model_type", "qwen3_moe"},
+                 {"num_experts", 4},
+                 {"num_experts_per_tok", 2},
+                 {"moe_intermediate_size", 64},
+                 {"head_dim", 32}});
+  std::filesystem::create_directories(dir.file("model"));
+  std::ofstream(dir.file("model/config.json")) << config.dump(2);
+  RunResult r = run_dstrain(
+      {"estimate", kTiny, "--json", "--set", "model.name_or_path=" + dir.file("model")}, {}, 30);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const int64_t total = j.at("parameters").get<int64_t>();
+  const int64_t active = j.at("active_parameters").get<int64_t>();
+  // 4 MoE layers, each 2 of its 4 experts (3 matrices of 128 x 64) idle for a token.
+  EXPECT_EQ(total - active, 4 * 2 * 3 * 128 * 64);
+  r = run_dstrain({"estimate", kTiny, "--set", "model.name_or_path=" + dir.file("model")}, {}, 30);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("Mixture-of-Experts: " + std::to_string(total) + " parameters, " +
+                       std::to_string(active) + " of them active for a token (2 of the 4 experts"),
+            std::string::npos)
+      << r.out;
 }
 
 TEST(EstimateCli, BadInputIsExitTwo) {
