@@ -43,6 +43,12 @@ struct ModelSection {
   // Float32 logits per chunk of the fused loss, MiB (model/fused_linear_cross_entropy.h); -1
   // (auto): the device's default, 256 MiB on the CPU, 1 GiB on a GPU.
   int64_t fused_loss_chunk_mb = -1;
+  // A Mixture-of-Experts model's router losses (model/moe.h): the load-balancing loss "auto"
+  // (where config.json's output_router_logits is true), "true" or "false"; its weight (-1, auto:
+  // config.json's router_aux_loss_coef); the router z-loss's weight (0: off).
+  std::string router_aux_loss = "auto";
+  double router_aux_loss_coef = -1;
+  double router_z_loss_coef = 0;
 };
 
 struct DataSection {

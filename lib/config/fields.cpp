@@ -222,6 +222,12 @@ void add_model_and_data(std::vector<Field>& t) {
   t.push_back(boolean("model.fused_loss", DSTRAIN_MEMBER(model.fused_loss)));
   t.push_back(integer("model.fused_loss_chunk_mb", Range::kPositiveOrUnset,
                       DSTRAIN_MEMBER(model.fused_loss_chunk_mb)));
+  t.push_back(text("model.router_aux_loss", DSTRAIN_MEMBER(model.router_aux_loss),
+                   {"auto", "true", "false"}));
+  t.push_back(number("model.router_aux_loss_coef", Range::kNonNegativeOrUnset,
+                     DSTRAIN_MEMBER(model.router_aux_loss_coef)));
+  t.push_back(number("model.router_z_loss_coef", Range::kNonNegative,
+                     DSTRAIN_MEMBER(model.router_z_loss_coef)));
   t.push_back(text("data.train_path", DSTRAIN_MEMBER(data.train_path)));
   t.push_back(text("data.eval_path", DSTRAIN_MEMBER(data.eval_path)));
   t.push_back(text("data.format", DSTRAIN_MEMBER(data.format),

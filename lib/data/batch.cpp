@@ -15,6 +15,7 @@ Batch collate(const SampleSet& samples, const std::vector<int64_t>& indices, boo
   int64_t* ids = batch.input_ids.data_ptr<int64_t>();
   int64_t* labels = batch.labels.data_ptr<int64_t>();
   if (samples.packs_documents()) batch.documents.resize(static_cast<size_t>(b));
+  batch.row_tokens.assign(static_cast<size_t>(b), 0);
   for (int64_t row = 0; row < b; ++row) {
     std::vector<int64_t>* lengths =
         batch.documents.empty() ? nullptr : &batch.documents[static_cast<size_t>(row)];
@@ -24,7 +25,9 @@ Batch collate(const SampleSet& samples, const std::vector<int64_t>& indices, boo
       if (lengths) *lengths = {t};
       continue;
     }
-    batch.tokens += samples.fill(indices[row], ids + row * t, labels + row * t, lengths);
+    const int64_t tokens = samples.fill(indices[row], ids + row * t, labels + row * t, lengths);
+    batch.row_tokens[static_cast<size_t>(row)] = tokens;
+    batch.tokens += tokens;
     ++batch.num_rows;
   }
   batch.labelled =

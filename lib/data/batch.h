@@ -22,6 +22,8 @@ struct Batch {
   int64_t num_rows = 0;         // rows holding real samples; eval filler rows come after them
   int64_t tokens = 0;           // positions holding a document's token (the rest is padding)
   int64_t labelled = 0;         // positions whose label is not -100 (those the loss counts)
+  // Per row, how many of its first positions hold a document's token (the rest is padding).
+  std::vector<int64_t> row_tokens;
   // Packed whole documents (SampleOptions::documents): per row the lengths of its documents,
   // summing to T (a filler row: one of T); empty otherwise.
   std::vector<std::vector<int64_t>> documents;

@@ -63,7 +63,7 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t index, Material
   self_attn = register_module("self_attn", Attention(c, c.attention_window(index), m, tp));
   if (c.is_moe_layer(index)) {
     if (tp != nullptr) fail(ErrorKind::kInternal, "a MoE layer under tensor parallelism");
-    sparse_mlp = register_module("mlp", SparseMoe(c, m));
+    sparse_mlp = register_module("mlp", SparseMoe(c, m, c.moe_layer_slot(index)));
     top_k_ = c.moe.top_k;
   } else {
     mlp = register_module("mlp", Mlp(c, m, tp));
@@ -80,7 +80,7 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t index, Material
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& h, const BlockContext& ctx) {
   const auto [x, normed] = post_attention_layernorm->add_and_forward(
       h, self_attn(input_layernorm(h), ctx.cos, ctx.sin, ctx.documents.get()));
-  if (!sparse_mlp.is_empty()) return x + sparse_mlp(normed);
+  if (!sparse_mlp.is_empty()) return x + sparse_mlp(normed, ctx.router.get(), ctx.real_tokens);
   return mlp->forward(normed, x);
 }
 

@@ -189,6 +189,10 @@ BlockContext DecoderModelImpl::context(int64_t seq_len, const Positions& positio
   ctx.labels = labels;
   ctx.loss_chunk_bytes = loss_chunk_bytes_;
   ctx.training = is_training();
+  if (ctx.training && config_.moe.experts > 0) {
+    ctx.router = c10::make_intrusive<RouterRecord>(config_.moe_layers(), config_.moe.experts,
+                                                   config_.moe.router_losses());
+  }
   return ctx;
 }
 
@@ -227,6 +231,7 @@ torch::Tensor DecoderModelImpl::run_blocks(const torch::Tensor& input_ids,
                                                       : positions.first + input_ids.size(1));
   }
   const BlockContext ctx = context(input_ids.size(1), positions, labels);
+  router_ = ctx.router;
   torch::Tensor x = input_ids;
   for (size_t i = 0; i < end; ++i) x = run_block(i, x, ctx);
   // Tensor parallelism's sequence parallelism: the head's logits of every token row, [B·T, V].
@@ -243,8 +248,11 @@ torch::Tensor DecoderModelImpl::forward(const torch::Tensor& input_ids,
 
 LossSum DecoderModelImpl::loss_sum(const torch::Tensor& input_ids, const torch::Tensor& labels,
                                    bool fused, const Positions& positions) {
-  if (!fused) return causal_lm_loss_sum(forward(input_ids, positions), labels);
-  return {run_blocks(input_ids, positions, labels, blocks_.size()), labels.ne(kIgnoreIndex).sum()};
+  LossSum loss = fused ? LossSum{run_blocks(input_ids, positions, labels, blocks_.size()),
+                                 labels.ne(kIgnoreIndex).sum()}
+                       : causal_lm_loss_sum(forward(input_ids, positions), labels);
+  if (router_) loss.router = router_->totals(loss.sum);
+  return loss;
 }
 
 torch::Tensor DecoderModelImpl::hidden_states(const torch::Tensor& input_ids,

@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -42,8 +43,13 @@ namespace dstrain::model {
 
 // Sum of the per-token losses and the number of counted tokens, for averaging over micro-batches.
 struct LossSum {
+  LossSum() = default;
+  LossSum(torch::Tensor sum, torch::Tensor count, RouterTotals router = {})
+      : sum(std::move(sum)), count(std::move(count)), router(std::move(router)) {}
   torch::Tensor sum;    // float32 scalar, differentiable
   torch::Tensor count;  // int64 scalar (a tensor, so computing it does not sync with the device)
+  // Training a MoE model with the router's losses on: their statistics (moe.h); else undefined.
+  RouterTotals router;
   // sum / max(count, 1): the mean over counted tokens, 0 when none is counted.
   torch::Tensor mean() const { return sum / count.clamp_min(1).to(torch::kFloat); }
 };
@@ -113,9 +119,10 @@ class DecoderModelImpl : public torch::nn::Module {
   // `positions`: where input_ids lie in their sequences, for a sequence-parallel slice.
   torch::Tensor forward(const torch::Tensor& input_ids, const Positions& positions = {});
   // The loss of input_ids [B, T] against labels [B, T] (aligned, as causal_lm_loss_sum takes
-  // them). fused (model.fused_loss): the head's fused loss, which never holds the [B, T, V] logits;
-  // otherwise the logits and then causal_lm_loss_sum. Same loss and gradients either way, up to
-  // float rounding.
+  // them), with the router's statistics where they are on (LossSum::router). fused
+  // (model.fused_loss): the head's fused loss, which never holds the [B, T, V] logits; otherwise
+  // the logits and then causal_lm_loss_sum. Same loss and gradients either way, up to float
+  // rounding.
   LossSum loss_sum(const torch::Tensor& input_ids, const torch::Tensor& labels, bool fused,
                    const Positions& positions = {});
   // Every block but the head: input_ids [B, T] → hidden [B, T, C] (this rank's token rows [n, C]
@@ -145,6 +152,9 @@ class DecoderModelImpl : public torch::nn::Module {
   // tile.
   void set_tiled_mlp(int64_t setting);
   const ModelConfig& config() const { return config_; }
+  // What the MoE layers reported of the last training forward that forward(), loss_sum() or
+  // hidden_states() ran (moe.h); null for other forwards and models.
+  RouterRecord* last_router() const { return router_.get(); }
   // The tensor-parallel group this model is a part of; null: the whole model.
   TensorParallel* tensor_parallel() const { return tp_.get(); }
   int64_t num_layers() const { return config_.num_hidden_layers; }
@@ -172,6 +182,7 @@ class DecoderModelImpl : public torch::nn::Module {
   std::array<std::shared_ptr<const BlockWrapper>, kWrapperSlots> wrappers_;  // by WrapperSlot
   std::shared_ptr<LmHead> head_;
   int64_t loss_chunk_bytes_ = 0;
+  c10::intrusive_ptr<RouterRecord> router_;
 };
 TORCH_MODULE(DecoderModel);
 

@@ -269,8 +269,8 @@ bool is_moe_family(const std::string& model_type) {
 }
 
 // The experts of qwen2_moe, qwen3_moe and mixtral, with their config classes' defaults. What
-// dstrain does not compute yet is refused, naming the key: a sliding window in a MoE model, the
-// load-balancing loss (output_router_logits) and Mixtral's router jitter.
+// dstrain does not compute yet is refused, naming the key: a sliding window in a MoE model and
+// Mixtral's router jitter.
 void parse_moe(const Reader& r, ModelConfig& c) {
   if (!is_moe_family(c.model_type)) return;
   MoeConfig& m = c.moe;
@@ -299,10 +299,7 @@ void parse_moe(const Reader& r, ModelConfig& c) {
       r.bad("mlp_only_layers", fmt::format("holds layer {}; the model has layers 0 to {}", layer,
                                            c.num_hidden_layers - 1));
   }
-  if (r.boolean("output_router_logits", false))
-    r.bad("output_router_logits",
-          "is true: dstrain does not add the load-balancing loss yet; set it to false (the model "
-          "then trains on the language-model loss alone, as transformers does with false)");
+  m.aux_loss = r.boolean("output_router_logits", false);
   if (mixtral && r.number("router_jitter_noise", 0.0) != 0.0)
     r.bad("router_jitter_noise", "is not 0: router jitter is not supported; set it to 0");
   const bool windowed =
@@ -368,6 +365,12 @@ bool ModelConfig::is_moe_layer(int64_t layer) const {
   if (std::find(moe.dense_layers.begin(), moe.dense_layers.end(), layer) != moe.dense_layers.end())
     return false;
   return (layer + 1) % moe.sparse_step == 0;
+}
+
+int64_t ModelConfig::moe_layer_slot(int64_t layer) const {
+  int64_t before = 0;
+  for (int64_t l = 0; l < layer; ++l) before += is_moe_layer(l) ? 1 : 0;
+  return before;
 }
 
 int64_t ModelConfig::num_parameters(bool include_embeddings, bool active) const {

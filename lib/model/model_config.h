@@ -59,6 +59,12 @@ struct MoeConfig {
   int64_t sparse_step = 1;            // decoder_sparse_step: every step-th layer is MoE
   std::vector<int64_t> dense_layers;  // mlp_only_layers: layers with a dense MLP
   double aux_loss_coef = 0.001;       // router_aux_loss_coef
+  // The router's losses (moe.h, RouterTotals), added to the language-model loss in training: the
+  // load-balancing loss (output_router_logits, or model.router_aux_loss) × aux_loss_coef, and the
+  // router z-loss × z_loss_coef (model.router_z_loss_coef; 0: off).
+  bool aux_loss = false;
+  double z_loss_coef = 0.0;
+  bool router_losses() const { return aux_loss || z_loss_coef > 0; }
 };
 
 struct ModelConfig {
@@ -98,6 +104,9 @@ struct ModelConfig {
   // Whether layer `layer`'s MLP is a Mixture-of-Experts (moe.h): not in mlp_only_layers, and
   // (layer + 1) a multiple of decoder_sparse_step.
   bool is_moe_layer(int64_t layer) const;
+  // How many of the layers are MoE layers, and how many MoE layers come before `layer`.
+  int64_t moe_layers() const { return moe_layer_slot(num_hidden_layers); }
+  int64_t moe_layer_slot(int64_t layer) const;
 
   // The attention window of layer `layer` (sliding_window for a sliding layer), none when the
   // layer attends to every earlier position.

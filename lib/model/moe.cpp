@@ -1,5 +1,6 @@
 #include "model/moe.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "model/fused_layer_ops.h"
@@ -37,6 +38,46 @@ torch::Tensor grouped_linear(const torch::Tensor& rows, const torch::Tensor& wei
   return torch::cat(parts);
 }
 
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+c10::intrusive_ptr<RouterRecord> held(RouterRecord* record) {
+  return c10::intrusive_ptr<RouterRecord>::reclaim_copy(record);
+}
+
+RouterRecord* record_of(AutogradContext* ctx) {
+  return static_cast<RouterRecord*>(ctx->saved_data["record"].toCapsule().get());
+}
+
+// A layer's output, unchanged; its backward gives the layer's router sums the gradient of the
+// pooled sums (RouterRecord).
+class RouterGradient : public torch::autograd::Function<RouterGradient> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& output,
+                               const torch::Tensor& sums, c10::intrusive_ptr<RouterRecord> record) {
+    ctx->saved_data["record"] = c10::IValue::make_capsule(std::move(record));
+    return output;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {grads[0], record_of(ctx)->sums_grad(), torch::Tensor()};
+  }
+};
+
+// The pooled sums, downstream of `last`: its backward, which runs before any layer's, keeps their
+// gradient in the record and passes nothing on to `last`.
+class RouterSink : public torch::autograd::Function<RouterSink> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& last,
+                               const torch::Tensor& sums, c10::intrusive_ptr<RouterRecord> record) {
+    ctx->saved_data["record"] = c10::IValue::make_capsule(std::move(record));
+    return sums.clone();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    record_of(ctx)->set_sums_grad(grads[0].detach());
+    return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 torch::Tensor new_parameter(c10::IntArrayRef shape, Materialize materialize) {
   return materialize == Materialize::kYes ? torch::zeros(shape)
                                           : unmaterialized(shape, torch::kFloat);
@@ -69,8 +110,67 @@ Routed route(const torch::Tensor& experts, int64_t num_experts) {
   return r;
 }
 
-SparseMoeImpl::SparseMoeImpl(const ModelConfig& c, Materialize m)
-    : top_k_(c.moe.top_k),
+RouterLosses router_losses(const RouterTotals& t) {
+  const int64_t E = t.counts.size(0);
+  const torch::Tensor rows = t.rows.clamp_min(1);
+  const torch::Tensor probability = t.sums.narrow(0, 0, E) / rows;
+  return {(t.counts / rows * probability).sum() * static_cast<double>(E), t.sums[E] / rows};
+}
+
+torch::Tensor RouterLosses::weighted(const MoeConfig& moe) const {
+  torch::Tensor sum = torch::zeros_like(aux);
+  if (moe.aux_loss) sum = sum + aux * moe.aux_loss_coef;
+  if (moe.z_loss_coef > 0) sum = sum + z * moe.z_loss_coef;
+  return sum;
+}
+
+RouterRecord::RouterRecord(int64_t layers, int64_t experts, bool losses)
+    : experts_(experts),
+      losses_(losses),
+      load_(static_cast<size_t>(layers)),
+      totals_(static_cast<size_t>(layers)) {}
+
+torch::Tensor RouterRecord::report(int64_t slot, const torch::Tensor& output,
+                                   const torch::Tensor& load, const RouterTotals& totals) {
+  const auto at = static_cast<size_t>(slot);
+  load_.at(at) = load.detach();
+  if (!losses_) return output;
+  totals_.at(at) = {totals.counts.detach(), totals.sums.detach(), totals.rows.detach()};
+  if (!totals.sums.requires_grad()) return output;
+  return RouterGradient::apply(output, totals.sums, held(this));
+}
+
+torch::Tensor RouterRecord::load() const {
+  const auto reported = [](const torch::Tensor& t) { return t.defined(); };
+  const auto first = std::find_if(load_.begin(), load_.end(), reported);
+  if (first == load_.end()) return {};
+  std::vector<torch::Tensor> rows;
+  for (const torch::Tensor& t : load_) rows.push_back(t.defined() ? t : torch::zeros_like(*first));
+  return torch::stack(rows);
+}
+
+RouterTotals RouterRecord::totals(const torch::Tensor& last) {
+  RouterTotals pooled;
+  if (!losses_) return pooled;
+  for (const RouterTotals& t : totals_) {
+    if (!t.defined()) continue;
+    if (!pooled.defined()) {
+      pooled = {t.counts.clone(), t.sums.clone(), t.rows.clone()};
+      continue;
+    }
+    pooled.counts.add_(t.counts);
+    pooled.sums.add_(t.sums);
+    pooled.rows.add_(t.rows);
+  }
+  if (pooled.defined() && last.requires_grad()) {
+    pooled.sums = RouterSink::apply(last, pooled.sums, held(this));
+  }
+  return pooled;
+}
+
+SparseMoeImpl::SparseMoeImpl(const ModelConfig& c, Materialize m, int64_t slot)
+    : slot_(slot),
+      top_k_(c.moe.top_k),
       norm_topk_prob_(c.moe.norm_topk_prob),
       float32_weights_(c.moe.float32_weights) {
   const int64_t C = c.hidden_size;
@@ -82,7 +182,8 @@ SparseMoeImpl::SparseMoeImpl(const ModelConfig& c, Materialize m)
   }
 }
 
-torch::Tensor SparseMoeImpl::forward(const torch::Tensor& input) {
+torch::Tensor SparseMoeImpl::forward(const torch::Tensor& input, RouterRecord* record,
+                                     const torch::Tensor& real) {
   const int64_t C = input.size(-1);
   const torch::Tensor x = input.reshape({-1, C});
   const torch::Tensor logits = at::linear(x, gate->weight);  // [N, E]
@@ -99,7 +200,30 @@ torch::Tensor SparseMoeImpl::forward(const torch::Tensor& input) {
     out =
         out + torch::sigmoid(at::linear(x, shared_expert_gate->weight)) * shared_expert->forward(x);
   }
-  return out.view(input.sizes());
+  out = out.view(input.sizes());
+  if (record == nullptr) return out;
+  const int64_t E = gate->weight.size(0);
+  const torch::Tensor load =
+      torch::diff(r.ends, 1, 0, r.ends.new_zeros({1})).to(torch::kFloat);  // [E]
+  RouterTotals totals;
+  if (record->losses()) {
+    // transformers' load_balancing_loss_func: the choices and probabilities of the tokens its
+    // attention mask keeps; the z-loss's logsumexp in float32.
+    const torch::Tensor squared = torch::logsumexp(logits.to(torch::kFloat), -1).square();
+    if (real.defined()) {
+      const torch::Tensor keep = real.reshape({-1}).to(torch::kFloat);
+      totals.counts = torch::zeros({E}, keep.options())
+                          .index_add_(0, chosen.reshape(-1), keep.repeat_interleave(top_k_));
+      totals.sums = torch::cat(
+          {(probabilities * keep.unsqueeze(-1)).sum(0), (squared * keep).sum().reshape({1})});
+      totals.rows = keep.sum();
+    } else {
+      totals.counts = load;
+      totals.sums = torch::cat({probabilities.sum(0), squared.sum().reshape({1})});
+      totals.rows = torch::full({}, static_cast<double>(x.size(0)), load.options());
+    }
+  }
+  return record->report(slot_, out, load, totals);
 }
 
 }  // namespace dstrain::model

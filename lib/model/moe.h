@@ -22,12 +22,17 @@
 // Hub's per-expert files (experts.N.gate_proj ..., Mixtral's block_sparse_moe.experts.N.w1/w3/w2)
 // are converted to these when read and back when written (expert_names.h).
 //
+// In training each forward's MoE layers report to one RouterRecord (below): every layer its
+// experts' load, and where the router's losses are on, what they are computed from.
+//
 // The grouped product runs where the rows and weights meet at::_grouped_mm's alignment (its
 // strides multiples of 16 bytes) on the CPU; elsewhere, and on a GPU until a first-use check
 // against the loop exists, one product per expert over its rows: the same sums.
 
 #include <cstdint>
+#include <vector>
 
+#include <torch/custom_class.h>
 #include <torch/torch.h>
 
 #include "model/layers.h"
@@ -48,10 +53,73 @@ class ExpertsImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Experts);
 
+// A micro-batch's router statistics over the MoE layers one rank ran of it, pooled: what the
+// router's losses are computed from (router_losses), and, summed over the ranks that hold parts
+// of one micro-batch's tokens (sequence parallelism), the whole micro-batch's.
+struct RouterTotals {
+  torch::Tensor counts;  // [E] float32: (token, expert) choices per expert, padding excluded
+  // [E + 1] float32, differentiable: each expert's routing probabilities summed over the tokens
+  // and layers, then the sum of logsumexp(router logits)² over them (the z-loss's)
+  torch::Tensor sums;
+  torch::Tensor rows;  // float32 scalar: tokens × layers summed over
+  bool defined() const { return counts.defined(); }
+};
+
+// The load-balancing loss as transformers' load_balancing_loss_func computes it from the pooled
+// totals (E · Σₑ countsₑ/rows · probabilityₑ/rows), and ST-MoE's router z-loss (the mean of
+// logsumexp(logits)² over the tokens and layers).
+struct RouterLosses {
+  torch::Tensor aux;
+  torch::Tensor z;
+  // What a micro-batch's loss adds: aux_loss_coef · aux where `moe.aux_loss`, z_loss_coef · z
+  // where that is not 0.
+  torch::Tensor weighted(const MoeConfig& moe) const;
+};
+RouterLosses router_losses(const RouterTotals& totals);
+
+// What one forward's MoE layers report in training (BlockContext::router): each layer its
+// experts' load (every (token, expert) choice, padding included: the work done), and where the
+// router's losses are on, the statistics of RouterTotals over its real tokens. A checkpointed
+// layer's recompute reports the same again, which replaces the first report.
+//
+// The losses' gradient reaches the routers without the layers' graphs being kept until the loss
+// exists (checkpointing drops them): totals() returns the pooled sums as a node downstream of the
+// forward's last output, whose backward (run before any layer's) keeps the gradient of the sums;
+// each layer's output carries a node whose backward hands the layer's own sums that gradient (the
+// totals are their sum).
+class RouterRecord : public torch::CustomClassHolder {
+ public:
+  RouterRecord(int64_t layers, int64_t experts, bool losses);
+  bool losses() const { return losses_; }
+  // Layer `slot` (ModelConfig::moe_layer_slot): `load` [E] its choices per expert, and with the
+  // losses its RouterTotals (`sums` as computed, the node is added to `output`, which is returned).
+  torch::Tensor report(int64_t slot, const torch::Tensor& output, const torch::Tensor& load,
+                       const RouterTotals& totals);
+  // [layers, E] float32: each layer's load (zeros for the layers this forward did not run).
+  torch::Tensor load() const;
+  // The reported layers' totals pooled, their sums differentiable through `last` (the forward's
+  // last output); undefined without the losses or reports.
+  RouterTotals totals(const torch::Tensor& last);
+  // The gradient of totals().sums once the backward has passed it; undefined before.
+  const torch::Tensor& sums_grad() const { return sums_grad_; }
+  void set_sums_grad(torch::Tensor grad) { sums_grad_ = std::move(grad); }
+
+ private:
+  int64_t experts_;
+  bool losses_;
+  std::vector<torch::Tensor> load_;  // per slot, undefined until reported
+  std::vector<RouterTotals> totals_;
+  torch::Tensor sums_grad_;
+};
+
 class SparseMoeImpl : public torch::nn::Module {
  public:
-  SparseMoeImpl(const ModelConfig& config, Materialize materialize);
-  torch::Tensor forward(const torch::Tensor& x);  // [..., C] → [..., C]
+  // A MoE layer, the `slot`-th of the model's (ModelConfig::moe_layer_slot).
+  SparseMoeImpl(const ModelConfig& config, Materialize materialize, int64_t slot = 0);
+  // [..., C] → [..., C]. With `record` (training) it reports to it; `real` [...] bool marks the
+  // tokens that are not padding (undefined: all are).
+  torch::Tensor forward(const torch::Tensor& x, RouterRecord* record = nullptr,
+                        const torch::Tensor& real = {});
 
   bool norm_topk_prob() const { return norm_topk_prob_; }
   bool float32_weights() const { return float32_weights_; }
@@ -62,6 +130,7 @@ class SparseMoeImpl : public torch::nn::Module {
   Linear shared_expert_gate{nullptr};  // qwen2_moe only: weight [1, C]
 
  private:
+  int64_t slot_;
   int64_t top_k_;
   bool norm_topk_prob_;
   bool float32_weights_;

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "launcher/stage_inputs.h"
 
 namespace dstrain::train {
@@ -134,6 +135,39 @@ ParallelPlan parallel_plan(const config::Config& c, const RunPlan& run, torch::D
   const bool host_state = c.zero.offload_optimizer.device == "cpu";
   plan.optimizer = optimizer_factory(c, host_state ? torch::Device(torch::kCPU) : device);
   return plan;
+}
+
+void apply_router_options(const config::Config& c, model::ModelConfig& model) {
+  const config::ModelSection& m = c.model;
+  const std::string aux = m.router_aux_loss;
+  if (model.moe.experts == 0) {
+    if (aux != "auto" || m.router_aux_loss_coef >= 0 || m.router_z_loss_coef > 0) {
+      log::warn(
+          "{}: model.router_aux_loss, router_aux_loss_coef and router_z_loss_coef have no effect: "
+          "{} is not a Mixture-of-Experts model",
+          c.source_path, model.model_type);
+    }
+    return;
+  }
+  model::MoeConfig& moe = model.moe;
+  if (aux != "auto") moe.aux_loss = aux == "true";
+  if (m.router_aux_loss_coef >= 0) moe.aux_loss_coef = m.router_aux_loss_coef;
+  moe.z_loss_coef = m.router_z_loss_coef;
+  if (!moe.aux_loss && m.router_aux_loss_coef >= 0) {
+    log::warn("{}: model.router_aux_loss_coef has no effect: the load-balancing loss is off",
+              c.source_path);
+  }
+  if (moe.router_losses() && c.parallel.pipeline_parallel_size > 1) {
+    fail(ErrorKind::kConfig,
+         "{}: {}: a Mixture-of-Experts model's router losses are not computed under pipeline "
+         "parallelism (parallel.pipeline_parallel_size {}) yet; set model.router_aux_loss: false "
+         "and model.router_z_loss_coef: 0, or train without a pipeline",
+         c.source_path,
+         moe.z_loss_coef > 0 ? "model.router_z_loss_coef"
+         : aux == "auto"     ? "model.router_aux_loss: auto (config.json's output_router_logits)"
+                             : "model.router_aux_loss",
+         c.parallel.pipeline_parallel_size);
+  }
 }
 
 }  // namespace dstrain::train

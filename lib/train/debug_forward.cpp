@@ -226,8 +226,18 @@ DebugForwardResult debug_forward(const DebugForwardOptions& o) {
   // Loss and gradients as training computes them by default (model.fused_loss): the head fused
   // with the loss, the engine's backward averaging the gradients over the ranks. The logits are
   // the head's output on the same hidden states, outside the graph.
+  // A MoE model's router losses as config.json asks (output_router_logits), added to the loss.
   const torch::Tensor hidden = m->hidden_states(mine.input_ids, positions);
-  const torch::Tensor loss = group.sp->reduce_loss(m->head_loss_sum(hidden, mine.labels)).mean();
+  model::LossSum local = m->head_loss_sum(hidden, mine.labels);
+  if (model::RouterRecord* r = m->last_router()) local.router = r->totals(local.sum);
+  const model::LossSum summed = group.sp->reduce_loss(local);
+  torch::Tensor loss = summed.mean();
+  torch::Tensor aux;
+  if (summed.router.defined()) {
+    const model::RouterLosses r = model::router_losses(summed.router);
+    loss = loss + r.weighted(config.moe);
+    aux = r.aux;
+  }
   parallel.engine->backward(loss, {0, 1});
   torch::Tensor logits;
   {
@@ -241,6 +251,7 @@ DebugForwardResult debug_forward(const DebugForwardOptions& o) {
   model::NamedTensors out;
   out.emplace_back("logits", logits.detach().to(torch::kCPU, torch::kFloat32));
   out.emplace_back("loss", loss.detach().to(torch::kCPU, torch::kFloat32));
+  if (config.moe.aux_loss) out.emplace_back("aux_loss", aux.detach().to(torch::kCPU));
   // The whole parameter's gradient (with tensor parallelism gathered from the slices).
   const PlacedShapes placed = placed_shapes(*m, parallel.lora.get());
   auto add_grad = [&](const std::string& name, const torch::Tensor& p) {

@@ -22,8 +22,10 @@ torch::Tensor micro_step_scale(LossNormalization how, const torch::Tensor& label
 }
 
 torch::Tensor micro_step_loss(const model::LossSum& loss, LossNormalization how,
-                              const torch::Tensor& scale) {
-  return (how == LossNormalization::kTokens ? loss.sum : loss.mean()) * scale;
+                              const torch::Tensor& scale, const model::MoeConfig& moe) {
+  const torch::Tensor lm = (how == LossNormalization::kTokens ? loss.sum : loss.mean()) * scale;
+  if (!loss.router.defined()) return lm;
+  return lm + model::router_losses(loss.router).weighted(moe);
 }
 
 }  // namespace dstrain::train

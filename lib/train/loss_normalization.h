@@ -35,8 +35,11 @@ torch::Tensor micro_step_scale(LossNormalization how, const torch::Tensor& label
                                int64_t micro_batches, int64_t chunks, int64_t data_parallel);
 
 // The loss a micro-batch backpropagates: loss.sum × scale (kTokens) or loss.mean() × scale
-// (kMicroSteps), `scale` from micro_step_scale.
+// (kMicroSteps), `scale` from micro_step_scale; with a MoE model's router statistics
+// (loss.router), plus its router losses weighted as `moe` says, each micro-batch's own (as
+// transformers adds them to each forward's loss): the engine's division by the micro-steps and
+// average over the ranks make the step's the mean of its micro-batches'.
 torch::Tensor micro_step_loss(const model::LossSum& loss, LossNormalization how,
-                              const torch::Tensor& scale);
+                              const torch::Tensor& scale, const model::MoeConfig& moe = {});
 
 }  // namespace dstrain::train

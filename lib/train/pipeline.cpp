@@ -503,9 +503,15 @@ void PipelineStage::forward(const PipelineAction& a, const MicroBatch& mb,
   // holds only as built: this rank's.
   ctx.cos = ctx.cos.to(hidden_options_.dtype());
   ctx.sin = ctx.sin.to(hidden_options_.dtype());
+  ctx.real_tokens = mb.real_tokens;
   for (size_t i = first_block; i < end_block; ++i) {
     if (mb.draws) model::seed_rng(model::draw_key({*mb.draws, i}), {x});
     x = model_.run_block(i, x, ctx);
+  }
+  if (ctx.router) {
+    if (const torch::Tensor load = ctx.router->load(); load.defined()) {
+      expert_load_ = expert_load_.defined() ? expert_load_ + load : load;
+    }
   }
   if (!last) {
     outgoing_.push_back({comm::CollectiveKind::kSend, sent_part(x), rank_of(s + 1)});
@@ -521,6 +527,7 @@ void PipelineStage::forward(const PipelineAction& a, const MicroBatch& mb,
     if (x.dim() == 2) x = x.view({B, T, x.size(-1)});
     head = model::causal_lm_loss_sum(x, mb.labels);
   }
+  if (ctx.router) head.router = ctx.router->totals(head.sum);
   {
     torch::NoGradGuard no_grad;
     total.sum += head.sum.detach();

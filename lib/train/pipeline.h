@@ -152,6 +152,9 @@ class PipelineStage {
     torch::Tensor labels;
     model::Positions positions;
     std::optional<uint64_t> draws{};
+    // [B, T] bool (this rank's tokens): those that are not padding, which a MoE model's router
+    // losses count; undefined: every token.
+    torch::Tensor real_tokens{};
   };
   // The loss a micro-batch's backward starts from, given the head's loss sum and counted tokens
   // over that micro-batch (for the step's token mean: the sum × micro-steps / the step's counted
@@ -177,6 +180,11 @@ class PipelineStage {
   // Forward only, without gradients (evaluation): the micro-batches in order through every stage.
   // Returns their losses and counted tokens on the rank holding the last stage, zeros elsewhere.
   model::LossSum evaluate(const std::vector<MicroBatch>& micro_batches);
+
+  // A MoE model in training: each MoE layer's (token, expert) choices per expert, summed over the
+  // forwards of run() since the last call, [MoE layers, E] float32 (zeros for other ranks'
+  // layers); undefined for a dense model or when there were none.
+  torch::Tensor take_expert_load() { return std::exchange(expert_load_, torch::Tensor()); }
 
   // The blocks this rank runs, in block order.
   std::vector<size_t> blocks() const;
@@ -248,6 +256,7 @@ class PipelineStage {
   std::unique_ptr<comm::Communicator> tied_;
   torch::Tensor tied_grad_;  // engine_tied() on the head's rank: this step's, float32
   torch::Tensor step_loss_;
+  torch::Tensor expert_load_;  // take_expert_load()
 };
 
 }  // namespace dstrain::train

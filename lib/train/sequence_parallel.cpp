@@ -103,11 +103,25 @@ model::Positions SequenceParallel::positions(int64_t length) const {
 
 model::LossSum SequenceParallel::reduce_loss(const model::LossSum& local) {
   if (!group_) return local;
-  // One collective for both: the sum (differentiable) and the count, in float64 (exact for any
-  // realistic count).
-  const torch::Tensor both = comm::all_reduce_sum(
-      *group_, torch::stack({local.sum.to(torch::kFloat64), local.count.to(torch::kFloat64)}));
-  return {both[0].to(torch::kFloat32), both[1].detach().to(torch::kInt64)};
+  // One collective for all: the sum (differentiable) and the count, in float64 (exact for any
+  // realistic count), and a MoE model's router statistics (the sums differentiable), whose losses
+  // are products of them: the whole micro-batch's, not the sum of the ranks' (moe.h).
+  std::vector<torch::Tensor> parts = {local.sum.to(torch::kFloat64).reshape({1}),
+                                      local.count.to(torch::kFloat64).reshape({1})};
+  const model::RouterTotals& r = local.router;
+  if (r.defined()) {
+    for (const torch::Tensor& t : {r.counts, r.sums, r.rows.reshape({1})})
+      parts.push_back(t.to(torch::kFloat64));
+  }
+  const torch::Tensor all = comm::all_reduce_sum(*group_, torch::cat(parts));
+  model::LossSum whole{all[0].to(torch::kFloat32), all[1].detach().to(torch::kInt64)};
+  if (r.defined()) {
+    const int64_t E = r.counts.size(0);
+    whole.router = {all.narrow(0, 2, E).detach().to(torch::kFloat32),
+                    all.narrow(0, 2 + E, E + 1).to(torch::kFloat32),
+                    all[3 + 2 * E].detach().to(torch::kFloat32)};
+  }
+  return whole;
 }
 
 }  // namespace dstrain::train

@@ -248,6 +248,7 @@ void Trainer::resolve_model() {
          "{}: model.tiled_mlp: a Mixture-of-Experts model ({}) has no tiled MLP; set it to 0",
          cfg_.source_path, model_config_.model_type);
   }
+  apply_router_options(cfg_, model_config_);
   SequenceParallel::check_model(model::tensor_parallel_config(model_config_, 0, tp),
                                 static_cast<int>(sp), cfg_.model.name_or_path);
   SequenceParallel::check_length(cfg_.data.max_length, static_cast<int>(sp));
@@ -303,7 +304,17 @@ PipelineStage::MicroBatch Trainer::stage_batch(const data::Batch& whole) const {
   model::Positions positions = sp.positions(whole.input_ids.size(1));
   positions.documents = packed_documents(whole);
   const data::Batch b = sp.slice(whole);
-  return {b.input_ids, b.labels, positions};
+  PipelineStage::MicroBatch mb{b.input_ids, b.labels, positions};
+  // The padding a MoE model's router losses leave out (the rows' ends); none: no mask.
+  const int64_t T = whole.input_ids.size(1);
+  if (model_config_.moe.router_losses() &&
+      std::any_of(whole.row_tokens.begin(), whole.row_tokens.end(),
+                  [T](int64_t n) { return n < T; })) {
+    const torch::Tensor ends = torch::tensor(whole.row_tokens, torch::kInt64).unsqueeze(1);
+    const torch::Tensor real = torch::arange(T, torch::kInt64).unsqueeze(0).lt(ends);
+    mb.real_tokens = real.narrow(1, positions.first, b.input_ids.size(1)).to(device_);
+  }
+  return mb;
 }
 
 void Trainer::all_reduce(std::vector<double>& values, comm::ReduceOp op) {
@@ -344,14 +355,22 @@ torch::Tensor Trainer::train_step(double* fwd_bwd_s, double* data_s) {
   interval_tokens_ =
       interval_tokens_.defined() ? interval_tokens_ + step_counts[1] : step_counts[1].clone();
   Stopwatch f;
+  step_router_ = torch::Tensor();
   // Each micro-batch's loss as loss_normalization.h says, with sequence parallelism over the
   // group's whole sequences.
   const torch::Tensor scale =
       micro_step_scale(loss_normalization_, step_counts[0], static_cast<int64_t>(batches.size()),
                        parallel_.stage->chunks(), size(Axis::kData));
   const PipelineStage::MicroStepLoss loss = [&](const model::LossSum& head) {
-    return micro_step_loss(parallel_.sequence_parallel->reduce_loss(head), loss_normalization_,
-                           scale);
+    const model::LossSum whole = parallel_.sequence_parallel->reduce_loss(head);
+    if (whole.router.defined()) {
+      const torch::NoGradGuard no_grad;
+      const model::RouterLosses r = model::router_losses(whole.router);
+      const torch::Tensor mean =
+          torch::stack({r.aux, r.z}).to(torch::kDouble) / static_cast<double>(batches.size());
+      step_router_ = step_router_.defined() ? step_router_ + mean : mean;
+    }
+    return micro_step_loss(whole, loss_normalization_, scale, model_config_.moe);
   };
   // Each micro-batch's draws keyed by the seed, the step, its index and the tokens: the ranks that
   // compute parts of the same tokens (a pipeline's stages, a tensor-parallel group) draw what one
@@ -445,9 +464,48 @@ std::vector<std::pair<std::string, double>> Trainer::fullest_rank_memory() {
   return m;
 }
 
+std::vector<std::pair<std::string, double>> Trainer::router_metrics() {
+  std::vector<std::pair<std::string, double>> m;
+  const model::MoeConfig& moe = model_config_.moe;
+  if (moe.experts == 0) return m;
+  torch::Tensor load = parallel_.stage->take_expert_load();
+  if (!load.defined()) {
+    load = torch::zeros({model_config_.moe_layers(), moe.experts},
+                        torch::TensorOptions(device_).dtype(torch::kFloat));
+  }
+  comm::synchronize(*comm_->all_reduce(load, comm::ReduceOp::kSum));
+  load = load.cpu();
+  double worst = 0;
+  int64_t dead = 0;
+  for (int64_t layer = 0, slot = 0; layer < model_config_.num_hidden_layers; ++layer) {
+    if (!model_config_.is_moe_layer(layer)) continue;
+    const torch::Tensor l = load[slot++];
+    const double mean = l.mean().item<double>();
+    const double ratio = mean > 0 ? l.max().item<double>() / mean : 0.0;
+    const int64_t none = l.eq(0).sum().item<int64_t>();
+    m.emplace_back(fmt::format("moe/layer_{}/load_max_over_mean", layer), ratio);
+    m.emplace_back(fmt::format("moe/layer_{}/dead_experts", layer), static_cast<double>(none));
+    worst = std::max(worst, ratio);
+    dead += none;
+  }
+  m.emplace_back("moe/load_max_over_mean", worst);
+  m.emplace_back("moe/dead_experts", static_cast<double>(dead));
+  if (moe.router_losses()) {
+    const torch::Tensor local =
+        step_router_.defined() ? step_router_ : torch::zeros({2}, torch::kDouble).to(device_);
+    std::vector<double> values = {local[0].item<double>(), local[1].item<double>()};
+    all_reduce(values);
+    const auto ranks = static_cast<double>(plan_.layout.group_size(layout::kStage));
+    if (moe.aux_loss) m.emplace_back("train/aux_loss", values[0] / ranks);
+    if (moe.z_loss_coef > 0) m.emplace_back("train/z_loss", values[1] / ranks);
+  }
+  return m;
+}
+
 void Trainer::log_step(double loss, const zero::StepResult& r, double lr, double interval_s,
                        int64_t interval_steps, double fwd_bwd_s, double data_s, double step_s) {
   const auto memory = fullest_rank_memory();
+  const auto router = router_metrics();
   if (!metrics_) return;
   const double per_step = interval_s / static_cast<double>(std::max<int64_t>(1, interval_steps));
   const double tps = static_cast<double>(tokens_per_step_) / per_step;
@@ -456,6 +514,7 @@ void Trainer::log_step(double loss, const zero::StepResult& r, double lr, double
   metrics::Record rec{step_, {}};
   rec.add("train/loss", loss);
   rec.add("train/ppl", std::exp(loss));
+  for (const auto& [key, value] : router) rec.add(key, value);
   rec.add("lr", lr);
   rec.add("grad_norm", r.grad_norm());
   if (cfg_.training.fp16) rec.add("loss_scale", r.loss_scale);

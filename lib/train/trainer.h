@@ -141,6 +141,11 @@ class Trainer {
   void write_summary(const RunSummary& s);
   // All-reduces `values` across ranks in place (sum, or `op`).
   void all_reduce(std::vector<double>& values, comm::ReduceOp op = comm::ReduceOp::kSum);
+  // A MoE model's metrics of the log interval (collective): per MoE layer the most tokens an
+  // expert got over the experts' mean and the experts none was routed to, summed over the ranks
+  // and the interval's steps, the worst layer's ratio and all dead experts; the last step's router
+  // losses. Empty for a dense model.
+  std::vector<std::pair<std::string, double>> router_metrics();
 
   // LoRA (lora_setup.cpp). The adapters' settings and size, once attached.
   void log_lora() const;
@@ -189,6 +194,8 @@ class Trainer {
   int64_t tokens_per_step_ = 0;
   LossNormalization loss_normalization_ = LossNormalization::kTokens;
   torch::Tensor interval_tokens_;  // document tokens since the last log step, over every rank
+  // A MoE model's router losses (aux, z) of the last step on this rank: its micro-batches' mean.
+  torch::Tensor step_router_;
   double last_loss_ = 0;
   double last_eval_loss_ = -1;
   std::string last_checkpoint_;

@@ -110,6 +110,7 @@ bool Trainer::trial_step_fits(int64_t micro) {
     run(0, steps, false);
   }
   parallel_.engine->discard_micro_steps();
+  parallel_.stage->take_expert_load();  // the trial's routing is no step's
   if (parallel_.graphs) parallel_.graphs->set_enabled(true);
   return fits;
 }

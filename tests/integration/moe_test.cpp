@@ -11,12 +11,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
 
+#include "model/model.h"
 #include "model/safetensors.h"
+#include "model/weights.h"
 #include "tests/integration/parallel_runs.h"
 #include "tests/integration/train_util.h"
 
@@ -38,6 +43,11 @@ const nlohmann::json kMixtral = {{"model_type", "mixtral"},
                                  {"num_experts_per_tok", 2},
                                  {"intermediate_size", 64}};
 
+// The router losses on: the load-balancing loss (weighted to matter) and the z-loss.
+const std::vector<std::string> kRouterLosses = {"model.router_aux_loss=true",
+                                                "model.router_aux_loss_coef=0.1",
+                                                "model.router_z_loss_coef=0.01"};
+
 struct Case {
   std::string name;
   nlohmann::json model;
@@ -45,27 +55,67 @@ struct Case {
   int stage;
   int accum;  // the multi-rank run's; one process takes world × accum (data parallel) or accum
   std::vector<std::string> parallel;  // the multi-rank run only
+  std::vector<std::string> both = {};
 };
+
+// The router's metrics of a run: each key's curve.
+using Metrics = std::map<std::string, std::map<long, double>>;
+const std::vector<std::string> kRouterKeys = {"train/aux_loss", "train/z_loss",
+                                              "moe/load_max_over_mean", "moe/dead_experts",
+                                              "moe/layer_2/load_max_over_mean"};
+
+Curves run_with_metrics(int world, int stage, int accum, const std::vector<std::string>& extra,
+                        Metrics& metrics) {
+  return run_curves(
+      world, stage, accum, extra,
+      [&](const TempDir& dir) {
+        for (const std::string& key : kRouterKeys)
+          metrics[key] = read_metric(dir.file("run/metrics.jsonl"), key);
+      },
+      kSteps);
+}
 
 class MoeRun : public ::testing::TestWithParam<Case> {};
 
+// With the router losses each micro-batch's are its own (as transformers computes them per
+// forward): 2 ranks' micro-batches are the 1 process's accumulated ones, and so are the losses and
+// the experts' load summed over the ranks.
 TEST_P(MoeRun, LossesEqualOneProcessWithTheSameBatches) {
   const Case c = GetParam();
   const TempDir models;
-  const std::vector<std::string> extra = {write_model(models, c.model),
-                                          "training.eval_max_batches=auto"};
+  std::vector<std::string> extra = {write_model(models, c.model), "training.eval_max_batches=auto"};
+  extra.insert(extra.end(), c.both.begin(), c.both.end());
   std::vector<std::string> with = extra;
   with.insert(with.end(), c.parallel.begin(), c.parallel.end());
-  const RunOutput got = run(c.world, c.stage, c.accum, with);
+  Metrics got_metrics, want_metrics;
+  const Curves got = run_with_metrics(c.world, c.stage, c.accum, with, got_metrics);
   const bool pipeline = !c.parallel.empty();
-  const RunOutput want = run(1, 0, pipeline ? c.accum : c.world * c.accum, extra);
-  ASSERT_EQ(want.curves.train.size(), static_cast<size_t>(kSteps));
-  expect_same_curve(got.curves.train, want.curves.train, 1e-5, "train/loss");
-  expect_same_curve(got.curves.grad_norm, want.curves.grad_norm, 1e-3, "grad_norm");
-  ASSERT_EQ(want.curves.eval.size(), 1u);
-  expect_same_curve(got.curves.eval, want.curves.eval, 1e-5, "eval/loss");
-  EXPECT_LT(got.curves.train.rbegin()->second, got.curves.train.begin()->second)
-      << "it did not learn";
+  const Curves want =
+      run_with_metrics(1, 0, pipeline ? c.accum : c.world * c.accum, extra, want_metrics);
+  ASSERT_EQ(want.train.size(), static_cast<size_t>(kSteps));
+  expect_same_curve(got.train, want.train, 1e-5, "train/loss");
+  expect_same_curve(got.grad_norm, want.grad_norm, 1e-3, "grad_norm");
+  ASSERT_EQ(want.eval.size(), 1u);
+  expect_same_curve(got.eval, want.eval, 1e-5, "eval/loss");
+  EXPECT_LT(got.train.rbegin()->second, got.train.begin()->second) << "it did not learn";
+  // The experts' load every step (log_interval 1), whatever the routing (a MoE layer: layer 2).
+  for (const char* key : {"moe/load_max_over_mean", "moe/layer_2/load_max_over_mean"}) {
+    ASSERT_EQ(want_metrics[key].size(), static_cast<size_t>(kSteps)) << key;
+    expect_same_curve(got_metrics[key], want_metrics[key], 1e-6, key);
+    EXPECT_GE(want_metrics[key].begin()->second, 1.0) << key;
+  }
+  expect_same_curve(got_metrics["moe/dead_experts"], want_metrics["moe/dead_experts"], 0,
+                    "moe/dead_experts");
+  const bool losses = !c.both.empty();
+  EXPECT_EQ(want_metrics["train/aux_loss"].size(), losses ? static_cast<size_t>(kSteps) : 0u);
+  if (losses) {
+    expect_same_curve(got_metrics["train/aux_loss"], want_metrics["train/aux_loss"], 1e-5,
+                      "train/aux_loss");
+    expect_same_curve(got_metrics["train/z_loss"], want_metrics["train/z_loss"], 1e-5,
+                      "train/z_loss");
+    // E · Σ f·P is at least 1 (1 only when perfectly balanced).
+    EXPECT_GE(want_metrics["train/aux_loss"].begin()->second, 1.0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -74,8 +124,87 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"Qwen3MoeZero0", kQwen3Moe, 2, 0, 1, {}},
         Case{"Qwen3MoeZero2", kQwen3Moe, 2, 2, 1, {}},
         Case{"Qwen3MoeZero3", kQwen3Moe, 2, 3, 1, {}}, Case{"MixtralZero3", kMixtral, 2, 3, 1, {}},
+        Case{"Qwen3MoeRouterLossesZero3", kQwen3Moe, 2, 3, 1, {}, kRouterLosses},
+        Case{"MixtralRouterLossesZero2Accumulating", kMixtral, 2, 2, 2, {}, kRouterLosses},
         Case{"Qwen3MoePipeline2", kQwen3Moe, 2, 1, 4, {"parallel.pipeline_parallel_size=2"}}),
     [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+// A Qwen3-MoE (top-1) whose router sends every 'a' to expert 0 and spreads every other byte:
+// the embedding's dimension 0 is 5 for 'a' and 0 elsewhere, nothing (attention, MLPs, experts)
+// writes that dimension, and each router gives expert 0 the logit 10 · that dimension (about
+// 110 after the norm) and no weight on it to the others.
+std::string write_skewed_model(const TempDir& dir) {
+  nlohmann::json config = kQwen3Moe;
+  config["num_experts_per_tok"] = 1;
+  config["norm_topk_prob"] = false;
+  const std::string set = write_model(dir, config);
+  const model::ModelConfig c = model::load_model_config(dir.file("model/config.json"));
+  model::DecoderModel m = model::build_model(c, torch::kFloat32, 11);
+  {
+    torch::NoGradGuard no_grad;
+    auto p = m->named_parameters();
+    const torch::Tensor embed = p["model.embed_tokens.weight"];
+    embed.select(1, 0).zero_();
+    embed['a'][0] = 5.0;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      const std::string at = fmt::format("model.layers.{}.", l);
+      p[at + "self_attn.o_proj.weight"][0].zero_();
+      if (!c.is_moe_layer(l)) {
+        p[at + "mlp.down_proj.weight"][0].zero_();
+        continue;
+      }
+      p[at + "mlp.experts.down_proj"].select(1, 0).zero_();
+      const torch::Tensor gate = p[at + "mlp.gate.weight"];
+      gate.select(1, 0).zero_();
+      gate[0].zero_();
+      gate[0][0] = 10.0;
+    }
+  }
+  model::save_weights(*m, dir.file("model"), torch::kFloat32);
+  return set;
+}
+
+// One line per sample (no packing, unshuffled): the first rank's samples of every step all 'a'
+// (longer than a sample: no padding), the second's the corpus's lines.
+std::string write_skewed_corpus(const TempDir& dir, bool only_a) {
+  std::ifstream in(std::string(DSTRAIN_SOURCE_DIR) + "/configs/data/tiny_corpus.txt");
+  std::ofstream out(dir.file("skewed.txt"));
+  std::string line;
+  for (int i = 0; i < 200 && std::getline(in, line); ++i) {
+    const bool a = only_a || i % 4 < 2;
+    out << (a ? std::string(48, 'a') : line) << "\n";
+  }
+  return "data.train_path=" + dir.file("skewed.txt");
+}
+
+// ZeRO-3 with one rank's tokens all on expert 0 (its other experts get none) and the other's
+// spread: the gathers are whole blocks whatever the routing, so nothing waits on a rank that has
+// no tokens for an expert, and the losses are one process's with the same micro-batches. Alone,
+// the 'a' samples leave 3 of the 4 experts of every MoE layer without a token.
+TEST(MoeRouting, ZeroThreeWithOneRanksTokensOnOneExpert) {
+  const TempDir models, data;
+  const std::vector<std::string> common = {
+      write_skewed_model(models), "model.init=pretrained", "data.packing=pad",
+      "data.shuffle=false",       "data.eval_split=0",     "model.router_aux_loss=true"};
+  Metrics alone_metrics;
+  std::vector<std::string> alone = common;
+  alone.push_back(write_skewed_corpus(data, true));
+  run_with_metrics(1, 3, 1, alone, alone_metrics);
+  ASSERT_FALSE(alone_metrics["moe/dead_experts"].empty());
+  EXPECT_EQ(alone_metrics["moe/dead_experts"].at(1), 3 * 3);  // 3 MoE layers, 3 experts idle
+
+  std::vector<std::string> mixed = common;
+  mixed.push_back(write_skewed_corpus(data, false));
+  Metrics got_metrics, want_metrics;
+  const Curves got = run_with_metrics(2, 3, 1, mixed, got_metrics);
+  const Curves want = run_with_metrics(1, 0, 2, mixed, want_metrics);
+  ASSERT_EQ(want.train.size(), static_cast<size_t>(kSteps));
+  expect_same_curve(got.train, want.train, 1e-5, "train/loss");
+  expect_same_curve(got_metrics["train/aux_loss"], want_metrics["train/aux_loss"], 1e-5,
+                    "train/aux_loss");
+  // The second rank's tokens reach experts the first's leave idle.
+  EXPECT_LT(want_metrics["moe/dead_experts"].at(1), 3 * 3);
+}
 
 // The export of a trained Qwen3-MoE holds each expert's projections under the Hub's names (and the
 // dense layer's MLP as it is), not the stacks.
@@ -108,11 +237,13 @@ TEST(MoeRefusals, EachNamesItsKey) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
       {{"parallel.tensor_parallel_size=2"}, "parallel.tensor_parallel_size"},
       {{"lora.enabled=true"}, "lora.enabled"},
-      {{"model.tiled_mlp=64"}, "model.tiled_mlp"}};
+      {{"model.tiled_mlp=64"}, "model.tiled_mlp"},
+      {{"parallel.pipeline_parallel_size=2", "model.router_aux_loss=true"},
+       "model.router_aux_loss"}};
   for (const auto& [sets, key] : refused) {
     TempDir dir;
     JobSpec spec;
-    spec.nproc = sets[0].find("tensor") != std::string::npos ? 2 : 1;
+    spec.nproc = sets[0].find("parallel.") == 0 ? 2 : 1;
     spec.max_steps = 1;
     spec.extra_overrides = {model};
     spec.extra_overrides.insert(spec.extra_overrides.end(), sets.begin(), sets.end());
@@ -121,6 +252,18 @@ TEST(MoeRefusals, EachNamesItsKey) {
     EXPECT_THAT(r.out + r.err, HasSubstr(key));
     EXPECT_THAT(r.out + r.err, HasSubstr("Mixture-of-Experts"));
   }
+}
+
+// The router keys on a dense model: a warning that they have no effect, and the run goes on.
+TEST(MoeRefusals, RouterKeysOnADenseModelWarn) {
+  TempDir dir;
+  JobSpec spec;
+  spec.max_steps = 1;
+  spec.extra_overrides = {"model.router_z_loss_coef=0.01"};
+  const RunResult r = run_job(dir, spec);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out + r.err, HasSubstr("router_z_loss_coef have no effect"));
+  EXPECT_THAT(r.out + r.err, HasSubstr("not a Mixture-of-Experts model"));
 }
 
 }  // namespace

@@ -214,6 +214,12 @@ TINY_CONFIGS = {
                                   head_dim=16, attention_bias=False, num_hidden_layers=3,
                                   num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
                                   norm_topk_prob=True, mlp_only_layers=[1]),
+    # The load-balancing loss (output_router_logits) pooled over the layers, weighted enough to
+    # move the routers' gradients well beyond the tolerance.
+    "qwen3-moe-aux-loss": dict(BASE, model_type="qwen3_moe", tie_word_embeddings=False,
+                               head_dim=16, attention_bias=False, num_experts=4,
+                               num_experts_per_tok=2, moe_intermediate_size=32,
+                               output_router_logits=True, router_aux_loss_coef=0.5),
     "qwen2-moe-shared-expert": dict(BASE, model_type="qwen2_moe", tie_word_embeddings=False,
                                     num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
                                     shared_expert_intermediate_size=48),
@@ -289,6 +295,8 @@ def hf_forward(model, ids, labels=None, position_ids=None):
                 labels=(ids if labels is None else labels).to(model.device), **extra)
     out.loss.backward()
     dump = {"logits": out.logits.detach().float().cpu(), "loss": out.loss.detach().float().cpu()}
+    if getattr(out, "aux_loss", None) is not None:  # a MoE model's load-balancing loss
+        dump["aux_loss"] = out.aux_loss.detach().float().cpu()
     for name, p in model.named_parameters():
         if p.requires_grad:
             dump["grad." + name] = p.grad.detach().float().cpu()

@@ -2,9 +2,9 @@
 a group of P processes (`dstrain launch --nproc P --exec`), each holding T/P tokens of every
 sequence at their global positions, must give the whole sequences' logits, the loss and every
 gradient of transformers' single forward/backward (fp32). Heads are split P ways (GQA; one key/value
-head replicated when there are fewer than P), sliding windows and dynamic RoPE span the slices, and
-the label shift crosses the slice boundaries (the last token of a slice predicts the next slice's
-first)."""
+head replicated when there are fewer than P), sliding windows and dynamic RoPE span the slices, the
+label shift crosses the slice boundaries (the last token of a slice predicts the next slice's
+first), and a MoE model's load-balancing loss is the whole sequences'."""
 
 import os
 
@@ -23,11 +23,13 @@ CONFIGS = {
     "mistral-window": reflib.TINY_CONFIGS["mistral-window"],              # window < T/P
     "qwen3-window-layer-types": reflib.TINY_CONFIGS["qwen3-window-layer-types"],
     "llama-dynamic": reflib.TINY_CONFIGS["llama-dynamic"],                # T > max positions
+    # the load-balancing loss: counts and probability sums over every slice before the product
+    "qwen3-moe-aux-loss": reflib.TINY_CONFIGS["qwen3-moe-aux-loss"],
 }
 
 CASES = [("llama-gqa-untied", 2), ("llama-gqa-untied", 4), ("llama-mha-tied", 4),
          ("llama-mqa", 2), ("llama-mqa", 4), ("mistral-window", 2),
-         ("qwen3-window-layer-types", 4), ("llama-dynamic", 2)]
+         ("qwen3-window-layer-types", 4), ("llama-dynamic", 2), ("qwen3-moe-aux-loss", 2)]
 
 
 @pytest.fixture(scope="module")

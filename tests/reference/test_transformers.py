@@ -132,9 +132,12 @@ def hf_training_losses(model_dir, batches):
     sched = transformers.get_cosine_schedule_with_warmup(opt, WARMUP, TRAIN_STEPS)
     losses = []
     for inp, lab in batches:
-        logits = model(input_ids=inp.to(model.device)).logits
+        out = model(input_ids=inp.to(model.device))
+        logits = out.logits
         loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
                                                  lab.to(model.device).reshape(-1))
+        if getattr(out, "aux_loss", None) is not None:  # output_router_logits: as model(labels=)
+            loss = loss + model.config.router_aux_loss_coef * out.aux_loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
@@ -145,7 +148,7 @@ def hf_training_losses(model_dir, batches):
 
 
 @pytest.mark.parametrize("name", ["qwen2-untied", "llama-mha-tied", "qwen3-tied", "mistral-window",
-                                  "qwen3-moe-dense-layer", "mixtral"])
+                                  "qwen3-moe-dense-layer", "qwen3-moe-aux-loss", "mixtral"])
 def test_training_matches_transformers_adamw_loop(tmp, name):
     cfg = dict(reflib.TINY_CONFIGS[name], vocab_size=258 + 6)  # byte tokenizer ids 0..257
     model_dir = reflib.save_tiny_model(os.path.join(tmp, "model"), cfg)

@@ -72,6 +72,8 @@ TEST(ModelConfig, MixtureOfExpertsKeysDefaultsAndRefusals) {
   const std::vector<bool> moe = {c.is_moe_layer(0), c.is_moe_layer(1), c.is_moe_layer(2),
                                  c.is_moe_layer(3)};
   EXPECT_EQ(moe, (std::vector<bool>{true, false, true, true}));
+  EXPECT_EQ(c.moe_layers(), 3);
+  EXPECT_EQ(c.moe_layer_slot(3), 2);  // the third MoE layer
   // Total and active: a MoE layer holds E experts of 3·C·I and runs top_k of them.
   const int64_t C = c.hidden_size;
   EXPECT_EQ(c.num_parameters(false) - c.num_parameters(false, true), 3 * (8 - 2) * 3 * C * 16);
@@ -104,7 +106,14 @@ TEST(ModelConfig, MixtureOfExpertsKeysDefaultsAndRefusals) {
     doc[key] = value;
     expect_error([&] { parse_model_config(doc); }, ErrorKind::kInput, {key, why});
   };
-  refused(q3, "output_router_logits", true, "load-balancing loss");
+  EXPECT_FALSE(parse_model_config(q3).moe.aux_loss);
+  q3["output_router_logits"] = true;
+  q3["router_aux_loss_coef"] = 0.02;
+  c = parse_model_config(q3);
+  EXPECT_TRUE(c.moe.aux_loss);
+  EXPECT_DOUBLE_EQ(c.moe.aux_loss_coef, 0.02);
+  EXPECT_TRUE(c.moe.router_losses());
+  q3.erase("output_router_logits");
   refused(mixtral, "router_jitter_noise", 0.01, "router jitter");
   refused(mixtral, "sliding_window", 4096, "full attention only");
   refused(q2, "use_sliding_window", true, "full attention only");

@@ -163,6 +163,32 @@ TEST(SparseMoe, CheckpointRecomputeAndTheHubLayout) {
   ASSERT_EQ(plain.size(), recomputed.size());
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(torch::equal(plain[i], recomputed[i])) << i;
 
+  // With the router's losses: their gradient reaches the recomputed layers' routers as it reaches
+  // the kept ones.
+  const torch::Tensor lm_only = m->named_parameters()["model.layers.2.mlp.gate.weight"].grad();
+  MoeConfig losses = c.moe;
+  losses.aux_loss = true;
+  losses.z_loss_coef = 1e-3;
+  DecoderModel r = build_model(
+      [&] {
+        ModelConfig with = c;
+        with.moe = losses;
+        return with;
+      }(),
+      torch::kFloat32, 5);
+  r->train();
+  const auto router_grads = [&] {
+    for (auto& p : r->parameters()) p.mutable_grad() = torch::Tensor();
+    const LossSum ls = r->loss_sum(ids, ids.roll(-1, 1), true);
+    EXPECT_TRUE(ls.router.defined());
+    (ls.mean() + router_losses(ls.router).weighted(losses)).backward();
+    return r->named_parameters()["model.layers.2.mlp.gate.weight"].grad().clone();
+  };
+  const torch::Tensor kept = router_grads();
+  r->wrap_blocks(WrapperSlot::kCheckpointing, checkpoint_layers());
+  EXPECT_TRUE(torch::equal(kept, router_grads()));
+  EXPECT_GT(relative(kept, lm_only), 1e-3);  // the losses do move it
+
   testing::TempDir dir;
   save_weights(*m, dir.path(), torch::kFloat32);
   const SafetensorsSet files(dir.path());
@@ -189,6 +215,73 @@ TEST(SparseMoe, CheckpointRecomputeAndTheHubLayout) {
   for (const auto& item : m->named_parameters()) {
     EXPECT_TRUE(torch::equal(again->named_parameters()[item.key()], item.value())) << item.key();
   }
+}
+
+// transformers' load_balancing_loss_func over the layers' router logits [N, E] (each layer's
+// rows the same tokens), `keep` [N] its attention mask (1: a token, 0: padding), and ST-MoE's
+// z-loss over the same tokens.
+std::pair<torch::Tensor, torch::Tensor> reference_router_losses(
+    const std::vector<torch::Tensor>& logits, const torch::Tensor& keep, int64_t top_k) {
+  const int64_t E = logits[0].size(1);
+  torch::Tensor counts = torch::zeros({E}), probs = torch::zeros({E}), z = torch::zeros({});
+  torch::Tensor rows = torch::zeros({});
+  for (const torch::Tensor& l : logits) {
+    const torch::Tensor p = torch::softmax(l, -1);
+    const torch::Tensor chosen = std::get<1>(p.topk(top_k, -1));
+    counts = counts + torch::one_hot(chosen, E)
+                          .to(torch::kFloat)
+                          .mul(keep.view({-1, 1, 1}))
+                          .sum(std::vector<int64_t>{0, 1});
+    probs = probs + (p * keep.unsqueeze(-1)).sum(0);
+    z = z + (torch::logsumexp(l, -1).square() * keep).sum();
+    rows = rows + keep.sum();
+  }
+  return {(counts / rows * (probs / rows)).sum() * static_cast<double>(E), z / rows};
+}
+
+// The router's losses pooled over two layers, with padding left out, against the reference: the
+// values, and the routers' gradients, which reach each layer through its output's node (moe.h).
+TEST(RouterLosses, PooledOverTheLayersAsTransformersComputesThem) {
+  ModelConfig c = moe_config("qwen3_moe", 16, true);
+  c.moe.aux_loss = true;
+  c.moe.aux_loss_coef = 0.5;
+  c.moe.z_loss_coef = 0.25;
+  torch::manual_seed(3);
+  SparseMoe first(c, Materialize::kYes, 0), second(c, Materialize::kYes, 1);
+  randomize(*first);
+  randomize(*second);
+  const torch::Tensor x = torch::randn({2, 5, c.hidden_size});
+  torch::Tensor real = torch::ones({2, 5}, torch::kBool);
+  real[1].narrow(0, 3, 2).fill_(false);  // the second row's last two tokens are padding
+
+  const auto record = c10::make_intrusive<RouterRecord>(2, c.moe.experts, true);
+  const torch::Tensor h = first(x, record.get(), real);
+  const torch::Tensor out = second(h, record.get(), real);
+  // The language-model part stands in as 0 · the output: only the router losses' gradient.
+  const torch::Tensor lm = out.sum() * 0.0;
+  const RouterTotals totals = record->totals(lm);
+  const RouterLosses got = router_losses(totals);
+  (lm + got.weighted(c.moe)).backward();
+  EXPECT_DOUBLE_EQ(totals.rows.item<double>(), 2 * 8.0);
+  EXPECT_DOUBLE_EQ(totals.counts.sum().item<double>(), 2 * 8.0 * 2);  // k = 2 choices a token
+  // Every (token, expert) choice, padding included, as the experts' load.
+  EXPECT_DOUBLE_EQ(record->load().sum().item<double>(), 2 * 10.0 * 2);
+
+  std::vector<torch::Tensor> grads = {first->gate->weight.grad().clone(),
+                                      second->gate->weight.grad().clone()};
+  for (SparseMoe* m : {&first, &second}) (*m)->gate->weight.mutable_grad() = torch::Tensor();
+  const torch::Tensor flat = x.reshape({-1, c.hidden_size});
+  const torch::Tensor l0 = torch::matmul(flat, first->gate->weight.t());
+  // (Through the first layer's output too, as in transformers: a new graph of it.)
+  const torch::Tensor l1 =
+      torch::matmul(first(x).reshape({-1, c.hidden_size}), second->gate->weight.t());
+  const auto [aux, z] = reference_router_losses({l0, l1}, real.reshape({-1}).to(torch::kFloat), 2);
+  EXPECT_LT(relative(got.aux, aux), 1e-6);
+  EXPECT_LT(relative(got.z, z), 1e-6);
+  EXPECT_GT(aux.item<double>(), 1.0);  // E · Σ f·P ≥ 1, with equality only when balanced
+  (aux * 0.5 + z * 0.25).backward();
+  EXPECT_LT(relative(grads[0], first->gate->weight.grad()), 1e-5);
+  EXPECT_LT(relative(grads[1], second->gate->weight.grad()), 1e-5);
 }
 
 // Mixtral's Hub names: block_sparse_moe, w1 (gate), w3 (up), w2 (down).
