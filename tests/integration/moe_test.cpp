@@ -11,7 +11,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -204,6 +206,32 @@ TEST(MoeRouting, ZeroThreeWithOneRanksTokensOnOneExpert) {
                     "train/aux_loss");
   // The second rank's tokens reach experts the first's leave idle.
   EXPECT_LT(want_metrics["moe/dead_experts"].at(1), 3 * 3);
+}
+
+// A MoE run with the router losses at ZeRO 3 resumed from its step-10 checkpoint: every later
+// step's loss and load-balancing loss exactly the uninterrupted run's.
+TEST(MoeResume, ResumesBitIdentically) {
+  TempDir dir;
+  const TempDir models;
+  JobSpec spec = resumable_job();
+  spec.stage = 3;
+  spec.extra_overrides = {write_model(models, kQwen3Moe)};
+  spec.extra_overrides.insert(spec.extra_overrides.end(), kRouterLosses.begin(),
+                              kRouterLosses.end());
+  const RunResult full_run = run_job(dir, spec);
+  ASSERT_EQ(full_run.exit_code, 0) << full_run.out << full_run.err;
+  std::map<std::string, std::map<long, double>> full, resumed;
+  for (const char* key : {"train/loss", "train/aux_loss"})
+    full[key] = read_metric(dir.file("run/metrics.jsonl"), key);
+  ASSERT_EQ(full["train/loss"].size(), 20u);
+  std::filesystem::remove(dir.file("run/metrics.jsonl"));
+  const RunResult resumed_run = run_dstrain({"resume", dir.file("ckpt/step_00000010")}, {}, 300);
+  ASSERT_EQ(resumed_run.exit_code, 0) << resumed_run.out << resumed_run.err;
+  for (const char* key : {"train/loss", "train/aux_loss"}) {
+    resumed[key] = read_metric(dir.file("run/metrics.jsonl"), key);
+    ASSERT_EQ(resumed[key].size(), 10u) << key;
+    expect_same_losses_after(10, resumed[key], full[key]);
+  }
 }
 
 // The export of a trained Qwen3-MoE holds each expert's projections under the Hub's names (and the

@@ -31,7 +31,8 @@ def write_corpus(path):
 
 
 @pytest.mark.parametrize("name,stage,world", [("qwen2-untied", 0, 1), ("llama-mha-tied", 3, 2),
-                                              ("qwen3-untied", 2, 2), ("mistral-window", 3, 2)])
+                                              ("qwen3-untied", 2, 2), ("mistral-window", 3, 2),
+                                              ("qwen3-moe-aux-loss", 3, 2), ("mixtral", 0, 1)])
 def test_trained_export_loads_in_transformers(tmp, name, stage, world):
     cfg = dict(reflib.TINY_CONFIGS[name], vocab_size=258 + 6)
     model_dir = reflib.save_tiny_model(os.path.join(tmp, "model"), cfg)
