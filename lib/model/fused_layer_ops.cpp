@@ -211,7 +211,7 @@ Tensor fused_cross_entropy(Tensor& logits, const Tensor& labels, int64_t ignore_
 }
 
 namespace {
-std::atomic<bool> path_on[kFusedPathCount] = {true, true, true, true, true, true};
+std::atomic<bool> path_on[kFusedPathCount] = {true, true, true, true, true, true, true};
 }  // namespace
 
 const char* fused_path_name(FusedPath path) {
@@ -228,6 +228,8 @@ const char* fused_path_name(FusedPath path) {
       return "SwiGLU";
     case FusedPath::kVarlenAttention:
       return "packed documents' attention";
+    case FusedPath::kGroupedExperts:
+      return "grouped expert product";
   }
   return "?";
 }

@@ -30,9 +30,18 @@ bool use_fused_kernels(const torch::Tensor& x);
 // The fused paths of a decoder layer, each switched on or off on its own (process-wide; all on at
 // start): where one is off, its eager ops run even where use_fused_kernels holds.
 // kVarlenAttention: packed documents' attention through FlashAttention's variable-length kernels
-// (document_attention.h).
-enum class FusedPath { kAddRmsNorm, kAddProjection, kQkv, kRotary, kSwiglu, kVarlenAttention };
-inline constexpr int kFusedPathCount = 6;
+// (document_attention.h); kGroupedExperts: a MoE layer's experts as one grouped matrix product
+// per projection (moe.h).
+enum class FusedPath {
+  kAddRmsNorm,
+  kAddProjection,
+  kQkv,
+  kRotary,
+  kSwiglu,
+  kVarlenAttention,
+  kGroupedExperts
+};
+inline constexpr int kFusedPathCount = 7;
 const char* fused_path_name(FusedPath path);  // "add + RMSNorm", "add after projection", ...
 bool fused_path_on(FusedPath path);
 void set_fused_path_on(FusedPath path, bool on);

@@ -38,6 +38,8 @@ struct FusedCheckShapes {
   int64_t head_dim = 0;
   bool qkv_bias = false;
   int64_t sliding_window = 0;  // the model's attention window (0: none)
+  int64_t experts = 0;         // a MoE model's experts per layer (0: a dense model)
+  int64_t expert_size = 0;     // and each expert's width
   double eps = 1e-6;
   torch::ScalarType dtype = torch::kFloat;
   torch::Device device = torch::kCPU;
@@ -66,7 +68,10 @@ double dtype_eps(torch::ScalarType t);
 // references stand in for the kernels (float32 only), so the tests run the same comparison; for
 // packed documents' attention the dense block-diagonal masked SDPA stands in for FlashAttention's
 // variable-length kernels, which run in bfloat16 and float16 only (another dtype on a GPU: the
-// path is not used, and its check says so).
+// path is not used, and its check says so). The grouped expert product (moe.h) runs over rows
+// spread unevenly over the experts, one of them getting none, against the per-expert loop; at
+// most as many experts as the element budget takes (at least 2); a dense model, and on a GPU a
+// dtype other than bfloat16, do not use it.
 std::vector<FusedCheck> check_fused_paths(const FusedCheckShapes& shapes,
                                           const std::optional<PlantedFault>& fault = {});
 

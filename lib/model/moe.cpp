@@ -18,26 +18,6 @@ bool grouped_strides(const torch::Tensor& t) {
   return true;
 }
 
-// rows [M, in] · weight[e]ᵀ over each expert's rows (`ends` [E] int32) → [M, out].
-torch::Tensor grouped_linear(const torch::Tensor& rows, const torch::Tensor& weight,
-                             const torch::Tensor& ends) {
-  const torch::Tensor transposed = weight.transpose(1, 2);  // [E, in, out]
-  if (rows.is_cpu() && grouped_strides(rows) && grouped_strides(transposed)) {
-    return at::_grouped_mm(rows, transposed, ends);
-  }
-  const torch::Tensor at_end = ends.to(torch::kCPU, torch::kInt64);
-  const int64_t* end = at_end.data_ptr<int64_t>();
-  std::vector<torch::Tensor> parts;
-  int64_t begin = 0;
-  for (int64_t e = 0; e < weight.size(0); ++e) {
-    if (end[e] > begin)
-      parts.push_back(at::linear(rows.narrow(0, begin, end[e] - begin), weight[e]));
-    begin = end[e];
-  }
-  if (parts.empty()) return rows.new_zeros({0, weight.size(1)});
-  return torch::cat(parts);
-}
-
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
@@ -85,6 +65,38 @@ torch::Tensor new_parameter(c10::IntArrayRef shape, Materialize materialize) {
 
 }  // namespace
 
+torch::Tensor expert_linear(const torch::Tensor& rows, const torch::Tensor& weight,
+                            const torch::Tensor& ends, bool grouped) {
+  const torch::Tensor transposed = weight.transpose(1, 2);  // [E, in, out]
+  if (grouped && grouped_strides(rows) && grouped_strides(transposed)) {
+    return at::_grouped_mm(rows, transposed, ends);
+  }
+  const torch::Tensor at_end = ends.to(torch::kCPU, torch::kInt64);
+  const int64_t* end = at_end.data_ptr<int64_t>();
+  std::vector<torch::Tensor> parts;
+  int64_t begin = 0;
+  for (int64_t e = 0; e < weight.size(0); ++e) {
+    if (end[e] > begin)
+      parts.push_back(at::linear(rows.narrow(0, begin, end[e] - begin), weight[e]));
+    begin = end[e];
+  }
+  if (parts.empty()) return rows.new_zeros({0, weight.size(1)});
+  return torch::cat(parts);
+}
+
+torch::Tensor experts_mlp(const torch::Tensor& rows, const torch::Tensor& gate_up,
+                          const torch::Tensor& down, const torch::Tensor& ends, bool grouped) {
+  const torch::Tensor h = expert_linear(rows, gate_up, ends, grouped);
+  const int64_t width = down.size(2);
+  return expert_linear(swiglu(h.narrow(1, 0, width), h.narrow(1, width, width)), down, ends,
+                       grouped);
+}
+
+bool grouped_experts_on(const torch::Tensor& rows) {
+  if (!fused_path_on(FusedPath::kGroupedExperts)) return false;
+  return rows.is_cpu() || (rows.scalar_type() == torch::kBFloat16 && use_fused_kernels(rows));
+}
+
 ExpertsImpl::ExpertsImpl(int64_t experts, int64_t hidden, int64_t width, Materialize materialize) {
   gate_up_proj =
       register_parameter("gate_up_proj", new_parameter({experts, 2 * width, hidden}, materialize));
@@ -92,10 +104,7 @@ ExpertsImpl::ExpertsImpl(int64_t experts, int64_t hidden, int64_t width, Materia
 }
 
 torch::Tensor ExpertsImpl::forward(const torch::Tensor& rows, const torch::Tensor& ends) {
-  const torch::Tensor gate_up = grouped_linear(rows, gate_up_proj, ends);
-  const int64_t width = down_proj.size(2);
-  const torch::Tensor h = swiglu(gate_up.narrow(1, 0, width), gate_up.narrow(1, width, width));
-  return grouped_linear(h, down_proj, ends);
+  return experts_mlp(rows, gate_up_proj, down_proj, ends, grouped_experts_on(rows));
 }
 
 Routed route(const torch::Tensor& experts, int64_t num_experts) {

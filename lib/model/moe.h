@@ -26,8 +26,10 @@
 // experts' load, and where the router's losses are on, what they are computed from.
 //
 // The grouped product runs where the rows and weights meet at::_grouped_mm's alignment (its
-// strides multiples of 16 bytes) on the CPU; elsewhere, and on a GPU until a first-use check
-// against the loop exists, one product per expert over its rows: the same sums.
+// strides multiples of 16 bytes): on the CPU, and on a GPU in bfloat16 where the fused paths run
+// (FusedPath::kGroupedExperts, checked on the card against the loop before the first step and
+// switched off where it differs: kernel_check.h); elsewhere one product per expert over its rows,
+// the same sums.
 
 #include <cstdint>
 #include <vector>
@@ -39,6 +41,19 @@
 #include "model/model_config.h"
 
 namespace dstrain::model {
+
+// rows [M, in] sorted by expert, `ends` [E] int32 the end of each expert's rows (the last M) →
+// [M, out]: each row · weight[e]ᵀ, weight [E, out, in], e the row's expert. `grouped`: one
+// at::_grouped_mm where the operands are aligned for it; else (and otherwise) one product per
+// expert.
+torch::Tensor expert_linear(const torch::Tensor& rows, const torch::Tensor& weight,
+                            const torch::Tensor& ends, bool grouped);
+// The experts' SwiGLU MLP over sorted rows: down(silu(gate(row)) · up(row)) of each row's expert,
+// gate_up [E, 2I, C] (gate rows first), down [E, C, I]; `grouped` as for expert_linear.
+torch::Tensor experts_mlp(const torch::Tensor& rows, const torch::Tensor& gate_up,
+                          const torch::Tensor& down, const torch::Tensor& ends, bool grouped);
+// Whether the experts take the grouped product for `rows` (the header's rule, alignment aside).
+bool grouped_experts_on(const torch::Tensor& rows);
 
 // The experts' weights: transformers 5's Qwen3MoeExperts / MixtralExperts.
 class ExpertsImpl : public torch::nn::Module {

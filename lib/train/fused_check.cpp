@@ -110,6 +110,8 @@ void check_fused_kernels_for_run(comm::Communicator& comm, const model::ModelCon
   s.head_dim = model.head_dim;
   s.qkv_bias = model.qkv_bias;
   s.sliding_window = model.sliding_window.value_or(0);
+  s.experts = model.moe.experts;
+  s.expert_size = model.moe.expert_size;
   s.eps = model.rms_norm_eps;
   s.dtype = dtype;
   s.device = device;

@@ -3,12 +3,14 @@
 // models (Llama-3-8B's layer, the widest hidden size the add + RMSNorm kernel takes at more than
 // 8192 rows, Qwen2's q/k/v biases, a sliding window for packed documents' attention), in float32
 // and bfloat16; a path wrong by 100 units in the last
-// place fails, one unit passes. Exits 77 (skipped) without a device.
+// place fails, one unit passes; the grouped expert product at Qwen3-30B-A3B's MoE shapes, and an
+// expert with no rows gets an exactly zero gradient there. Exits 77 (skipped) without a device.
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "model/kernel_check.h"
+#include "model/moe.h"
 
 namespace dstrain::model {
 namespace {
@@ -36,10 +38,19 @@ FusedCheckShapes shapes(int64_t rows, int64_t seq, int64_t hidden, int64_t inter
 std::vector<Shape> models() {
   FusedCheckShapes windowed = shapes(2048, 1024, 896, 4864, 14, 2, 64, true);
   windowed.sliding_window = 256;  // packed documents' attention over a window shorter than some
+  // Qwen3-30B-A3B's MoE layer (128 experts of 768; the check takes as many as its budget allows).
+  FusedCheckShapes moe = shapes(4096, 2048, 2048, 6144, 32, 4, 128, false);
+  moe.experts = 128;
+  moe.expert_size = 768;
+  // Qwen2.5-0.5B's shapes with 8 experts of 1408 (Qwen1.5-MoE's width): the faults' model.
+  FusedCheckShapes small = shapes(1024, 1024, 896, 4864, 14, 2, 64, true);
+  small.experts = 8;
+  small.expert_size = 1408;
   return {{"llama-3-8b, 4 x 2048", shapes(8192, 2048, 4096, 14336, 32, 8, 128, false)},
           {"hidden 8192, 9000 rows", shapes(9000, 1000, 8192, 8192, 64, 8, 128, false)},
-          {"qwen2.5-0.5b, 1 x 1024", shapes(1024, 1024, 896, 4864, 14, 2, 64, true)},
-          {"qwen2.5-0.5b with a window of 256, 2 x 1024", windowed}};
+          {"qwen2.5-0.5b with 8 experts, 1 x 1024", small},
+          {"qwen2.5-0.5b with a window of 256, 2 x 1024", windowed},
+          {"qwen3-30b-a3b, 2 x 2048", moe}};
 }
 
 class KernelCheckGpu : public ::testing::TestWithParam<torch::Dtype> {};
@@ -71,6 +82,34 @@ TEST_P(KernelCheckGpu, APathWrongBy100UlpsFailsAndOneUlpPasses) {
       EXPECT_TRUE(c.passed) << "1 ulp in " << fused_path_name(path) << ", "
                             << fused_path_name(c.path) << ": " << c.error << " > " << c.bound;
     }
+  }
+}
+
+// at::_grouped_mm's known hazards on the card, in bfloat16: an expert with no rows gets an exactly
+// zero weight gradient, and every output row is written (none left as the allocator had it).
+TEST(GroupedExpertsGpu, AnEmptyExpertGetsAnExactlyZeroGradient) {
+  const torch::TensorOptions bf16 =
+      torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA, 0);
+  torch::manual_seed(3);
+  const int64_t E = 4, C = 256, I = 128, M = 96;
+  const torch::Tensor rows = torch::randn({M, C}, bf16);
+  const torch::Tensor gate_up = (torch::randn({E, 2 * I, C}, bf16) * 0.05).requires_grad_(true);
+  const torch::Tensor down = (torch::randn({E, C, I}, bf16) * 0.05).requires_grad_(true);
+  // Expert 2 gets no row.
+  const torch::Tensor ends = torch::tensor({40, 64, 64, 96}, torch::kInt32).to(rows.device());
+  ASSERT_TRUE(grouped_experts_on(rows));
+  for (int pass = 0; pass < 2; ++pass) {
+    // The second time over memory the first left dirty.
+    const torch::Tensor out = experts_mlp(rows, gate_up, down, ends, true);
+    out.backward(torch::ones_like(out));
+    EXPECT_EQ(gate_up.grad()[2].abs().max().item<float>(), 0.0f);
+    EXPECT_EQ(down.grad()[2].abs().max().item<float>(), 0.0f);
+    EXPECT_GT(gate_up.grad()[1].abs().max().item<float>(), 0.0f);
+    const torch::Tensor loop = experts_mlp(rows, gate_up, down, ends, false);
+    EXPECT_TRUE(torch::isfinite(out).all().item<bool>());
+    EXPECT_LT((out - loop).abs().max().item<float>(), 0.05 * loop.abs().max().item<float>());
+    gate_up.mutable_grad() = torch::Tensor();
+    down.mutable_grad() = torch::Tensor();
   }
 }
 

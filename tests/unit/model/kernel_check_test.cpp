@@ -1,6 +1,7 @@
 // The fused paths' first-use check (model/kernel_check.h) on the CPU, where the CUDA kernels'
 // float32 references stand in for the kernels: every path passes at a layer's shapes, a path
-// wrong by 100 units in the last place fails alone, a path wrong by 1 unit still passes.
+// wrong by 100 units in the last place fails alone, a path wrong by 1 unit still passes; the
+// grouped expert product is not used by a dense model.
 #include "model/kernel_check.h"
 
 #include <gtest/gtest.h>
@@ -21,6 +22,8 @@ FusedCheckShapes layer(bool qkv_bias) {
   s.head_dim = 24;
   s.qkv_bias = qkv_bias;
   s.eps = 1e-6;
+  s.experts = 6;  // a MoE model's: the grouped expert product too
+  s.expert_size = 32;
   return s;
 }
 
@@ -58,6 +61,15 @@ TEST(KernelCheck, APathWrongBy100UlpsFailsAloneAndOneUlpPasses) {
                             << c.error << " > " << c.bound;
     }
   }
+}
+
+TEST(KernelCheck, ADenseModelDoesNotUseTheGroupedExpertProduct) {
+  FusedCheckShapes dense = layer(false);
+  dense.experts = 0;
+  const FusedCheck c = check_fused_paths(dense).back();
+  EXPECT_EQ(c.path, FusedPath::kGroupedExperts);
+  EXPECT_TRUE(c.passed);
+  EXPECT_EQ(c.tensor, "not used by a dense model");
 }
 
 TEST(KernelCheck, TheCheckLeavesTheGlobalGeneratorAsItWas) {
