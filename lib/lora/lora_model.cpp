@@ -107,10 +107,14 @@ LoraModel::LoraModel(model::DecoderModel model, LoraOptions options, const std::
     fail(ErrorKind::kConfig, "{}: lora.init '{}' is not supported; expected default or gaussian",
          key, options_.init);
   }
-  if (model_->config().moe.experts > 0) {
+  if (model_->config().moe.experts > 0 && !options_.target_regex &&
+      is_all_linear(options_.target_modules)) {
+    // PEFT's all-linear takes every nn.Linear but the head: the routers too.
     fail(ErrorKind::kConfig,
-         "{}: lora.enabled: LoRA on a Mixture-of-Experts model ({}) is not supported yet", key,
-         model_->config().model_type);
+         "{}: lora.target_modules: all-linear on a Mixture-of-Experts model ({}) would adapt the "
+         "routers (mlp.gate) as PEFT does, which dstrain does not, and LoRA on the experts is not "
+         "supported yet; name the projections, e.g. [q_proj, k_proj, v_proj, o_proj]",
+         key, model_->config().model_type);
   }
   targets_ = resolve_targets(*model_, options_.target_modules, options_.target_regex,
                              key + ": lora.target_modules");

@@ -60,7 +60,8 @@ struct BlockContext {
   int64_t loss_chunk_bytes =
       0;                  // the fused loss's chunk (fused_linear_cross_entropy.h); 0: default
   bool training = false;  // the model's mode
-  // Training a MoE model: what its layers report of this forward (moe.h); null otherwise.
+  // A MoE model in training, or with its router losses on: what its layers report of this
+  // forward (moe.h); null otherwise.
   c10::intrusive_ptr<RouterRecord> router;
   // [B, T] bool: the tokens that are not padding (the router's losses skip the others); undefined:
   // every token.

@@ -189,7 +189,8 @@ BlockContext DecoderModelImpl::context(int64_t seq_len, const Positions& positio
   ctx.labels = labels;
   ctx.loss_chunk_bytes = loss_chunk_bytes_;
   ctx.training = is_training();
-  if (ctx.training && config_.moe.experts > 0) {
+  // (Out of training only for the router losses' value: transformers adds them in eval too.)
+  if (config_.moe.experts > 0 && (ctx.training || config_.moe.router_losses())) {
     ctx.router = c10::make_intrusive<RouterRecord>(config_.moe_layers(), config_.moe.experts,
                                                    config_.moe.router_losses());
   }

@@ -48,7 +48,7 @@ struct LossSum {
       : sum(std::move(sum)), count(std::move(count)), router(std::move(router)) {}
   torch::Tensor sum;    // float32 scalar, differentiable
   torch::Tensor count;  // int64 scalar (a tensor, so computing it does not sync with the device)
-  // Training a MoE model with the router's losses on: their statistics (moe.h); else undefined.
+  // A MoE model with its router losses on: their statistics (moe.h); else undefined.
   RouterTotals router;
   // sum / max(count, 1): the mean over counted tokens, 0 when none is counted.
   torch::Tensor mean() const { return sum / count.clamp_min(1).to(torch::kFloat); }
@@ -152,8 +152,8 @@ class DecoderModelImpl : public torch::nn::Module {
   // tile.
   void set_tiled_mlp(int64_t setting);
   const ModelConfig& config() const { return config_; }
-  // What the MoE layers reported of the last training forward that forward(), loss_sum() or
-  // hidden_states() ran (moe.h); null for other forwards and models.
+  // What the MoE layers reported of the last forward that forward(), loss_sum() or
+  // hidden_states() ran, in training or with the router losses on (moe.h); null otherwise.
   RouterRecord* last_router() const { return router_.get(); }
   // The tensor-parallel group this model is a part of; null: the whole model.
   TensorParallel* tensor_parallel() const { return tp_.get(); }

@@ -508,7 +508,7 @@ void PipelineStage::forward(const PipelineAction& a, const MicroBatch& mb,
     if (mb.draws) model::seed_rng(model::draw_key({*mb.draws, i}), {x});
     x = model_.run_block(i, x, ctx);
   }
-  if (ctx.router) {
+  if (ctx.router && ctx.training) {
     if (const torch::Tensor load = ctx.router->load(); load.defined()) {
       expert_load_ = expert_load_.defined() ? expert_load_ + load : load;
     }

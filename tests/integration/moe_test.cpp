@@ -264,7 +264,7 @@ TEST(MoeRefusals, EachNamesItsKey) {
   const std::string model = write_model(models, kQwen3Moe);
   const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
       {{"parallel.tensor_parallel_size=2"}, "parallel.tensor_parallel_size"},
-      {{"lora.enabled=true"}, "lora.enabled"},
+      {{"lora.enabled=true", "lora.target_modules=all-linear"}, "lora.target_modules"},
       {{"model.tiled_mlp=64"}, "model.tiled_mlp"},
       {{"parallel.pipeline_parallel_size=2", "model.router_aux_loss=true"},
        "model.router_aux_loss"}};

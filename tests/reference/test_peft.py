@@ -38,7 +38,8 @@ PEFT_PREFIX = "base_model.model."
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
-    names = ["qwen2-untied", "llama-mha-tied", "llama-gqa-untied"]
+    names = ["qwen2-untied", "llama-mha-tied", "llama-gqa-untied", "qwen3-moe-aux-loss",
+             "qwen2-moe-shared-expert"]
     return {n: reflib.save_tiny_model(str(root / n), dict(reflib.TINY_CONFIGS[n], vocab_size=VOCAB))
             for n in names}
 
@@ -102,6 +103,8 @@ def peft_dump(model, ids, train):
     out = model(input_ids=ids.to(model.device), labels=ids.to(model.device))
     out.loss.backward()
     dump = {"logits": out.logits.detach().float().cpu(), "loss": out.loss.detach().float().cpu()}
+    if getattr(out, "aux_loss", None) is not None:  # a MoE model's load-balancing loss
+        dump["aux_loss"] = out.aux_loss.detach().float().cpu()
     for name, p in model.named_parameters():
         if p.requires_grad:
             dump["grad." + dstrain_name(name)] = p.grad.detach().float().cpu()
@@ -183,6 +186,14 @@ TRAINED = {
     "llama-regex-rslora": dict(model="llama-mha-tied", world=1, stage=0, lora={
         "r": 8, "alpha": 16, "dropout": 0.2, "use_rslora": "true",
         "target_modules": r".*layers\.1\.self_attn\.(q|k)_proj|.*\.up_proj"}),
+    # A MoE model's attention, with its load-balancing loss, on 2 ranks at ZeRO stage 3; and a
+    # Qwen2-MoE's shared expert (PEFT's names match its projections, not the experts' stacks).
+    "qwen3-moe-attention-zero3": dict(model="qwen3-moe-aux-loss", world=2, stage=3, lora={
+        "r": 4, "alpha": 8, "dropout": 0.1, "use_rslora": "false",
+        "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}),
+    "qwen2-moe-shared-expert": dict(model="qwen2-moe-shared-expert", world=1, stage=0, lora={
+        "r": 4, "alpha": 8, "dropout": 0.05, "use_rslora": "false",
+        "target_modules": ["q_proj", "gate_proj", "up_proj", "down_proj"]}),
     # PEFT's "all-linear" shorthand, trained on 2 ranks at ZeRO stage 3 (sharded base and adapters).
     "qwen2-all-linear-zero3": dict(model="qwen2-untied", world=2, stage=3, lora={
         "r": 4, "alpha": 4, "dropout": 0.05, "use_rslora": "false",
