@@ -49,6 +49,9 @@ struct ModelSection {
   std::string router_aux_loss = "auto";
   double router_aux_loss_coef = -1;
   double router_z_loss_coef = 0;
+  // The router's logits: "auto" in the activations' dtype (as transformers computes them), or
+  // "float32" (Megatron-LM's --moe-router-dtype fp32: the bf16/fp16 input and weight cast up).
+  std::string router_dtype = "auto";
 };
 
 struct DataSection {

@@ -228,6 +228,7 @@ void add_model_and_data(std::vector<Field>& t) {
                      DSTRAIN_MEMBER(model.router_aux_loss_coef)));
   t.push_back(number("model.router_z_loss_coef", Range::kNonNegative,
                      DSTRAIN_MEMBER(model.router_z_loss_coef)));
+  t.push_back(text("model.router_dtype", DSTRAIN_MEMBER(model.router_dtype), {"auto", "float32"}));
   t.push_back(text("data.train_path", DSTRAIN_MEMBER(data.train_path)));
   t.push_back(text("data.eval_path", DSTRAIN_MEMBER(data.eval_path)));
   t.push_back(text("data.format", DSTRAIN_MEMBER(data.format),

@@ -64,6 +64,9 @@ struct MoeConfig {
   // router z-loss × z_loss_coef (model.router_z_loss_coef; 0: off).
   bool aux_loss = false;
   double z_loss_coef = 0.0;
+  // The router's logits in float32 whatever the activations' dtype (model.router_dtype; a
+  // deviation from transformers, which computes them in the activations' dtype).
+  bool float32_router = false;
   bool router_losses() const { return aux_loss || z_loss_coef > 0; }
 };
 

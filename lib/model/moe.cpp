@@ -181,6 +181,7 @@ SparseMoeImpl::SparseMoeImpl(const ModelConfig& c, Materialize m, int64_t slot)
     : slot_(slot),
       top_k_(c.moe.top_k),
       norm_topk_prob_(c.moe.norm_topk_prob),
+      float32_router_(c.moe.float32_router),
       float32_weights_(c.moe.float32_weights) {
   const int64_t C = c.hidden_size;
   gate = register_module("gate", Linear(C, c.moe.experts, /*bias=*/false, m));
@@ -195,7 +196,9 @@ torch::Tensor SparseMoeImpl::forward(const torch::Tensor& input, RouterRecord* r
                                      const torch::Tensor& real) {
   const int64_t C = input.size(-1);
   const torch::Tensor x = input.reshape({-1, C});
-  const torch::Tensor logits = at::linear(x, gate->weight);  // [N, E]
+  const torch::Tensor logits = float32_router_ && x.scalar_type() != torch::kFloat
+                                   ? at::linear(x.to(torch::kFloat), gate->weight.to(torch::kFloat))
+                                   : at::linear(x, gate->weight);  // [N, E]
   torch::Tensor probabilities = torch::softmax(logits, -1, torch::kFloat);
   auto [top, chosen] = probabilities.topk(top_k_, -1);
   if (norm_topk_prob_) top = top / top.sum(-1, /*keepdim=*/true);

@@ -2,7 +2,8 @@
 // The Mixture-of-Experts MLP of qwen2_moe, qwen3_moe and mixtral layers (model.layers.N.mlp), as
 // transformers 5 computes it, dropless (every token reaches its top_k experts, none is dropped):
 //
-//   router     logits = x · gateᵀ [N, E] in x's dtype; probabilities = softmax in float32; the
+//   router     logits = x · gateᵀ [N, E] in x's dtype (float32 where MoeConfig::float32_router
+//              asks); probabilities = softmax in float32; the
 //              top_k of them per token (torch.topk's order), renormalised to sum 1 where
 //              norm_topk_prob (Mixtral: always); Qwen casts the weights back to the logits' dtype,
 //              Mixtral keeps them in float32
@@ -148,6 +149,7 @@ class SparseMoeImpl : public torch::nn::Module {
   int64_t slot_;
   int64_t top_k_;
   bool norm_topk_prob_;
+  bool float32_router_;
   bool float32_weights_;
 };
 TORCH_MODULE(SparseMoe);

@@ -141,13 +141,19 @@ void apply_router_options(const config::Config& c, model::ModelConfig& model) {
   const config::ModelSection& m = c.model;
   const std::string aux = m.router_aux_loss;
   if (model.moe.experts == 0) {
-    if (aux != "auto" || m.router_aux_loss_coef >= 0 || m.router_z_loss_coef > 0) {
+    if (aux != "auto" || m.router_aux_loss_coef >= 0 || m.router_z_loss_coef > 0 ||
+        m.router_dtype != "auto") {
       log::warn(
-          "{}: model.router_aux_loss, router_aux_loss_coef and router_z_loss_coef have no effect: "
-          "{} is not a Mixture-of-Experts model",
+          "{}: model.router_aux_loss, router_aux_loss_coef, router_z_loss_coef and router_dtype "
+          "have no effect: {} is not a Mixture-of-Experts model",
           c.source_path, model.model_type);
     }
     return;
+  }
+  model.moe.float32_router = m.router_dtype == "float32";
+  if (model.moe.float32_router && compute_dtype(c) == torch::kFloat) {
+    log::warn("{}: model.router_dtype: float32 has no effect: the run computes in float32",
+              c.source_path);
   }
   model::MoeConfig& moe = model.moe;
   if (aux != "auto") moe.aux_loss = aux == "true";

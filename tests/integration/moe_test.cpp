@@ -50,14 +50,22 @@ const std::vector<std::string> kRouterLosses = {"model.router_aux_loss=true",
                                                 "model.router_aux_loss_coef=0.1",
                                                 "model.router_z_loss_coef=0.01"};
 
+// ... with selective checkpointing (the recompute routes as the forward did, and the losses'
+// gradient reaches the recomputed routers).
+const std::vector<std::string> kRouterLossesSelective = [] {
+  std::vector<std::string> sets = kRouterLosses;
+  sets.push_back("model.gradient_checkpointing=selective");
+  return sets;
+}();
+
 struct Case {
   std::string name;
   nlohmann::json model;
   int world;
   int stage;
   int accum;  // the multi-rank run's; one process takes world × accum (data parallel) or accum
-  std::vector<std::string> parallel;  // the multi-rank run only
-  std::vector<std::string> both = {};
+  std::vector<std::string> parallel;   // the multi-rank run only: pipeline parallelism
+  std::vector<std::string> both = {};  // both runs
 };
 
 // The router's metrics of a run: each key's curve.
@@ -108,7 +116,7 @@ TEST_P(MoeRun, LossesEqualOneProcessWithTheSameBatches) {
   }
   expect_same_curve(got_metrics["moe/dead_experts"], want_metrics["moe/dead_experts"], 0,
                     "moe/dead_experts");
-  const bool losses = !c.both.empty();
+  const bool losses = !c.both.empty();  // every case with `both` sets the router losses
   EXPECT_EQ(want_metrics["train/aux_loss"].size(), losses ? static_cast<size_t>(kSteps) : 0u);
   if (losses) {
     expect_same_curve(got_metrics["train/aux_loss"], want_metrics["train/aux_loss"], 1e-5,
@@ -128,6 +136,13 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"Qwen3MoeZero3", kQwen3Moe, 2, 3, 1, {}}, Case{"MixtralZero3", kMixtral, 2, 3, 1, {}},
         Case{"Qwen3MoeRouterLossesZero3", kQwen3Moe, 2, 3, 1, {}, kRouterLosses},
         Case{"MixtralRouterLossesZero2Accumulating", kMixtral, 2, 2, 2, {}, kRouterLosses},
+        Case{"Qwen3MoeRouterLossesSelectiveCheckpointing",
+             kQwen3Moe,
+             2,
+             2,
+             1,
+             {},
+             kRouterLossesSelective},
         Case{"Qwen3MoePipeline2", kQwen3Moe, 2, 1, 4, {"parallel.pipeline_parallel_size=2"}}),
     [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
@@ -282,16 +297,23 @@ TEST(MoeRefusals, EachNamesItsKey) {
   }
 }
 
-// The router keys on a dense model: a warning that they have no effect, and the run goes on.
-TEST(MoeRefusals, RouterKeysOnADenseModelWarn) {
-  TempDir dir;
-  JobSpec spec;
-  spec.max_steps = 1;
-  spec.extra_overrides = {"model.router_z_loss_coef=0.01"};
-  const RunResult r = run_job(dir, spec);
-  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_THAT(r.out + r.err, HasSubstr("router_z_loss_coef have no effect"));
-  EXPECT_THAT(r.out + r.err, HasSubstr("not a Mixture-of-Experts model"));
+// The router keys on a dense model, and a float32 router in a float32 run: a warning that they
+// have no effect, and the run goes on.
+TEST(MoeRefusals, RouterKeysWithoutEffectWarn) {
+  const TempDir models;
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"model.router_z_loss_coef=0.01"}, "not a Mixture-of-Experts model"},
+      {{write_model(models, kQwen3Moe), "model.router_dtype=float32"},
+       "model.router_dtype: float32 has no effect: the run computes in float32"}};
+  for (const auto& [sets, said] : cases) {
+    TempDir dir;
+    JobSpec spec;
+    spec.max_steps = 1;
+    spec.extra_overrides = sets;
+    const RunResult r = run_job(dir, spec);
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_THAT(r.out + r.err, HasSubstr(said));
+  }
 }
 
 }  // namespace

@@ -284,6 +284,33 @@ TEST(RouterLosses, PooledOverTheLayersAsTransformersComputesThem) {
   EXPECT_LT(relative(grads[1], second->gate->weight.grad()), 1e-5);
 }
 
+// model.router_dtype: float32: in a bf16 model the router's logits are the float32 product of the
+// bf16 input and weight (here seen through the z-loss's sum of logsumexp², which reads them), not
+// the bf16 one.
+TEST(RouterLosses, Float32RouterLogitsInABf16Model) {
+  ModelConfig c = moe_config("qwen3_moe", 16, true);
+  c.moe.z_loss_coef = 1.0;
+  torch::manual_seed(5);
+  const torch::Tensor x = torch::randn({6, c.hidden_size}).to(torch::kBFloat16);
+  std::vector<double> z;
+  for (const bool float32 : {false, true}) {
+    c.moe.float32_router = float32;
+    torch::manual_seed(9);
+    SparseMoe moe(c, Materialize::kYes, 0);
+    randomize(*moe);
+    moe->to(torch::kBFloat16);
+    const auto record = c10::make_intrusive<RouterRecord>(1, c.moe.experts, true);
+    moe(x, record.get());
+    z.push_back(router_losses(record->totals(torch::Tensor())).z.item<double>());
+    const torch::Tensor logits =
+        float32 ? torch::matmul(x.to(torch::kFloat), moe->gate->weight.to(torch::kFloat).t())
+                : torch::matmul(x, moe->gate->weight.t()).to(torch::kFloat);
+    const double want = torch::logsumexp(logits, -1).square().mean().item<double>();
+    EXPECT_NEAR(z.back(), want, 1e-6 * want) << (float32 ? "float32" : "bf16");
+  }
+  EXPECT_NE(z[0], z[1]);  // the bf16 logits' rounding shows
+}
+
 // Mixtral's Hub names: block_sparse_moe, w1 (gate), w3 (up), w2 (down).
 TEST(SparseMoe, MixtralsHubNames) {
   const ModelConfig c = moe_config("mixtral", 16, true);
