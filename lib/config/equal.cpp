@@ -10,7 +10,8 @@ bool operator==(const ModelSection& a, const ModelSection& b) {
   auto t = [](const ModelSection& s) {
     return std::tie(s.name_or_path, s.revision, s.init, s.dtype, s.tokenizer, s.use_flash_attn,
                     s.gradient_checkpointing, s.tiled_mlp, s.fused_loss, s.fused_loss_chunk_mb,
-                    s.router_aux_loss, s.router_aux_loss_coef, s.router_z_loss_coef, s.router_dtype);
+                    s.router_aux_loss, s.router_aux_loss_coef, s.router_z_loss_coef,
+                    s.router_dtype);
   };
   return t(a) == t(b);
 }

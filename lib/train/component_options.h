@@ -33,10 +33,10 @@ PipelineSchedule pipeline_schedule_of(const config::Config& c);
 ParallelPlan parallel_plan(const config::Config& c, const RunPlan& run, torch::Device device,
                            int stage = 0);
 // A Mixture-of-Experts model's router losses (model.router_aux_loss, model.router_aux_loss_coef,
-// model.router_z_loss_coef) over what config.json says, and model.router_dtype, into `model.moe`. On a dense model a key
-// set otherwise than its default warns that it has no effect. Error(kConfig) naming the key (or
-// config.json's output_router_logits) for the losses with pipeline parallelism: they pool every
-// layer's statistics before their gradient reaches any layer.
+// model.router_z_loss_coef) over what config.json says, and model.router_dtype, into `model.moe`.
+// On a dense model a key set otherwise than its default warns that it has no effect. Error(kConfig)
+// naming the key (or config.json's output_router_logits) for the losses with pipeline parallelism:
+// they pool every layer's statistics before their gradient reaches any layer.
 void apply_router_options(const config::Config& c, model::ModelConfig& model);
 
 }  // namespace dstrain::train
