@@ -29,15 +29,19 @@ figures for the summary table and exiting non-zero when the check fails:
                                           training.cuda_graphs: auto against off: losses
                                           bit-identical, and auto kept the graphs (the tiny model
                                           is bound by launches); its first-use timings
+  checks.py moe-compare GROUPED PER_EXPERT
+                                          the moe step's runs (their out_dirs): each loss fell,
+                                          tokens/s, how far their losses are apart
 
 Only the standard library is needed for bench-figures, trace-top, profile-top, resume-compare,
-graphs-compare and graphs-auto; wheels needs
+graphs-compare, graphs-auto and moe-compare; wheels needs
 packaging (DeepSpeed needs it too); versions and tiny-run import torch, transformers and
 safetensors of the device's python3.
 """
 
 import json
 import os
+import statistics
 import sys
 import tempfile
 import zipfile
@@ -396,6 +400,30 @@ def profile_top(profile_path, steps, n, table_out):
     return 0
 
 
+def moe_compare(grouped_dir, loop_dir):
+    """The moe step's two runs (metrics.jsonl under each): each one's first and last loss and
+    median tokens/s after the first 3 steps, and the largest relative difference of their losses.
+    Fails when a run is missing a step or its loss did not fall."""
+    figures, curves, ok = [], [], True
+    for name, d in (("grouped", grouped_dir), ("per expert", loop_dir)):
+        recs = read_records(os.path.join(d, "metrics.jsonl"))
+        losses = read_losses(os.path.join(d, "metrics.jsonl"))
+        tps = [r["tokens_per_s"] for r in recs if "tokens_per_s" in r and r["step"] > 3]
+        steps = sorted(losses)
+        if not steps:
+            return print(f"{name}: no losses") or 1
+        fell = losses[steps[-1]] < losses[steps[0]]
+        ok = ok and fell
+        speed = f", {statistics.median(tps):.0f} tokens/s" if tps else ""
+        figures.append(f"{name}: loss {losses[steps[0]]:.4f} -> {losses[steps[-1]]:.4f}{speed}")
+        curves.append(losses)
+    common = sorted(set(curves[0]) & set(curves[1]))
+    ok = ok and len(common) == len(curves[0]) == len(curves[1])
+    worst = max((abs(curves[0][s] - curves[1][s]) / abs(curves[1][s]) for s in common), default=0)
+    print("; ".join(figures) + f"; losses within {worst:.2e} relative")
+    return 0 if ok else 1
+
+
 def main(argv):
     if not argv:
         print(__doc__, file=sys.stderr)
@@ -413,6 +441,8 @@ def main(argv):
         return graphs_compare(rest[0], rest[1], rest[2], int(rest[3]), rest[4])
     if cmd == "graphs-auto" and len(rest) == 4:
         return graphs_auto(rest[0], rest[1], rest[2], rest[3])
+    if cmd == "moe-compare" and len(rest) == 2:
+        return moe_compare(rest[0], rest[1])
     if cmd == "bench-figures" and rest:
         return bench_figures(*rest)
     if cmd == "wheels" and len(rest) == 2:
