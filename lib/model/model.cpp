@@ -191,8 +191,8 @@ BlockContext DecoderModelImpl::context(int64_t seq_len, const Positions& positio
   ctx.training = is_training();
   // (Out of training only for the router losses' value: transformers adds them in eval too.)
   if (config_.moe.experts > 0 && (ctx.training || config_.moe.router_losses())) {
-    ctx.router = c10::make_intrusive<RouterRecord>(config_.moe_layers(), config_.moe.experts,
-                                                   config_.moe.router_losses());
+    ctx.router =
+        c10::make_intrusive<RouterRecord>(config_.moe_layers(), config_.moe.router_losses());
   }
   return ctx;
 }

@@ -133,11 +133,8 @@ torch::Tensor RouterLosses::weighted(const MoeConfig& moe) const {
   return sum;
 }
 
-RouterRecord::RouterRecord(int64_t layers, int64_t experts, bool losses)
-    : experts_(experts),
-      losses_(losses),
-      load_(static_cast<size_t>(layers)),
-      totals_(static_cast<size_t>(layers)) {}
+RouterRecord::RouterRecord(int64_t layers, bool losses)
+    : losses_(losses), load_(static_cast<size_t>(layers)), totals_(static_cast<size_t>(layers)) {}
 
 torch::Tensor RouterRecord::report(int64_t slot, const torch::Tensor& output,
                                    const torch::Tensor& load, const RouterTotals& totals) {

@@ -105,7 +105,7 @@ RouterLosses router_losses(const RouterTotals& totals);
 // totals are their sum).
 class RouterRecord : public torch::CustomClassHolder {
  public:
-  RouterRecord(int64_t layers, int64_t experts, bool losses);
+  RouterRecord(int64_t layers, bool losses);  // `layers`: the model's MoE layers
   bool losses() const { return losses_; }
   // Layer `slot` (ModelConfig::moe_layer_slot): `load` [E] its choices per expert, and with the
   // losses its RouterTotals (`sums` as computed, the node is added to `output`, which is returned).
@@ -121,7 +121,6 @@ class RouterRecord : public torch::CustomClassHolder {
   void set_sums_grad(torch::Tensor grad) { sums_grad_ = std::move(grad); }
 
  private:
-  int64_t experts_;
   bool losses_;
   std::vector<torch::Tensor> load_;  // per slot, undefined until reported
   std::vector<RouterTotals> totals_;

@@ -474,7 +474,7 @@ std::vector<std::pair<std::string, double>> Trainer::router_metrics() {
                         torch::TensorOptions(device_).dtype(torch::kFloat));
   }
   comm::synchronize(*comm_->all_reduce(load, comm::ReduceOp::kSum));
-  load = load.cpu();
+  load = load.cpu() / size(Axis::kTensor);  // (a tensor-parallel group routes the same tokens)
   double worst = 0;
   int64_t dead = 0;
   for (int64_t layer = 0, slot = 0; layer < model_config_.num_hidden_layers; ++layer) {

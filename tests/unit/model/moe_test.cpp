@@ -254,7 +254,7 @@ TEST(RouterLosses, PooledOverTheLayersAsTransformersComputesThem) {
   torch::Tensor real = torch::ones({2, 5}, torch::kBool);
   real[1].narrow(0, 3, 2).fill_(false);  // the second row's last two tokens are padding
 
-  const auto record = c10::make_intrusive<RouterRecord>(2, c.moe.experts, true);
+  const auto record = c10::make_intrusive<RouterRecord>(2, true);
   const torch::Tensor h = first(x, record.get(), real);
   const torch::Tensor out = second(h, record.get(), real);
   // The language-model part stands in as 0 · the output: only the router losses' gradient.
@@ -299,7 +299,7 @@ TEST(RouterLosses, Float32RouterLogitsInABf16Model) {
     SparseMoe moe(c, Materialize::kYes, 0);
     randomize(*moe);
     moe->to(torch::kBFloat16);
-    const auto record = c10::make_intrusive<RouterRecord>(1, c.moe.experts, true);
+    const auto record = c10::make_intrusive<RouterRecord>(1, true);
     moe(x, record.get());
     z.push_back(router_losses(record->totals(torch::Tensor())).z.item<double>());
     const torch::Tensor logits =
