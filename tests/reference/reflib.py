@@ -249,10 +249,10 @@ def save_tiny_model(out_dir, cfg, seed=1234):
     return out_dir
 
 
-def load_hf(model_dir, dtype=torch.float32):
+def load_hf(model_dir, dtype=torch.float32, **kwargs):
     import transformers
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        model_dir, dtype=dtype, attn_implementation="sdpa").to(device())
+        model_dir, dtype=dtype, attn_implementation="sdpa", **kwargs).to(device())
     model.train()  # dropout is 0 in these configs; train mode as in training
     return model
 

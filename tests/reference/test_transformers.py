@@ -58,6 +58,25 @@ def test_forward_backward_bf16_as_accurate_as_transformers(models, tmp, name):
 
 BF16_TENSOR_FACTOR, BF16_MEDIAN_FACTOR, BF16_FLOOR = 4.0, 1.5, 1e-2
 
+MOE_CONFIGS = sorted(n for n, c in reflib.TINY_CONFIGS.items()
+                     if c["model_type"] in ("qwen2_moe", "qwen3_moe", "mixtral"))
+
+
+@pytest.mark.parametrize("name", MOE_CONFIGS)
+def test_moe_matches_both_experts_implementations(models, tmp, name):
+    """transformers computes the experts by one grouped product per projection (its default,
+    `grouped_mm`, the other tests' reference) or by a loop over the experts (`eager`): dstrain's
+    logits, loss (with the load-balancing loss where on) and every gradient equal both."""
+    ids, labels = batch(reflib.TINY_CONFIGS[name])
+    got = reflib.dstrain_forward(tmp, models[name], ids, "float32", labels)
+    for impl in ("grouped_mm", "eager"):
+        model = reflib.load_hf(models[name], experts_implementation=impl)
+        assert model.config._experts_implementation == impl
+        try:
+            reflib.compare_all(got, reflib.hf_forward(model, ids, labels), reflib.FP32_TOL)
+        except AssertionError as e:
+            raise AssertionError(f"experts_implementation={impl}: {e}") from None
+
 
 def batch(cfg):
     ids = reflib.random_ids(cfg["vocab_size"], 2, reflib.TEST_SEQ, seed=5)
