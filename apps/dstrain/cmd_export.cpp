@@ -11,8 +11,8 @@ void set_export_command(CLI::App& root, int* exit_code) {
   cmd->footer(
       "Writes config.json, model.safetensors (or shards + model.safetensors.index.json) and the\n"
       "run's tokenizer files. Works for checkpoints of any world size and ZeRO stage.\n"
-      "A LoRA checkpoint needs --adapter-only (a PEFT adapter directory, loadable by PEFT and\n"
-      "vLLM) or --merge-lora (the merged model; the base model must be the one trained on).\n"
+      "A LoRA checkpoint needs --adapter-only (a PEFT adapter directory, checked to load in\n"
+      "PEFT) or --merge-lora (the merged model; the base model must be the one trained on).\n"
       "Examples:\n"
       "  dstrain export runs/tiny/checkpoints/latest --out runs/tiny/hf --dtype bfloat16\n"
       "  dstrain export runs/lora/checkpoints/latest --adapter-only --out runs/lora/adapter");
