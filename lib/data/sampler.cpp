@@ -55,7 +55,7 @@ DistributedSampler::DistributedSampler(const SamplerOptions& options) : options_
   if (n < global_batch_) {
     fail(ErrorKind::kInput,
          "{}: the dataset has {} samples but one global batch needs {} (micro batch {} x "
-         "gradient accumulation {} x world size {}); add data or lower the batch size",
+         "gradient accumulation {} x data-parallel ranks {}); add data or lower the batch size",
          options.dataset_name, n, global_batch_, options.micro_batch, options.accum_steps,
          options.world_size);
   }
