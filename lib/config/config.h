@@ -154,6 +154,7 @@ struct LoraSection {
   double alpha = 16;
   double dropout = 0.0;
   std::vector<std::string> target_modules = {"q_proj", "v_proj"};
+  std::vector<std::string> target_parameters;  // expert stacks (PEFT's target_parameters)
   std::string bias = "none";
   bool use_rslora = false;
   std::string init = "default";  // default (A random as PEFT, B zero) | gaussian

@@ -57,8 +57,8 @@ bool operator==(const TrainingSection& a, const TrainingSection& b) {
 
 bool operator==(const LoraSection& a, const LoraSection& b) {
   auto t = [](const LoraSection& s) {
-    return std::tie(s.enabled, s.r, s.alpha, s.dropout, s.target_modules, s.bias, s.use_rslora,
-                    s.init, s.init_from);
+    return std::tie(s.enabled, s.r, s.alpha, s.dropout, s.target_modules, s.target_parameters,
+                    s.bias, s.use_rslora, s.init, s.init_from);
   };
   return t(a) == t(b);
 }

@@ -62,9 +62,10 @@ Field text(std::string path, Ref ref, std::vector<std::string> choices = {}) {
   return f;
 }
 
+// `range`: kPositive, a non-empty list; kNonNegative, the empty list (or null) too.
 template <typename Ref>
-Field text_list(std::string path, Ref ref) {
-  Field f = make(std::move(path), Kind::kStringList);
+Field text_list(std::string path, Ref ref, Range range = Range::kPositive) {
+  Field f = make(std::move(path), Kind::kStringList, range);
   f.get = [ref](const Config& c) { return Value(ref(c)); };
   f.set = [ref](Config& c, const Value& v) { ref(c) = std::get<std::vector<std::string>>(v); };
   return f;
@@ -334,7 +335,11 @@ void add_lora(std::vector<Field>& t) {
   t.push_back(integer("lora.r", Range::kPositive, DSTRAIN_MEMBER(lora.r)));
   t.push_back(number("lora.alpha", Range::kPositive, DSTRAIN_MEMBER(lora.alpha)));
   t.push_back(number("lora.dropout", Range::kFractionOpen, DSTRAIN_MEMBER(lora.dropout)));
-  t.push_back(text_list("lora.target_modules", DSTRAIN_MEMBER(lora.target_modules)));
+  // Empty only where target_parameters chooses the adapters (lora::LoraModel says so).
+  t.push_back(
+      text_list("lora.target_modules", DSTRAIN_MEMBER(lora.target_modules), Range::kNonNegative));
+  t.push_back(text_list("lora.target_parameters", DSTRAIN_MEMBER(lora.target_parameters),
+                        Range::kNonNegative));
   t.push_back(text("lora.bias", DSTRAIN_MEMBER(lora.bias), {"none", "all", "lora_only"}));
   t.push_back(boolean("lora.use_rslora", DSTRAIN_MEMBER(lora.use_rslora)));
   t.push_back(text("lora.init", DSTRAIN_MEMBER(lora.init), {"default", "gaussian"}));

@@ -108,7 +108,9 @@ std::optional<Value> try_parse(const Field& f, const YAML::Node& node) {
     case Kind::kStringList: {
       // A single string is a one-element list, as PEFT accepts for target_modules.
       if (node.IsScalar()) return Value(std::vector<std::string>{node.Scalar()});
-      if (!node.IsSequence() || node.size() == 0) return std::nullopt;
+      const bool empty_ok = f.range == Range::kNonNegative;
+      if (empty_ok && node.IsNull()) return Value(std::vector<std::string>{});
+      if (!node.IsSequence() || (node.size() == 0 && !empty_ok)) return std::nullopt;
       std::vector<std::string> out;
       for (const auto& item : node) {
         if (!item.IsScalar()) return std::nullopt;
@@ -183,7 +185,7 @@ std::string expected_text(const Field& f) {
     case Kind::kString:
       return f.choices.empty() ? "a string" : fmt::format("one of {}", fmt::join(f.choices, ", "));
     case Kind::kStringList:
-      return "a non-empty list of strings";
+      return f.range == Range::kNonNegative ? "a list of strings" : "a non-empty list of strings";
     case Kind::kBetas:
       return "a list of two numbers in [0, 1)";
   }

@@ -32,6 +32,8 @@ json config_json(const Adapter& a) {
           {"lora_alpha", number(o.alpha)},
           {"lora_dropout", o.dropout},
           {"target_modules", targets},
+          {"target_parameters",
+           o.target_parameters.empty() ? json(nullptr) : json(o.target_parameters)},
           {"bias", "none"},
           {"base_model_name_or_path", a.base_model},
           {"use_rslora", o.use_rslora},
@@ -89,9 +91,9 @@ LoraOptions parse_options(const json& j, const stdfs::path& file) {
   // them unset (null, false, {} or []) for a plain LoRA adapter.
   for (const char* key :
        {"use_dora", "rank_pattern", "alpha_pattern", "modules_to_save", "exclude_modules",
-        "layers_to_transform", "layer_replication", "lora_bias", "target_parameters",
-        "trainable_token_indices", "alora_invocation_tokens", "use_qalora", "use_bdlora",
-        "arrow_config", "kasa_config", "monteclora_config"}) {
+        "layers_to_transform", "layer_replication", "lora_bias", "trainable_token_indices",
+        "alora_invocation_tokens", "use_qalora", "use_bdlora", "arrow_config", "kasa_config",
+        "monteclora_config"}) {
     require_unset(j, key, file);
   }
   require_plain_init(j, file);
@@ -101,11 +103,21 @@ LoraOptions parse_options(const json& j, const stdfs::path& file) {
   o.dropout = j.value("lora_dropout", 0.0);
   o.use_rslora = j.value("use_rslora", false);
   const json& t = j.at("target_modules");
-  if (t.is_string()) {
+  if (t.is_null()) {  // PEFT leaves it unset where target_parameters chooses the adapters
+    o.target_modules = {};
+  } else if (t.is_string()) {
     o.target_modules = {t.get<std::string>()};
     o.target_regex = !is_all_linear(o.target_modules);
   } else {
     o.target_modules = t.get<std::vector<std::string>>();
+  }
+  const auto parameters = j.find("target_parameters");
+  if (parameters != j.end() && !parameters->is_null()) {
+    o.target_parameters = parameters->get<std::vector<std::string>>();
+  }
+  if (o.target_modules.empty() && o.target_parameters.empty()) {
+    fail(ErrorKind::kInput, "{}: target_modules and target_parameters select nothing",
+         file.string());
   }
   if (j.contains("init_lora_weights") && j.at("init_lora_weights") == "gaussian")
     o.init = "gaussian";
@@ -152,10 +164,12 @@ std::vector<LoraWeights> read_weights(const stdfs::path& file, int64_t r) {
       fail(ErrorKind::kInput, "{}: module {} has lora_{} but not lora_{}", file.string(), module,
            w.A.defined() ? "A" : "B", w.A.defined() ? "B" : "A");
     }
-    if (w.A.dim() != 2 || w.B.dim() != 2 || w.A.size(0) != r || w.B.size(1) != r) {
+    // An expert stack's: [r·E, in] and [out, r·E] (E experts).
+    if (w.A.dim() != 2 || w.B.dim() != 2 || w.A.size(0) % r != 0 || w.A.size(0) == 0 ||
+        w.B.size(1) != w.A.size(0)) {
       fail(ErrorKind::kInput,
-           "{}: module {}: lora_A must be [r, in] and lora_B [out, r] with r = {} from "
-           "adapter_config.json",
+           "{}: module {}: lora_A must be [r, in] and lora_B [out, r] (an expert stack's "
+           "[r·E, in] and [out, r·E]) with r = {} from adapter_config.json",
            file.string(), module, r);
     }
     out.push_back(std::move(w));

@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -73,15 +74,41 @@ class LoraAdapter : public model::LinearAdapter {
   bool column_parallel_;
 };
 
+// The adapter installed on an expert stack [E, out, in], as PEFT's ParamWrapper lays it out:
+// A [r·E, in] holds expert e's A_e [r, in] at rows e·r.., B [out, r·E] its B_e [out, r] at columns
+// e, E + e, 2E + e, ...; expert e's ΔW_e = B_e·A_e·scale, computed per row as two grouped products
+// of rank r (no [E, out, in] delta is formed). No dropout (PEFT refuses it on stacks).
+class ExpertsLoraAdapter : public model::ExpertsAdapter {
+ public:
+  ExpertsLoraAdapter(torch::Tensor a, torch::Tensor b, int64_t experts, double scale)
+      : A(std::move(a)), B(std::move(b)), experts_(experts), scale_(scale) {}
+
+  torch::Tensor delta(const torch::Tensor& rows, const torch::Tensor& ends, bool grouped) override {
+    const int64_t r = A.size(0) / experts_;
+    const torch::Tensor a = A.reshape({experts_, r, A.size(1)});
+    const torch::Tensor b = B.reshape({B.size(0), r, experts_}).permute({2, 0, 1}).contiguous();
+    return model::expert_linear(model::expert_linear(rows, a, ends, grouped), b, ends, grouped) *
+           scale_;
+  }
+
+  torch::Tensor A;  // [r·E, in]
+  torch::Tensor B;  // [out, r·E]
+
+ private:
+  int64_t experts_;
+  double scale_;
+};
+
 namespace {
 
 std::string shape_str(torch::IntArrayRef sizes) {
   return fmt::format("[{}]", fmt::join(sizes, ", "));
 }
 
-// A [r, in] float32 from `gen`, as PEFT initialises it.
-torch::Tensor initial_a(int64_t r, int64_t in, const std::string& init, at::Generator& gen) {
-  torch::Tensor a = torch::empty({r, in}, torch::kFloat);
+// A [rows, in] float32 from `gen`, as PEFT initialises it (rows: r, or r·E for an expert stack).
+torch::Tensor initial_a(int64_t rows, int64_t in, int64_t r, const std::string& init,
+                        at::Generator& gen) {
+  torch::Tensor a = torch::empty({rows, in}, torch::kFloat);
   if (init == "gaussian") {
     a.normal_(0.0, 1.0 / static_cast<double>(r), gen);
   } else {
@@ -112,39 +139,74 @@ LoraModel::LoraModel(model::DecoderModel model, LoraOptions options, const std::
     // PEFT's all-linear takes every nn.Linear but the head: the routers too.
     fail(ErrorKind::kConfig,
          "{}: lora.target_modules: all-linear on a Mixture-of-Experts model ({}) would adapt the "
-         "routers (mlp.gate) as PEFT does, which dstrain does not, and LoRA on the experts is not "
-         "supported yet; name the projections, e.g. [q_proj, k_proj, v_proj, o_proj]",
+         "routers (mlp.gate) as PEFT does, which dstrain does not; name the projections, e.g. "
+         "[q_proj, k_proj, v_proj, o_proj], and the experts with lora.target_parameters: "
+         "[mlp.experts.gate_up_proj, mlp.experts.down_proj]",
          key, model_->config().model_type);
   }
-  targets_ = resolve_targets(*model_, options_.target_modules, options_.target_regex,
-                             key + ": lora.target_modules");
+  const bool stacks = !options_.target_parameters.empty();
+  if (stacks && options_.dropout > 0) {
+    fail(ErrorKind::kConfig,
+         "{}: lora.dropout is {} with lora.target_parameters; an adapter on an expert stack takes "
+         "no dropout (PEFT refuses it too); set lora.dropout: 0",
+         key, options_.dropout);
+  }
+  // target_modules may be empty where target_parameters chooses the adapters (as in PEFT).
+  if (!stacks || !options_.target_modules.empty()) {
+    targets_ = resolve_targets(*model_, options_.target_modules, options_.target_regex,
+                               key + ": lora.target_modules");
+  }
   if (!options_.target_regex) {
     options_.target_modules = expand_all_linear(*model_, options_.target_modules);
   }
+  for (TargetModule& t :
+       resolve_parameters(*model_, options_.target_parameters, key + ": lora.target_parameters")) {
+    targets_.push_back(std::move(t));
+  }
+  // Block by block: the projections, then the expert stacks.
+  std::stable_sort(targets_.begin(), targets_.end(),
+                   [](const TargetModule& a, const TargetModule& b) { return a.block < b.block; });
   // A generator of its own: the adapters' values depend on the seed alone, not on what else
   // drew from the global generator.
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(options_.seed);
   model::TensorParallel* tp = model_->tensor_parallel();
   torch::NoGradGuard no_grad;
+  const int64_t r = options_.r;
   for (auto& t : targets_) {
+    if (t.is_stack()) {  // replicated: a MoE model runs without tensor parallelism
+      torch::Tensor a = initial_a(r * t.num_experts, t.in_features, r, options_.init, gen);
+      torch::Tensor b = torch::zeros({t.out_features, r * t.num_experts}, torch::kFloat);
+      a.set_requires_grad(true);
+      b.set_requires_grad(true);
+      t.experts->adapter(t.parameter) =
+          std::make_shared<ExpertsLoraAdapter>(a, b, t.num_experts, options_.scale());
+      installed_.push_back({a, b, model::Placement{}, model::Placement{}});
+      continue;
+    }
     const model::Placement& placement = t.linear->weight_placement;
     // A drawn whole (a row-parallel projection's input is this rank's columns of it), then sliced.
     const int64_t columns =
         tp != nullptr && placement.kind == model::PlacementKind::kRow ? tp->size() : 1;
-    torch::Tensor a = initial_a(options_.r, t.in_features * columns, options_.init, gen);
+    torch::Tensor a = initial_a(r, t.in_features * columns, r, options_.init, gen);
     if (columns > 1) a = a.narrow(1, tp->rank() * t.in_features, t.in_features).contiguous();
-    torch::Tensor b = torch::zeros({t.out_features, options_.r}, torch::kFloat);
+    torch::Tensor b = torch::zeros({t.out_features, r}, torch::kFloat);
     a.set_requires_grad(true);
     b.set_requires_grad(true);
     auto adapter =
         std::make_shared<LoraAdapter>(a, b, options_.scale(), options_.dropout, tp, placement);
-    t.linear->adapter = adapter;
-    adapters_.push_back(std::move(adapter));
+    installed_.push_back({a, b, adapter->a_placement(), adapter->b_placement()});
+    t.linear->adapter = std::move(adapter);
   }
 }
 
 LoraModel::~LoraModel() {
-  for (auto& t : targets_) t.linear->adapter = nullptr;
+  for (auto& t : targets_) {
+    if (t.is_stack()) {
+      t.experts->adapter(t.parameter) = nullptr;
+    } else {
+      t.linear->adapter = nullptr;
+    }
+  }
 }
 
 std::vector<std::string> LoraModel::modules() const {
@@ -162,9 +224,9 @@ std::vector<std::pair<std::string, torch::Tensor>> LoraModel::named_parameters()
 std::vector<LoraModel::BlockParameter> LoraModel::block_parameters() const {
   std::vector<BlockParameter> out;
   for (size_t i = 0; i < targets_.size(); ++i) {
-    const LoraAdapter& a = *adapters_[i];
-    out.push_back({lora_a_name(targets_[i].path), a.A, targets_[i].block, a.a_placement()});
-    out.push_back({lora_b_name(targets_[i].path), a.B, targets_[i].block, a.b_placement()});
+    const Installed& a = installed_[i];
+    out.push_back({lora_a_name(targets_[i].path), a.A, targets_[i].block, a.a_placement});
+    out.push_back({lora_b_name(targets_[i].path), a.B, targets_[i].block, a.b_placement});
   }
   return out;
 }
@@ -172,14 +234,14 @@ std::vector<LoraModel::BlockParameter> LoraModel::block_parameters() const {
 std::vector<LoraWeights> LoraModel::weights() const {
   std::vector<LoraWeights> out;
   for (size_t i = 0; i < targets_.size(); ++i) {
-    out.push_back({targets_[i].path, adapters_[i]->A, adapters_[i]->B});
+    out.push_back({targets_[i].path, installed_[i].A, installed_[i].B});
   }
   return out;
 }
 
 int64_t LoraModel::num_parameters() const {
   int64_t n = 0;
-  for (const auto& a : adapters_) n += a->A.numel() + a->B.numel();
+  for (const Installed& a : installed_) n += a.A.numel() + a.B.numel();
   return n;
 }
 
@@ -206,8 +268,8 @@ void LoraModel::load(const std::vector<LoraWeights>& from, const std::string& so
     if (it == by_module.end()) {
       fail(ErrorKind::kInput, "{}: the adapter has no weights for module {}", source, module);
     }
-    LoraAdapter& a = *adapters_[i];
-    const model::Placement split_a = a.a_placement(), split_b = a.b_placement();
+    Installed& a = installed_[i];
+    const model::Placement split_a = a.a_placement, split_b = a.b_placement;
     const std::vector<int64_t> want_a = whole_sizes(a.A, split_a),
                                want_b = whole_sizes(a.B, split_b);
     if (it->second->A.sizes() != c10::IntArrayRef(want_a) ||
@@ -229,18 +291,31 @@ void LoraModel::load(const std::vector<LoraWeights>& from, const std::string& so
 }
 
 void merge_lora(model::DecoderModelImpl& model, const std::vector<LoraWeights>& weights,
-                double scale) {
+                const LoraOptions& options) {
   std::map<std::string, TargetModule> by_path;
   for (auto& t : targetable_modules(model)) by_path[t.path] = t;
+  for (auto& t :
+       resolve_parameters(model, options.target_parameters, "the adapter's target_parameters")) {
+    by_path[t.path] = t;
+  }
   torch::NoGradGuard no_grad;
   for (const auto& w : weights) {
     const auto it = by_path.find(w.module);
     if (it == by_path.end()) {
-      fail(ErrorKind::kInput, "LoRA module {} is not a projection of this model", w.module);
+      fail(ErrorKind::kInput, "LoRA module {} is not a projection or expert stack of this model",
+           w.module);
     }
     torch::Tensor& W = it->second.weight;
-    const torch::Tensor delta =
-        torch::matmul(w.B.to(torch::kFloat), w.A.to(torch::kFloat)) * scale;  // [out, in]
+    const torch::Tensor A = w.A.to(torch::kFloat), B = w.B.to(torch::kFloat);
+    torch::Tensor delta;  // [out, in], or [E, out, in]: expert e's B_e·A_e (ExpertsLoraAdapter)
+    if (it->second.is_stack()) {
+      const int64_t E = it->second.num_experts, r = A.size(0) / E;
+      delta = torch::bmm(B.reshape({B.size(0), r, E}).permute({2, 0, 1}),
+                         A.reshape({E, r, A.size(1)})) *
+              options.scale();
+    } else {
+      delta = torch::matmul(B, A) * options.scale();
+    }
     if (delta.sizes() != W.sizes()) {
       fail(ErrorKind::kInput, "LoRA module {}: B·A is {} but the weight is {}", w.module,
            shape_str(delta.sizes()), shape_str(W.sizes()));

@@ -1,15 +1,17 @@
 #pragma once
 // LoRA on a DecoderModel: y = W·x + B·A·dropout(x)·scale for each targeted projection, with
 //   A [r, in]  (lora_A.weight)   B [out, r]  (lora_B.weight)   scale = alpha/r (rsLoRA: alpha/√r)
-// as PEFT defines it, so ΔW = B·A·scale.
+// as PEFT defines it, so ΔW = B·A·scale. On an expert stack [E, out, in] (lora.target_parameters,
+// PEFT's ParamWrapper) each expert e has its own ΔW_e = B_e·A_e·scale, held as A [r·E, in] and
+// B [out, r·E] in PEFT's layout (lora_model.cpp).
 //
 // The adapters live beside the model, not inside it: the model's named_parameters() stay the
 // Hugging Face base weights, and LoraModel::named_parameters() are the only trainable tensors.
 // A and B are created float32 on the CPU: A from `seed` (default: kaiming-uniform with a=√5, i.e.
-// U(-1/√in, 1/√in); gaussian: N(0, (1/r)²)), drawn module by module in forward order from a
-// generator of its own (the global RNG is not touched), and B = 0, so the adapted model starts
-// equal to the base. Callers may move A and B into other storage (set_data, as the ZeRO engine
-// does): the adapters keep using the same tensor objects.
+// U(-1/√in, 1/√in); gaussian: N(0, (1/r)²)), drawn module by module in the order of modules()
+// from a generator of its own (the global RNG is not touched), and B = 0, so the adapted model
+// starts equal to the base. Callers may move A and B into other storage (set_data, as the ZeRO
+// engine does): the adapters keep using the same tensor objects.
 //
 // Lifetime: the LoraModel must outlive every forward of the model; its destructor removes the
 // adapters from the model.
@@ -40,20 +42,19 @@ namespace dstrain::lora {
 // The two matrices of one adapted module.
 struct LoraWeights {
   std::string module;  // module path, e.g. "model.layers.0.self_attn.q_proj"
-  torch::Tensor A;     // [r, in]
-  torch::Tensor B;     // [out, r]
+  torch::Tensor A;     // [r, in]; an expert stack's [r·E, in]
+  torch::Tensor B;     // [out, r]; an expert stack's [out, r·E]
 };
 
 // Parameter names used for the trainable tensors (in checkpoints and the engine).
 std::string lora_a_name(const std::string& module);  // "<module>.lora_A.weight"
 std::string lora_b_name(const std::string& module);  // "<module>.lora_B.weight"
 
-class LoraAdapter;
-
 class LoraModel {
  public:
-  // Resolves options.target_modules (Error(kConfig) as in targets.h, `key` names the config key),
-  // creates and initialises A and B, and installs the adapters. Error(kConfig) for an unknown init.
+  // Resolves options.target_modules and target_parameters (Error(kConfig) as in targets.h, `key`
+  // names the config file), creates and initialises A and B, and installs the adapters.
+  // Error(kConfig) for an unknown init, all-linear on a MoE model, or dropout with expert stacks.
   LoraModel(model::DecoderModel model, LoraOptions options, const std::string& key);
   ~LoraModel();
   LoraModel(const LoraModel&) = delete;
@@ -62,9 +63,10 @@ class LoraModel {
   // The options given, with target_modules "all-linear" replaced by the projection names it
   // selected (what adapter_config.json records, as PEFT does).
   const LoraOptions& options() const { return options_; }
-  // Adapted module paths in forward order.
+  // Adapted module paths, block by block (each block's projections in forward order, then its
+  // expert stacks).
   std::vector<std::string> modules() const;
-  // The adapted projections in forward order (each with the model block it belongs to).
+  // The adapted projections and stacks in that order (each with the model block it belongs to).
   const std::vector<TargetModule>& targets() const { return targets_; }
   // (lora_A name, A), (lora_B name, B) per module, in forward order: the trainable parameters.
   std::vector<std::pair<std::string, torch::Tensor>> named_parameters() const;
@@ -89,12 +91,19 @@ class LoraModel {
   model::DecoderModel model_;
   LoraOptions options_;
   std::vector<TargetModule> targets_;
-  std::vector<std::shared_ptr<LoraAdapter>> adapters_;
+  // Per target: the A and B its adapter reads (the same tensor objects) and their placements.
+  struct Installed {
+    torch::Tensor A, B;
+    model::Placement a_placement, b_placement;
+  };
+  std::vector<Installed> installed_;
 };
 
-// W += B·A·scale for every module of `weights` (computed in float32, stored in W's dtype).
-// Error(kInput) when a module is not a targetable projection of `model` or a shape differs.
+// W += B·A·scale for every module of `weights` (computed in float32, stored in W's dtype; an expert
+// stack's W_e += B_e·A_e·scale, the layout of lora_model.cpp's ExpertsLoraAdapter), scale and the
+// stacks' paths from `options`. Error(kInput) when a module is not a targetable projection or
+// selected stack of `model` or a shape differs.
 void merge_lora(model::DecoderModelImpl& model, const std::vector<LoraWeights>& weights,
-                double scale);
+                const LoraOptions& options);
 
 }  // namespace dstrain::lora

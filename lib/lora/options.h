@@ -16,6 +16,9 @@ struct LoraOptions {
   // path, or, when `target_regex`, one regular expression matched against the whole path.
   std::vector<std::string> target_modules = {"q_proj", "v_proj"};
   bool target_regex = false;
+  // PEFT's target_parameters: expert stacks ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
+  // matched as dotted-path suffixes of the parameter's name (targets.h).
+  std::vector<std::string> target_parameters;
   bool use_rslora = false;       // scale alpha/sqrt(r) instead of alpha/r
   std::string init = "default";  // default: A kaiming-uniform(a=sqrt(5)), B zero | gaussian
   uint64_t seed = 0;             // A's initial values depend on this seed only

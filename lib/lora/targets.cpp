@@ -1,5 +1,6 @@
 #include "lora/targets.h"
 
+#include <map>
 #include <regex>
 #include <set>
 
@@ -129,6 +130,68 @@ std::vector<TargetModule> resolve_targets(model::DecoderModelImpl& model,
   std::vector<TargetModule> out;
   for (auto& t : all) {
     if (regex ? std::regex_match(t.path, re) : target_matches(targets, false, t.path)) {
+      out.push_back(std::move(t));
+    }
+  }
+  return out;
+}
+
+std::vector<TargetModule> resolve_parameters(model::DecoderModelImpl& model,
+                                             const std::vector<std::string>& targets,
+                                             const std::string& key) {
+  if (targets.empty()) return {};
+  // Every stack, by its parameter name; grouped by experts module in forward order.
+  std::map<std::string, TargetModule> stacks;
+  std::vector<std::vector<std::string>> modules;
+  for (const auto& block : model.blocks()) {
+    std::string module;
+    for (const model::ExpertStack& s : block->block->expert_stacks()) {
+      TargetModule t;
+      t.path = block->name + "." + s.path;
+      t.projection = s.parameter;
+      t.parameter = s.parameter;
+      t.block = block->index;
+      t.experts = s.experts;
+      t.weight = s.experts->stack(s.parameter);
+      t.num_experts = t.weight.size(0);
+      t.out_features = t.weight.size(1);
+      t.in_features = t.weight.size(2);
+      if (t.path != module) modules.emplace_back();
+      module = t.path;
+      modules.back().push_back(t.path + "." + s.parameter);
+      stacks.emplace(modules.back().back(), std::move(t));
+    }
+  }
+  std::set<std::string> used;
+  for (const auto& item : model.named_parameters()) {
+    for (const auto& name : targets) {
+      if (!target_matches({name}, false, item.key())) continue;
+      used.insert(name);
+      if (!stacks.count(item.key())) {
+        fail(ErrorKind::kConfig,
+             "{}: '{}' selects parameter {}, which is not an expert stack; target_parameters "
+             "adapts the experts' gate_up_proj and down_proj (other weights: target_modules)",
+             key, name, item.key());
+      }
+    }
+  }
+  for (const auto& name : targets) {
+    if (used.count(name)) continue;
+    fail(ErrorKind::kConfig, "{}: '{}' matches no parameter of the model; {}", key, name,
+         stacks.empty() ? std::string("it has no expert stacks (a Mixture-of-Experts model's "
+                                      "mlp.experts.gate_up_proj and mlp.experts.down_proj)")
+                        : "expert stacks are named like " + modules.front().front());
+  }
+  std::vector<TargetModule> out;
+  for (const auto& names : modules) {
+    std::vector<std::string> chosen;
+    for (const auto& name : names) {
+      if (target_matches(targets, false, name)) chosen.push_back(name);
+    }
+    // PEFT's nesting: each later stack's wrapper around the earlier one's.
+    for (size_t i = 0; i < chosen.size(); ++i) {
+      TargetModule t = stacks.at(chosen[i]);
+      for (size_t deeper = i + 1; deeper < chosen.size(); ++deeper) t.path += ".base_layer";
       out.push_back(std::move(t));
     }
   }

@@ -19,6 +19,15 @@
 // Error(kConfig) listing the names that can be targeted. Matching reads only the block list and
 // module names, so it works on a model built without memory (model::Materialize::kNo).
 
+// Expert stacks ([E, out, in] parameters of a MoE layer's experts) are chosen as PEFT's
+// target_parameters chooses them: a name selects the parameter whose dotted name
+// ("model.layers.1.mlp.experts.gate_up_proj") equals it or ends with "." + name. PEFT wraps the
+// experts module once per selected stack, in the module's parameter order, each wrapper around the
+// last: the last selected stack's adapter is at the module's path, an earlier one's at
+// ".base_layer" deeper per later one (both of a Qwen3-MoE layer's stacks: gate_up_proj at
+// "model.layers.1.mlp.experts.base_layer", down_proj at "model.layers.1.mlp.experts"). A
+// TargetModule's path for a stack is that one, the module of its tensors' names in PEFT's files.
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,7 +43,13 @@ struct TargetModule {
   int64_t in_features = 0;
   int64_t out_features = 0;
   model::Linear linear{nullptr};  // the projection (its adapter slot: LinearImpl::adapter)
-  torch::Tensor weight;           // the projection's weight [out, in]
+  torch::Tensor weight;           // the projection's weight [out, in]; an expert stack [E, out, in]
+  // An expert stack (then `linear` is null and in/out_features are one expert's): the experts
+  // module holding it, the stack's name ("gate_up_proj" or "down_proj") and the number of experts.
+  model::Experts experts{nullptr};
+  std::string parameter;
+  int64_t num_experts = 0;
+  bool is_stack() const { return num_experts > 0; }
 };
 
 // Every projection that can carry an adapter, in forward order (block by block; in a decoder
@@ -66,5 +81,12 @@ bool target_matches(const std::vector<std::string>& targets, bool regex, const s
 std::vector<TargetModule> resolve_targets(model::DecoderModelImpl& model,
                                           const std::vector<std::string>& targets, bool regex,
                                           const std::string& key);
+
+// The expert stacks selected by `targets` (target_parameters), in forward order, with PEFT's paths
+// (above). Empty for an empty list. Error(kConfig) naming `key` when a name selects no parameter
+// or selects one that is not an expert stack.
+std::vector<TargetModule> resolve_parameters(model::DecoderModelImpl& model,
+                                             const std::vector<std::string>& targets,
+                                             const std::string& key);
 
 }  // namespace dstrain::lora

@@ -142,6 +142,12 @@ std::vector<Projection> DecoderLayerImpl::projections() {
   return out;
 }
 
+std::vector<ExpertStack> DecoderLayerImpl::expert_stacks() {
+  if (sparse_mlp.is_empty()) return {};
+  return {{"mlp.experts", "gate_up_proj", sparse_mlp->experts},
+          {"mlp.experts", "down_proj", sparse_mlp->experts}};
+}
+
 double DecoderLayerImpl::multiply_adds_per_token() const {
   double total = 0;
   for (const auto& item : named_parameters()) {

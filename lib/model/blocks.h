@@ -78,6 +78,14 @@ struct Projection {
   std::string key() const { return path.substr(path.rfind('.') + 1); }
 };
 
+// An expert stack inside a block that an adapter can be added to (LoRA's target_parameters: its
+// ExpertsImpl::adapter slot, which the experts' forward reads).
+struct ExpertStack {
+  std::string path;       // the experts module, relative to the block: "mlp.experts"
+  std::string parameter;  // "gate_up_proj" or "down_proj"
+  Experts experts;
+};
+
 // The run lib/estimate's memory model predicts: one micro-batch's forward and backward on one
 // rank.
 struct ActivationRun {
@@ -117,6 +125,9 @@ class Block {
   virtual std::vector<Placement> placements() { return {}; }
   // The projections an adapter may be added to; none by default.
   virtual std::vector<Projection> projections() { return {}; }
+  // The expert stacks an adapter may be added to, in their module's parameter order; none by
+  // default.
+  virtual std::vector<ExpertStack> expert_stacks() { return {}; }
   // Attention between RoPE and o_proj runs `core` (sequence parallelism); empty restores causal
   // attention. Blocks without attention ignore it.
   virtual void set_attention_core(const AttentionCore& core) {}
@@ -220,6 +231,7 @@ class DecoderLayerImpl : public torch::nn::Module, public Block {
   std::vector<torch::Tensor> weights() override;
   std::vector<Placement> placements() override;
   std::vector<Projection> projections() override;
+  std::vector<ExpertStack> expert_stacks() override;
   void set_attention_core(const AttentionCore& core) override { self_attn->core = core; }
   void set_tiled_mlp(int64_t setting) override {
     if (!mlp.is_empty()) mlp->set_tiling(setting);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/error.h"
 #include "model/fused_layer_ops.h"
 #include "model/storage.h"
 
@@ -85,11 +86,15 @@ torch::Tensor expert_linear(const torch::Tensor& rows, const torch::Tensor& weig
 }
 
 torch::Tensor experts_mlp(const torch::Tensor& rows, const torch::Tensor& gate_up,
-                          const torch::Tensor& down, const torch::Tensor& ends, bool grouped) {
-  const torch::Tensor h = expert_linear(rows, gate_up, ends, grouped);
+                          const torch::Tensor& down, const torch::Tensor& ends, bool grouped,
+                          ExpertsAdapter* gate_up_adapter, ExpertsAdapter* down_adapter) {
+  torch::Tensor h = expert_linear(rows, gate_up, ends, grouped);
+  if (gate_up_adapter != nullptr) h = h + gate_up_adapter->delta(rows, ends, grouped);
   const int64_t width = down.size(2);
-  return expert_linear(swiglu(h.narrow(1, 0, width), h.narrow(1, width, width)), down, ends,
-                       grouped);
+  const torch::Tensor a = swiglu(h.narrow(1, 0, width), h.narrow(1, width, width));
+  torch::Tensor y = expert_linear(a, down, ends, grouped);
+  if (down_adapter != nullptr) y = y + down_adapter->delta(a, ends, grouped);
+  return y;
 }
 
 bool grouped_experts_on(const torch::Tensor& rows) {
@@ -104,7 +109,20 @@ ExpertsImpl::ExpertsImpl(int64_t experts, int64_t hidden, int64_t width, Materia
 }
 
 torch::Tensor ExpertsImpl::forward(const torch::Tensor& rows, const torch::Tensor& ends) {
-  return experts_mlp(rows, gate_up_proj, down_proj, ends, grouped_experts_on(rows));
+  return experts_mlp(rows, gate_up_proj, down_proj, ends, grouped_experts_on(rows),
+                     gate_up_adapter.get(), down_adapter.get());
+}
+
+torch::Tensor ExpertsImpl::stack(const std::string& parameter) const {
+  if (parameter == "gate_up_proj") return gate_up_proj;
+  if (parameter == "down_proj") return down_proj;
+  fail(ErrorKind::kInternal, "an expert stack named {}", parameter);
+}
+
+std::shared_ptr<ExpertsAdapter>& ExpertsImpl::adapter(const std::string& parameter) {
+  if (parameter == "gate_up_proj") return gate_up_adapter;
+  if (parameter == "down_proj") return down_adapter;
+  fail(ErrorKind::kInternal, "an expert stack named {}", parameter);
 }
 
 Routed route(const torch::Tensor& experts, int64_t num_experts) {

@@ -33,6 +33,8 @@
 // the same sums.
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include <torch/custom_class.h>
@@ -43,6 +45,16 @@
 
 namespace dstrain::model {
 
+// Something added to an expert stack's products, computed from the same rows: LoRA on the experts
+// (lib/lora). rows [M, in] sorted by expert, `ends` and `grouped` as for expert_linear (below) →
+// [M, out] in the rows' dtype. The model never creates adapters (as LinearImpl::adapter).
+class ExpertsAdapter {
+ public:
+  virtual ~ExpertsAdapter() = default;
+  virtual torch::Tensor delta(const torch::Tensor& rows, const torch::Tensor& ends,
+                              bool grouped) = 0;
+};
+
 // rows [M, in] sorted by expert, `ends` [E] int32 the end of each expert's rows (the last M) →
 // [M, out]: each row · weight[e]ᵀ, weight [E, out, in], e the row's expert. `grouped`: one
 // at::_grouped_mm where the operands are aligned for it; else (and otherwise) one product per
@@ -50,9 +62,12 @@ namespace dstrain::model {
 torch::Tensor expert_linear(const torch::Tensor& rows, const torch::Tensor& weight,
                             const torch::Tensor& ends, bool grouped);
 // The experts' SwiGLU MLP over sorted rows: down(silu(gate(row)) · up(row)) of each row's expert,
-// gate_up [E, 2I, C] (gate rows first), down [E, C, I]; `grouped` as for expert_linear.
+// gate_up [E, 2I, C] (gate rows first), down [E, C, I]; `grouped` as for expert_linear. The
+// adapters (null: none) add their deltas to the two products.
 torch::Tensor experts_mlp(const torch::Tensor& rows, const torch::Tensor& gate_up,
-                          const torch::Tensor& down, const torch::Tensor& ends, bool grouped);
+                          const torch::Tensor& down, const torch::Tensor& ends, bool grouped,
+                          ExpertsAdapter* gate_up_adapter = nullptr,
+                          ExpertsAdapter* down_adapter = nullptr);
 // Whether the experts take the grouped product for `rows` (the header's rule, alignment aside).
 bool grouped_experts_on(const torch::Tensor& rows);
 
@@ -64,8 +79,14 @@ class ExpertsImpl : public torch::nn::Module {
   // → [M, C]: down(silu(gate(row)) · up(row)) of each row's expert.
   torch::Tensor forward(const torch::Tensor& rows, const torch::Tensor& ends);
 
+  // The stack named `parameter` ("gate_up_proj" or "down_proj") and its adapter's slot (null:
+  // none; whoever sets one keeps its parameters, as for LinearImpl::adapter).
+  torch::Tensor stack(const std::string& parameter) const;
+  std::shared_ptr<ExpertsAdapter>& adapter(const std::string& parameter);
+
   torch::Tensor gate_up_proj;  // [E, 2I, C]
   torch::Tensor down_proj;     // [E, C, I]
+  std::shared_ptr<ExpertsAdapter> gate_up_adapter, down_adapter;
 };
 TORCH_MODULE(Experts);
 

@@ -55,7 +55,7 @@ void export_lora(const ExportOptions& options, const ckpt::CheckpointReader& rea
   const torch::ScalarType dtype =
       model::resolve_dtype(options.dtype == "auto" ? m.compute_dtype : options.dtype, config);
   model::DecoderModel base = rebuild_base_model(config, lj, reader.dir());
-  lora::merge_lora(*base, adapter.weights, adapter.options.scale());
+  lora::merge_lora(*base, adapter.weights, adapter.options);
   model::save_weights(*base, options.out_dir, dtype);
   log::info("merged {} LoRA modules into the base model", adapter.weights.size());
 }

@@ -29,6 +29,7 @@ lora::LoraOptions lora_options(const config::Config& c) {
   o.dropout = s.dropout;
   o.target_modules = s.target_modules;
   o.target_regex = lora::is_regex_target(s.target_modules);
+  o.target_parameters = s.target_parameters;
   o.use_rslora = s.use_rslora;
   o.init = s.init;
   o.seed = c.training.seed;
@@ -48,11 +49,13 @@ lora::LoraOptions options_from_adapter(const lora::LoraOptions& from_config,
   differs("r", std::to_string(o.r), std::to_string(a.r));
   differs("alpha", fmt::format("{}", o.alpha), fmt::format("{}", a.alpha));
   differs("target_modules", json(o.target_modules).dump(), json(a.target_modules).dump());
+  differs("target_parameters", json(o.target_parameters).dump(), json(a.target_parameters).dump());
   differs("use_rslora", o.use_rslora ? "true" : "false", a.use_rslora ? "true" : "false");
   o.r = a.r;
   o.alpha = a.alpha;
   o.target_modules = a.target_modules;
   o.target_regex = a.target_regex;
+  o.target_parameters = a.target_parameters;
   o.use_rslora = a.use_rslora;
   return o;
 }
@@ -63,6 +66,7 @@ json lora_options_json(const lora::LoraOptions& o) {
           {"dropout", o.dropout},
           {"target_modules", o.target_modules},
           {"target_regex", o.target_regex},
+          {"target_parameters", o.target_parameters},
           {"use_rslora", o.use_rslora},
           {"init", o.init},
           {"seed", o.seed}};
@@ -75,6 +79,8 @@ lora::LoraOptions lora_options_from_json(const json& j) {
   o.dropout = j.at("dropout").get<double>();
   o.target_modules = j.at("target_modules").get<std::vector<std::string>>();
   o.target_regex = j.at("target_regex").get<bool>();
+  // Absent in checkpoints written before adapters on expert stacks.
+  o.target_parameters = j.value("target_parameters", std::vector<std::string>{});
   o.use_rslora = j.at("use_rslora").get<bool>();
   o.init = j.at("init").get<std::string>();
   o.seed = j.at("seed").get<uint64_t>();

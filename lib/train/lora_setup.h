@@ -2,7 +2,8 @@
 // LoRA's part of the run config and of checkpoints, shared by the trainer and `dstrain export`.
 //
 // A LoRA checkpoint's manifest carries, under "lora":
-//   {"r", "alpha", "dropout", "target_modules", "target_regex", "use_rslora", "init",
+//   {"r", "alpha", "dropout", "target_modules", "target_regex", "target_parameters", "use_rslora",
+//    "init",
 //    "modules": [module paths],
 //    "base": {"name_or_path", "dir", "init": "pretrained"|"random", "seed", "checksum"}}
 // The shards hold only the adapters' pieces (lora_A/lora_B master weights and optimizer state);

@@ -8,7 +8,8 @@
 - `dstrain export --merge-lora` equals PEFT's `merge_and_unload()` of the same adapter, weight by
   weight and in logits;
 - both of PEFT's target_modules forms (a list of names matched as suffixes, one string matched as
-  a full regex) and rsLoRA (alpha/√r) select and scale as PEFT does;
+  a full regex), target_parameters on a MoE model's expert stacks (PEFT's nested ParamWrappers,
+  its expert-major layouts) and rsLoRA (alpha/√r) select and scale as PEFT does;
 - lora_dropout > 0 acts in training only: evaluation logits are PEFT's model.eval() logits.
 
 Every expected value comes from running PEFT; nothing is hard-coded."""
@@ -63,7 +64,7 @@ def write_run_yaml(tmp, model_dir, corpus, lora, steps, lr, stage=0):
     training = {"max_steps": steps, "per_device_train_batch_size": MICRO,
                 "gradient_accumulation_steps": 1, "lr": lr, "lr_scheduler": "constant",
                 "weight_decay": 0.0, "seed": 11, "log_interval": 1}
-    lora = {k: yaml_targets(v) if k == "target_modules" else v for k, v in lora.items()}
+    lora = {k: yaml_targets(v) if k.startswith("target_") else v for k, v in lora.items()}
     path = reflib.write_run_config(os.path.join(tmp, "run.yaml"), model_dir, run_dir,
                                    reflib.line_corpus_data(corpus, SEQ, shuffle=False), training,
                                    stage=stage, save_final=True, more={"lora": lora})
@@ -125,6 +126,21 @@ def adapted_modules(model):
                   if isinstance(m, peft.tuners.lora.LoraLayer))
 
 
+def adapted_weights(model):
+    """The base weights an adapter changes: a module's weight, or a ParamWrapper's parameter (an
+    expert stack, named without PEFT's nesting)."""
+    out = []
+    for name, m in model.named_modules():
+        if not isinstance(m, peft.tuners.lora.LoraLayer):
+            continue
+        name = name[len(PEFT_PREFIX):]
+        if isinstance(m, peft.tuners.lora.ParamWrapper):
+            out.append(name.replace(".base_layer", "") + "." + m.parameter_name)
+        else:
+            out.append(name + ".weight")
+    return sorted(out)
+
+
 def assert_scaling(model, r, alpha, rslora):
     want = alpha / r ** 0.5 if rslora else alpha / r
     for name, m in model.named_modules():
@@ -157,7 +173,7 @@ def compare_merged(model_dir, adapter_dir, merged_dir, ids, what):
     """dstrain's --merge-lora directory against PEFT's merge_and_unload() of the same adapter: every
     weight (exactly the adapted ones moved), and logits."""
     peft_model = peft.PeftModel.from_pretrained(base_model(model_dir), adapter_dir)
-    adapted = sorted(m + ".weight" for m in adapted_modules(peft_model))
+    adapted = adapted_weights(peft_model)
     want_model = peft_model.merge_and_unload()
     got_model = base_model(merged_dir)
     base = {n: p.detach().cpu() for n, p in base_model(model_dir).named_parameters()}
@@ -186,11 +202,13 @@ TRAINED = {
     "llama-regex-rslora": dict(model="llama-mha-tied", world=1, stage=0, lora={
         "r": 8, "alpha": 16, "dropout": 0.2, "use_rslora": "true",
         "target_modules": r".*layers\.1\.self_attn\.(q|k)_proj|.*\.up_proj"}),
-    # A MoE model's attention, with its load-balancing loss, on 2 ranks at ZeRO stage 3; and a
-    # Qwen2-MoE's shared expert (PEFT's names match its projections, not the experts' stacks).
-    "qwen3-moe-attention-zero3": dict(model="qwen3-moe-aux-loss", world=2, stage=3, lora={
-        "r": 4, "alpha": 8, "dropout": 0.1, "use_rslora": "false",
-        "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}),
+    # A MoE model's attention and both expert stacks (target_parameters: no dropout, as PEFT),
+    # with its load-balancing loss, on 2 ranks at ZeRO stage 3; and a Qwen2-MoE's shared expert
+    # (PEFT's target_modules names match its projections, not the experts' stacks).
+    "qwen3-moe-experts-zero3": dict(model="qwen3-moe-aux-loss", world=2, stage=3, lora={
+        "r": 4, "alpha": 8, "dropout": 0.0, "use_rslora": "false",
+        "target_modules": ["q_proj", "v_proj"],
+        "target_parameters": ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]}),
     "qwen2-moe-shared-expert": dict(model="qwen2-moe-shared-expert", world=1, stage=0, lora={
         "r": 4, "alpha": 8, "dropout": 0.05, "use_rslora": "false",
         "target_modules": ["q_proj", "gate_proj", "up_proj", "down_proj"]}),
@@ -232,6 +250,7 @@ def test_dstrain_adapter_loads_in_peft_with_same_outputs(models, tmp, case):
         assert isinstance(config["target_modules"], list)
     else:  # a list as a list, a regex as one string
         assert config["target_modules"] == lora["target_modules"]
+    assert config["target_parameters"] == lora.get("target_parameters")
     assert config["base_model_name_or_path"] == model_dir
     tensors = safetensors_torch.load_file(os.path.join(adapter, "adapter_model.safetensors"))
     assert all(k.startswith(PEFT_PREFIX) and k.endswith((".lora_A.weight", ".lora_B.weight"))
@@ -266,8 +285,10 @@ def test_dstrain_adapter_loads_in_peft_with_same_outputs(models, tmp, case):
     print(f"{case}: the adapter moves PEFT's logits by {effect:.2e} (relative to the base)")
     assert effect > 1e-4, "the adapter changes nothing: the comparison would be vacuous"
     compare_forward(debug_forward(tmp, model_dir, adapter, ids, True), want, case)
-    train_logits = debug_forward(tmp, model_dir, adapter, ids, False)["logits"]
-    assert reflib.rel_diff(train_logits, want["logits"]) > 1e-4, "dropout had no effect in training"
+    if lora["dropout"] > 0:
+        train_logits = debug_forward(tmp, model_dir, adapter, ids, False)["logits"]
+        assert reflib.rel_diff(train_logits, want["logits"]) > 1e-4, \
+            "dropout had no effect in training"
 
     # The checkpoint exports to the same adapter, and merges as PEFT merges it.
     ckpt = os.path.join(run_dir, "checkpoints", "latest")
@@ -289,6 +310,11 @@ SAVED = {
     "llama-regex": ("llama-gqa-untied",
                     dict(r=6, lora_alpha=12, use_rslora=False,
                          target_modules=r".*layers\.0\.mlp\.(up|down)_proj|.*\.v_proj")),
+    # One expert stack of a Qwen2-MoE (its adapter at mlp.experts itself) beside its shared
+    # expert's gate_proj.
+    "qwen2-moe-down-stacks": ("qwen2-moe-shared-expert",
+                              dict(r=4, lora_alpha=8, use_rslora=False, target_modules=["gate_proj"],
+                                   target_parameters=["experts.down_proj"])),
     # PEFT expands "all-linear" and saves the full module paths it chose.
     "qwen2-all-linear": ("qwen2-untied", dict(r=2, lora_alpha=3, use_rslora=True,
                                               target_modules="all-linear")),
@@ -344,6 +370,7 @@ def test_peft_adapter_starts_dstrain_at_peft_outputs(models, tmp, case):
         written = json.load(f)
     assert written["r"] == settings["r"] and written["lora_alpha"] == settings["lora_alpha"]
     assert written["use_rslora"] is settings["use_rslora"]
+    assert written["target_parameters"] == settings.get("target_parameters")
     with open(os.path.join(adapter, "adapter_config.json")) as f:
         saved = json.load(f)["target_modules"]  # a list is written in set order
     if isinstance(saved, str):

@@ -14,8 +14,8 @@ namespace dstrain::lora::testing {
 namespace {
 using nlohmann::json;
 
-Adapter sample_adapter(LoraOptions o = small_options()) {
-  auto m = small_model();
+Adapter sample_adapter(LoraOptions o = small_options(), bool moe = false) {
+  auto m = moe ? moe_model() : small_model();
   LoraModel lora(m, o, "k");
   randomize_b(lora, 3);
   Adapter a;
@@ -51,6 +51,29 @@ TEST(AdapterIo, RoundTripGivesIdenticalTensorsAndConfig) {
     EXPECT_TRUE(torch::equal(b.weights[i].A, a.weights[i].A)) << a.weights[i].module;
     EXPECT_TRUE(torch::equal(b.weights[i].B, a.weights[i].B)) << a.weights[i].module;
   }
+}
+
+TEST(AdapterIo, ExpertStacksRoundTripWithTheirTargetParameters) {
+  TempDir dir;
+  const Adapter a = sample_adapter(stack_options({"mlp.experts.gate_up_proj", "down_proj"}), true);
+  write_adapter(dir.path(), a);
+  const json cfg = read_json(dir / kAdapterConfigFile);
+  EXPECT_EQ(cfg.at("target_parameters"), json({"mlp.experts.gate_up_proj", "down_proj"}));
+  model::SafetensorsFile st(dir / kAdapterWeightsFile);
+  EXPECT_EQ(st.info("base_model.model.model.layers.1.mlp.experts.base_layer.lora_B.weight").shape,
+            (std::vector<int64_t>{32, 16}));
+  const Adapter b = read_adapter(dir.path());
+  EXPECT_EQ(b.options.target_parameters, a.options.target_parameters);
+  ASSERT_EQ(b.weights.size(), a.weights.size());
+  // PEFT leaves target_modules null where only target_parameters chooses.
+  json only = cfg;
+  only["target_modules"] = nullptr;
+  fs::write_file_atomic(dir / kAdapterConfigFile, only.dump());
+  EXPECT_TRUE(read_adapter(dir.path()).options.target_modules.empty());
+  only["target_parameters"] = nullptr;
+  fs::write_file_atomic(dir / kAdapterConfigFile, only.dump());
+  expect_error([&] { read_adapter(dir.path()); }, ErrorKind::kInput,
+               {"adapter_config.json", "select nothing"});
 }
 
 TEST(AdapterIo, FilesHavePeftNamesShapesAndConfigKeys) {
@@ -161,6 +184,7 @@ TEST(AdapterIo, PeftSettingsThatChangeTheModelAreRefusedAndTheirDefaultsAccepted
   good["qalora_group_size"] = 16;
   good["loftq_config"] = json::object();
   good["trainable_token_indices"] = nullptr;
+  good["target_parameters"] = nullptr;
   good["init_lora_weights"] = "orthogonal";
   fs::write_file_atomic(cfg, good.dump());
   EXPECT_EQ(read_adapter(dir.path()).weights.size(), 4u);
@@ -169,7 +193,6 @@ TEST(AdapterIo, PeftSettingsThatChangeTheModelAreRefusedAndTheirDefaultsAccepted
       {"layers_to_transform", json({0})},
       {"layer_replication", json({{0, 2}})},
       {"lora_bias", true},
-      {"target_parameters", json({"mlp.experts.down_proj"})},
       {"trainable_token_indices", json({1, 2})},
       {"alora_invocation_tokens", json({5})},
       {"use_qalora", true},

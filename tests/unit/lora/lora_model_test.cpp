@@ -77,7 +77,7 @@ void expect_merged_logits_equal(bool rslora) {
 
   auto merged = small_model(3);
   const torch::Tensor base = merged->forward(ids);
-  merge_lora(*merged, lora.weights(), o.scale());
+  merge_lora(*merged, lora.weights(), o);
   const torch::Tensor out = merged->forward(ids);
   EXPECT_GT((with_adapter - base).abs().max().item<float>(), 1e-2) << "the adapter changes nothing";
   EXPECT_LT((with_adapter - out).abs().max().item<float>(), 1e-5);
@@ -138,6 +138,86 @@ TEST(LoraModel, ParametersAreTheAdaptersOnlyWithPeftNames) {
   EXPECT_EQ(p[1].second.sizes(), (std::vector<int64_t>{64, 4}));
   EXPECT_EQ(p[3].second.sizes(), (std::vector<int64_t>{32, 4}));
   EXPECT_EQ(lora.num_parameters(), 2 * (4 * 64 + 64 * 4) + 2 * (4 * 64 + 32 * 4));
+}
+
+// --- adapters on expert stacks (PEFT's target_parameters) ----------------------------------------
+
+TEST(LoraExperts, BothStacksNestAsPeftWrapsThemWithItsLayouts) {
+  auto m = moe_model();
+  // The list's order does not matter: PEFT wraps in the module's parameter order.
+  LoraModel lora(m, stack_options({"experts.down_proj", "mlp.experts.gate_up_proj"}), "k");
+  EXPECT_EQ(lora.modules(), (std::vector<std::string>{
+                                "model.layers.0.self_attn.q_proj",
+                                "model.layers.0.mlp.experts.base_layer",  // gate_up_proj
+                                "model.layers.0.mlp.experts",             // down_proj
+                                "model.layers.1.self_attn.q_proj",
+                                "model.layers.1.mlp.experts.base_layer",
+                                "model.layers.1.mlp.experts",
+                            }));
+  const auto w = lora.weights();
+  // gate_up_proj [4, 32, 64]: A [r·E, in] = [16, 64], B [out, r·E] = [32, 16]; down_proj
+  // [4, 64, 16]: A [16, 16], B [64, 16].
+  EXPECT_EQ(w[1].A.sizes(), (std::vector<int64_t>{16, 64}));
+  EXPECT_EQ(w[1].B.sizes(), (std::vector<int64_t>{32, 16}));
+  EXPECT_EQ(w[2].A.sizes(), (std::vector<int64_t>{16, 16}));
+  EXPECT_EQ(w[2].B.sizes(), (std::vector<int64_t>{64, 16}));
+  EXPECT_EQ(lora.named_parameters()[2].first,
+            "model.layers.0.mlp.experts.base_layer.lora_A.weight");
+  // One stack: its adapter at the module's own path.
+  auto one = moe_model();
+  LoraModel down(one, stack_options({"down_proj"}), "k");
+  EXPECT_EQ(down.modules()[1], "model.layers.0.mlp.experts");
+  EXPECT_EQ(down.weights()[1].B.sizes(), (std::vector<int64_t>{64, 16}));
+}
+
+TEST(LoraExperts, EachExpertGetsItsOwnBTimesAAndTheMergeEqualsTheAdapter) {
+  torch::NoGradGuard no_grad;
+  const LoraOptions o = stack_options({"mlp.experts.gate_up_proj", "mlp.experts.down_proj"});
+  auto adapted = moe_model(3);
+  LoraModel lora(adapted, o, "k");
+  randomize_b(lora, 9);
+  adapted->eval();
+  const torch::Tensor ids = input_ids();
+  const torch::Tensor with_adapter = adapted->forward(ids);
+
+  auto merged = moe_model(3);
+  const torch::Tensor base = merged->forward(ids);
+  const torch::Tensor before =
+      merged->named_parameters()["model.layers.1.mlp.experts.down_proj"].clone();
+  merge_lora(*merged, lora.weights(), o);
+  EXPECT_GT((with_adapter - base).abs().max().item<float>(), 1e-2) << "the adapter changes nothing";
+  EXPECT_LT((with_adapter - merged->forward(ids)).abs().max().item<float>(), 1e-5);
+  // PEFT's layout: expert e's A rows e·r.., B columns e, E + e, ...
+  const LoraWeights w = lora.weights().back();  // layer 1's down_proj
+  ASSERT_EQ(w.module, "model.layers.1.mlp.experts");
+  const torch::Tensor after = merged->named_parameters()["model.layers.1.mlp.experts.down_proj"];
+  const int64_t E = 4, r = o.r;
+  for (int64_t e = 0; e < E; ++e) {
+    const torch::Tensor delta =
+        torch::matmul(w.B.index_select(1, torch::arange(e, r * E, E)), w.A.narrow(0, e * r, r)) *
+        o.scale();
+    EXPECT_LT((after[e] - before[e] - delta).abs().max().item<float>(), 1e-6) << "expert " << e;
+  }
+}
+
+TEST(LoraExperts, DropoutAndNamesThatAreNoExpertStackAreRefused) {
+  LoraOptions o = stack_options({"mlp.experts.down_proj"});
+  o.dropout = 0.1;
+  expect_error([&] { LoraModel bad(moe_model(), o, "run.yaml"); }, ErrorKind::kConfig,
+               {"run.yaml", "lora.dropout", "lora.target_parameters"});
+  for (const std::string name : {"q_proj.weight", "mlp.gate.weight"}) {
+    expect_error([&] { LoraModel bad(moe_model(), stack_options({name}), "run.yaml"); },
+                 ErrorKind::kConfig, {"lora.target_parameters", name, "not an expert stack"});
+  }
+  expect_error([&] { LoraModel bad(moe_model(), stack_options({"experts.up_proj"}), "run.yaml"); },
+               ErrorKind::kConfig, {"experts.up_proj", "matches no parameter"});
+  expect_error([&] { LoraModel bad(small_model(), stack_options({"down_proj"}), "run.yaml"); },
+               ErrorKind::kConfig, {"has no expert stacks"});
+  // target_modules may be empty where target_parameters chooses.
+  LoraOptions only = stack_options({"gate_up_proj"});
+  only.target_modules.clear();
+  auto m = moe_model();
+  EXPECT_EQ(LoraModel(m, only, "k").modules().size(), 2u);
 }
 
 }  // namespace

@@ -26,6 +26,23 @@ inline LoraOptions small_options(std::vector<std::string> targets = {"q_proj", "
   return o;
 }
 
+// A small Qwen3-MoE: 4 experts of width 16, top-2, hidden 64, 2 layers.
+inline model::DecoderModel moe_model(uint64_t seed = 1) {
+  nlohmann::json doc = model::testing::small_config_json("qwen3_moe");
+  doc["num_experts"] = 4;
+  doc["num_experts_per_tok"] = 2;
+  doc["moe_intermediate_size"] = 16;
+  doc["norm_topk_prob"] = true;
+  return model::build_model(model::parse_model_config(doc), torch::kFloat, seed);
+}
+
+// small_options() on q_proj plus the expert stacks `parameters` (target_parameters).
+inline LoraOptions stack_options(std::vector<std::string> parameters) {
+  LoraOptions o = small_options({"q_proj"});
+  o.target_parameters = std::move(parameters);
+  return o;
+}
+
 // Gives every lora_B random values (B starts at zero, which would hide any error in the delta).
 inline void randomize_b(const LoraModel& lora, uint64_t seed) {
   torch::NoGradGuard no_grad;
