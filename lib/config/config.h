@@ -155,6 +155,7 @@ struct LoraSection {
   double dropout = 0.0;
   std::vector<std::string> target_modules = {"q_proj", "v_proj"};
   std::vector<std::string> target_parameters;  // expert stacks (PEFT's target_parameters)
+  std::vector<std::string> modules_to_save;    // routers trained whole (PEFT's modules_to_save)
   std::string bias = "none";
   bool use_rslora = false;
   std::string init = "default";  // default (A random as PEFT, B zero) | gaussian

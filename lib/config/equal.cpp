@@ -58,7 +58,7 @@ bool operator==(const TrainingSection& a, const TrainingSection& b) {
 bool operator==(const LoraSection& a, const LoraSection& b) {
   auto t = [](const LoraSection& s) {
     return std::tie(s.enabled, s.r, s.alpha, s.dropout, s.target_modules, s.target_parameters,
-                    s.bias, s.use_rslora, s.init, s.init_from);
+                    s.modules_to_save, s.bias, s.use_rslora, s.init, s.init_from);
   };
   return t(a) == t(b);
 }

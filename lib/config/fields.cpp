@@ -340,6 +340,8 @@ void add_lora(std::vector<Field>& t) {
       text_list("lora.target_modules", DSTRAIN_MEMBER(lora.target_modules), Range::kNonNegative));
   t.push_back(text_list("lora.target_parameters", DSTRAIN_MEMBER(lora.target_parameters),
                         Range::kNonNegative));
+  t.push_back(
+      text_list("lora.modules_to_save", DSTRAIN_MEMBER(lora.modules_to_save), Range::kNonNegative));
   t.push_back(text("lora.bias", DSTRAIN_MEMBER(lora.bias), {"none", "all", "lora_only"}));
   t.push_back(boolean("lora.use_rslora", DSTRAIN_MEMBER(lora.use_rslora)));
   t.push_back(text("lora.init", DSTRAIN_MEMBER(lora.init), {"default", "gaussian"}));

@@ -41,7 +41,7 @@ json config_json(const Adapter& a) {
           {"init_lora_weights", o.init == "gaussian" ? json("gaussian") : json(true)},
           {"fan_in_fan_out", false},
           {"inference_mode", true},
-          {"modules_to_save", nullptr},
+          {"modules_to_save", o.modules_to_save.empty() ? json(nullptr) : json(o.modules_to_save)},
           {"layers_to_transform", nullptr},
           {"layers_pattern", nullptr},
           {"rank_pattern", json::object()},
@@ -90,10 +90,9 @@ LoraOptions parse_options(const json& j, const stdfs::path& file) {
   // Each of these changes which modules are adapted or what the adapter computes; PEFT writes
   // them unset (null, false, {} or []) for a plain LoRA adapter.
   for (const char* key :
-       {"use_dora", "rank_pattern", "alpha_pattern", "modules_to_save", "exclude_modules",
-        "layers_to_transform", "layer_replication", "lora_bias", "trainable_token_indices",
-        "alora_invocation_tokens", "use_qalora", "use_bdlora", "arrow_config", "kasa_config",
-        "monteclora_config"}) {
+       {"use_dora", "rank_pattern", "alpha_pattern", "exclude_modules", "layers_to_transform",
+        "layer_replication", "lora_bias", "trainable_token_indices", "alora_invocation_tokens",
+        "use_qalora", "use_bdlora", "arrow_config", "kasa_config", "monteclora_config"}) {
     require_unset(j, key, file);
   }
   require_plain_init(j, file);
@@ -110,6 +109,10 @@ LoraOptions parse_options(const json& j, const stdfs::path& file) {
     o.target_regex = !is_all_linear(o.target_modules);
   } else {
     o.target_modules = t.get<std::vector<std::string>>();
+  }
+  const auto saved = j.find("modules_to_save");
+  if (saved != j.end() && !saved->is_null()) {
+    o.modules_to_save = saved->get<std::vector<std::string>>();
   }
   const auto parameters = j.find("target_parameters");
   if (parameters != j.end() && !parameters->is_null()) {
@@ -149,16 +152,39 @@ std::pair<std::string, char> split_tensor_name(const std::string& name, const st
        file.string(), name);
 }
 
-std::vector<LoraWeights> read_weights(const stdfs::path& file, int64_t r) {
+// modules_to_save's "base_model.model.<module>.weight" → <module>, where a name of `saved` selects
+// the module (PEFT's plain suffix match); "" otherwise.
+std::string whole_module(const std::string& name, const std::vector<std::string>& saved) {
+  const std::string prefix = kPrefix, suffix = ".weight";
+  if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return "";
+  }
+  const std::string module =
+      name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  for (const auto& s : saved) {
+    if (module.size() >= s.size() && module.compare(module.size() - s.size(), s.size(), s) == 0) {
+      return module;
+    }
+  }
+  return "";
+}
+
+std::vector<LoraWeights> read_weights(const stdfs::path& file, const LoraOptions& o) {
+  const int64_t r = o.r;
   model::SafetensorsFile st(file);
   std::map<std::string, LoraWeights> by_module;
+  std::vector<LoraWeights> out;
   for (const auto& name : st.names()) {
+    if (const std::string module = whole_module(name, o.modules_to_save); !module.empty()) {
+      out.push_back({module, {}, {}, st.read(name)});
+      continue;
+    }
     const auto [module, which] = split_tensor_name(name, file);
     LoraWeights& w = by_module[module];
     w.module = module;
     (which == 'A' ? w.A : w.B) = st.read(name);
   }
-  std::vector<LoraWeights> out;
   for (auto& [module, w] : by_module) {
     if (!w.A.defined() || !w.B.defined()) {
       fail(ErrorKind::kInput, "{}: module {} has lora_{} but not lora_{}", file.string(), module,
@@ -184,6 +210,10 @@ void write_adapter(const stdfs::path& dir, const Adapter& adapter, torch::Scalar
   fs::create_dirs(dir);
   model::NamedTensors tensors;
   for (const auto& w : adapter.weights) {
+    if (w.is_whole()) {  // PEFT's name for a modules_to_save weight
+      tensors.emplace_back(kPrefix + w.module + ".weight", w.whole.detach());
+      continue;
+    }
     tensors.emplace_back(kPrefix + lora_a_name(w.module), w.A.detach());
     tensors.emplace_back(kPrefix + lora_b_name(w.module), w.B.detach());
   }
@@ -209,7 +239,7 @@ Adapter read_adapter(const stdfs::path& dir) {
   } catch (const json::exception& e) {
     fail(ErrorKind::kInput, "{}: not a valid adapter config: {}", config_file.string(), e.what());
   }
-  a.weights = read_weights(weights_file, a.options.r);
+  a.weights = read_weights(weights_file, a.options);
   return a;
 }
 

@@ -14,14 +14,15 @@
 //
 // Reading accepts the tensor names with or without PEFT's adapter-name infix
 // (`...lora_A.default.weight`), target_modules as a list or a string (a regex, or "all-linear"),
-// and target_parameters (expert stacks, targets.h) as a list or null. Error(kInput) naming the file
-// and key for anything this build cannot use: another peft_type, bias other than "none", a set PEFT
-// option that changes which modules are adapted or what they compute (DoRA,
-// rank_pattern/alpha_pattern, modules_to_save, exclude_modules, layers_to_transform,
-// layer_replication, lora_bias, trainable_token_indices, aLoRA, QA-LoRA, BD-LoRA, Arrow, KaSA,
-// MonteCLoRA), an init_lora_weights that rewrites the base (PiSSA, OLoRA, CorDA, LoftQ, LoRA-GA) or
-// is a variant (MiCA), a tensor that is not lora_A/lora_B, a module with only one of the two, or
-// inconsistent shapes.
+// target_parameters (expert stacks, targets.h) and modules_to_save (routers trained whole, stored
+// as base_model.model.<module>.weight) as lists or null. Error(kInput) naming the file and key for
+// anything this build cannot use: another peft_type, bias other than "none", a set PEFT option
+// that changes which modules are adapted or what they compute (DoRA, rank_pattern/alpha_pattern,
+// exclude_modules, layers_to_transform, layer_replication, lora_bias, trainable_token_indices,
+// aLoRA, QA-LoRA, BD-LoRA, Arrow, KaSA, MonteCLoRA), an init_lora_weights that rewrites the base
+// (PiSSA, OLoRA, CorDA, LoftQ, LoRA-GA) or is a variant (MiCA), a tensor that is not
+// lora_A/lora_B or a modules_to_save weight, a module with only one of the two, or inconsistent
+// shapes.
 
 #include <filesystem>
 #include <string>
@@ -47,7 +48,8 @@ struct Adapter {
 void write_adapter(const std::filesystem::path& dir, const Adapter& adapter,
                    torch::ScalarType dtype = torch::kFloat);
 
-// Reads an adapter directory; tensors keep their stored dtype, modules sorted by path.
+// Reads an adapter directory; tensors keep their stored dtype; the modules_to_save weights, then
+// the adapted modules sorted by path.
 Adapter read_adapter(const std::filesystem::path& dir);
 
 }  // namespace dstrain::lora

@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "model/storage.h"
 
 namespace dstrain::lora {
 
@@ -127,6 +128,9 @@ std::string lora_a_name(const std::string& module) {
 std::string lora_b_name(const std::string& module) {
   return module + ".lora_B.weight";
 }
+std::string whole_name(const std::string& module) {
+  return module + ".modules_to_save.weight";
+}
 
 LoraModel::LoraModel(model::DecoderModel model, LoraOptions options, const std::string& key)
     : model_(std::move(model)), options_(std::move(options)) {
@@ -163,7 +167,11 @@ LoraModel::LoraModel(model::DecoderModel model, LoraOptions options, const std::
        resolve_parameters(*model_, options_.target_parameters, key + ": lora.target_parameters")) {
     targets_.push_back(std::move(t));
   }
-  // Block by block: the projections, then the expert stacks.
+  for (TargetModule& t :
+       resolve_whole(*model_, options_.modules_to_save, key + ": lora.modules_to_save")) {
+    targets_.push_back(std::move(t));
+  }
+  // Block by block: the projections, then the expert stacks and the modules trained whole.
   std::stable_sort(targets_.begin(), targets_.end(),
                    [](const TargetModule& a, const TargetModule& b) { return a.block < b.block; });
   // A generator of its own: the adapters' values depend on the seed alone, not on what else
@@ -173,6 +181,14 @@ LoraModel::LoraModel(model::DecoderModel model, LoraOptions options, const std::
   torch::NoGradGuard no_grad;
   const int64_t r = options_.r;
   for (auto& t : targets_) {
+    if (t.whole) {  // the base weight's values where it has them (else the engine's: starts_from)
+      torch::Tensor w = torch::zeros({t.out_features, t.in_features}, torch::kFloat);
+      if (model::storage_bytes(t.weight) > 0) w.copy_(t.weight);
+      w.set_requires_grad(true);
+      t.linear->trained = w;
+      installed_.push_back({{}, {}, {}, {}, w});
+      continue;
+    }
     if (t.is_stack()) {  // replicated: a MoE model runs without tensor parallelism
       torch::Tensor a = initial_a(r * t.num_experts, t.in_features, r, options_.init, gen);
       torch::Tensor b = torch::zeros({t.out_features, r * t.num_experts}, torch::kFloat);
@@ -180,7 +196,7 @@ LoraModel::LoraModel(model::DecoderModel model, LoraOptions options, const std::
       b.set_requires_grad(true);
       t.experts->adapter(t.parameter) =
           std::make_shared<ExpertsLoraAdapter>(a, b, t.num_experts, options_.scale());
-      installed_.push_back({a, b, model::Placement{}, model::Placement{}});
+      installed_.push_back({a, b, model::Placement{}, model::Placement{}, {}});
       continue;
     }
     const model::Placement& placement = t.linear->weight_placement;
@@ -194,14 +210,16 @@ LoraModel::LoraModel(model::DecoderModel model, LoraOptions options, const std::
     b.set_requires_grad(true);
     auto adapter =
         std::make_shared<LoraAdapter>(a, b, options_.scale(), options_.dropout, tp, placement);
-    installed_.push_back({a, b, adapter->a_placement(), adapter->b_placement()});
+    installed_.push_back({a, b, adapter->a_placement(), adapter->b_placement(), {}});
     t.linear->adapter = std::move(adapter);
   }
 }
 
 LoraModel::~LoraModel() {
   for (auto& t : targets_) {
-    if (t.is_stack()) {
+    if (t.whole) {
+      t.linear->trained = torch::Tensor();
+    } else if (t.is_stack()) {
       t.experts->adapter(t.parameter) = nullptr;
     } else {
       t.linear->adapter = nullptr;
@@ -211,7 +229,17 @@ LoraModel::~LoraModel() {
 
 std::vector<std::string> LoraModel::modules() const {
   std::vector<std::string> out;
-  for (const auto& t : targets_) out.push_back(t.path);
+  for (const auto& t : targets_) {
+    if (!t.whole) out.push_back(t.path);
+  }
+  return out;
+}
+
+std::vector<std::string> LoraModel::whole_modules() const {
+  std::vector<std::string> out;
+  for (const auto& t : targets_) {
+    if (t.whole) out.push_back(t.path);
+  }
   return out;
 }
 
@@ -225,8 +253,13 @@ std::vector<LoraModel::BlockParameter> LoraModel::block_parameters() const {
   std::vector<BlockParameter> out;
   for (size_t i = 0; i < targets_.size(); ++i) {
     const Installed& a = installed_[i];
-    out.push_back({lora_a_name(targets_[i].path), a.A, targets_[i].block, a.a_placement});
-    out.push_back({lora_b_name(targets_[i].path), a.B, targets_[i].block, a.b_placement});
+    if (targets_[i].whole) {
+      out.push_back({whole_name(targets_[i].path), a.whole, targets_[i].block, model::Placement{},
+                     a.loaded ? std::string() : targets_[i].path + ".weight"});
+      continue;
+    }
+    out.push_back({lora_a_name(targets_[i].path), a.A, targets_[i].block, a.a_placement, {}});
+    out.push_back({lora_b_name(targets_[i].path), a.B, targets_[i].block, a.b_placement, {}});
   }
   return out;
 }
@@ -234,14 +267,16 @@ std::vector<LoraModel::BlockParameter> LoraModel::block_parameters() const {
 std::vector<LoraWeights> LoraModel::weights() const {
   std::vector<LoraWeights> out;
   for (size_t i = 0; i < targets_.size(); ++i) {
-    out.push_back({targets_[i].path, installed_[i].A, installed_[i].B});
+    out.push_back({targets_[i].path, installed_[i].A, installed_[i].B, installed_[i].whole});
   }
   return out;
 }
 
 int64_t LoraModel::num_parameters() const {
   int64_t n = 0;
-  for (const Installed& a : installed_) n += a.A.numel() + a.B.numel();
+  for (const Installed& a : installed_) {
+    for (const torch::Tensor* t : {&a.A, &a.B, &a.whole}) n += t->defined() ? t->numel() : 0;
+  }
   return n;
 }
 
@@ -269,6 +304,24 @@ void LoraModel::load(const std::vector<LoraWeights>& from, const std::string& so
       fail(ErrorKind::kInput, "{}: the adapter has no weights for module {}", source, module);
     }
     Installed& a = installed_[i];
+    if (targets_[i].whole) {
+      const torch::Tensor& w = it->second->whole;
+      if (!w.defined() || w.sizes() != a.whole.sizes()) {
+        fail(ErrorKind::kInput,
+             "{}: module {} (modules_to_save) needs a weight {}, the adapter has {}", source,
+             module, shape_str(a.whole.sizes()),
+             w.defined() ? shape_str(w.sizes()) : std::string("lora_A/lora_B"));
+      }
+      a.whole.copy_(w);
+      a.loaded = true;
+      by_module.erase(it);
+      continue;
+    }
+    if (it->second->is_whole()) {
+      fail(ErrorKind::kInput,
+           "{}: module {} has a whole weight (modules_to_save) but this run adapts it with LoRA",
+           source, module);
+    }
     const model::Placement split_a = a.a_placement, split_b = a.b_placement;
     const std::vector<int64_t> want_a = whole_sizes(a.A, split_a),
                                want_b = whole_sizes(a.B, split_b);
@@ -298,6 +351,9 @@ void merge_lora(model::DecoderModelImpl& model, const std::vector<LoraWeights>& 
        resolve_parameters(model, options.target_parameters, "the adapter's target_parameters")) {
     by_path[t.path] = t;
   }
+  for (auto& t : resolve_whole(model, options.modules_to_save, "the adapter's modules_to_save")) {
+    by_path[t.path] = t;
+  }
   torch::NoGradGuard no_grad;
   for (const auto& w : weights) {
     const auto it = by_path.find(w.module);
@@ -306,6 +362,19 @@ void merge_lora(model::DecoderModelImpl& model, const std::vector<LoraWeights>& 
            w.module);
     }
     torch::Tensor& W = it->second.weight;
+    if (w.is_whole() != it->second.whole) {
+      fail(ErrorKind::kInput, "LoRA module {}: {}", w.module,
+           w.is_whole() ? "a whole weight for a module the adapter adapts"
+                        : "lora_A/lora_B for a module of modules_to_save");
+    }
+    if (w.is_whole()) {
+      if (w.whole.sizes() != W.sizes()) {
+        fail(ErrorKind::kInput, "LoRA module {}: the weight is {} but the model's is {}", w.module,
+             shape_str(w.whole.sizes()), shape_str(W.sizes()));
+      }
+      W.copy_(w.whole);
+      continue;
+    }
     const torch::Tensor A = w.A.to(torch::kFloat), B = w.B.to(torch::kFloat);
     torch::Tensor delta;  // [out, in], or [E, out, in]: expert e's B_e·A_e (ExpertsLoraAdapter)
     if (it->second.is_stack()) {

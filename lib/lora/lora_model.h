@@ -39,16 +39,21 @@
 
 namespace dstrain::lora {
 
-// The two matrices of one adapted module.
+// The two matrices of one adapted module, or the weight of a module trained whole.
 struct LoraWeights {
   std::string module;  // module path, e.g. "model.layers.0.self_attn.q_proj"
   torch::Tensor A;     // [r, in]; an expert stack's [r·E, in]
   torch::Tensor B;     // [out, r]; an expert stack's [out, r·E]
+  // modules_to_save: the module's trained weight [out, in], A and B undefined.
+  torch::Tensor whole;
+  bool is_whole() const { return whole.defined(); }
 };
 
 // Parameter names used for the trainable tensors (in checkpoints and the engine).
 std::string lora_a_name(const std::string& module);  // "<module>.lora_A.weight"
 std::string lora_b_name(const std::string& module);  // "<module>.lora_B.weight"
+// A module trained whole: "<module>.modules_to_save.weight" (its base weight keeps its own name).
+std::string whole_name(const std::string& module);
 
 class LoraModel {
  public:
@@ -64,9 +69,11 @@ class LoraModel {
   // selected (what adapter_config.json records, as PEFT does).
   const LoraOptions& options() const { return options_; }
   // Adapted module paths, block by block (each block's projections in forward order, then its
-  // expert stacks).
+  // expert stacks); then the modules trained whole (modules_to_save), in forward order.
   std::vector<std::string> modules() const;
-  // The adapted projections and stacks in that order (each with the model block it belongs to).
+  std::vector<std::string> whole_modules() const;
+  // The adapted projections and stacks, and the modules trained whole, block by block (each with
+  // the model block it belongs to).
   const std::vector<TargetModule>& targets() const { return targets_; }
   // (lora_A name, A), (lora_B name, B) per module, in forward order: the trainable parameters.
   std::vector<std::pair<std::string, torch::Tensor>> named_parameters() const;
@@ -77,32 +84,37 @@ class LoraModel {
     torch::Tensor tensor;
     size_t block = 0;
     model::Placement placement{};
+    // A module trained whole that was not loaded: the base weight its values start from.
+    std::string starts_from;
   };
   std::vector<BlockParameter> block_parameters() const;
   std::vector<LoraWeights> weights() const;
   int64_t num_parameters() const;
 
-  // Copies `from` into A and B (any dtype). Error(kInput) naming the module when a module of this
-  // model is missing from `from`, `from` has a module this model does not adapt, or a shape
-  // differs; `source` names where `from` came from.
+  // Copies `from` into A and B and the weights trained whole (any dtype). Error(kInput) naming the
+  // module when a module of this model is missing from `from`, `from` has a module this model does
+  // not adapt or train, or a shape differs; `source` names where `from` came from.
   void load(const std::vector<LoraWeights>& from, const std::string& source);
 
  private:
   model::DecoderModel model_;
   LoraOptions options_;
   std::vector<TargetModule> targets_;
-  // Per target: the A and B its adapter reads (the same tensor objects) and their placements.
+  // Per target: the A and B its adapter reads (the same tensor objects) and their placements;
+  // for a module trained whole, its trained weight (LinearImpl::trained) and whether load() set it.
   struct Installed {
     torch::Tensor A, B;
     model::Placement a_placement, b_placement;
+    torch::Tensor whole;
+    bool loaded = false;
   };
   std::vector<Installed> installed_;
 };
 
 // W += B·A·scale for every module of `weights` (computed in float32, stored in W's dtype; an expert
 // stack's W_e += B_e·A_e·scale, the layout of lora_model.cpp's ExpertsLoraAdapter), scale and the
-// stacks' paths from `options`. Error(kInput) when a module is not a targetable projection or
-// selected stack of `model` or a shape differs.
+// stacks' paths from `options`; a module trained whole gets its trained weight. Error(kInput) when
+// a module is not a targetable projection, selected stack or router of `model` or a shape differs.
 void merge_lora(model::DecoderModelImpl& model, const std::vector<LoraWeights>& weights,
                 const LoraOptions& options);
 

@@ -19,6 +19,9 @@ struct LoraOptions {
   // PEFT's target_parameters: expert stacks ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
   // matched as dotted-path suffixes of the parameter's name (targets.h).
   std::vector<std::string> target_parameters;
+  // PEFT's modules_to_save: modules trained whole beside the adapters, selected by a plain suffix
+  // match of their path (targets.h); a MoE layer's routers only.
+  std::vector<std::string> modules_to_save;
   bool use_rslora = false;       // scale alpha/sqrt(r) instead of alpha/r
   std::string init = "default";  // default: A kaiming-uniform(a=sqrt(5)), B zero | gaussian
   uint64_t seed = 0;             // A's initial values depend on this seed only

@@ -1,5 +1,6 @@
 #include "lora/targets.h"
 
+#include <algorithm>
 #include <map>
 #include <regex>
 #include <set>
@@ -132,6 +133,52 @@ std::vector<TargetModule> resolve_targets(model::DecoderModelImpl& model,
     if (regex ? std::regex_match(t.path, re) : target_matches(targets, false, t.path)) {
       out.push_back(std::move(t));
     }
+  }
+  return out;
+}
+
+std::vector<TargetModule> resolve_whole(model::DecoderModelImpl& model,
+                                        const std::vector<std::string>& names,
+                                        const std::string& key) {
+  if (names.empty()) return {};
+  std::vector<TargetModule> routers;
+  for (const auto& block : model.blocks()) {
+    for (const model::Projection& p : block->block->routers()) {
+      TargetModule t = make_target(*block, p);
+      t.whole = true;
+      routers.push_back(std::move(t));
+    }
+  }
+  const auto selects = [](const std::string& path, const std::string& name) {
+    return path.size() >= name.size() &&
+           path.compare(path.size() - name.size(), name.size(), name) == 0;
+  };
+  std::set<std::string> used;
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    for (const auto& name : names) {
+      if (!selects(item.key(), name)) continue;
+      used.insert(name);
+      const bool router = std::any_of(routers.begin(), routers.end(),
+                                      [&](const TargetModule& t) { return t.path == item.key(); });
+      if (!router) {
+        fail(ErrorKind::kConfig,
+             "{}: '{}' selects module {}; modules_to_save trains whole only a MoE layer's router "
+             "(mlp.gate) and Qwen2-MoE's mlp.shared_expert_gate",
+             key, name, item.key());
+      }
+    }
+  }
+  for (const auto& name : names) {
+    if (used.count(name)) continue;
+    fail(ErrorKind::kConfig, "{}: '{}' matches no module of the model{}", key, name,
+         routers.empty() ? " (modules_to_save trains a MoE layer's router, and this model has none)"
+                         : "; the routers are named like " + routers.front().path);
+  }
+  std::vector<TargetModule> out;
+  for (auto& t : routers) {
+    const bool chosen = std::any_of(names.begin(), names.end(),
+                                    [&](const std::string& n) { return selects(t.path, n); });
+    if (chosen) out.push_back(std::move(t));
   }
   return out;
 }

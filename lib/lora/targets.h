@@ -50,6 +50,8 @@ struct TargetModule {
   std::string parameter;
   int64_t num_experts = 0;
   bool is_stack() const { return num_experts > 0; }
+  // A module trained whole (modules_to_save; `linear` is it): a trained copy of its weight.
+  bool whole = false;
 };
 
 // Every projection that can carry an adapter, in forward order (block by block; in a decoder
@@ -88,5 +90,13 @@ std::vector<TargetModule> resolve_targets(model::DecoderModelImpl& model,
 std::vector<TargetModule> resolve_parameters(model::DecoderModelImpl& model,
                                              const std::vector<std::string>& targets,
                                              const std::string& key);
+
+// The routing projections selected by PEFT's modules_to_save `names` (model::Block::routers()),
+// in forward order. PEFT selects a module whose path ends with a name, without a dot: "gate"
+// selects each MoE layer's mlp.gate and Qwen2-MoE's mlp.shared_expert_gate. Empty for an empty
+// list. Error(kConfig) naming `key` when a name selects nothing or selects another module.
+std::vector<TargetModule> resolve_whole(model::DecoderModelImpl& model,
+                                        const std::vector<std::string>& names,
+                                        const std::string& key);
 
 }  // namespace dstrain::lora

@@ -148,6 +148,15 @@ std::vector<ExpertStack> DecoderLayerImpl::expert_stacks() {
           {"mlp.experts", "down_proj", sparse_mlp->experts}};
 }
 
+std::vector<Projection> DecoderLayerImpl::routers() {
+  if (sparse_mlp.is_empty()) return {};
+  std::vector<Projection> out = {{"mlp.gate", sparse_mlp->gate}};
+  if (!sparse_mlp->shared_expert_gate.is_empty()) {
+    out.push_back({"mlp.shared_expert_gate", sparse_mlp->shared_expert_gate});
+  }
+  return out;
+}
+
 double DecoderLayerImpl::multiply_adds_per_token() const {
   double total = 0;
   for (const auto& item : named_parameters()) {

@@ -128,6 +128,10 @@ class Block {
   // The expert stacks an adapter may be added to, in their module's parameter order; none by
   // default.
   virtual std::vector<ExpertStack> expert_stacks() { return {}; }
+  // The routing projections, whose forward reads LinearImpl::active_weight() (LoRA's
+  // modules_to_save may train them whole): a MoE layer's router and Qwen2-MoE's shared-expert
+  // gate; none by default.
+  virtual std::vector<Projection> routers() { return {}; }
   // Attention between RoPE and o_proj runs `core` (sequence parallelism); empty restores causal
   // attention. Blocks without attention ignore it.
   virtual void set_attention_core(const AttentionCore& core) {}
@@ -232,6 +236,7 @@ class DecoderLayerImpl : public torch::nn::Module, public Block {
   std::vector<Placement> placements() override;
   std::vector<Projection> projections() override;
   std::vector<ExpertStack> expert_stacks() override;
+  std::vector<Projection> routers() override;
   void set_attention_core(const AttentionCore& core) override { self_attn->core = core; }
   void set_tiled_mlp(int64_t setting) override {
     if (!mlp.is_empty()) mlp->set_tiling(setting);

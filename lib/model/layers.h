@@ -52,6 +52,12 @@ class LinearImpl : public torch::nn::Module {
   // whoever sets one keeps its parameters (they are not the module's parameters, so
   // named_parameters() stays the Hugging Face state dict).
   std::shared_ptr<LinearAdapter> adapter;
+  // A trained copy of the weight that the forward reads instead of it (LoRA's modules_to_save:
+  // the module trained whole beside the adapters; kept by whoever sets it, as the adapter);
+  // undefined: the weight. Read through active_weight() by the forwards that allow it (a MoE
+  // layer's routers: Block::routers()).
+  torch::Tensor trained;
+  const torch::Tensor& active_weight() const { return trained.defined() ? trained : weight; }
 
   // Tensor parallelism: its output features split (column-parallel: weight and bias by rows), or
   // its input features (row-parallel: the weight by columns, the bias whole and added once after

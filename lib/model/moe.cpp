@@ -211,9 +211,10 @@ torch::Tensor SparseMoeImpl::forward(const torch::Tensor& input, RouterRecord* r
                                      const torch::Tensor& real) {
   const int64_t C = input.size(-1);
   const torch::Tensor x = input.reshape({-1, C});
-  const torch::Tensor logits = float32_router_ && x.scalar_type() != torch::kFloat
-                                   ? at::linear(x.to(torch::kFloat), gate->weight.to(torch::kFloat))
-                                   : at::linear(x, gate->weight);  // [N, E]
+  const torch::Tensor logits =
+      float32_router_ && x.scalar_type() != torch::kFloat
+          ? at::linear(x.to(torch::kFloat), gate->active_weight().to(torch::kFloat))
+          : at::linear(x, gate->active_weight());  // [N, E]
   torch::Tensor probabilities = torch::softmax(logits, -1, torch::kFloat);
   auto [top, chosen] = probabilities.topk(top_k_, -1);
   if (norm_topk_prob_) top = top / top.sum(-1, /*keepdim=*/true);
@@ -224,8 +225,8 @@ torch::Tensor SparseMoeImpl::forward(const torch::Tensor& input, RouterRecord* r
   torch::Tensor out =
       y.to(x.scalar_type()).index_select(0, r.inverse).view({x.size(0), top_k_, C}).sum(1);
   if (!shared_expert.is_empty()) {
-    out =
-        out + torch::sigmoid(at::linear(x, shared_expert_gate->weight)) * shared_expert->forward(x);
+    out = out + torch::sigmoid(at::linear(x, shared_expert_gate->active_weight())) *
+                    shared_expert->forward(x);
   }
   out = out.view(input.sizes());
   if (record == nullptr) return out;

@@ -15,8 +15,14 @@ std::vector<lora::LoraWeights> read_lora_weights(const ckpt::CheckpointReader& r
                                                  const nlohmann::json& lora) {
   std::vector<lora::LoraWeights> out;
   for (const auto& module : lora.at("modules").get<std::vector<std::string>>()) {
-    out.push_back({module, reader.read_full("master", lora::lora_a_name(module)),
-                   reader.read_full("master", lora::lora_b_name(module))});
+    out.push_back({module,
+                   reader.read_full("master", lora::lora_a_name(module)),
+                   reader.read_full("master", lora::lora_b_name(module)),
+                   {}});
+  }
+  // Absent in checkpoints written before modules_to_save.
+  for (const auto& module : lora.value("whole_modules", std::vector<std::string>{})) {
+    out.push_back({module, {}, {}, reader.read_full("master", lora::whole_name(module))});
   }
   return out;
 }

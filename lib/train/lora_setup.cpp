@@ -30,6 +30,7 @@ lora::LoraOptions lora_options(const config::Config& c) {
   o.target_modules = s.target_modules;
   o.target_regex = lora::is_regex_target(s.target_modules);
   o.target_parameters = s.target_parameters;
+  o.modules_to_save = s.modules_to_save;
   o.use_rslora = s.use_rslora;
   o.init = s.init;
   o.seed = c.training.seed;
@@ -50,12 +51,14 @@ lora::LoraOptions options_from_adapter(const lora::LoraOptions& from_config,
   differs("alpha", fmt::format("{}", o.alpha), fmt::format("{}", a.alpha));
   differs("target_modules", json(o.target_modules).dump(), json(a.target_modules).dump());
   differs("target_parameters", json(o.target_parameters).dump(), json(a.target_parameters).dump());
+  differs("modules_to_save", json(o.modules_to_save).dump(), json(a.modules_to_save).dump());
   differs("use_rslora", o.use_rslora ? "true" : "false", a.use_rslora ? "true" : "false");
   o.r = a.r;
   o.alpha = a.alpha;
   o.target_modules = a.target_modules;
   o.target_regex = a.target_regex;
   o.target_parameters = a.target_parameters;
+  o.modules_to_save = a.modules_to_save;
   o.use_rslora = a.use_rslora;
   return o;
 }
@@ -67,6 +70,7 @@ json lora_options_json(const lora::LoraOptions& o) {
           {"target_modules", o.target_modules},
           {"target_regex", o.target_regex},
           {"target_parameters", o.target_parameters},
+          {"modules_to_save", o.modules_to_save},
           {"use_rslora", o.use_rslora},
           {"init", o.init},
           {"seed", o.seed}};
@@ -81,6 +85,7 @@ lora::LoraOptions lora_options_from_json(const json& j) {
   o.target_regex = j.at("target_regex").get<bool>();
   // Absent in checkpoints written before adapters on expert stacks.
   o.target_parameters = j.value("target_parameters", std::vector<std::string>{});
+  o.modules_to_save = j.value("modules_to_save", std::vector<std::string>{});
   o.use_rslora = j.at("use_rslora").get<bool>();
   o.init = j.at("init").get<std::string>();
   o.seed = j.at("seed").get<uint64_t>();
@@ -130,8 +135,11 @@ LoraPlan lora_plan(const config::Config& c) {
 void Trainer::log_lora() const {
   const lora::LoraOptions& o = parallel_.lora->options();
   const double base_n = static_cast<double>(model_config_.num_parameters(true));
-  log::info("LoRA r={} alpha={} on {} modules: {} trainable parameters ({:.3f}% of the base){}",
-            o.r, o.alpha, parallel_.lora->modules().size(), parallel_.lora->num_parameters(),
+  const size_t whole = parallel_.lora->whole_modules().size();
+  log::info("LoRA r={} alpha={} on {} modules{}: {} trainable parameters ({:.3f}% of the base){}",
+            o.r, o.alpha, parallel_.lora->modules().size(),
+            whole > 0 ? fmt::format(", {} trained whole", whole) : std::string(),
+            parallel_.lora->num_parameters(),
             100.0 * static_cast<double>(parallel_.lora->num_parameters()) / base_n,
             cfg_.lora.init_from.empty() ? std::string() : ", from " + cfg_.lora.init_from);
 }
@@ -159,6 +167,7 @@ std::string Trainer::base_checksum(const model::ValueSource& values,
 json Trainer::lora_reference_json() const {
   json j = lora_options_json(parallel_.lora->options());
   j["modules"] = parallel_.lora->modules();
+  j["whole_modules"] = parallel_.lora->whole_modules();
   j["base"] = {{"name_or_path", cfg_.model.name_or_path},
                {"revision", cfg_.model.revision},
                {"dir", model_dir_},
@@ -202,8 +211,14 @@ void Trainer::save_lora_adapter() {
     adapter.options = parallel_.lora->options();
     adapter.base_model = cfg_.model.name_or_path;
     for (const auto& w : parallel_.lora->weights()) {
-      adapter.weights.push_back(
-          {w.module, whole.at(lora::lora_a_name(w.module)), whole.at(lora::lora_b_name(w.module))});
+      if (w.is_whole()) {
+        adapter.weights.push_back({w.module, {}, {}, whole.at(lora::whole_name(w.module))});
+      } else {
+        adapter.weights.push_back({w.module,
+                                   whole.at(lora::lora_a_name(w.module)),
+                                   whole.at(lora::lora_b_name(w.module)),
+                                   {}});
+      }
     }
     const stdfs::path dir = run_files::lora_adapter_dir(cfg_.logging.out_dir);
     lora::write_adapter(dir, adapter, torch::kFloat);

@@ -2,13 +2,13 @@
 // LoRA's part of the run config and of checkpoints, shared by the trainer and `dstrain export`.
 //
 // A LoRA checkpoint's manifest carries, under "lora":
-//   {"r", "alpha", "dropout", "target_modules", "target_regex", "target_parameters", "use_rslora",
-//    "init",
-//    "modules": [module paths],
+//   {"r", "alpha", "dropout", "target_modules", "target_regex", "target_parameters",
+//    "modules_to_save", "use_rslora", "init",
+//    "modules": [adapted module paths], "whole_modules": [modules trained whole],
 //    "base": {"name_or_path", "dir", "init": "pretrained"|"random", "seed", "checksum"}}
-// The shards hold only the adapters' pieces (lora_A/lora_B master weights and optimizer state);
-// the base weights are referenced, never stored: "checksum" (lora/base_checksum.h, over the
-// float32 base) is verified whenever the base is rebuilt, on resume and on export --merge-lora.
+// The shards hold only the adapters' pieces and the weights trained whole (master and optimizer
+// state); the base weights are referenced, never stored: "checksum" (lora/base_checksum.h, over
+// the float32 base) is verified whenever the base is rebuilt, on resume and on export --merge-lora.
 
 #include <string>
 

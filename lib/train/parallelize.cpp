@@ -33,15 +33,25 @@ void place_on_device(model::DecoderModelImpl& model, lora::LoraModel* lora, torc
   for (auto& [name, t] : lora->named_parameters()) t.set_data(t.detach().to(device));
 }
 
-// The base's values, and the adapters' own for theirs. Without a base source the engine reads
-// every value from the parameters themselves, the adapters' included.
+// The base's values, and the adapters' own for theirs (a module trained whole that was not
+// loaded: its base weight's). Without a base source the engine reads every value from the
+// parameters themselves, the adapters' included.
 zero::InitialValues with_adapters(model::ValueSource base, const lora::LoraModel* lora) {
   if (!lora || !base) return base;
   auto adapters = std::make_shared<std::map<std::string, torch::Tensor>>();
-  for (auto& [name, t] : lora->named_parameters()) {
-    (*adapters)[name] = t.detach().clone().reshape({-1});
+  auto renamed = std::make_shared<std::map<std::string, std::string>>();
+  for (const lora::LoraModel::BlockParameter& p : lora->block_parameters()) {
+    if (!p.starts_from.empty()) {
+      (*renamed)[p.name] = p.starts_from;
+    } else {
+      (*adapters)[p.name] = p.tensor.detach().clone().reshape({-1});
+    }
   }
-  return [base = std::move(base), adapters](const std::string& name, int64_t begin, int64_t end) {
+  return [base = std::move(base), adapters, renamed](const std::string& name, int64_t begin,
+                                                     int64_t end) {
+    if (const auto from = renamed->find(name); from != renamed->end()) {
+      return base(from->second, begin, end);
+    }
     const auto it = adapters->find(name);
     if (it == adapters->end()) return base(name, begin, end);
     return it->second.narrow(0, begin, end - begin);

@@ -9,7 +9,8 @@
   weight and in logits;
 - both of PEFT's target_modules forms (a list of names matched as suffixes, one string matched as
   a full regex), target_parameters on a MoE model's expert stacks (PEFT's nested ParamWrappers,
-  its expert-major layouts) and rsLoRA (alpha/√r) select and scale as PEFT does;
+  its expert-major layouts), modules_to_save on its routers (trained whole) and rsLoRA (alpha/√r)
+  select and scale as PEFT does;
 - lora_dropout > 0 acts in training only: evaluation logits are PEFT's model.eval() logits.
 
 Every expected value comes from running PEFT; nothing is hard-coded."""
@@ -64,7 +65,8 @@ def write_run_yaml(tmp, model_dir, corpus, lora, steps, lr, stage=0):
     training = {"max_steps": steps, "per_device_train_batch_size": MICRO,
                 "gradient_accumulation_steps": 1, "lr": lr, "lr_scheduler": "constant",
                 "weight_decay": 0.0, "seed": 11, "log_interval": 1}
-    lora = {k: yaml_targets(v) if k.startswith("target_") else v for k, v in lora.items()}
+    lora = {k: yaml_targets(v) if isinstance(v, (list, str)) and k != "init_from" else v
+            for k, v in lora.items()}
     path = reflib.write_run_config(os.path.join(tmp, "run.yaml"), model_dir, run_dir,
                                    reflib.line_corpus_data(corpus, SEQ, shuffle=False), training,
                                    stage=stage, save_final=True, more={"lora": lora})
@@ -138,7 +140,13 @@ def adapted_weights(model):
             out.append(name.replace(".base_layer", "") + "." + m.parameter_name)
         else:
             out.append(name + ".weight")
+    out += [name[len(PEFT_PREFIX):] + ".weight" for name, m in model.named_modules()
+            if isinstance(m, peft.utils.ModulesToSaveWrapper)]
     return sorted(out)
+
+
+def is_lora_key(key):
+    return key.endswith((".lora_A.weight", ".lora_B.weight"))
 
 
 def assert_scaling(model, r, alpha, rslora):
@@ -202,13 +210,15 @@ TRAINED = {
     "llama-regex-rslora": dict(model="llama-mha-tied", world=1, stage=0, lora={
         "r": 8, "alpha": 16, "dropout": 0.2, "use_rslora": "true",
         "target_modules": r".*layers\.1\.self_attn\.(q|k)_proj|.*\.up_proj"}),
-    # A MoE model's attention and both expert stacks (target_parameters: no dropout, as PEFT),
-    # with its load-balancing loss, on 2 ranks at ZeRO stage 3; and a Qwen2-MoE's shared expert
+    # A MoE model's attention and both expert stacks (target_parameters: no dropout, as PEFT) and
+    # its routers trained whole (modules_to_save), with its load-balancing loss, on 2 ranks at ZeRO
+    # stage 3; and a Qwen2-MoE's shared expert
     # (PEFT's target_modules names match its projections, not the experts' stacks).
     "qwen3-moe-experts-zero3": dict(model="qwen3-moe-aux-loss", world=2, stage=3, lora={
         "r": 4, "alpha": 8, "dropout": 0.0, "use_rslora": "false",
         "target_modules": ["q_proj", "v_proj"],
-        "target_parameters": ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]}),
+        "target_parameters": ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
+        "modules_to_save": ["mlp.gate"]}),
     "qwen2-moe-shared-expert": dict(model="qwen2-moe-shared-expert", world=1, stage=0, lora={
         "r": 4, "alpha": 8, "dropout": 0.05, "use_rslora": "false",
         "target_modules": ["q_proj", "gate_proj", "up_proj", "down_proj"]}),
@@ -251,10 +261,14 @@ def test_dstrain_adapter_loads_in_peft_with_same_outputs(models, tmp, case):
     else:  # a list as a list, a regex as one string
         assert config["target_modules"] == lora["target_modules"]
     assert config["target_parameters"] == lora.get("target_parameters")
+    assert config["modules_to_save"] == lora.get("modules_to_save")
     assert config["base_model_name_or_path"] == model_dir
     tensors = safetensors_torch.load_file(os.path.join(adapter, "adapter_model.safetensors"))
-    assert all(k.startswith(PEFT_PREFIX) and k.endswith((".lora_A.weight", ".lora_B.weight"))
-               for k in tensors)
+    # lora_A/lora_B, and a module of modules_to_save as its whole weight.
+    saved = lora.get("modules_to_save", [])
+    assert all(k.startswith(PEFT_PREFIX) and (is_lora_key(k) or any(
+        k.endswith(m + ".weight") for m in saved)) for k in tensors)
+    assert any(not is_lora_key(k) for k in tensors) == bool(saved)
     assert all(tensors[k].abs().max() > 0 for k in tensors)  # trained: B moved off zero
 
     # PEFT loads it with no warning, selects the same modules and holds the file's tensors.
@@ -263,7 +277,7 @@ def test_dstrain_adapter_loads_in_peft_with_same_outputs(models, tmp, case):
     loaded = peft.get_peft_model_state_dict(model)
     assert sorted(loaded) == sorted(tensors)
     assert all(torch.equal(loaded[k].cpu(), tensors[k]) for k in tensors)
-    modules = sorted({dstrain_name(k).rsplit(".lora_", 1)[0] for k in tensors})
+    modules = sorted({dstrain_name(k).rsplit(".lora_", 1)[0] for k in tensors if is_lora_key(k)})
     assert adapted_modules(model) == modules
     if lora["target_modules"] == "all-linear":
         assert modules == peft_all_linear(model_dir)
@@ -302,6 +316,25 @@ def test_dstrain_adapter_loads_in_peft_with_same_outputs(models, tmp, case):
     compare_merged(model_dir, adapter, merged, ids, case)
 
 
+def test_routers_trained_whole_start_from_the_base_weights(models, tmp):
+    """modules_to_save at ZeRO stage 3 on 2 ranks (the base sharded, so the trained copies take
+    their first values from the base's files): after one step at lr 1e-30 (no fp32 weight moves)
+    the adapter's router weights are the model's own, bit for bit."""
+    model_dir = models["qwen3-moe-aux-loss"]
+    corpus = os.path.join(tmp, "train.txt")
+    write_corpus(corpus, 2)
+    lora = {"r": 2, "alpha": 4, "target_modules": ["q_proj"], "modules_to_save": ["gate"]}
+    yaml, run_dir = write_run_yaml(tmp, model_dir, corpus, lora, steps=1, lr=1e-30, stage=3)
+    reflib.train(yaml, 2)
+    tensors = safetensors_torch.load_file(os.path.join(run_dir, "lora_adapter",
+                                                       "adapter_model.safetensors"))
+    base = {n: p.detach().cpu() for n, p in base_model(model_dir).named_parameters()}
+    routers = sorted(k[len(PEFT_PREFIX):] for k in tensors if not is_lora_key(k))
+    assert routers == sorted(n for n in base if n.endswith("mlp.gate.weight")), routers
+    for name in routers:
+        assert torch.equal(tensors[PEFT_PREFIX + name], base[name]), name
+
+
 # --- PEFT-saved adapters in dstrain ---------------------------------------------------------------
 
 SAVED = {
@@ -311,10 +344,12 @@ SAVED = {
                     dict(r=6, lora_alpha=12, use_rslora=False,
                          target_modules=r".*layers\.0\.mlp\.(up|down)_proj|.*\.v_proj")),
     # One expert stack of a Qwen2-MoE (its adapter at mlp.experts itself) beside its shared
-    # expert's gate_proj.
+    # expert's gate_proj; modules_to_save "gate" (PEFT's plain suffix match) trains the routers
+    # and the shared experts' gates whole.
     "qwen2-moe-down-stacks": ("qwen2-moe-shared-expert",
                               dict(r=4, lora_alpha=8, use_rslora=False, target_modules=["gate_proj"],
-                                   target_parameters=["experts.down_proj"])),
+                                   target_parameters=["experts.down_proj"],
+                                   modules_to_save=["gate"])),
     # PEFT expands "all-linear" and saves the full module paths it chose.
     "qwen2-all-linear": ("qwen2-untied", dict(r=2, lora_alpha=3, use_rslora=True,
                                               target_modules="all-linear")),
@@ -331,6 +366,8 @@ def save_peft_adapter(model_dir, out_dir, settings):
         for name, p in model.named_parameters():
             if "lora_B" in name:
                 p.normal_(0.0, 0.05)
+            elif "modules_to_save" in name:  # a module trained whole: moved off the base
+                p.add_(torch.randn_like(p) * 0.05)
     model.save_pretrained(out_dir)
     return model
 
@@ -371,6 +408,7 @@ def test_peft_adapter_starts_dstrain_at_peft_outputs(models, tmp, case):
     assert written["r"] == settings["r"] and written["lora_alpha"] == settings["lora_alpha"]
     assert written["use_rslora"] is settings["use_rslora"]
     assert written["target_parameters"] == settings.get("target_parameters")
+    assert written["modules_to_save"] == settings.get("modules_to_save")
     with open(os.path.join(adapter, "adapter_config.json")) as f:
         saved = json.load(f)["target_modules"]  # a list is written in set order
     if isinstance(saved, str):

@@ -22,7 +22,7 @@ Adapter sample_adapter(LoraOptions o = small_options(), bool moe = false) {
   a.options = o;
   a.base_model = "Qwen/Qwen2.5-0.5B";
   for (const auto& w : lora.weights())
-    a.weights.push_back({w.module, w.A.detach().clone(), w.B.detach().clone()});
+    a.weights.push_back({w.module, w.A.detach().clone(), w.B.detach().clone(), {}});
   return a;
 }
 
@@ -65,6 +65,20 @@ TEST(AdapterIo, ExpertStacksRoundTripWithTheirTargetParameters) {
   const Adapter b = read_adapter(dir.path());
   EXPECT_EQ(b.options.target_parameters, a.options.target_parameters);
   ASSERT_EQ(b.weights.size(), a.weights.size());
+  // A module trained whole (modules_to_save): its weight under the module's own name.
+  Adapter c = a;
+  c.options.modules_to_save = {"gate"};
+  c.weights.push_back({"model.layers.0.mlp.gate", {}, {}, torch::randn({4, 64})});
+  write_adapter(dir.path(), c);
+  EXPECT_EQ(read_json(dir / kAdapterConfigFile).at("modules_to_save"), json({"gate"}));
+  EXPECT_EQ(model::SafetensorsFile(dir / kAdapterWeightsFile)
+                .info("base_model.model.model.layers.0.mlp.gate.weight")
+                .shape,
+            (std::vector<int64_t>{4, 64}));
+  const Adapter d = read_adapter(dir.path());
+  ASSERT_TRUE(d.weights.front().is_whole());
+  EXPECT_TRUE(torch::equal(d.weights.front().whole, c.weights.back().whole));
+  write_adapter(dir.path(), a);
   // PEFT leaves target_modules null where only target_parameters chooses.
   json only = cfg;
   only["target_modules"] = nullptr;

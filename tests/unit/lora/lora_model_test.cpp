@@ -220,5 +220,48 @@ TEST(LoraExperts, DropoutAndNamesThatAreNoExpertStackAreRefused) {
   EXPECT_EQ(LoraModel(m, only, "k").modules().size(), 2u);
 }
 
+// --- modules trained whole (PEFT's modules_to_save): the routers ---------------------------------
+
+TEST(LoraWhole, TheRoutersTrainedCopyDrivesTheForwardAndMergesAsTheWeight) {
+  torch::NoGradGuard no_grad;
+  LoraOptions o = small_options({"q_proj"});
+  o.modules_to_save = {"gate"};  // PEFT's plain suffix match: each layer's mlp.gate
+  auto adapted = moe_model(3);
+  LoraModel lora(adapted, o, "k");
+  EXPECT_EQ(lora.whole_modules(),
+            (std::vector<std::string>{"model.layers.0.mlp.gate", "model.layers.1.mlp.gate"}));
+  EXPECT_EQ(lora.modules().size(), 2u);  // the q_proj adapters
+  const auto p = lora.named_parameters();
+  ASSERT_EQ(p.size(), 6u);
+  EXPECT_EQ(p[2].first, "model.layers.0.mlp.gate.modules_to_save.weight");
+  const torch::Tensor ids = input_ids();
+  adapted->eval();
+  const torch::Tensor base = adapted->forward(ids);
+  EXPECT_TRUE(torch::equal(adapted->forward(ids), base)) << "the copy starts at the base weight";
+  for (const auto& w : lora.weights()) {
+    if (w.is_whole()) w.whole.add_(torch::randn(w.whole.sizes()) * 0.5);
+  }
+  const torch::Tensor trained = adapted->forward(ids);
+  EXPECT_GT((trained - base).abs().max().item<float>(), 1e-3) << "the forward ignores the copy";
+  auto merged = moe_model(3);
+  merge_lora(*merged, lora.weights(), o);
+  merged->eval();
+  EXPECT_LT((merged->forward(ids) - trained).abs().max().item<float>(), 1e-5);
+}
+
+TEST(LoraWhole, NamesThatSelectNoRouterAreRefused) {
+  LoraOptions o = small_options({"q_proj"});
+  o.modules_to_save = {"q_proj"};
+  expect_error([&] { LoraModel bad(moe_model(), o, "run.yaml"); }, ErrorKind::kConfig,
+               {"lora.modules_to_save", "'q_proj' selects module model.layers.0.self_attn.q_proj",
+                "router"});
+  o.modules_to_save = {"router"};
+  expect_error([&] { LoraModel bad(moe_model(), o, "run.yaml"); }, ErrorKind::kConfig,
+               {"'router' matches no module", "model.layers.0.mlp.gate"});
+  o.modules_to_save = {"gate"};
+  expect_error([&] { LoraModel bad(small_model(), o, "run.yaml"); }, ErrorKind::kConfig,
+               {"has none"});
+}
+
 }  // namespace
 }  // namespace dstrain::lora::testing
