@@ -238,7 +238,9 @@ TEST(MoeRouting, ZeroThreeWithOneRanksTokensOnOneExpert) {
 
 // A MoE run with the router losses at ZeRO 3 resumed from its step-10 checkpoint: every later
 // step's loss and load-balancing loss exactly the uninterrupted run's.
-TEST(MoeResume, ResumesBitIdentically) {
+// 20 steps at ZeRO 3 with the router losses and `more` overrides (the run's log says `says`),
+// then a resume from step 10: the losses after it are the uninterrupted run's, bit for bit.
+void expect_resume_bit_identical(const std::vector<std::string>& more, const std::string& says) {
   TempDir dir;
   const TempDir models;
   JobSpec spec = resumable_job();
@@ -246,8 +248,10 @@ TEST(MoeResume, ResumesBitIdentically) {
   spec.extra_overrides = {write_model(models, kQwen3Moe)};
   spec.extra_overrides.insert(spec.extra_overrides.end(), kRouterLosses.begin(),
                               kRouterLosses.end());
+  spec.extra_overrides.insert(spec.extra_overrides.end(), more.begin(), more.end());
   const RunResult full_run = run_job(dir, spec);
   ASSERT_EQ(full_run.exit_code, 0) << full_run.out << full_run.err;
+  EXPECT_NE((full_run.out + full_run.err).find(says), std::string::npos) << full_run.err;
   std::map<std::string, std::map<long, double>> full, resumed;
   for (const char* key : {"train/loss", "train/aux_loss"})
     full[key] = read_metric(dir.file("run/metrics.jsonl"), key);
@@ -260,6 +264,20 @@ TEST(MoeResume, ResumesBitIdentically) {
     ASSERT_EQ(resumed[key].size(), 10u) << key;
     expect_same_losses_after(10, resumed[key], full[key]);
   }
+}
+
+TEST(MoeResume, ResumesBitIdentically) {
+  expect_resume_bit_identical({}, "zero stage 3");
+}
+
+// LoRA on an expert stack with the routers trained whole (modules_to_save): their master weights
+// and optimizer state are in the checkpoint.
+TEST(MoeResume, LoraOnTheExpertsWithTheRoutersTrainedWholeResumesBitIdentically) {
+  expect_resume_bit_identical(
+      {"lora.enabled=true", "lora.target_modules=[q_proj]",
+       "lora.target_parameters=[mlp.experts.down_proj]", "lora.modules_to_save=[mlp.gate]",
+       "lora.dropout=0", "training.lr=1e-2"},
+      "trained whole");
 }
 
 // The export of a trained Qwen3-MoE holds each expert's projections under the Hub's names (and the
