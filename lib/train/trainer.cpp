@@ -561,7 +561,15 @@ void Trainer::log_eval(const EvalResult& e) {
 
 RunSummary Trainer::run() {
   try {
-    return run_steps();
+    try {
+      return run_steps();
+    } catch (const c10::OutOfMemoryError& e) {
+      // The device's memory, not a bug: a runtime error that says what to try.
+      fail(ErrorKind::kRuntime,
+           "rank {} ran out of memory on {}: {}\nThe knobs to try, in order, and what each costs: "
+           "docs/troubleshooting.md (dstrain estimate shows what a rank holds)",
+           rank_, device_.str(), e.what_without_backtrace());
+    }
   } catch (...) {
     save_rank_trace(cfg_, rank_);
     if (metrics_) metrics_->finish(metrics::RunStatus::kFailed, kFinishSeconds);
