@@ -26,27 +26,29 @@ json number(double v) {
 json config_json(const Adapter& a) {
   const LoraOptions& o = a.options;
   json targets = o.target_regex ? json(o.target_modules.at(0)) : json(o.target_modules);
-  return {{"peft_type", "LORA"},
-          {"task_type", "CAUSAL_LM"},
-          {"r", o.r},
-          {"lora_alpha", number(o.alpha)},
-          {"lora_dropout", o.dropout},
-          {"target_modules", targets},
-          {"target_parameters",
-           o.target_parameters.empty() ? json(nullptr) : json(o.target_parameters)},
-          {"bias", "none"},
-          {"base_model_name_or_path", a.base_model},
-          {"use_rslora", o.use_rslora},
-          {"use_dora", false},
-          {"init_lora_weights", o.init == "gaussian" ? json("gaussian") : json(true)},
-          {"fan_in_fan_out", false},
-          {"inference_mode", true},
-          {"modules_to_save", o.modules_to_save.empty() ? json(nullptr) : json(o.modules_to_save)},
-          {"layers_to_transform", nullptr},
-          {"layers_pattern", nullptr},
-          {"rank_pattern", json::object()},
-          {"alpha_pattern", json::object()},
-          {"revision", nullptr}};
+  json j = {
+      {"peft_type", "LORA"},
+      {"task_type", "CAUSAL_LM"},
+      {"r", o.r},
+      {"lora_alpha", number(o.alpha)},
+      {"lora_dropout", o.dropout},
+      {"target_modules", targets},
+      {"bias", "none"},
+      {"base_model_name_or_path", a.base_model},
+      {"use_rslora", o.use_rslora},
+      {"use_dora", false},
+      {"init_lora_weights", o.init == "gaussian" ? json("gaussian") : json(true)},
+      {"fan_in_fan_out", false},
+      {"inference_mode", true},
+      {"modules_to_save", o.modules_to_save.empty() ? json(nullptr) : json(o.modules_to_save)},
+      {"layers_to_transform", nullptr},
+      {"layers_pattern", nullptr},
+      {"rank_pattern", json::object()},
+      {"alpha_pattern", json::object()},
+      {"revision", nullptr}};
+  // Only where set, so that an adapter without expert stacks is written as before.
+  if (!o.target_parameters.empty()) j["target_parameters"] = o.target_parameters;
+  return j;
 }
 
 // Error(kInput) unless `j[key]` is absent, null, false, or empty.

@@ -173,23 +173,49 @@ torch::Tensor RouterRecord::load() const {
   return torch::stack(rows);
 }
 
-RouterTotals RouterRecord::totals(const torch::Tensor& last) {
-  RouterTotals pooled;
-  if (!losses_) return pooled;
-  for (const RouterTotals& t : totals_) {
-    if (!t.defined()) continue;
-    if (!pooled.defined()) {
-      pooled = {t.counts.clone(), t.sums.clone(), t.rows.clone()};
-      continue;
+RouterTotals RouterRecord::pooled() const {
+  RouterTotals sum;
+  if (!losses_) return sum;
+  const auto add = [&sum](const RouterTotals& t) {
+    if (!t.defined()) return;
+    if (!sum.defined()) {
+      sum = {t.counts.clone(), t.sums.clone(), t.rows.clone()};
+      return;
     }
-    pooled.counts.add_(t.counts);
-    pooled.sums.add_(t.sums);
-    pooled.rows.add_(t.rows);
+    sum.counts.add_(t.counts);
+    sum.sums.add_(t.sums);
+    sum.rows.add_(t.rows);
+  };
+  add(incoming_);
+  for (const RouterTotals& t : totals_) add(t);
+  return sum;
+}
+
+RouterTotals RouterRecord::totals(const torch::Tensor& last) {
+  RouterTotals sum = pooled();
+  if (sum.defined() && last.requires_grad()) {
+    sum.sums = RouterSink::apply(last, sum.sums, held(this));
   }
-  if (pooled.defined() && last.requires_grad()) {
-    pooled.sums = RouterSink::apply(last, pooled.sums, held(this));
-  }
-  return pooled;
+  return sum;
+}
+
+void RouterRecord::set_incoming(const torch::Tensor& packed) {
+  incoming_ = unpack(packed);
+}
+
+torch::Tensor RouterRecord::outgoing() const {
+  const RouterTotals sum = pooled();
+  return sum.defined() ? pack(sum) : torch::Tensor();
+}
+
+torch::Tensor RouterRecord::pack(const RouterTotals& t) {
+  return torch::cat({t.counts, t.sums, t.rows.reshape({1})}).to(torch::kFloat);
+}
+
+RouterTotals RouterRecord::unpack(const torch::Tensor& packed) {
+  const int64_t E = (packed.numel() - 2) / 2;
+  const torch::Tensor p = packed.detach().to(torch::kFloat);
+  return {p.narrow(0, 0, E).clone(), p.narrow(0, E, E + 1).clone(), p[2 * E + 1].clone()};
 }
 
 SparseMoeImpl::SparseMoeImpl(const ModelConfig& c, Materialize m, int64_t slot)

@@ -134,9 +134,18 @@ class RouterRecord : public torch::CustomClassHolder {
                        const RouterTotals& totals);
   // [layers, E] float32: each layer's load (zeros for the layers this forward did not run).
   torch::Tensor load() const;
-  // The reported layers' totals pooled, their sums differentiable through `last` (the forward's
-  // last output); undefined without the losses or reports.
+  // The reported layers' totals pooled with the incoming ones, their sums differentiable through
+  // `last` (the forward's last output); undefined without the losses or anything to pool.
   RouterTotals totals(const torch::Tensor& last);
+  // Pipeline parallelism: the totals of the layers earlier stages ran of this micro-batch, pooled
+  // with this stage's (`packed` as pack() writes them), and what this stage sends on: all of them
+  // pooled, packed, without gradient (undefined without the losses or anything to pool). The
+  // gradient of the sums goes back the other way (set_sums_grad before this stage's backward).
+  void set_incoming(const torch::Tensor& packed);
+  torch::Tensor outgoing() const;
+  // (counts, sums, rows) as one float32 tensor [2E + 2], and back.
+  static torch::Tensor pack(const RouterTotals& totals);
+  static RouterTotals unpack(const torch::Tensor& packed);
   // The gradient of totals().sums once the backward has passed it; undefined before.
   const torch::Tensor& sums_grad() const { return sums_grad_; }
   void set_sums_grad(torch::Tensor grad) { sums_grad_ = std::move(grad); }
@@ -145,7 +154,9 @@ class RouterRecord : public torch::CustomClassHolder {
   bool losses_;
   std::vector<torch::Tensor> load_;  // per slot, undefined until reported
   std::vector<RouterTotals> totals_;
+  RouterTotals incoming_;
   torch::Tensor sums_grad_;
+  RouterTotals pooled() const;  // incoming and reported, detached
 };
 
 class SparseMoeImpl : public torch::nn::Module {

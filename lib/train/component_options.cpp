@@ -163,17 +163,6 @@ void apply_router_options(const config::Config& c, model::ModelConfig& model) {
     log::warn("{}: model.router_aux_loss_coef has no effect: the load-balancing loss is off",
               c.source_path);
   }
-  if (moe.router_losses() && c.parallel.pipeline_parallel_size > 1) {
-    fail(ErrorKind::kConfig,
-         "{}: {}: a Mixture-of-Experts model's router losses are not computed under pipeline "
-         "parallelism (parallel.pipeline_parallel_size {}) yet; set model.router_aux_loss: false "
-         "and model.router_z_loss_coef: 0, or train without a pipeline",
-         c.source_path,
-         moe.z_loss_coef > 0 ? "model.router_z_loss_coef"
-         : aux == "auto"     ? "model.router_aux_loss: auto (config.json's output_router_logits)"
-                             : "model.router_aux_loss",
-         c.parallel.pipeline_parallel_size);
-  }
 }
 
 }  // namespace dstrain::train

@@ -34,9 +34,7 @@ ParallelPlan parallel_plan(const config::Config& c, const RunPlan& run, torch::D
                            int stage = 0);
 // A Mixture-of-Experts model's router losses (model.router_aux_loss, model.router_aux_loss_coef,
 // model.router_z_loss_coef) over what config.json says, and model.router_dtype, into `model.moe`.
-// On a dense model a key set otherwise than its default warns that it has no effect. Error(kConfig)
-// naming the key (or config.json's output_router_logits) for the losses with pipeline parallelism:
-// they pool every layer's statistics before their gradient reaches any layer.
+// On a dense model a key set otherwise than its default warns that it has no effect.
 void apply_router_options(const config::Config& c, model::ModelConfig& model);
 
 }  // namespace dstrain::train

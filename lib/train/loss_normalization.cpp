@@ -22,10 +22,11 @@ torch::Tensor micro_step_scale(LossNormalization how, const torch::Tensor& label
 }
 
 torch::Tensor micro_step_loss(const model::LossSum& loss, LossNormalization how,
-                              const torch::Tensor& scale, const model::MoeConfig& moe) {
+                              const torch::Tensor& scale, const model::MoeConfig& moe,
+                              int64_t chunks) {
   const torch::Tensor lm = (how == LossNormalization::kTokens ? loss.sum : loss.mean()) * scale;
   if (!loss.router.defined()) return lm;
-  return lm + model::router_losses(loss.router).weighted(moe);
+  return lm + model::router_losses(loss.router).weighted(moe) * static_cast<double>(chunks);
 }
 
 }  // namespace dstrain::train

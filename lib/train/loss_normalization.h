@@ -37,9 +37,12 @@ torch::Tensor micro_step_scale(LossNormalization how, const torch::Tensor& label
 // The loss a micro-batch backpropagates: loss.sum × scale (kTokens) or loss.mean() × scale
 // (kMicroSteps), `scale` from micro_step_scale; with a MoE model's router statistics
 // (loss.router), plus its router losses weighted as `moe` says, each micro-batch's own (as
-// transformers adds them to each forward's loss): the engine's division by the micro-steps and
-// average over the ranks make the step's the mean of its micro-batches'.
+// transformers adds them to each forward's loss), times `chunks` (the rank's virtual stages, as
+// in micro_step_scale: a micro-batch's loss is made once but the engine counts a micro-step per
+// chunk): the engine's division by the micro-steps and average over the ranks make the step's the
+// mean of its micro-batches'.
 torch::Tensor micro_step_loss(const model::LossSum& loss, LossNormalization how,
-                              const torch::Tensor& scale, const model::MoeConfig& moe = {});
+                              const torch::Tensor& scale, const model::MoeConfig& moe = {},
+                              int64_t chunks = 1);
 
 }  // namespace dstrain::train

@@ -358,11 +358,16 @@ void PipelineStage::finish() {
   in_flight_.clear();
 }
 
+torch::Tensor PipelineStage::router_buffer(int64_t numel) const {
+  return torch::empty({numel}, hidden_options_.dtype(torch::kFloat));
+}
+
 model::LossSum PipelineStage::run(const std::vector<MicroBatch>& micro_batches,
                                   const MicroStepLoss& loss, const std::string& micro_batch_key,
                                   StepPart part) {
   const int m = static_cast<int>(micro_batches.size());
   model::LossSum total = begin(m);
+  carry_router_ = stages_.size() > 1 && model_.config().moe.router_losses();
   const int micro_steps = m * chunks_;
   // The first stage's extra micro-step adds the head's gradient of a tied matrix.
   const bool tied_step = engine_tied() && rank_ == 0 && model_.head_weight().requires_grad();
@@ -414,6 +419,7 @@ model::LossSum PipelineStage::evaluate(const std::vector<MicroBatch>& micro_batc
   torch::NoGradGuard no_grad;
   const int m = static_cast<int>(micro_batches.size());
   model::LossSum total = begin(m);
+  carry_router_ = false;
   // Each micro-batch through every chunk before the next (a chunk-major order would leave the last
   // rank's sends to the first rank's next chunk unreceived while the first waits on its own).
   for (int i = 0; i < m; ++i) {
@@ -469,13 +475,22 @@ void PipelineStage::receive(const PipelineAction& a, const MicroBatch& mb,
   const int last = static_cast<int>(stages_.size()) - 1;
   InFlight& f = in_flight_[static_cast<size_t>(a.chunk)][static_cast<size_t>(a.micro_batch)];
   f.shape = hidden_shape(mb);
+  const int64_t E = model_.config().moe.experts;
   if (a.forward && s > 0) {
     f.input = receive_buffer(f.shape);
     incoming.push_back({comm::CollectiveKind::kRecv, f.input, rank_of(s - 1)});
+    if (carry_router_) {
+      f.router_in = router_buffer(2 * E + 2);
+      incoming.push_back({comm::CollectiveKind::kRecv, f.router_in, rank_of(s - 1)});
+    }
   } else if (!a.forward && s < last) {
     // The shape of the output (which an overlapped schedule may not have computed yet).
     f.output_grad = receive_buffer(f.shape);
     incoming.push_back({comm::CollectiveKind::kRecv, f.output_grad, rank_of(s + 1)});
+    if (carry_router_) {
+      f.router_grad_in = router_buffer(E + 1);
+      incoming.push_back({comm::CollectiveKind::kRecv, f.router_grad_in, rank_of(s + 1)});
+    }
   }
 }
 
@@ -504,6 +519,10 @@ void PipelineStage::forward(const PipelineAction& a, const MicroBatch& mb,
   ctx.cos = ctx.cos.to(hidden_options_.dtype());
   ctx.sin = ctx.sin.to(hidden_options_.dtype());
   ctx.real_tokens = mb.real_tokens;
+  if (carry_router_) {
+    if (s > 0) ctx.router->set_incoming(f.router_in);
+    f.router = ctx.router;
+  }
   for (size_t i = first_block; i < end_block; ++i) {
     if (mb.draws) model::seed_rng(model::draw_key({*mb.draws, i}), {x});
     x = model_.run_block(i, x, ctx);
@@ -515,6 +534,11 @@ void PipelineStage::forward(const PipelineAction& a, const MicroBatch& mb,
   }
   if (!last) {
     outgoing_.push_back({comm::CollectiveKind::kSend, sent_part(x), rank_of(s + 1)});
+    if (carry_router_) {
+      torch::Tensor pooled = ctx.router->outgoing();  // none yet: zeros
+      if (!pooled.defined()) pooled = router_buffer(2 * model_.config().moe.experts + 2).zero_();
+      outgoing_.push_back({comm::CollectiveKind::kSend, pooled, rank_of(s + 1)});
+    }
     // Its backward reads only its autograd edge (zero::run_backward): the data goes once sent.
     if (!x.is_view()) x.set_data(torch::empty({0}, x.options()));
     f.output = x;
@@ -563,6 +587,8 @@ void PipelineStage::backward(const PipelineAction& a, zero::MicroStep micro) {
       w.mutable_grad() = torch::Tensor();
     }
   } else {
+    // The router sums' gradient the last stage computed, for this stage's layers (moe.h).
+    if (carry_router_) f.router->set_sums_grad(f.router_grad_in);
     // (A first stage with nothing to train, a frozen embedding under LoRA, has no graph.)
     const torch::Tensor grad = received_whole(f.output_grad, f.shape);
     if (engine_ != nullptr) {
@@ -573,6 +599,12 @@ void PipelineStage::backward(const PipelineAction& a, zero::MicroStep micro) {
   }
   if (s > 0) {
     outgoing_.push_back({comm::CollectiveKind::kSend, sent_part(f.input.grad()), rank_of(s - 1)});
+    if (carry_router_) {
+      torch::Tensor grad = f.router->sums_grad();  // none (no sums reached the loss): zeros
+      if (!grad.defined()) grad = router_buffer(model_.config().moe.experts + 1).zero_();
+      outgoing_.push_back(
+          {comm::CollectiveKind::kSend, grad.to(torch::kFloat).contiguous(), rank_of(s - 1)});
+    }
   }
   f = InFlight{};
   if (options_.peaks) span.set_arg(peak_arg(*options_.peaks, StepPhase::kBackward));

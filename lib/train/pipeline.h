@@ -198,6 +198,13 @@ class PipelineStage {
     // scaled loss on the last stage.
     torch::Tensor output;
     torch::Tensor output_grad;  // the gradient of `output` from the next stage
+    // A MoE model's router losses over several stages (carry_router_): the router statistics of
+    // the stages before, pooled (model::RouterRecord::pack), received with the input; the gradient
+    // of their sums received with `output_grad`; and the forward's record, which the backward
+    // hands that gradient.
+    torch::Tensor router_in;
+    torch::Tensor router_grad_in;
+    c10::intrusive_ptr<model::RouterRecord> router;
   };
   // A step's or an evaluation's start (its micro-batches' slots, the zero totals) and end (the
   // last action's sends done).
@@ -257,6 +264,12 @@ class PipelineStage {
   torch::Tensor tied_grad_;  // engine_tied() on the head's rank: this step's, float32
   torch::Tensor step_loss_;
   torch::Tensor expert_load_;  // take_expert_load()
+  // In training, a MoE model's router losses pool every stage's layers (moe.h: the losses are
+  // not linear in the statistics): each stage sends its statistics pooled with those it received
+  // on with its output, and the last stage's gradient of the pooled sums goes back with the
+  // gradients (the same for every layer). Off in evaluation (the evaluation loss is the LM loss).
+  bool carry_router_ = false;
+  torch::Tensor router_buffer(int64_t numel) const;
 };
 
 }  // namespace dstrain::train

@@ -370,7 +370,8 @@ torch::Tensor Trainer::train_step(double* fwd_bwd_s, double* data_s) {
           torch::stack({r.aux, r.z}).to(torch::kDouble) / static_cast<double>(batches.size());
       step_router_ = step_router_.defined() ? step_router_ + mean : mean;
     }
-    return micro_step_loss(whole, loss_normalization_, scale, model_config_.moe);
+    return micro_step_loss(whole, loss_normalization_, scale, model_config_.moe,
+                           parallel_.stage->chunks());
   };
   // Each micro-batch's draws keyed by the seed, the step, its index and the tokens: the ranks that
   // compute parts of the same tokens (a pipeline's stages, a tensor-parallel group) draw what one

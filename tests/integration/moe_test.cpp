@@ -156,7 +156,15 @@ INSTANTIATE_TEST_SUITE_P(
              3,
              1,
              {"zero.offload_optimizer.device=cpu"}},
-        Case{"Qwen3MoePipeline2", kQwen3Moe, 2, 1, 4, {"parallel.pipeline_parallel_size=2"}}),
+        // The router losses pool every stage's layers: the statistics go forward with the
+        // activations and their gradient back with the gradients (interleaved: 4 virtual stages).
+        Case{"Qwen3MoeRouterLossesPipeline2Interleaved",
+             kQwen3Moe,
+             2,
+             1,
+             4,
+             {"parallel.pipeline_parallel_size=2", "parallel.pipeline_virtual_stages=2"},
+             kRouterLosses}),
     [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 // A Qwen3-MoE (top-1) whose router sends every 'a' to expert 0 and spreads every other byte:
@@ -311,9 +319,7 @@ TEST(MoeRefusals, EachNamesItsKey) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
       {{"parallel.tensor_parallel_size=2"}, "parallel.tensor_parallel_size"},
       {{"lora.enabled=true", "lora.target_modules=all-linear"}, "lora.target_modules"},
-      {{"model.tiled_mlp=64"}, "model.tiled_mlp"},
-      {{"parallel.pipeline_parallel_size=2", "model.router_aux_loss=true"},
-       "model.router_aux_loss"}};
+      {{"model.tiled_mlp=64"}, "model.tiled_mlp"}};
   for (const auto& [sets, key] : refused) {
     TempDir dir;
     JobSpec spec;

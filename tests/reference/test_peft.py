@@ -260,7 +260,7 @@ def test_dstrain_adapter_loads_in_peft_with_same_outputs(models, tmp, case):
         assert isinstance(config["target_modules"], list)
     else:  # a list as a list, a regex as one string
         assert config["target_modules"] == lora["target_modules"]
-    assert config["target_parameters"] == lora.get("target_parameters")
+    assert config.get("target_parameters") == lora.get("target_parameters")
     assert config["modules_to_save"] == lora.get("modules_to_save")
     assert config["base_model_name_or_path"] == model_dir
     tensors = safetensors_torch.load_file(os.path.join(adapter, "adapter_model.safetensors"))
@@ -407,7 +407,7 @@ def test_peft_adapter_starts_dstrain_at_peft_outputs(models, tmp, case):
         written = json.load(f)
     assert written["r"] == settings["r"] and written["lora_alpha"] == settings["lora_alpha"]
     assert written["use_rslora"] is settings["use_rslora"]
-    assert written["target_parameters"] == settings.get("target_parameters")
+    assert written.get("target_parameters") == settings.get("target_parameters")
     assert written["modules_to_save"] == settings.get("modules_to_save")
     with open(os.path.join(adapter, "adapter_config.json")) as f:
         saved = json.load(f)["target_modules"]  # a list is written in set order
