@@ -116,7 +116,11 @@ std::string format_parallel_groups(const WorldPlan& plan) {
   const int p = static_cast<int>(plan.parallel.sequence_parallel_size);
   const int t = static_cast<int>(plan.parallel.tensor_parallel_size);
   const int stages = static_cast<int>(plan.parallel.pipeline_parallel_size);
-  if ((p <= 1 && t <= 1 && stages <= 1) || plan.world_size % (p * t * stages) != 0) return "";
+  const int e = static_cast<int>(plan.parallel.expert_parallel_size);
+  if ((p <= 1 && t <= 1 && stages <= 1 && e <= 1) || plan.world_size % (p * t * stages) != 0 ||
+      (plan.world_size / stages) % e != 0) {
+    return "";
+  }
   const layout::ParallelLayout l = layout::layout_of(plan.parallel, plan.world_size);
   using layout::Axis;
   const auto lines = [&](layout::Axes axes, const char* collectives, const char* label) {
@@ -163,6 +167,19 @@ std::string format_parallel_groups(const WorldPlan& plan) {
   } else if (stages > 1) {
     out += fmt::format("data-parallel size {}: ZeRO shards each stage over its {} ranks\n", dp,
                        l.group_size(layout::kSliceReplicas));
+  }
+  if (e > 1) {
+    // The experts' own factorisation of each stage's ranks.
+    const int ed = l.size(Axis::kExpertData);
+    out += fmt::format(
+        "expert-parallel groups of {} consecutive ranks, each holding 1/{} of every "
+        "MoE layer's experts (tokens exchanged all-to-all):\n",
+        e, e);
+    out += lines(Axis::kExpert, "all-to-alls", "group");
+    out += fmt::format(
+        "expert-data-parallel size {}: ZeRO shards each rank's experts over the {} "
+        "ranks that hold the same ones{}\n",
+        ed, ed, ed > 1 ? fmt::format(" ({} apart)", e) : std::string());
   }
   return out;
 }

@@ -57,6 +57,18 @@ torch::Tensor scatter(Communicator& comm, const torch::Tensor& x) {
   return output;
 }
 
+// x's rows sent by `send` splits, received by `receive` splits (all_to_all_v).
+torch::Tensor exchange_rows(Communicator& comm, const torch::Tensor& x,
+                            const std::vector<int64_t>& receive, const std::vector<int64_t>& send) {
+  torch::Tensor input = x.detach().contiguous();
+  std::vector<int64_t> shape = input.sizes().vec();
+  shape[0] = 0;
+  for (int64_t rows : receive) shape[0] += rows;
+  torch::Tensor output = torch::empty(shape, input.options());
+  comm.all_to_all_v(output, input, receive, send)->wait();
+  return output;
+}
+
 Communicator& comm_of(AutogradContext* ctx) {
   return *reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
 }
@@ -72,6 +84,24 @@ struct AllToAll : torch::autograd::Function<AllToAll> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     return {exchange(comm_of(ctx), grads[0]), torch::Tensor()};
+  }
+};
+
+struct AllToAllV : torch::autograd::Function<AllToAllV> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, Communicator* comm,
+                               std::vector<int64_t> receive, std::vector<int64_t> send) {
+    keep_comm(ctx, *comm);
+    torch::Tensor out = exchange_rows(*comm, x, receive, send);
+    ctx->saved_data["receive"] = std::move(receive);
+    ctx->saved_data["send"] = std::move(send);
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    // The inverse exchange: what came from rank i goes back to it.
+    const std::vector<int64_t> receive = ctx->saved_data["receive"].toIntVector();
+    const std::vector<int64_t> send = ctx->saved_data["send"].toIntVector();
+    return {exchange_rows(comm_of(ctx), grads[0], send, receive), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
   }
 };
 
@@ -149,6 +179,12 @@ torch::Tensor reduce_scatter_rows(Communicator& comm, const torch::Tensor& x) {
 torch::Tensor all_to_all(Communicator& comm, const torch::Tensor& x) {
   if (comm.world_size() == 1) return x;
   return AllToAll::apply(x, &comm);
+}
+
+torch::Tensor all_to_all_v(Communicator& comm, const torch::Tensor& x, std::vector<int64_t> receive,
+                           std::vector<int64_t> send) {
+  if (comm.world_size() == 1) return x;
+  return AllToAllV::apply(x, &comm, std::move(receive), std::move(send));
 }
 
 torch::Tensor all_reduce_sum(Communicator& comm, const torch::Tensor& x) {

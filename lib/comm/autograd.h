@@ -16,6 +16,11 @@ namespace dstrain::comm {
 // i (the equal-split all_to_all). Backward: the same exchange of the gradient, since an equal-split
 // all-to-all is its own inverse.
 torch::Tensor all_to_all(Communicator& comm, const torch::Tensor& x);
+// x [Σ send, ...]: rows send[j] of it (in rank order) go to rank j, and the result holds the
+// receive[i] rows rank i sent this rank, in rank order (Communicator::all_to_all_v). Backward:
+// the gradient's rows sent back the way they came (the splits swapped).
+torch::Tensor all_to_all_v(Communicator& comm, const torch::Tensor& x, std::vector<int64_t> receive,
+                           std::vector<int64_t> send);
 
 // The sum of x over the ranks. Backward: the sum of the ranks' gradients, as every rank's result
 // depends on every rank's x (so a loss each rank computes from the sum gets its full gradient).

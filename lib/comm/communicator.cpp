@@ -1,6 +1,7 @@
 #include "comm/communicator.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 
@@ -38,6 +39,40 @@ void check_all_to_all_shapes(const torch::Tensor& output, const torch::Tensor& i
          world_size, input.numel(), c10::toString(input.scalar_type()), output.numel(),
          c10::toString(output.scalar_type()));
   }
+}
+
+void check_all_to_all_v_shapes(const torch::Tensor& output, const torch::Tensor& input,
+                               const std::vector<int64_t>& output_splits,
+                               const std::vector<int64_t>& input_splits, int world_size) {
+  const auto rows = [](const std::vector<int64_t>& splits) {
+    int64_t sum = 0;
+    for (int64_t s : splits) sum += s < 0 ? -(int64_t{1} << 62) : s;
+    return sum;
+  };
+  const bool ok = input.dim() >= 1 && output.dim() == input.dim() &&
+                  input.scalar_type() == output.scalar_type() && input.is_contiguous() &&
+                  output.is_contiguous() && input.sizes().slice(1) == output.sizes().slice(1) &&
+                  static_cast<int>(input_splits.size()) == world_size &&
+                  static_cast<int>(output_splits.size()) == world_size &&
+                  rows(input_splits) == input.size(0) && rows(output_splits) == output.size(0);
+  if (!ok) {
+    fail(ErrorKind::kInternal,
+         "all_to_all_v: expected contiguous input and output of one dtype and row shape whose rows "
+         "are the splits' sums over {} ranks, got input {} {} split {} and output {} {} split {}",
+         world_size, fmt::join(input.sizes(), "x"), c10::toString(input.scalar_type()),
+         fmt::join(input_splits, ","), fmt::join(output.sizes(), "x"),
+         c10::toString(output.scalar_type()), fmt::join(output_splits, ","));
+  }
+}
+
+uint64_t all_to_all_v_bytes(const torch::Tensor& input, const std::vector<int64_t>& input_splits,
+                            int rank) {
+  const int64_t row = input.size(0) > 0 ? input.numel() / input.size(0) : 0;
+  int64_t rows = 0;
+  for (size_t j = 0; j < input_splits.size(); ++j) {
+    if (static_cast<int>(j) != rank) rows += input_splits[j];
+  }
+  return static_cast<uint64_t>(rows * row) * input.element_size();
 }
 
 void check_peer_transfers(const std::vector<PeerTransfer>& transfers, int rank, int world_size) {

@@ -47,6 +47,15 @@ enum class CollectiveKind {
 // Error(kInternal) unless input and output have one dtype and one size divisible by `world_size`.
 void check_all_to_all_shapes(const torch::Tensor& output, const torch::Tensor& input,
                              int world_size);
+// all_to_all_v's: Error(kInternal) unless both are contiguous with one dtype and one row shape
+// (every dimension after the first), each split list has `world_size` entries >= 0 and they add
+// up to the tensors' rows.
+void check_all_to_all_v_shapes(const torch::Tensor& output, const torch::Tensor& input,
+                               const std::vector<int64_t>& output_splits,
+                               const std::vector<int64_t>& input_splits, int world_size);
+// Bytes all_to_all_v sends to the other ranks: the rows of `input_splits` but `rank`'s own.
+uint64_t all_to_all_v_bytes(const torch::Tensor& input, const std::vector<int64_t>& input_splits,
+                            int rank);
 const char* to_string(CollectiveKind kind);
 
 class Work {
@@ -108,6 +117,15 @@ class Communicator {
   // this rank's input becomes chunk rank() of rank j's output. Its own inverse (backward of
   // itself, see autograd.h).
   virtual std::unique_ptr<Work> all_to_all(torch::Tensor& output, const torch::Tensor& input) = 0;
+  // Uneven splits along dimension 0 (a Mixture-of-Experts layer's tokens sent to the ranks holding
+  // their experts): rows [Σ input_splits[0, j), + input_splits[j]) of this rank's input go to rank
+  // j, and rank i's rows for this rank land at row Σ output_splits[0, i) of the output, so
+  // output_splits[i] must equal rank i's input_splits[rank()] (the callers exchange their counts
+  // first). Shapes as check_all_to_all_v_shapes. Its inverse is the same call with the splits
+  // swapped (see autograd.h). Byte counter (under kAllToAll): the rows sent to other ranks.
+  virtual std::unique_ptr<Work> all_to_all_v(torch::Tensor& output, const torch::Tensor& input,
+                                             std::vector<int64_t> output_splits,
+                                             std::vector<int64_t> input_splits) = 0;
 
   // Point-to-point: every transfer of the batch is issued at once and wait() returns when all are
   // done, so two ranks that each send to the other and receive from it in one batch do not wait

@@ -165,6 +165,9 @@ class GlooCommunicator : public Communicator {
   std::unique_ptr<Work> broadcast(torch::Tensor& tensor, int root) override;
   void barrier() override;
   std::unique_ptr<Work> all_to_all(torch::Tensor& output, const torch::Tensor& input) override;
+  std::unique_ptr<Work> all_to_all_v(torch::Tensor& output, const torch::Tensor& input,
+                                     std::vector<int64_t> output_splits,
+                                     std::vector<int64_t> input_splits) override;
   std::unique_ptr<Work> exchange(std::vector<PeerTransfer> transfers) override;
   std::unique_ptr<Communicator> split(int color) override;
 
@@ -375,6 +378,36 @@ std::unique_ptr<Work> GlooCommunicator::all_to_all(torch::Tensor& output,
     std::vector<int64_t> equal_splits;  // empty: equal chunks
     group->alltoall_base(out, in, equal_splits, equal_splits)->wait();
   });
+}
+
+// Gloo's all-to-all with split sizes (ProcessGroupGloo::alltoall_base; its list form is not
+// implemented), on the rows' bytes so that every dtype goes as it is.
+std::unique_ptr<Work> GlooCommunicator::all_to_all_v(torch::Tensor& output,
+                                                     const torch::Tensor& input,
+                                                     std::vector<int64_t> output_splits,
+                                                     std::vector<int64_t> input_splits) {
+  const auto kind = CollectiveKind::kAllToAll;
+  const int n = world_size();
+  check_buffer(kind, "output", output);
+  check_buffer(kind, "input", input);
+  check_all_to_all_v_shapes(output, input, output_splits, input_splits, n);
+  const uint64_t bytes = all_to_all_v_bytes(input, input_splits, rank_);
+  return launch(kind, bytes,
+                [group = group_, output, input, n, out_splits = std::move(output_splits),
+                 in_splits = std::move(input_splits)]() mutable {
+                  if (n == 1) {
+                    if (!output.is_same(input)) output.copy_(input);
+                    return;
+                  }
+                  const auto as_rows = [](const at::Tensor& t) {
+                    int64_t row = t.element_size();
+                    for (int64_t d = 1; d < t.dim(); ++d) row *= t.size(d);
+                    return t.view({-1}).view(at::kByte).view({t.size(0), row});
+                  };
+                  at::Tensor out = as_rows(output);
+                  at::Tensor in = as_rows(input);
+                  group->alltoall_base(out, in, out_splits, in_splits)->wait();
+                });
 }
 
 std::unique_ptr<Work> GlooCommunicator::exchange(std::vector<PeerTransfer> transfers) {

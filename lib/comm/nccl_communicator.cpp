@@ -87,6 +87,9 @@ class NcclCommunicator : public Communicator {
   std::unique_ptr<Work> broadcast(torch::Tensor& tensor, int root) override;
   void barrier() override;
   std::unique_ptr<Work> all_to_all(torch::Tensor& output, const torch::Tensor& input) override;
+  std::unique_ptr<Work> all_to_all_v(torch::Tensor& output, const torch::Tensor& input,
+                                     std::vector<int64_t> output_splits,
+                                     std::vector<int64_t> input_splits) override;
   std::unique_ptr<Work> exchange(std::vector<PeerTransfer> transfers) override;
   std::unique_ptr<Communicator> split(int color) override;
 
@@ -191,6 +194,39 @@ std::unique_ptr<Work> NcclCommunicator::all_to_all(torch::Tensor& output,
       input.data_ptr(), output.data_ptr(), static_cast<size_t>(input.numel() / n),
       nccl_dtype(kind, input.scalar_type()), input.element_size(), stream_());
   return wrap(std::move(work), {output, input});
+}
+
+// One ncclSend and one ncclRecv of the rows' bytes per peer (itself included, as all_to_all), in
+// one NCCL group.
+std::unique_ptr<Work> NcclCommunicator::all_to_all_v(torch::Tensor& output,
+                                                     const torch::Tensor& input,
+                                                     std::vector<int64_t> output_splits,
+                                                     std::vector<int64_t> input_splits) {
+  const auto kind = CollectiveKind::kAllToAll;
+  const int n = world_size();
+  check_cuda_buffer(kind, "output", output, group_->device());
+  check_cuda_buffer(kind, "input", input, group_->device());
+  check_all_to_all_v_shapes(output, input, output_splits, input_splits, n);
+  count(kind, all_to_all_v_bytes(input, input_splits, rank()));
+  const size_t row = input.size(0) > 0
+                         ? bytes_of(input) / input.size(0)
+                         : (output.size(0) > 0 ? bytes_of(output) / output.size(0) : 0);
+  std::vector<NcclCall> calls;
+  auto* send = static_cast<const char*>(input.data_ptr());
+  auto* recv = static_cast<char*>(output.data_ptr());
+  for (int peer = 0; peer < n; ++peer) {
+    const size_t out_bytes = static_cast<size_t>(output_splits[peer]) * row;
+    const size_t in_bytes = static_cast<size_t>(input_splits[peer]) * row;
+    calls.push_back([send, in_bytes, peer](ncclComm_t comm, cudaStream_t stream) {
+      return ncclSend(send, in_bytes, ncclUint8, peer, comm, stream);
+    });
+    calls.push_back([recv, out_bytes, peer](ncclComm_t comm, cudaStream_t stream) {
+      return ncclRecv(recv, out_bytes, ncclUint8, peer, comm, stream);
+    });
+    send += in_bytes;
+    recv += out_bytes;
+  }
+  return wrap(group_->grouped(kind, calls, stream_()), {output, input});
 }
 
 // One ncclSend or ncclRecv of the tensor's bytes per transfer, all in one NCCL group (so that

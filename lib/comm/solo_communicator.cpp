@@ -47,6 +47,13 @@ class SoloCommunicator final : public Communicator {
     count(CollectiveKind::kAllToAll, 0);
     return copy(output, input);
   }
+  std::unique_ptr<Work> all_to_all_v(torch::Tensor& output, const torch::Tensor& input,
+                                     std::vector<int64_t> output_splits,
+                                     std::vector<int64_t> input_splits) override {
+    check_all_to_all_v_shapes(output, input, output_splits, input_splits, 1);
+    count(CollectiveKind::kAllToAll, 0);
+    return copy(output, input);
+  }
   // A world of one has no peer: check_peer_transfers refuses every transfer.
   std::unique_ptr<Work> exchange(std::vector<PeerTransfer> transfers) override {
     check_peer_transfers(transfers, 0, 1);

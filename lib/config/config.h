@@ -203,6 +203,9 @@ struct ParallelSection {
   // Decoder layers per (virtual) stage in order, the embedding on the first and the head on the
   // last; empty: balanced by the blocks' estimated cost.
   std::vector<std::string> pipeline_split;
+  // Expert parallelism (train/expert_parallel.h): each MoE layer's experts spread over this many
+  // ranks of a stage (its second factorisation, layout/parallel_layout.h), tokens sent to them.
+  int64_t expert_parallel_size = 1;
   // The ranks each stage's copy of the model is split over (sequence x tensor x data parallel).
   int64_t ranks_per_stage(int64_t world) const { return world / pipeline_parallel_size; }
   // The data-parallel degree of `world` ranks.

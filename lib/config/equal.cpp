@@ -104,7 +104,7 @@ bool operator==(const ParallelSection& a, const ParallelSection& b) {
   auto t = [](const ParallelSection& s) {
     return std::tie(s.sequence_parallel_size, s.tensor_parallel_size, s.tensor_sequence_parallel,
                     s.tensor_parallel_across_nodes, s.pipeline_parallel_size, s.pipeline_schedule,
-                    s.pipeline_virtual_stages, s.pipeline_split);
+                    s.pipeline_virtual_stages, s.pipeline_split, s.expert_parallel_size);
   };
   return t(a) == t(b);
 }

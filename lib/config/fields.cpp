@@ -388,6 +388,8 @@ void add_parallel(std::vector<Field>& t) {
                       DSTRAIN_MEMBER(parallel.tensor_parallel_across_nodes)));
   t.push_back(integer("parallel.pipeline_parallel_size", Range::kPositive,
                       DSTRAIN_MEMBER(parallel.pipeline_parallel_size)));
+  t.push_back(integer("parallel.expert_parallel_size", Range::kPositive,
+                      DSTRAIN_MEMBER(parallel.expert_parallel_size)));
   t.push_back(text("parallel.pipeline_schedule", DSTRAIN_MEMBER(parallel.pipeline_schedule),
                    {"1f1b", "interleaved_1f1b", "gpipe"}));
   t.push_back(integer("parallel.pipeline_virtual_stages", Range::kPositive,

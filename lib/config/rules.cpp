@@ -144,6 +144,7 @@ RuleSet build_our_rules() {
   rules.add_field("parallel.pipeline_model_parallel_size", "parallel.pipeline_parallel_size");
   rules.add_field("parallel.virtual_pipeline_model_parallel_size",
                   "parallel.pipeline_virtual_stages");
+  rules.add_field("parallel.expert_model_parallel_size", "parallel.expert_parallel_size");
   // TRL's SFTConfig switch for packed documents without padding.
   KeyRule padding_free;
   padding_free.field = find_field("data.packing");

@@ -130,6 +130,29 @@ void check_parallel(const Config& c, const Merger& m, const std::string& file, i
   }
 }
 
+// Expert parallelism: E_p ranks of each stage share each MoE layer's experts (whether the model
+// has experts, and E_p divides them, is checked against the model).
+void check_expert_parallel(const Config& c, const Merger& m, const std::string& file, int world) {
+  const ParallelSection& p = c.parallel;
+  const int64_t ep = p.expert_parallel_size;
+  const int64_t stage = world / p.pipeline_parallel_size;
+  if (ep > 1 && stage % ep != 0) {
+    fail_at(
+        origin_of(m, "parallel.expert_parallel_size", file),
+        fmt::format("a pipeline stage's {} ranks (world {} / pipeline_parallel_size {}) are not "
+                    "divisible by expert_parallel_size ({}): a Mixture-of-Experts layer's "
+                    "experts are spread over expert_parallel_size of a stage's ranks",
+                    stage, world, p.pipeline_parallel_size, ep));
+  }
+  if (ep > 1 && p.tensor_parallel_size > 1) {
+    fail_at(origin_of(m, "parallel.expert_parallel_size", file),
+            fmt::format("expert_parallel_size ({}) with tensor_parallel_size ({}): a "
+                        "Mixture-of-Experts model does not run tensor-parallel yet; use the ranks "
+                        "for expert and data parallelism",
+                        ep, p.tensor_parallel_size));
+  }
+}
+
 // Pipeline parallelism: P stages, each on world / P ranks; what the pipeline does not run with.
 void check_pipeline(const Config& c, const Merger& m, const std::string& file, int world) {
   const ParallelSection& p = c.parallel;
@@ -285,6 +308,7 @@ void resolve_and_validate(Config& config, const Merger& merger, const std::strin
   check_data(config.data, merger, file);
   check_parallel(config, merger, file, world_size);
   check_pipeline(config, merger, file, world_size);
+  check_expert_parallel(config, merger, file, world_size);
   // The batch is counted over data-parallel ranks: a sequence- or tensor-parallel group reads one
   // sample.
   resolve_batch(config.training, merger, file,

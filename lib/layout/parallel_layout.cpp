@@ -178,6 +178,7 @@ ParallelLayout layout_of(const config::ParallelSection& parallel, int world) {
   sizes.pipeline = static_cast<int>(parallel.pipeline_parallel_size);
   sizes.sequence = static_cast<int>(parallel.sequence_parallel_size);
   sizes.tensor = static_cast<int>(parallel.tensor_parallel_size);
+  sizes.expert = static_cast<int>(parallel.expert_parallel_size);
   return ParallelLayout(world, sizes);
 }
 

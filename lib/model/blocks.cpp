@@ -58,12 +58,12 @@ torch::Tensor TokenEmbedding::forward(const torch::Tensor& ids, const BlockConte
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t index, Materialize m,
-                                   TensorParallel* tp)
+                                   TensorParallel* tp, ExpertParallel* ep)
     : heads_(c.num_attention_heads), tp_(tp) {
   self_attn = register_module("self_attn", Attention(c, c.attention_window(index), m, tp));
   if (c.is_moe_layer(index)) {
     if (tp != nullptr) fail(ErrorKind::kInternal, "a MoE layer under tensor parallelism");
-    sparse_mlp = register_module("mlp", SparseMoe(c, m, c.moe_layer_slot(index)));
+    sparse_mlp = register_module("mlp", SparseMoe(c, m, c.moe_layer_slot(index), ep));
     top_k_ = c.moe.top_k;
   } else {
     mlp = register_module("mlp", Mlp(c, m, tp));
@@ -110,8 +110,16 @@ std::vector<Placement> DecoderLayerImpl::placements() {
        {&input_layernorm, &post_attention_layernorm, &self_attn->q_norm, &self_attn->k_norm}) {
     if (!n->is_empty()) declared.emplace_back((*n)->weight, (*n)->placement());
   }
-  // A MoE layer's router, experts and shared expert: whole on every rank.
+  // A MoE layer's router and shared expert: whole on every rank; its experts split over the
+  // expert-parallel group where there is one.
   if (!sparse_mlp.is_empty()) {
+    const Experts& experts = sparse_mlp->experts;
+    const Placement stacks =
+        sparse_mlp->expert_parallel()
+            ? Placement::split(PlacementKind::kExperts, PlacementGroup::kExpert)
+            : Placement{};
+    declared.emplace_back(experts->gate_up_proj, stacks);
+    declared.emplace_back(experts->down_proj, stacks);
     for (const torch::Tensor& t : sparse_mlp->parameters()) declared.emplace_back(t, Placement{});
   }
   std::vector<Placement> out;

@@ -226,8 +226,10 @@ class DecoderLayerImpl : public torch::nn::Module, public Block {
   // With `tp`, `config` is tensor_parallel_config()'s: attention and MLP tensor-parallel
   // (tensor_parallel.h); under its sequence parallelism h and the result are this rank's token
   // rows [n, C].
+  // With `ep` a MoE layer holds this rank's share of the experts (moe.h).
   DecoderLayerImpl(const ModelConfig& config, int64_t index,
-                   Materialize materialize = Materialize::kYes, TensorParallel* tp = nullptr);
+                   Materialize materialize = Materialize::kYes, TensorParallel* tp = nullptr,
+                   ExpertParallel* ep = nullptr);
   torch::Tensor forward(const torch::Tensor& h, const BlockContext& ctx) override;
   // Every parameter, the attention's q, k and v weights first, then their biases: ZeRO lays a
   // block's parameters out in this order, so the three weights (and biases) lie back to back and

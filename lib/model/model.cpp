@@ -9,7 +9,7 @@
 namespace dstrain::model {
 
 DecoderBackboneImpl::DecoderBackboneImpl(const ModelConfig& c, Materialize materialize,
-                                         TensorParallel* tp) {
+                                         TensorParallel* tp, ExpertParallel* ep) {
   auto opts = torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size);
   // As in HF, the pad row gets no gradient from the lookup (it still does from a tied lm_head).
   if (c.pad_token_id && *c.pad_token_id >= 0 && *c.pad_token_id < c.vocab_size)
@@ -20,19 +20,20 @@ DecoderBackboneImpl::DecoderBackboneImpl(const ModelConfig& c, Materialize mater
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(opts));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-    layers->push_back(DecoderLayer(c, i, materialize, tp));
+    layers->push_back(DecoderLayer(c, i, materialize, tp, ep));
   norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, materialize));
   norm->partial_gradient = tp != nullptr && tp->sequence_parallel();
 }
 
 DecoderModelImpl::DecoderModelImpl(ModelConfig config, Materialize materialize,
-                                   std::shared_ptr<TensorParallel> tp)
-    : config_(std::move(config)), tp_(std::move(tp)) {
+                                   std::shared_ptr<TensorParallel> tp,
+                                   std::shared_ptr<ExpertParallel> ep)
+    : config_(std::move(config)), tp_(std::move(tp)), ep_(std::move(ep)) {
   const int64_t tp_rank = tp_ ? tp_->rank() : 0, tp_size = tp_ ? tp_->size() : 1;
   const ModelConfig local = tensor_parallel_config(config_, tp_rank, tp_size);
   // The first id of this rank's vocabulary slice (embedding and head).
   const int64_t first = tp_rank * local.vocab_size;
-  model = register_module("model", DecoderBackbone(local, materialize, tp_.get()));
+  model = register_module("model", DecoderBackbone(local, materialize, tp_.get(), ep_.get()));
   if (!config_.tie_word_embeddings) {
     lm_head = register_module(
         "lm_head", Linear(local.hidden_size, local.vocab_size, /*bias=*/false, materialize));

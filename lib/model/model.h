@@ -71,7 +71,7 @@ class DecoderBackboneImpl : public torch::nn::Module {
  public:
   // With `tp`, `config` is tensor_parallel_config()'s (this rank's shapes).
   DecoderBackboneImpl(const ModelConfig& config, Materialize materialize,
-                      TensorParallel* tp = nullptr);
+                      TensorParallel* tp = nullptr, ExpertParallel* ep = nullptr);
 
   torch::nn::Embedding embed_tokens{nullptr};  // [V, C]
   torch::nn::ModuleList layers{nullptr};       // L × DecoderLayer
@@ -86,9 +86,11 @@ class DecoderModelImpl : public torch::nn::Module {
   // drawn, whatever the size (a 70B config builds in milliseconds), and nothing can be read from
   // the parameters until someone gives them data. With `tp` the model is that rank's part of a
   // tensor-parallel model (tensor_parallel.h): its parameters have the Hugging Face names and this
-  // rank's shapes (their placements: placement.h); `config` stays the whole model's.
+  // rank's shapes (their placements: placement.h); `config` stays the whole model's. With `ep` its
+  // MoE layers hold this rank's share of the experts (moe.h: ExpertParallel).
   explicit DecoderModelImpl(ModelConfig config, Materialize materialize = Materialize::kYes,
-                            std::shared_ptr<TensorParallel> tp = nullptr);
+                            std::shared_ptr<TensorParallel> tp = nullptr,
+                            std::shared_ptr<ExpertParallel> ep = nullptr);
 
   // The blocks in forward order (blocks.h); every parameter belongs to exactly one of them.
   const std::vector<std::shared_ptr<const ModelBlock>>& blocks() const { return blocks_; }
@@ -157,6 +159,8 @@ class DecoderModelImpl : public torch::nn::Module {
   RouterRecord* last_router() const { return router_.get(); }
   // The tensor-parallel group this model is a part of; null: the whole model.
   TensorParallel* tensor_parallel() const { return tp_.get(); }
+  // The expert-parallel group its MoE layers' experts are spread over; null: none.
+  ExpertParallel* expert_parallel() const { return ep_.get(); }
   int64_t num_layers() const { return config_.num_hidden_layers; }
   DecoderLayer decoder_layer(int64_t index) const;
 
@@ -174,6 +178,7 @@ class DecoderModelImpl : public torch::nn::Module {
 
   ModelConfig config_;
   std::shared_ptr<TensorParallel> tp_;
+  std::shared_ptr<ExpertParallel> ep_;
   // [D/2] float32 for sequences up to max_position_embeddings (all lengths but dynamic's longer
   // ones); not a parameter or buffer (never cast, never saved)
   torch::Tensor inv_freq_;

@@ -81,7 +81,9 @@ torch::Tensor expert_linear(const torch::Tensor& rows, const torch::Tensor& weig
       parts.push_back(at::linear(rows.narrow(0, begin, end[e] - begin), weight[e]));
     begin = end[e];
   }
-  if (parts.empty()) return rows.new_zeros({0, weight.size(1)});
+  // No rows (an expert-parallel rank whose experts no token chose): still a product, so that the
+  // backward reaches what comes before it on every rank.
+  if (parts.empty()) return at::linear(rows, weight.select(0, 0));
   return torch::cat(parts);
 }
 
@@ -218,15 +220,49 @@ RouterTotals RouterRecord::unpack(const torch::Tensor& packed) {
   return {p.narrow(0, 0, E).clone(), p.narrow(0, E, E + 1).clone(), p[2 * E + 1].clone()};
 }
 
-SparseMoeImpl::SparseMoeImpl(const ModelConfig& c, Materialize m, int64_t slot)
-    : slot_(slot),
+torch::Tensor expert_parallel_mlp(ExpertParallel& ep, ExpertsImpl& experts,
+                                  const torch::Tensor& rows, const torch::Tensor& ends,
+                                  int64_t* received) {
+  const int64_t P = ep.size();
+  const int64_t L = experts.gate_up_proj.size(0);  // this rank's experts
+  const torch::Tensor counts = torch::diff(ends, 1, 0, ends.new_zeros({1})).to(torch::kDouble);
+  const torch::Tensor got = ep.exchange_counts(counts.view({P, L}));
+  // The one host synchronisation: the splits of both exchanges.
+  const torch::Tensor both = torch::stack({counts.view({P, L}), got}).to(torch::kCPU, torch::kLong);
+  const torch::Tensor to_ranks = both[0].sum(1), from_ranks = both[1].sum(1);
+  const std::vector<int64_t> send(to_ranks.data_ptr<int64_t>(), to_ranks.data_ptr<int64_t>() + P);
+  const std::vector<int64_t> receive(from_ranks.data_ptr<int64_t>(),
+                                     from_ranks.data_ptr<int64_t>() + P);
+  const torch::Tensor in = ep.exchange_rows(rows, receive, send);  // by source rank, then expert
+  // Sorted by local expert (stably: by source rank within one).
+  const torch::Tensor expert_of_row =
+      torch::arange(L, torch::kLong).repeat({P}).repeat_interleave(both[1].reshape({-1}));
+  const torch::Tensor order =
+      std::get<1>(expert_of_row.sort(std::optional<bool>(true), /*dim=*/0)).to(rows.device());
+  const torch::Tensor local_ends = both[1].sum(0).cumsum(0).to(rows.device(), torch::kInt32);
+  if (received != nullptr) *received = in.size(0);
+  const torch::Tensor out = experts.forward(in.index_select(0, order), local_ends);
+  const torch::Tensor inverse =
+      torch::empty_like(order).scatter_(0, order, torch::arange(order.numel(), order.options()));
+  return ep.exchange_rows(out.index_select(0, inverse), send, receive);
+}
+
+SparseMoeImpl::SparseMoeImpl(const ModelConfig& c, Materialize m, int64_t slot, ExpertParallel* ep)
+    : ep_(ep),
+      experts_(c.moe.experts),
+      slot_(slot),
       top_k_(c.moe.top_k),
       norm_topk_prob_(c.moe.norm_topk_prob),
       float32_router_(c.moe.float32_router),
       float32_weights_(c.moe.float32_weights) {
   const int64_t C = c.hidden_size;
   gate = register_module("gate", Linear(C, c.moe.experts, /*bias=*/false, m));
-  experts = register_module("experts", Experts(c.moe.experts, C, c.moe.expert_size, m));
+  if (ep != nullptr && c.moe.experts % ep->size() != 0) {
+    fail(ErrorKind::kInternal, "{} experts over {} expert-parallel ranks", c.moe.experts,
+         ep->size());
+  }
+  const int64_t local = ep != nullptr ? c.moe.experts / ep->size() : c.moe.experts;
+  experts = register_module("experts", Experts(local, C, c.moe.expert_size, m));
   if (c.moe.shared_expert_size > 0) {
     shared_expert = register_module("shared_expert", Mlp(c, m, nullptr, c.moe.shared_expert_size));
     shared_expert_gate = register_module("shared_expert_gate", Linear(C, 1, /*bias=*/false, m));
@@ -245,9 +281,12 @@ torch::Tensor SparseMoeImpl::forward(const torch::Tensor& input, RouterRecord* r
   auto [top, chosen] = probabilities.topk(top_k_, -1);
   if (norm_topk_prob_) top = top / top.sum(-1, /*keepdim=*/true);
   if (!float32_weights_) top = top.to(logits.scalar_type());
-  const Routed r = route(chosen, gate->weight.size(0));
+  const Routed r = route(chosen, experts_);
   const torch::Tensor weights = top.reshape({-1}).index_select(0, r.order);
-  const torch::Tensor y = experts(x.index_select(0, r.tokens), r.ends) * weights.unsqueeze(-1);
+  const torch::Tensor rows = x.index_select(0, r.tokens);
+  const torch::Tensor computed =
+      ep_ != nullptr ? expert_parallel_mlp(*ep_, *experts, rows, r.ends) : experts(rows, r.ends);
+  const torch::Tensor y = computed * weights.unsqueeze(-1);
   torch::Tensor out =
       y.to(x.scalar_type()).index_select(0, r.inverse).view({x.size(0), top_k_, C}).sum(1);
   if (!shared_expert.is_empty()) {
@@ -256,7 +295,7 @@ torch::Tensor SparseMoeImpl::forward(const torch::Tensor& input, RouterRecord* r
   }
   out = out.view(input.sizes());
   if (record == nullptr) return out;
-  const int64_t E = gate->weight.size(0);
+  const int64_t E = experts_;
   const torch::Tensor load =
       torch::diff(r.ends, 1, 0, r.ends.new_zeros({1})).to(torch::kFloat);  // [E]
   RouterTotals totals;

@@ -26,6 +26,15 @@
 // In training each forward's MoE layers report to one RouterRecord (below): every layer its
 // experts' load, and where the router's losses are on, what they are computed from.
 //
+// Expert parallelism (ExpertParallel, below): each rank of a group of P holds E/P of the experts
+// (rank r experts [r·E/P, (r+1)·E/P), their stacks [E/P, ...]); the router runs on every rank
+// over its own tokens, and the sorted rows, already grouped by the rank holding their expert, go
+// there: the ranks first exchange their rows' counts per expert (one host synchronisation per
+// layer, as Megatron-LM's all-to-all dispatcher), then the rows (all_to_all_v); each rank sorts
+// what it received by its local experts, runs them as above, and sends the results back the way
+// the rows came, where they are weighted and summed as without it. Dropless: a rank receives
+// whatever was routed to its experts. The backward mirrors both exchanges.
+//
 // The grouped product runs where the rows and weights meet at::_grouped_mm's alignment (its
 // strides multiples of 16 bytes): on the CPU, and on a GPU in bfloat16 where the fused paths run
 // (FusedPath::kGroupedExperts, checked on the card against the loop before the first step and
@@ -159,10 +168,36 @@ class RouterRecord : public torch::CustomClassHolder {
   RouterTotals pooled() const;  // incoming and reported, detached
 };
 
+// The exchanges of expert parallelism (above) over its group of ranks (lib/train implements them
+// over a communicator). Every rank of the group calls them in the same order.
+class ExpertParallel {
+ public:
+  virtual ~ExpertParallel() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Outside autograd: `counts` [P, n] float64 (row j what this rank has for rank j) → [P, n], row
+  // i what rank i has for this rank.
+  virtual torch::Tensor exchange_counts(const torch::Tensor& counts) = 0;
+  // Autograd (comm::all_to_all_v): x's rows by `send` to the ranks in order, the result the rows
+  // `receive` from each, in rank order; backward the gradient's rows back the way they came.
+  virtual torch::Tensor exchange_rows(const torch::Tensor& x, std::vector<int64_t> receive,
+                                      std::vector<int64_t> send) = 0;
+};
+
+// The experts' part of a MoE layer under expert parallelism (the header's), for `rows` [M, C]
+// sorted by (global) expert with `ends` [E] their ends: the rows sent to the ranks of their
+// experts, computed there by `experts` (this rank's E/P) and brought back → [M, C] in `rows`'
+// order. `received`, when given, gets the rows this rank's experts computed.
+torch::Tensor expert_parallel_mlp(ExpertParallel& ep, ExpertsImpl& experts,
+                                  const torch::Tensor& rows, const torch::Tensor& ends,
+                                  int64_t* received = nullptr);
+
 class SparseMoeImpl : public torch::nn::Module {
  public:
-  // A MoE layer, the `slot`-th of the model's (ModelConfig::moe_layer_slot).
-  SparseMoeImpl(const ModelConfig& config, Materialize materialize, int64_t slot = 0);
+  // A MoE layer, the `slot`-th of the model's (ModelConfig::moe_layer_slot). With `ep` this rank
+  // holds its share of the experts (ExpertParallel); `ep` must outlive the layer.
+  SparseMoeImpl(const ModelConfig& config, Materialize materialize, int64_t slot = 0,
+                ExpertParallel* ep = nullptr);
   // [..., C] → [..., C]. With `record` (training) it reports to it; `real` [...] bool marks the
   // tokens that are not padding (undefined: all are).
   torch::Tensor forward(const torch::Tensor& x, RouterRecord* record = nullptr,
@@ -170,6 +205,8 @@ class SparseMoeImpl : public torch::nn::Module {
 
   bool norm_topk_prob() const { return norm_topk_prob_; }
   bool float32_weights() const { return float32_weights_; }
+  // The group this layer's experts are spread over; null: every expert here.
+  ExpertParallel* expert_parallel() const { return ep_; }
 
   Linear gate{nullptr};  // the router: weight [E, C]
   Experts experts{nullptr};
@@ -177,6 +214,8 @@ class SparseMoeImpl : public torch::nn::Module {
   Linear shared_expert_gate{nullptr};  // qwen2_moe only: weight [1, C]
 
  private:
+  ExpertParallel* ep_;
+  int64_t experts_;  // E, all of them
   int64_t slot_;
   int64_t top_k_;
   bool norm_topk_prob_;

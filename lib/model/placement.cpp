@@ -35,6 +35,7 @@ std::string to_string(const Placement& p) {
       word = "experts";
       break;
   }
+  if (p.group == PlacementGroup::kExpert) word += " over the expert-parallel ranks";
   return p.partial_gradient ? word + " (partial gradient)" : word;
 }
 

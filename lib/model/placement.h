@@ -10,6 +10,7 @@
 // rank is only that rank's part (a norm on the rank's token rows, a q/k norm over its heads) is
 // read through the group's summed gradient (tensor_parallel.h), and so stays equal on every rank.
 
+#include <cstdint>
 #include <string>
 
 namespace dstrain::model {
@@ -22,25 +23,34 @@ enum class PlacementKind {
   kExperts,     // a stack of experts [E, ...]: its experts (dim 0)
 };
 
+// The group a split parameter is cut over: the tensor-parallel ranks, or (a MoE layer's expert
+// stacks under expert parallelism) the expert-parallel ranks (layout/parallel_layout.h), whose
+// data-parallel replicas are then the expert-data-parallel ranks.
+enum class PlacementGroup : uint8_t { kTensor, kExpert };
+
 struct Placement {
   PlacementKind kind = PlacementKind::kReplicated;
   // Replicated only: this rank's gradient of it is its part, summed over the group by the forward.
   bool partial_gradient = false;
+  PlacementGroup group = PlacementGroup::kTensor;
 
   // The dimension cut into the group's slices; -1 when replicated.
   int dim() const;
   bool replicated() const { return kind == PlacementKind::kReplicated; }
   bool operator==(const Placement& o) const {
-    return kind == o.kind && partial_gradient == o.partial_gradient;
+    return kind == o.kind && partial_gradient == o.partial_gradient && group == o.group;
   }
 
   static Placement replicated_with(bool partial_gradient) {
     return {PlacementKind::kReplicated, partial_gradient};
   }
-  static Placement split(PlacementKind kind) { return {kind, false}; }
+  static Placement split(PlacementKind kind, PlacementGroup group = PlacementGroup::kTensor) {
+    return {kind, false, group};
+  }
 };
 
-// "replicated", "column", "row", "vocabulary", "experts" (with " (partial gradient)").
+// "replicated", "column", "row", "vocabulary", "experts" (with " (partial gradient)", or " over
+// the expert-parallel ranks").
 std::string to_string(const Placement& placement);
 
 }  // namespace dstrain::model

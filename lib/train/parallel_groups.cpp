@@ -19,6 +19,10 @@ ParallelGroups::ParallelGroups(comm::Communicator& world, layout::ParallelLayout
   tensor_ = group(Axis::kTensor);
   slice_replicas_ = tensor_ != nullptr ? group(layout::kSliceReplicas, true) : stage_;
   sequence_ = group(Axis::kSequence);
+  if (layout_.size(Axis::kExpert) > 1) {
+    expert_ = group(Axis::kExpert);
+    expert_replicas_ = group(Axis::kExpertData, true);
+  }
 }
 
 comm::Communicator* ParallelGroups::group(layout::Axes axes, bool even_of_one) {

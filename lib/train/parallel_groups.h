@@ -36,6 +36,11 @@ class ParallelGroups {
   comm::Communicator* pipeline() { return pipeline_; }
   comm::Communicator* tensor() { return tensor_; }
   comm::Communicator* sequence() { return sequence_; }
+  // Expert parallelism (null without it): the ranks that share each MoE layer's experts, and the
+  // ranks that hold the same experts (where ZeRO shards them; a group of one has a communicator
+  // too).
+  comm::Communicator* expert() { return expert_; }
+  comm::Communicator* expert_replicas() { return expert_replicas_; }
 
  private:
   // The group over `axes`: a split of the world (kept in owned_); null for groups of one rank
@@ -51,6 +56,8 @@ class ParallelGroups {
   comm::Communicator* tensor_ = nullptr;
   comm::Communicator* slice_replicas_ = nullptr;
   comm::Communicator* sequence_ = nullptr;
+  comm::Communicator* expert_ = nullptr;
+  comm::Communicator* expert_replicas_ = nullptr;
 };
 
 }  // namespace dstrain::train

@@ -7,6 +7,7 @@
 #include "model/activation_offload.h"
 #include "model/layer_graphs.h"
 #include "model/storage.h"
+#include "train/expert_parallel.h"
 #include "train/graphs_choice.h"
 
 namespace dstrain::train {
@@ -139,11 +140,28 @@ Parallelized parallelize(comm::Communicator& world, const layout::ParallelLayout
   auto tp = std::make_shared<TensorParallelGroup>(groups->tensor(), groups->slice_replicas(),
                                                   plan.tensor_sequence_parallel);
   auto sp = std::make_unique<SequenceParallel>(groups->sequence());
-  model::DecoderModel model(config, model::Materialize::kNo, groups->tensor() ? tp : nullptr);
+  std::shared_ptr<model::ExpertParallel> ep;
+  if (groups->expert()) ep = std::make_shared<ExpertParallelGroup>(*groups->expert());
+  model::DecoderModel model(config, model::Materialize::kNo, groups->tensor() ? tp : nullptr, ep);
   plan.initial_values = slice_source(std::move(plan.initial_values), *model, *tp);
-  // Every placement is cut over the tensor-parallel group.
+  // Every placement is cut over the tensor-parallel group, but the experts' over the
+  // expert-parallel one.
   plan.engine.model_parallel = {
-      &world, [tensor = groups->tensor()](const model::Placement&) { return tensor; }};
+      &world, [tensor = groups->tensor(), expert = groups->expert()](const model::Placement& p) {
+        return p.group == model::PlacementGroup::kExpert ? expert : tensor;
+      }};
+  if (groups->expert()) {
+    // The experts sharded over the ranks holding the same ones, their gradient the mean over the
+    // stage's data- and sequence-parallel ranks as every other parameter's.
+    const layout::ParallelLayout& l = groups->layout();
+    const double scale = static_cast<double>(l.size(layout::Axis::kExpertData)) /
+                         l.group_size(layout::kSliceReplicas);
+    plan.engine.shard_group = [replicas = groups->expert_replicas(), scale](
+                                  const model::Placement& p) -> zero::EngineOptions::ShardGroup {
+      if (p.group != model::PlacementGroup::kExpert) return {};
+      return {replicas, scale};
+    };
+  }
   // Before the engine exists: its gradient accumulators take the stream current then.
   auto stream = plan.graph_recorder ? std::make_unique<model::TrainingStream>(device) : nullptr;
   Parallelized out = parallelize(model, {groups->slice_replicas(), device, *sp, groups->pipeline()},

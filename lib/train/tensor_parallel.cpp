@@ -40,14 +40,16 @@ struct GatherLast : torch::autograd::Function<GatherLast> {
 
 using WholeRange = std::function<torch::Tensor(int64_t begin, int64_t end)>;
 
-// Elements [begin, end) of rank r's slice (`shape`, placed as `placed`) of a parameter, from
+// Elements [begin, end) of this rank's slice (`shape`, placed as `placed`, cut as `cuts` says) of a
+// parameter, from
 // `whole`, the whole parameter's flat ranges: a slice along dimension 0 is one range of it, along
 // a later dimension d a segment of each of its rows of the whole shape viewed as
 // [shape[0]·…·shape[d−1], the rest] (read in blocks of rows), a replicated parameter the range
 // itself.
-torch::Tensor read_slice(const WholeRange& whole, const PlacedShape& placed, int64_t T, int64_t r,
-                         int64_t begin, int64_t end) {
+torch::Tensor read_slice(const WholeRange& whole, const PlacedShape& placed,
+                         const PlacementCuts& cuts, int64_t begin, int64_t end) {
   if (placed.placement.replicated()) return whole(begin, end);
+  const auto [T, r] = cuts.of(placed.placement);
   const std::vector<int64_t>& shape = placed.shape;
   const auto dim = static_cast<size_t>(placed.placement.dim());
   int64_t numel = 1;
@@ -73,8 +75,8 @@ torch::Tensor read_slice(const WholeRange& whole, const PlacedShape& placed, int
 // A saved state read through one rank's slices (WholeCoordinateState::restore_state).
 class SliceStateIn final : public ckpt::StateIn {
  public:
-  SliceStateIn(const ckpt::StateIn& in, const PlacedShapes& shapes, int64_t T, int64_t r)
-      : in_(in), shapes_(shapes), T_(T), r_(r) {}
+  SliceStateIn(const ckpt::StateIn& in, const PlacedShapes& shapes, const PlacementCuts& cuts)
+      : in_(in), shapes_(shapes), cuts_(cuts) {}
   int version() const override { return in_.version(); }
   const nlohmann::json& json() const override { return in_.json(); }
   torch::Tensor read(const std::string& kind, const std::string& param, int64_t begin,
@@ -82,7 +84,7 @@ class SliceStateIn final : public ckpt::StateIn {
     const auto it = shapes_.find(param);
     if (it == shapes_.end()) return in_.read(kind, param, begin, end);
     return read_slice([&](int64_t b, int64_t e) { return in_.read(kind, param, b, e); }, it->second,
-                      T_, r_, begin, end);
+                      cuts_, begin, end);
   }
   // The whole shapes as this rank's slices of them.
   std::vector<std::pair<std::string, std::vector<int64_t>>> params(
@@ -92,7 +94,8 @@ class SliceStateIn final : public ckpt::StateIn {
       const auto it = shapes_.find(name);
       if (it == shapes_.end() || it->second.placement.replicated()) continue;
       const auto dim = static_cast<size_t>(it->second.placement.dim());
-      if (dim < shape.size() && shape[dim] % T_ == 0) shape[dim] /= T_;
+      const int64_t T = cuts_.of(it->second.placement).size;
+      if (dim < shape.size() && shape[dim] % T == 0) shape[dim] /= T;
     }
     return out;
   }
@@ -104,7 +107,7 @@ class SliceStateIn final : public ckpt::StateIn {
  private:
   const ckpt::StateIn& in_;
   const PlacedShapes& shapes_;
-  int64_t T_, r_;
+  PlacementCuts cuts_;
 };
 
 class Shapes final : public model::TensorParallel {
@@ -213,13 +216,25 @@ PlacedShapes placed_shapes(const model::DecoderModelImpl& model, const lora::Lor
   return out;
 }
 
+PlacementCuts::Cut PlacementCuts::of(const model::Placement& placement) const {
+  return placement.group == model::PlacementGroup::kExpert ? expert : tensor;
+}
+
+PlacementCuts placement_cuts(const model::DecoderModelImpl& model,
+                             const model::TensorParallel& tp) {
+  PlacementCuts cuts;
+  cuts.tensor = {tp.size(), tp.rank()};
+  if (const model::ExpertParallel* ep = model.expert_parallel())
+    cuts.expert = {ep->size(), ep->rank()};
+  return cuts;
+}
+
 model::ValueSource slice_source(model::ValueSource whole, const model::DecoderModelImpl& model,
                                 const model::TensorParallel& tp) {
-  const int64_t T = tp.size(), r = tp.rank();
-  return [whole = std::move(whole), shapes = placed_shapes(model, nullptr), T, r](
-             const std::string& name, int64_t begin, int64_t end) {
-    return read_slice([&](int64_t b, int64_t e) { return whole(name, b, e); }, shapes.at(name), T,
-                      r, begin, end);
+  return [whole = std::move(whole), shapes = placed_shapes(model, nullptr),
+          cuts = placement_cuts(model, tp)](const std::string& name, int64_t begin, int64_t end) {
+    return read_slice([&](int64_t b, int64_t e) { return whole(name, b, e); }, shapes.at(name),
+                      cuts, begin, end);
   };
 }
 
@@ -227,31 +242,32 @@ WholeCoordinateState::WholeCoordinateState(ckpt::Stateful& engine,
                                            const model::DecoderModelImpl& model,
                                            const lora::LoraModel* lora,
                                            const model::TensorParallel& tp)
-    : engine_(engine), shapes_(placed_shapes(model, lora)), size_(tp.size()), rank_(tp.rank()) {}
+    : engine_(engine), shapes_(placed_shapes(model, lora)), cuts_(placement_cuts(model, tp)) {}
 
 ckpt::State WholeCoordinateState::snapshot_state(ckpt::Snapshot how) const {
   ckpt::State state = engine_.snapshot_state(how);
   std::vector<ckpt::Piece> pieces;
   for (ckpt::Piece& p : state.pieces) {
     const model::Placement& placement = shapes_.at(p.param).placement;
+    const auto [size, rank] = cuts_.of(placement);
     if (placement.replicated()) {
       // Every rank of the group holds it: its rank 0 saves it, so each element is saved once.
-      if (rank_ == 0) pieces.push_back(std::move(p));
+      if (rank == 0) pieces.push_back(std::move(p));
       continue;
     }
     int64_t numel = 1;
     for (int64_t d : p.shape) numel *= d;
     const int dim = placement.dim();
     if (dim == 0) {
-      p.begin += rank_ * numel;
-      p.end += rank_ * numel;
+      p.begin += rank * numel;
+      p.end += rank * numel;
     } else if (dim == 1 && p.shape.size() == 2) {
-      p.columns = ckpt::Columns{rank_ * p.shape.at(1), p.shape.at(1)};
+      p.columns = ckpt::Columns{rank * p.shape.at(1), p.shape.at(1)};
     } else {
       fail(ErrorKind::kInternal, "checkpoint: {} is split along dimension {} of {}", p.param, dim,
            p.shape.size());
     }
-    p.shape.at(static_cast<size_t>(dim)) *= size_;
+    p.shape.at(static_cast<size_t>(dim)) *= size;
     pieces.push_back(std::move(p));
   }
   state.pieces = std::move(pieces);
@@ -259,7 +275,7 @@ ckpt::State WholeCoordinateState::snapshot_state(ckpt::Snapshot how) const {
 }
 
 void WholeCoordinateState::restore_state(const ckpt::StateIn& in) {
-  engine_.restore_state(SliceStateIn(in, shapes_, size_, rank_));
+  engine_.restore_state(SliceStateIn(in, shapes_, cuts_));
 }
 
 void check_tensor_parallel_length(int64_t max_length, int sequence_parallel, int size,

@@ -73,6 +73,19 @@ using PlacedShapes = std::map<std::string, PlacedShape>;
 // `lora`: the model's adapters, or null.
 PlacedShapes placed_shapes(const model::DecoderModelImpl& model, const lora::LoraModel* lora);
 
+// Where this rank's slices lie: the size of the group each placement is cut over
+// (model::Placement::group) and this rank's place in it.
+struct PlacementCuts {
+  struct Cut {
+    int64_t size = 1;
+    int64_t rank = 0;
+  };
+  Cut tensor;  // the tensor-parallel group's
+  Cut expert;  // the expert-parallel group's (model::DecoderModelImpl::expert_parallel)
+  Cut of(const model::Placement& placement) const;
+};
+PlacementCuts placement_cuts(const model::DecoderModelImpl& model, const model::TensorParallel& tp);
+
 // The values of `model`'s parameters (one rank's slice, its shapes) read from `whole`, the whole
 // model's values by name: each local range becomes the whole parameter's elements of this rank's
 // slice (contiguous for a slice along dimension 0, a segment of every row for a later dimension,
@@ -98,7 +111,7 @@ class WholeCoordinateState final : public ckpt::Stateful {
  private:
   ckpt::Stateful& engine_;
   PlacedShapes shapes_;  // this rank's
-  int64_t size_, rank_;
+  PlacementCuts cuts_;
 };
 
 // Error(kConfig) naming the keys unless data.max_length / sequence_parallel_size is divisible by

@@ -31,6 +31,7 @@
 #include "model/weights.h"
 #include "train/component_options.h"
 #include "train/device.h"
+#include "train/expert_parallel.h"
 #include "train/fused_check.h"
 #include "train/graphs_choice.h"
 #include "train/lora_setup.h"
@@ -243,6 +244,7 @@ void Trainer::resolve_model() {
   const int64_t tp = cfg_.parallel.tensor_parallel_size, sp = cfg_.parallel.sequence_parallel_size;
   model::check_tensor_parallel(model_config_, tp, cfg_.model.name_or_path,
                                "parallel.tensor_parallel_size");
+  check_expert_parallel(cfg_, model_config_, cfg_.model.name_or_path, cfg_.source_path);
   if (model_config_.moe.experts > 0 && cfg_.model.tiled_mlp != 0) {
     fail(ErrorKind::kConfig,
          "{}: model.tiled_mlp: a Mixture-of-Experts model ({}) has no tiled MLP; set it to 0",

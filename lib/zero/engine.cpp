@@ -1,6 +1,7 @@
 // Engine: the micro-step order every implementation relies on, and make_engine().
 #include "zero/engine.h"
 
+#include <algorithm>
 #include <map>
 
 #include <torch/csrc/autograd/engine.h>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "zero/grouped_engine.h"
 #include "zero/sharded_engine.h"
 #include "zero/stage3_engine.h"
 
@@ -69,9 +71,20 @@ void Engine::check_in_order(MicroStep micro) const {
   }
 }
 
+void Engine::run_backward_of(const torch::Tensor& root, const torch::Tensor& root_grad,
+                             MicroStep micro) {
+  before_autograd(micro);
+  if (!root_grad.defined()) {
+    (root * (backward_scale() / static_cast<double>(micro.count))).backward();
+  } else {
+    run_backward(root, root_grad);
+  }
+  after_autograd();
+}
+
 void Engine::backward(const torch::Tensor& loss, MicroStep micro) {
   check_in_order(micro);
-  do_backward(loss, torch::Tensor(), micro);
+  run_backward_of(loss, torch::Tensor(), micro);
   done_ = micro;
 }
 
@@ -81,17 +94,8 @@ void Engine::backward_from(const torch::Tensor& output, const torch::Tensor& out
     fail(ErrorKind::kInternal, "zero engine: backward_from() without the output's gradient");
   }
   check_in_order(micro);
-  do_backward(output, output_grad, micro);
+  run_backward_of(output, output_grad, micro);
   done_ = micro;
-}
-
-void Engine::run_autograd(const torch::Tensor& root, const torch::Tensor& root_grad,
-                          double loss_scale) {
-  if (!root_grad.defined()) {
-    (root * loss_scale).backward();
-  } else {
-    run_backward(root, root_grad);
-  }
 }
 
 void run_backward(const torch::Tensor& root, const torch::Tensor& grad) {
@@ -110,7 +114,8 @@ StepResult Engine::step(double lr) {
   if (step_lr_ && *step_lr_ != lr) {
     fail(ErrorKind::kInternal, "zero engine: step({}) after set_step_lr({})", lr, *step_lr_);
   }
-  const StepResult result = do_step(lr);
+  const StepResult result = reduce_norm(prepare_step());
+  finish_step(result, lr);
   step_lr_.reset();
   return result;
 }
@@ -164,6 +169,35 @@ void Engine::restore_state(const ckpt::StateIn& in) {
 std::unique_ptr<Engine> make_engine(std::vector<NamedParameter> params, comm::Communicator& comm,
                                     const OptimizerFactory& make_optimizer, EngineOptions options) {
   validate(options, params);
+  if (options.shard_group) {
+    // The parameters by the group they shard over, in the order of their first parameters.
+    std::vector<std::pair<EngineOptions::ShardGroup, std::vector<NamedParameter>>> groups;
+    for (NamedParameter& p : params) {
+      EngineOptions::ShardGroup g = options.shard_group(p.placement);
+      if (g.comm == nullptr) g = {&comm, 1.0};
+      auto it = std::find_if(groups.begin(), groups.end(),
+                             [&g](const auto& e) { return e.first.comm == g.comm; });
+      if (it == groups.end()) it = groups.insert(groups.end(), {g, {}});
+      it->second.push_back(std::move(p));
+    }
+    options.shard_group = nullptr;
+    if (groups.size() > 1 && options.compute_dtype == torch::kHalf) {
+      fail(ErrorKind::kConfig,
+           "fp16 with parameters sharded over different ranks (expert parallelism) is not "
+           "supported: its loss scale would be kept apart for each group; use bf16");
+    }
+    if (groups.size() > 1 || groups.front().first.comm != &comm ||
+        groups.front().first.gradient_scale != 1.0) {
+      std::vector<std::unique_ptr<Engine>> parts;
+      for (auto& [group, members] : groups) {
+        EngineOptions part = options;
+        part.gradient_scale = group.gradient_scale;
+        parts.push_back(make_engine(std::move(members), *group.comm, make_optimizer, part));
+      }
+      return std::make_unique<GroupedEngine>(std::move(parts));
+    }
+    params = std::move(groups.front().second);
+  }
   if (options.stage == 3) {
     return std::make_unique<Stage3Engine>(std::move(params), comm, make_optimizer,
                                           std::move(options));

@@ -17,6 +17,8 @@
 // one place that looks at the stage to choose):
 //   ShardedEngine (sharded_engine.h)  stages 0-2: one flat buffer cut into buckets, GradReducer
 //   Stage3Engine  (stage3_engine.h)   stage 3: units gathered around forward segments
+//   GroupedEngine (grouped_engine.h)  one of those per group of ranks the parameters shard over
+//                                     (EngineOptions::shard_group: expert parallelism)
 // Both hold a MasterState (master_state.h): the sharded fp32 master, the optimizer, the loss
 // scaler, clipping and the update, and the checkpoint pieces. Ownership, buckets and padding:
 // partition.h. Communication during backward: grad_reducer.h.
@@ -102,6 +104,20 @@ struct EngineOptions {
   bool keep_gathered_memory = false;
   bool offload_optimizer = false;  // stages 1-3: master, optimizer state and the update on the host
   bool offload_param = false;      // stage 3: parameter shards on the host
+  // Where each parameter is sharded and its gradient averaged (ZeRO's data-parallel ranks), by its
+  // placement: a communicator other than the engine's, and a factor the averaged gradient is
+  // multiplied by (expert parallelism: a MoE layer's expert stacks over the expert-data-parallel
+  // ranks, their average times ED/(D·S), Megatron-LM's expert gradient scaling, so that an
+  // expert's gradient is the mean over the same D·S ranks as every other parameter's). Unset, or
+  // a null communicator for a placement: the engine's communicator and 1. make_engine() builds
+  // one engine per group and a GroupedEngine over them (grouped_engine.h).
+  struct ShardGroup {
+    comm::Communicator* comm = nullptr;
+    double gradient_scale = 1.0;
+  };
+  std::function<ShardGroup(const model::Placement&)> shard_group;
+  // The factor of this engine's gradients (set by make_engine from shard_group).
+  double gradient_scale = 1.0;
   // Model parallelism (layout/parallel_layout.h): the engine's ranks hold one part of the model
   // (a pipeline stage, a tensor slice), each parameter placed as NamedParameter::placement says.
   struct ModelParallel {
@@ -185,6 +201,14 @@ struct StatePiece {
 using StateSource =
     std::function<torch::Tensor(const std::string& kind, const std::string& param, Range elements)>;
 
+// A rank's share of the squared global gradient norm: Σg² of the elements it owns, and the part of
+// that other ranks count too (replicated pieces; undefined: none). MasterState::reduce_norm sums
+// the shares over the job.
+struct NormShare {
+  torch::Tensor owned_sq;
+  torch::Tensor copies_sq;
+};
+
 // Autograd from `root` with its gradient `grad`, through root's gradient edge: root's data is never
 // read (grad is checked against the shape autograd recorded), so a pipeline stage may free what it
 // sent on (Megatron-LM's deallocate_output_tensor). A root that needs no gradient runs nothing.
@@ -260,13 +284,19 @@ class Engine : public ckpt::Stateful {
   Engine() = default;
 
   // The implementations' parts of backward(), step() and load_state(), called once the micro-step
-  // order has been checked. do_backward runs autograd through run_autograd(): from the loss
-  // scaled by `loss_scale` (root_grad undefined), or from backward_from()'s output.
-  virtual void do_backward(const torch::Tensor& root, const torch::Tensor& root_grad,
-                           MicroStep micro) = 0;
-  static void run_autograd(const torch::Tensor& root, const torch::Tensor& root_grad,
-                           double loss_scale);
-  virtual StepResult do_step(double lr) = 0;
+  // order has been checked. backward() runs before_autograd(micro), autograd (from the loss scaled
+  // by backward_scale() / micro.count, or from backward_from()'s output), then after_autograd().
+  virtual void before_autograd(MicroStep micro) = 0;
+  virtual void after_autograd() = 0;
+  virtual double backward_scale() const = 0;
+  // step() is finish_step(reduce_norm(prepare_step()), lr), in parts so that engines over
+  // different groups share one norm (GroupedEngine): prepare_step completes the gradients'
+  // communication and returns this rank's share of the norm; reduce_norm sums the shares over the
+  // job (collective) and decides an fp16 skip; finish_step updates unless skipped (or done during
+  // backward), refreshes the parameters and zeroes the gradients.
+  virtual NormShare prepare_step() = 0;
+  virtual StepResult reduce_norm(const NormShare& share) = 0;
+  virtual void finish_step(const StepResult& result, double lr) = 0;
   virtual void do_load_state(const StateSource& source, int64_t step_count,
                              const LossScalerState& scaler) = 0;
   virtual void do_discard() = 0;
@@ -275,15 +305,19 @@ class Engine : public ckpt::Stateful {
   const std::optional<double>& step_lr() const { return step_lr_; }
 
  private:
+  friend class GroupedEngine;  // runs its engines' parts
   void check_in_order(MicroStep micro) const;
+  void run_backward_of(const torch::Tensor& root, const torch::Tensor& root_grad, MicroStep micro);
   MicroStep done_{-1, 0};  // the last micro-step backward() ran since step(); index -1: none
   std::optional<double> step_lr_;
 };
 
-// Builds the engine for options.stage: a ShardedEngine for stages 0-2, a Stage3Engine for stage 3.
-// Error(kConfig) for options it cannot honour (stage, dtype, clipping) and for a model without
-// trainable elements. Precondition: the offload flags suit the stage (offload_optimizer 1-3,
-// offload_param 3), which the config loader checks (config/validate.cpp).
+// Builds the engine for options.stage: a ShardedEngine for stages 0-2, a Stage3Engine for stage 3;
+// with options.shard_group, one for each group its parameters' placements name, in the order of
+// their first parameters, under a GroupedEngine. Error(kConfig) for options it cannot honour
+// (stage, dtype, clipping; fp16 over several groups) and for a model without trainable elements.
+// Precondition: the offload flags suit the stage (offload_optimizer 1-3, offload_param 3), which
+// the config loader checks (config/validate.cpp).
 std::unique_ptr<Engine> make_engine(std::vector<NamedParameter> params, comm::Communicator& comm,
                                     const OptimizerFactory& make_optimizer, EngineOptions options);
 

@@ -40,6 +40,7 @@ MasterState::MasterState(torch::Tensor master, bool aliases_params, MasterLayout
       aliases_params_(aliases_params),
       layout_(std::move(layout)),
       clip_(options.gradient_clipping),
+      gradient_scale_(options.gradient_scale),
       norm_group_(options.model_parallel.world ? *options.model_parallel.world : comm),
       scaler_(options.compute_dtype == torch::kHalf, options.loss_scaling) {
   const auto& group_of = options.model_parallel.group;
@@ -70,15 +71,8 @@ std::vector<Range> MasterState::no_decay_ranges() const {
   return merge_ranges(std::move(ranges));
 }
 
-StepResult MasterState::step(torch::Tensor grad32, const torch::Tensor& local_sq, double lr) {
-  StepResult result = reduce_norm(local_sq, copies_sq(grad32));
-  if (result.skipped) return result;
-  begin_update(lr);
-  update(std::move(grad32), 0, coefficient(result));
-  return result;
-}
-
-void MasterState::sum_partial_gradients(const torch::Tensor& grad32) {
+void MasterState::finalize_gradients(const torch::Tensor& grad32) {
+  if (gradient_scale_ != 1.0) grad32.mul_(gradient_scale_);
   for (const auto& [group, pieces] : partial_groups_) {
     std::vector<torch::Tensor> parts;
     for (size_t i : pieces) {
@@ -155,6 +149,7 @@ void MasterState::backward_update(torch::Tensor grad, int64_t offset, Range owne
                                   const torch::Tensor& compute_copy) {
   if (!backward_lr_) fail(ErrorKind::kInternal, "zero engine: backward update not armed");
   if (backward_pieces_++ == 0) begin_update(*backward_lr_);
+  if (gradient_scale_ != 1.0) grad = grad.to(torch::kFloat32).mul_(gradient_scale_);
   backward_sq_ += squared_norm(grad.narrow(0, owned.begin, owned.end - owned.begin));
   const torch::Tensor sq = copies_sq(grad, offset, owned);
   if (sq.defined())
@@ -162,13 +157,13 @@ void MasterState::backward_update(torch::Tensor grad, int64_t offset, Range owne
   update(std::move(grad), offset, torch::Tensor(), compute_copy);
 }
 
-StepResult MasterState::finish_backward_update(size_t pieces) {
+NormShare MasterState::backward_update_share(size_t pieces) {
   if (backward_pieces_ != pieces) {
     fail(ErrorKind::kInternal, "zero engine: {} of {} pieces updated during backward",
          backward_pieces_, pieces);
   }
   backward_lr_.reset();
-  return reduce_norm(backward_sq_, backward_copies_sq_);
+  return {backward_sq_, backward_copies_sq_};
 }
 
 std::vector<std::string> MasterState::state_kinds() const {

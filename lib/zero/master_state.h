@@ -11,8 +11,9 @@
 // getting the updated master back into the compute parameters.
 //
 // The step. Given the reduced gradient in master coordinates (fp32, where the master lives), whose
-// partial pieces sum_partial_gradients() has summed over their groups, and this rank's Σg² over
-// the elements it owns (each element counted once across the engine's ranks), step() all-reduces
+// partial pieces finalize_gradients() has summed over their groups, and this rank's Σg² over
+// the elements it owns (each element counted once across the engine's ranks), reduce_norm()
+// all-reduces
 // Σg² (fp64, on the compute device; over the whole job with model parallelism, a replicated
 // piece's share divided among its copies: EngineOptions::model_parallel), reports the unscaled
 // global norm as a device tensor, lets the loss scaler see a non-finite sum as an fp16 overflow
@@ -80,21 +81,15 @@ class MasterState {
   bool aliases_params() const { return aliases_params_; }
   double loss_scale() const { return scaler_.scale(); }
 
-  // Collective: sums the pieces of `grad32` whose gradient is partial (Placement::partial_gradient)
-  // over their placement's group, one all-reduce per group (none without such pieces). `grad32`:
-  // the reduced gradient in master coordinates (the master's elements [0, grad32.numel())), fp32,
-  // where the master lives. Before its Σg² is taken.
-  void sum_partial_gradients(const torch::Tensor& grad32);
+  // Collective: multiplies `grad32` by EngineOptions::gradient_scale, then sums the pieces whose
+  // gradient is partial (Placement::partial_gradient) over their placement's group, one
+  // all-reduce per group (none without such pieces). `grad32`: the reduced gradient in master
+  // coordinates (the master's elements [0, grad32.numel())), fp32, where the master lives. Before
+  // its Σg² is taken.
+  void finalize_gradients(const torch::Tensor& grad32);
   // Whether set_step_lr() may move the update into backward: no update waits for the norm nor for
   // the sum of a partial gradient.
   bool can_update_during_backward() const { return no_norm_needed() && partial_groups_.empty(); }
-
-  // Collective (one all-reduce). `grad32`: the reduced gradient in master coordinates, fp32, on the
-  // master's device, its partial pieces summed; scaled in place (pass it moved so that it is freed
-  // on return). `local_sq`: this rank's Σg², one element of any float dtype. When the result is not
-  // skipped the master has been updated and the caller refreshes its parameters from it. The same
-  // as reduce_norm(), begin_update() and update() of the whole master.
-  StepResult step(torch::Tensor grad32, const torch::Tensor& local_sq, double lr);
 
   // The step in pieces, for an engine that updates bucket by bucket:
   //   reduce_norm(local_sq)           collective: the global norm and the fp16 verdict (skipped)
@@ -129,16 +124,16 @@ class MasterState {
   //                                   no_norm_needed(), else disarmed
   //   backward_update(grad, offset, owned[, compute_copy])
   //                                   each piece as its gradient is reduced (gradient_for_master:
-  //                                   float32 or bfloat16): the first begins the update; Σg² of
-  //                                   `owned` (the elements of grad this rank owns) is added up for
-  //                                   the reported norm
-  //   finish_backward_update(pieces)  in step(): Error(kInternal) unless `pieces` pieces came,
-  //                                   then reduce_norm() of their Σg²; disarms
+  //                                   float32 or bfloat16, multiplied by gradient_scale): the first
+  //                                   begins the update; Σg² of `owned` (the elements of grad this
+  //                                   rank owns) is added up for the reported norm
+  //   backward_update_share(pieces)   in step(): Error(kInternal) unless `pieces` pieces came,
+  //                                   then their share of the norm, for reduce_norm(); disarms
   void arm_backward_update(std::optional<double> lr);
   bool backward_update_armed() const { return backward_lr_.has_value(); }
   void backward_update(torch::Tensor grad, int64_t offset, Range owned,
                        const torch::Tensor& compute_copy = torch::Tensor());
-  StepResult finish_backward_update(size_t pieces);
+  NormShare backward_update_share(size_t pieces);
 
   std::vector<StatePiece> owned_state() const;
   std::vector<std::string> state_kinds() const;  // "master", then the optimizer's names
@@ -162,6 +157,7 @@ class MasterState {
   bool aliases_params_;
   MasterLayout layout_;
   double clip_;
+  double gradient_scale_;
   // Where the norm is summed: the whole job with model parallelism, else `comm_`.
   comm::Communicator& norm_group_;
   // How many ranks hold each piece of layout_.owned whole (1: this rank only, among the parts).

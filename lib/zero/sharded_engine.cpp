@@ -194,8 +194,7 @@ void ShardedEngine::install_hooks() {
   }
 }
 
-void ShardedEngine::do_backward(const torch::Tensor& root, const torch::Tensor& root_grad,
-                                MicroStep micro) {
+void ShardedEngine::before_autograd(MicroStep micro) {
   const bool stage2 = options_.stage == 2;
   if (options_.stage == 1 && micro.last()) {
     grad_shard_ = torch::zeros({partition_.shard_numel()}, grad_shard_options_);
@@ -205,7 +204,9 @@ void ShardedEngine::do_backward(const torch::Tensor& root, const torch::Tensor& 
   reducer_->begin_backward(/*communicate=*/stage2 || micro.last(),
                            /*accumulate=*/stage2 && !micro.first(),
                            /*notify=*/master_->backward_update_armed());
-  run_autograd(root, root_grad, master_->loss_scale() / static_cast<double>(micro.count));
+}
+
+void ShardedEngine::after_autograd() {
   reducer_->end_backward();
 }
 

@@ -76,9 +76,12 @@ class ShardedEngine final : public Engine {
     model::Placement placement{};  // NamedParameter::placement
   };
 
-  void do_backward(const torch::Tensor& root, const torch::Tensor& root_grad,
-                   MicroStep micro) override;
-  StepResult do_step(double lr) override;
+  void before_autograd(MicroStep micro) override;
+  void after_autograd() override;
+  double backward_scale() const override { return master_->loss_scale(); }
+  NormShare prepare_step() override;
+  StepResult reduce_norm(const NormShare& share) override;
+  void finish_step(const StepResult& result, double lr) override;
   void do_discard() override;
   void do_load_state(const StateSource& source, int64_t step_count,
                      const LossScalerState& scaler) override;
@@ -123,6 +126,9 @@ class ShardedEngine final : public Engine {
   // fp32; stage 0: [padded_numel] (the flat parameter buffer itself in fp32), stages 1/2:
   // [shard_numel]
   std::unique_ptr<MasterState> master_;
+  // Between prepare_step() and finish_step(): the reduced gradient in master coordinates (fp32),
+  // unless the update ran during backward.
+  torch::Tensor grad32_;
   std::unique_ptr<GradReducer> reducer_;
   std::vector<AccumulatorHandle> hooks_;
   // Parameter all-gathers launched by refresh_bucket(), with their buffers, until

@@ -6,28 +6,34 @@
 
 namespace dstrain::zero {
 
-StepResult ShardedEngine::do_step(double lr) {
+NormShare ShardedEngine::prepare_step() {
   torch::NoGradGuard no_grad;
   reducer_->finish();  // during backward: the buckets still in flight are updated here
-  StepResult result;
   if (master_->backward_update_armed()) {
-    result = master_->finish_backward_update(partition_.buckets().size());
-  } else {
-    torch::Tensor grad32 = fp32_gradients();
-    master_->sum_partial_gradients(grad32);
-    result = master_->reduce_norm(local_grad_sq(grad32), master_->copies_sq(grad32));
-    if (!result.skipped) {
-      const torch::Tensor coef = master_->coefficient(result);
-      master_->begin_update(lr);
-      for (size_t b = partition_.buckets().size(); b-- > 0;) {
-        const Range r = in_master(b);
-        update_bucket(b, grad32.narrow(0, r.begin, r.end - r.begin), coef);
-      }
+    return master_->backward_update_share(partition_.buckets().size());
+  }
+  grad32_ = fp32_gradients();
+  master_->finalize_gradients(grad32_);
+  return {local_grad_sq(grad32_), master_->copies_sq(grad32_)};
+}
+
+StepResult ShardedEngine::reduce_norm(const NormShare& share) {
+  return master_->reduce_norm(share.owned_sq, share.copies_sq);
+}
+
+void ShardedEngine::finish_step(const StepResult& result, double lr) {
+  torch::NoGradGuard no_grad;
+  if (grad32_.defined() && !result.skipped) {
+    const torch::Tensor coef = master_->coefficient(result);
+    master_->begin_update(lr);
+    for (size_t b = partition_.buckets().size(); b-- > 0;) {
+      const Range r = in_master(b);
+      update_bucket(b, grad32_.narrow(0, r.begin, r.end - r.begin), coef);
     }
   }
+  grad32_ = torch::Tensor();
   wait_for_params();
   zero_grad();
-  return result;
 }
 
 void ShardedEngine::update_reduced_bucket(size_t bucket) {

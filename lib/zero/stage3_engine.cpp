@@ -94,6 +94,10 @@ void Stage3Engine::build_units(const std::vector<NamedParameter>& params) {
   using Role = Unit::Role;
   int blocks = 0;
   for (const NamedParameter& p : params) blocks = std::max(blocks, p.unit + 1);
+  // Blocks without parameters here (another engine's, GroupedEngine) are empty units.
+  for (const auto& segment : options_.segments) {
+    for (int b : segment) blocks = std::max(blocks, b + 1);
+  }
   std::vector<Unit::Key> keys;
   for (const Role role : {Role::kBlock, Role::kFrozenBlock}) {
     for (int b = 0; b < blocks; ++b) keys.emplace_back(role, b);

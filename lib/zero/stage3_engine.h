@@ -138,9 +138,12 @@ class Stage3Engine final : public Engine {
     bool update = false;  // then update the unit's part of the master (update_unit)
   };
 
-  void do_backward(const torch::Tensor& root, const torch::Tensor& root_grad,
-                   MicroStep micro) override;
-  StepResult do_step(double lr) override;
+  void before_autograd(MicroStep micro) override;
+  void after_autograd() override { finish_backward(); }
+  double backward_scale() const override { return master_->loss_scale(); }
+  NormShare prepare_step() override;
+  StepResult reduce_norm(const NormShare& share) override;
+  void finish_step(const StepResult& result, double lr) override;
   void do_discard() override;
   void do_load_state(const StateSource& source, int64_t step_count,
                      const LossScalerState& scaler) override;
@@ -194,6 +197,9 @@ class Stage3Engine final : public Engine {
   // Master over [shard_numel] fp32 (host when offload_optimizer); it is param_shard_ itself in fp32
   // when both live in the same memory.
   std::unique_ptr<MasterState> master_;
+  // Between prepare_step() and finish_step(): the gradient shard in fp32 where the master lives,
+  // unless the update ran during backward.
+  torch::Tensor grad32_;
   std::vector<AccumulatorHandle> hooks_;
   std::deque<Reduction> in_flight_;
   bool in_backward_ = false;

@@ -190,16 +190,13 @@ void Stage3Engine::update_unit(size_t u) {
 }
 
 // Every micro-step alike: each unit's reduce-scatter is added into the gradient shard.
-void Stage3Engine::do_backward(const torch::Tensor& root, const torch::Tensor& root_grad,
-                               MicroStep micro) {
+void Stage3Engine::before_autograd(MicroStep micro) {
   master_->arm_backward_update(micro.last() ? step_lr() : std::nullopt);
   for (Unit& unit : units_) {
     unit.waiting = static_cast<int>(unit.params.size());
     unit.reduced = false;
   }
   in_backward_ = true;
-  run_autograd(root, root_grad, master_->loss_scale() / static_cast<double>(micro.count));
-  finish_backward();
 }
 
 // Units whose parameters got no gradient (all ranks alike) are reduced as zeros, in descending

@@ -4,26 +4,36 @@
 
 namespace dstrain::zero {
 
-StepResult Stage3Engine::do_step(double lr) {
+NormShare Stage3Engine::prepare_step() {
   torch::NoGradGuard no_grad;
   stale_trainable_units();
-  StepResult result;
   if (master_->backward_update_armed()) {
     size_t reduced_units = 0;
     for (const Unit& unit : units_)
       reduced_units += !unit.frozen() && unit.partition.padded_numel();
-    result = master_->finish_backward_update(reduced_units);
-    gather_persistent();
-  } else {
-    // The gradient shard in fp32 where the master lives (the host when offloading the optimizer).
-    torch::Tensor grad32 = grad_shard_.to(master_->master().device(), torch::kFloat32);
-    master_->sum_partial_gradients(grad32);
-    const torch::Tensor sq = squared_norm(grad32);
-    result = master_->step(std::move(grad32), sq, lr);
-    if (!result.skipped) refresh_params();
+    return master_->backward_update_share(reduced_units);
   }
+  // The gradient shard in fp32 where the master lives (the host when offloading the optimizer).
+  grad32_ = grad_shard_.to(master_->master().device(), torch::kFloat32);
+  master_->finalize_gradients(grad32_);
+  return {squared_norm(grad32_), master_->copies_sq(grad32_)};
+}
+
+StepResult Stage3Engine::reduce_norm(const NormShare& share) {
+  return master_->reduce_norm(share.owned_sq, share.copies_sq);
+}
+
+void Stage3Engine::finish_step(const StepResult& result, double lr) {
+  torch::NoGradGuard no_grad;
+  if (!grad32_.defined()) {
+    gather_persistent();  // updated during backward
+  } else if (!result.skipped) {
+    master_->begin_update(lr);
+    master_->update(std::move(grad32_), 0, master_->coefficient(result));
+    refresh_params();
+  }
+  grad32_ = torch::Tensor();
   grad_shard_.zero_();
-  return result;
 }
 
 // Master → compute-dtype parameter shard (a copy back to the device when offloading), then the

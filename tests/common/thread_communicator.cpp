@@ -16,6 +16,7 @@ struct Slot {
   bool issued = false;
   torch::Tensor output;
   torch::Tensor input;
+  std::vector<int64_t> splits;  // all_to_all_v: the input's rows for each rank
 };
 
 struct PendingOp {
@@ -119,7 +120,7 @@ void ThreadGroup::issue(uint64_t seq, int rank, CollectiveKind kind, ReduceOp op
   const Slot* other = nullptr;
   for (const Slot& s : pending.slots) other = s.issued ? &s : other;
   const bool mismatch = pending.kind != kind || pending.op != op || pending.root != root ||
-                        (other && other->input.defined() &&
+                        (other && other->input.defined() && slot.splits.empty() &&
                          (other->input.numel() != slot.input.numel() ||
                           other->input.scalar_type() != slot.input.scalar_type()));
   if (mismatch) {
@@ -212,6 +213,15 @@ torch::Tensor ThreadGroup::compute(const PendingOp& op, int rank) const {
     case CollectiveKind::kBarrier:
       return {};
     case CollectiveKind::kAllToAll: {
+      if (!mine.splits.empty()) {
+        std::vector<torch::Tensor> parts;
+        for (const Slot& s : op.slots) {
+          int64_t begin = 0;
+          for (int j = 0; j < rank; ++j) begin += s.splits[j];
+          parts.push_back(s.input.narrow(0, begin, s.splits[rank]));
+        }
+        return torch::cat(parts).view(mine.output.sizes());
+      }
       const int64_t chunk = mine.output.numel() / n;
       std::vector<torch::Tensor> parts;
       for (const Slot& s : op.slots)
@@ -292,9 +302,11 @@ int ThreadCommunicator::world_size() const {
 }
 
 std::unique_ptr<comm::Work> ThreadCommunicator::issue(CollectiveKind kind, torch::Tensor output,
-                                                      torch::Tensor input, ReduceOp op, int root) {
+                                                      torch::Tensor input, ReduceOp op, int root,
+                                                      std::vector<int64_t> splits) {
   const uint64_t seq = next_seq_++;
-  group_->issue(seq, rank_, kind, op, root, Slot{false, std::move(output), std::move(input)});
+  group_->issue(seq, rank_, kind, op, root,
+                Slot{false, std::move(output), std::move(input), std::move(splits)});
   return std::make_unique<ThreadWork>(group_, seq, rank_);
 }
 
@@ -344,6 +356,16 @@ std::unique_ptr<comm::Work> ThreadCommunicator::all_to_all(torch::Tensor& output
   if (!output.is_contiguous()) fail(ErrorKind::kInternal, "all_to_all: output not contiguous");
   count(CollectiveKind::kAllToAll, (n - 1) * bytes_of(input) / n);
   return issue(CollectiveKind::kAllToAll, output, input, ReduceOp::kSum, 0);
+}
+
+std::unique_ptr<comm::Work> ThreadCommunicator::all_to_all_v(torch::Tensor& output,
+                                                             const torch::Tensor& input,
+                                                             std::vector<int64_t> output_splits,
+                                                             std::vector<int64_t> input_splits) {
+  comm::check_all_to_all_v_shapes(output, input, output_splits, input_splits, world_size());
+  count(CollectiveKind::kAllToAll, comm::all_to_all_v_bytes(input, input_splits, rank_));
+  return issue(CollectiveKind::kAllToAll, output, input, ReduceOp::kSum, 0,
+               std::move(input_splits));
 }
 
 std::unique_ptr<comm::Work> ThreadCommunicator::exchange(

@@ -48,12 +48,17 @@ class ThreadCommunicator : public comm::Communicator {
   void barrier() override;
   std::unique_ptr<comm::Work> all_to_all(torch::Tensor& output,
                                          const torch::Tensor& input) override;
+  std::unique_ptr<comm::Work> all_to_all_v(torch::Tensor& output, const torch::Tensor& input,
+                                           std::vector<int64_t> output_splits,
+                                           std::vector<int64_t> input_splits) override;
   std::unique_ptr<comm::Work> exchange(std::vector<comm::PeerTransfer> transfers) override;
   std::unique_ptr<comm::Communicator> split(int color) override;
 
  private:
+  // `splits`: all_to_all_v's input splits (its inputs may differ in size between the ranks).
   std::unique_ptr<comm::Work> issue(comm::CollectiveKind kind, torch::Tensor output,
-                                    torch::Tensor input, comm::ReduceOp op, int root);
+                                    torch::Tensor input, comm::ReduceOp op, int root,
+                                    std::vector<int64_t> splits = {});
   std::shared_ptr<ThreadGroup> group_;
   int rank_;
   uint64_t next_seq_ = 0;
@@ -83,6 +88,11 @@ class BorrowedCommunicator : public comm::Communicator {
   void barrier() override { c_.barrier(); }
   std::unique_ptr<comm::Work> all_to_all(torch::Tensor& out, const torch::Tensor& in) override {
     return c_.all_to_all(out, in);
+  }
+  std::unique_ptr<comm::Work> all_to_all_v(torch::Tensor& out, const torch::Tensor& in,
+                                           std::vector<int64_t> out_splits,
+                                           std::vector<int64_t> in_splits) override {
+    return c_.all_to_all_v(out, in, std::move(out_splits), std::move(in_splits));
   }
   std::unique_ptr<comm::Work> exchange(std::vector<comm::PeerTransfer> transfers) override {
     return c_.exchange(std::move(transfers));

@@ -8,6 +8,9 @@
 // order) show in it by up to 5.7e-4, while every loss agrees within 1.3e-7. The same with the
 // router losses (and their metrics, and the experts' load), selective checkpointing and the
 // optimizer offloaded; routing skewed onto one expert on one rank at ZeRO 3; a resume bit for bit.
+// Expert parallelism (E_p 2 and 4, ZeRO 1-3, with a pipeline, the router losses) against one
+// process the same way; an E_p 2 x DP 2 checkpoint resumed at E_p 4 and on one rank, its export
+// the one-rank run's; a rank killed mid-run named; the dry run's expert groups.
 // The export holds the Hub's per-expert tensors; what is not supported yet is refused with exit 2
 // naming the key, and a router key without effect warns.
 
@@ -103,11 +106,13 @@ TEST_P(MoeRun, LossesEqualOneProcessWithTheSameBatches) {
   with.insert(with.end(), c.parallel.begin(), c.parallel.end());
   Metrics got_metrics, want_metrics;
   const Curves got = run_with_metrics(c.world, c.stage, c.accum, with, got_metrics);
-  const bool pipeline = std::any_of(
-      c.parallel.begin(), c.parallel.end(),
-      [](const std::string& set) { return set.rfind("parallel.pipeline_parallel_size=", 0) == 0; });
-  const Curves want =
-      run_with_metrics(1, 0, pipeline ? c.accum : c.world * c.accum, extra, want_metrics);
+  // One process takes every data-parallel rank's micro-batches (a pipeline's stages share theirs).
+  int stages = 1;
+  for (const std::string& set : c.parallel) {
+    const std::string key = "parallel.pipeline_parallel_size=";
+    if (set.rfind(key, 0) == 0) stages = std::stoi(set.substr(key.size()));
+  }
+  const Curves want = run_with_metrics(1, 0, c.world / stages * c.accum, extra, want_metrics);
   ASSERT_EQ(want.train.size(), static_cast<size_t>(kSteps));
   expect_same_curve(got.train, want.train, 1e-5, "train/loss");
   expect_same_curve(got.grad_norm, want.grad_norm, 1e-3, "grad_norm");
@@ -164,7 +169,25 @@ INSTANTIATE_TEST_SUITE_P(
              1,
              4,
              {"parallel.pipeline_parallel_size=2", "parallel.pipeline_virtual_stages=2"},
-             kRouterLosses}),
+             kRouterLosses},
+        // Expert parallelism: each rank 1/E_p of the experts, its tokens sent to them; with 4
+        // ranks at E_p 2 each expert is held by 2 ranks (ZeRO shards it over them).
+        Case{"MixtralExperts2Zero1", kMixtral, 2, 1, 1, {"parallel.expert_parallel_size=2"}},
+        Case{"Qwen3MoeExperts2Data2RouterLossesZero3",
+             kQwen3Moe,
+             4,
+             3,
+             1,
+             {"parallel.expert_parallel_size=2"},
+             kRouterLosses},
+        Case{
+            "Qwen3MoeExperts4Zero2", kQwen3Moe, 4, 2, 1, {"parallel.expert_model_parallel_size=4"}},
+        Case{"Qwen3MoeExperts2Pipeline2",
+             kQwen3Moe,
+             4,
+             1,
+             2,
+             {"parallel.pipeline_parallel_size=2", "parallel.expert_parallel_size=2"}}),
     [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 // A Qwen3-MoE (top-1) whose router sends every 'a' to expert 0 and spreads every other byte:
@@ -312,6 +335,100 @@ TEST(MoeExport, TheHubsPerExpertTensors) {
             (std::vector<int64_t>{64, 128}));
 }
 
+// An E_p 2 x DP 2 checkpoint (4 ranks, ZeRO 2, global batch 8: micro 2 x accumulation 2 x 2
+// replicas of each expert) resumed at E_p 4 and on one rank with the same global batch: the
+// uninterrupted run's losses. The checkpoint holds every expert by its index: its export is the
+// model of the same run on one rank.
+TEST(MoeExpertParallel, E2Dp2CheckpointResumesAtE4AndOnOneRank) {
+  TempDir dir;
+  const std::string model = write_model(dir, kQwen3Moe);
+  JobSpec spec;
+  spec.nproc = 4;
+  spec.stage = 2;
+  spec.accum = 2;
+  spec.clip = 1.0;
+  spec.max_steps = 6;
+  spec.checkpoint_interval = 3;
+  spec.extra_overrides = {model, "parallel.expert_parallel_size=2"};
+  RunResult r = run_job(dir, spec);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto full = read_metric(dir.file("run/metrics.jsonl"), "train/loss");
+  ASSERT_EQ(full.size(), 6u);
+  struct Layout {
+    std::string name;
+    int nproc, e, accum;
+  };
+  for (const Layout& l : {Layout{"E4", 4, 4, 2}, Layout{"1 rank", 1, 1, 8}}) {
+    const std::string out = dir.file("resumed-" + std::to_string(l.nproc));
+    const auto resumed =
+        resume_losses(dir.file("ckpt/step_00000003"), l.nproc,
+                      {"parallel.expert_parallel_size=" + std::to_string(l.e),
+                       "training.gradient_accumulation_steps=" + std::to_string(l.accum)},
+                      out, l.name);
+    ASSERT_EQ(resumed.size(), 3u) << l.name;
+    for (const auto& [step, loss] : resumed) {
+      EXPECT_NEAR(loss, full.at(step), 1e-5 * std::abs(loss)) << l.name << " step " << step;
+    }
+  }
+  TempDir plain;
+  spec.nproc = 1;
+  spec.accum = 8;
+  spec.extra_overrides = {model};
+  r = run_job(plain, spec);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  expect_same_exports(dir.file("ckpt/step_00000003"), plain.file("ckpt/step_00000003"), plain);
+}
+
+// A rank killed while its group exchanges tokens at every MoE layer: the job stops within
+// seconds and names it, as for the other collectives.
+TEST(MoeExpertParallel, AKilledRankTearsTheJobDownAndIsNamed) {
+  TempDir dir;
+  const TempDir models;
+  JobSpec spec;
+  spec.nproc = 2;
+  spec.max_steps = 100000;
+  spec.checkpoint_interval = 2;
+  spec.extra_overrides = {write_model(models, kQwen3Moe), "parallel.expert_parallel_size=2"};
+  const std::string token = unique_token();
+  std::vector<std::string> args = {"launch", "--nproc", "2", write_job_config(dir.path(), spec)};
+  for (const std::string& kv : spec.extra_overrides) args.insert(args.end(), {"--set", kv});
+  Child job = start_dstrain(args, {"DSTRAIN_TEST_MARKER=" + token});
+  ASSERT_TRUE(wait_until([&] { return file_exists(dir.file("ckpt/latest")); }, 120));
+  pid_t victim = -1;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        victim = rank_pid(processes_with_marker(token), 1);
+        return victim > 0;
+      },
+      20));
+  const auto killed = std::chrono::steady_clock::now();
+  ::kill(victim, SIGKILL);
+  const RunResult r = finish(job, 60);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(seconds, 15) << "the job took " << seconds << " s to stop";
+  EXPECT_THAT(r.err, HasSubstr("rank 1 failed on host"));
+  EXPECT_THAT(r.err, HasSubstr("signal SIGKILL (9)"));
+  EXPECT_TRUE(wait_until([&] { return processes_with_marker(token).empty(); }, 10));
+}
+
+// The launcher's dry run shows the experts' groups beside the data-parallel ranks.
+TEST(MoeExpertParallel, DryRunShowsTheExpertGroups) {
+  TempDir dir;
+  const std::string cfg = write_job_config(dir.path(), JobSpec{});
+  const RunResult r = run_dstrain(
+      {"launch", "--nproc", "8", "--dry-run", cfg, "--set", "parallel.expert_parallel_size=4"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("expert-parallel groups of 4 consecutive ranks, each holding 1/4 "
+                               "of every MoE layer's experts (tokens exchanged all-to-all):\n"
+                               "  group 0: ranks 0-3 on node 0 (localhost)\n"
+                               "  group 1: ranks 4-7 on node 0 (localhost)\n"));
+  EXPECT_THAT(r.out, HasSubstr("expert-data-parallel size 2: ZeRO shards each rank's experts over "
+                               "the 2 ranks that hold the same ones (4 apart)\n"));
+}
+
 // Not yet supported with a MoE model: exit 2 naming the key.
 TEST(MoeRefusals, EachNamesItsKey) {
   const TempDir models;
@@ -319,7 +436,11 @@ TEST(MoeRefusals, EachNamesItsKey) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
       {{"parallel.tensor_parallel_size=2"}, "parallel.tensor_parallel_size"},
       {{"lora.enabled=true", "lora.target_modules=all-linear"}, "lora.target_modules"},
-      {{"model.tiled_mlp=64"}, "model.tiled_mlp"}};
+      {{"model.tiled_mlp=64"}, "model.tiled_mlp"},
+      {{"parallel.expert_parallel_size=2", "lora.enabled=true",
+        "lora.target_parameters=[mlp.experts.down_proj]"},
+       "lora.target_parameters"},
+      {{"parallel.expert_parallel_size=3"}, "parallel.expert_parallel_size"}};
   for (const auto& [sets, key] : refused) {
     TempDir dir;
     JobSpec spec;

@@ -149,6 +149,32 @@ void groups(Communicator& comm) {
                  rank_data(q, n * chunk, at::kFloat).narrow(0, r * chunk, chunk));
   }
   expect_bytes(comm, CollectiveKind::kAllToAll, uint64_t(n - 1) * chunk * 4);
+  // Uneven splits of rows of 5: rank q sends (q + j) % 3 rows to rank j (some none), row i of
+  // what it sends to j holding 100·q + 10·j + i; float32, then bfloat16.
+  const auto rows = [](int q, int j) { return static_cast<int64_t>((q + j) % 3); };
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    comm.reset_stats();
+    std::vector<int64_t> send, receive;
+    std::vector<at::Tensor> mine, want;
+    for (int j = 0; j < n; ++j) {
+      send.push_back(rows(r, j));
+      receive.push_back(rows(j, r));
+      const auto block = [](int q, int to, int64_t count) {
+        return (torch::arange(count, at::kDouble) + 100.0 * q + 10.0 * to)
+            .unsqueeze(1)
+            .expand({count, 5});
+      };
+      mine.push_back(block(r, j, rows(r, j)));
+      want.push_back(block(j, r, rows(j, r)));
+    }
+    const at::Tensor vin = torch::cat(mine).to(dtype).contiguous();
+    at::Tensor vout = torch::empty({torch::cat(want).size(0), 5}, dtype);
+    comm.all_to_all_v(vout, vin, receive, send)->wait();
+    expect_equal("all_to_all_v", vout, torch::cat(want).to(dtype));
+    uint64_t crossing = 0;
+    for (int j = 0; j < n; ++j) crossing += j == r ? 0 : static_cast<uint64_t>(rows(r, j));
+    expect_bytes(comm, CollectiveKind::kAllToAll, crossing * 5 * at::elementSize(dtype));
+  }
   auto group = comm.split(r / 2);
   const int size = std::min(2, n - (r / 2) * 2);
   if (group->world_size() != size || group->rank() != r % 2) {

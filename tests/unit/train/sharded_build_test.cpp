@@ -183,6 +183,10 @@ class SilentCommunicator final : public comm::Communicator {
   std::unique_ptr<comm::Work> all_to_all(torch::Tensor&, const torch::Tensor&) override {
     return none();
   }
+  std::unique_ptr<comm::Work> all_to_all_v(torch::Tensor&, const torch::Tensor&,
+                                           std::vector<int64_t>, std::vector<int64_t>) override {
+    return none();
+  }
   std::unique_ptr<comm::Work> exchange(std::vector<comm::PeerTransfer>) override { return none(); }
   std::unique_ptr<comm::Communicator> split(int) override {
     none();
