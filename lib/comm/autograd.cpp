@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/trace.h"
 
 namespace dstrain::comm {
 namespace {
@@ -65,6 +66,7 @@ torch::Tensor exchange_rows(Communicator& comm, const torch::Tensor& x,
   shape[0] = 0;
   for (int64_t rows : receive) shape[0] += rows;
   torch::Tensor output = torch::empty(shape, input.options());
+  const trace::Span span("comm", "all_to_all_v", {"rows", shape[0]});
   comm.all_to_all_v(output, input, receive, send)->wait();
   return output;
 }

@@ -42,7 +42,7 @@ std::vector<ParamShape> parameter_shapes(const model::DecoderModelImpl& model,
       continue;
     }
     for (const model::BlockParameter& p : block->parameters) {
-      out.push_back({p.name, p.tensor.numel(), static_cast<int>(block->index)});
+      out.push_back({p.name, p.tensor.numel(), static_cast<int>(block->index), p.placement.group});
     }
   }
   return out;

@@ -19,6 +19,9 @@ struct ParamShape {
   std::string name;
   int64_t numel = 0;
   int unit = 0;
+  // The group its placement is cut over (model/placement.h): expert stacks under expert
+  // parallelism are sharded over other ranks than the rest.
+  model::PlacementGroup group = model::PlacementGroup::kTensor;
 };
 
 struct EstimateInput {

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "core/error.h"
 #include "model/fused_layer_ops.h"
 #include "model/storage.h"
@@ -222,7 +225,7 @@ RouterTotals RouterRecord::unpack(const torch::Tensor& packed) {
 
 torch::Tensor expert_parallel_mlp(ExpertParallel& ep, ExpertsImpl& experts,
                                   const torch::Tensor& rows, const torch::Tensor& ends,
-                                  int64_t* received) {
+                                  int64_t slot) {
   const int64_t P = ep.size();
   const int64_t L = experts.gate_up_proj.size(0);  // this rank's experts
   const torch::Tensor counts = torch::diff(ends, 1, 0, ends.new_zeros({1})).to(torch::kDouble);
@@ -233,18 +236,26 @@ torch::Tensor expert_parallel_mlp(ExpertParallel& ep, ExpertsImpl& experts,
   const std::vector<int64_t> send(to_ranks.data_ptr<int64_t>(), to_ranks.data_ptr<int64_t>() + P);
   const std::vector<int64_t> receive(from_ranks.data_ptr<int64_t>(),
                                      from_ranks.data_ptr<int64_t>() + P);
-  const torch::Tensor in = ep.exchange_rows(rows, receive, send);  // by source rank, then expert
-  // Sorted by local expert (stably: by source rank within one).
-  const torch::Tensor expert_of_row =
-      torch::arange(L, torch::kLong).repeat({P}).repeat_interleave(both[1].reshape({-1}));
-  const torch::Tensor order =
-      std::get<1>(expert_of_row.sort(std::optional<bool>(true), /*dim=*/0)).to(rows.device());
-  const torch::Tensor local_ends = both[1].sum(0).cumsum(0).to(rows.device(), torch::kInt32);
-  if (received != nullptr) *received = in.size(0);
-  const torch::Tensor out = experts.forward(in.index_select(0, order), local_ends);
-  const torch::Tensor inverse =
-      torch::empty_like(order).scatter_(0, order, torch::arange(order.numel(), order.options()));
-  return ep.exchange_rows(out.index_select(0, inverse), send, receive);
+  try {
+    const torch::Tensor in = ep.exchange_rows(rows, receive, send);  // by source rank, then expert
+    // Sorted by local expert (stably: by source rank within one).
+    const torch::Tensor expert_of_row =
+        torch::arange(L, torch::kLong).repeat({P}).repeat_interleave(both[1].reshape({-1}));
+    const torch::Tensor order =
+        std::get<1>(expert_of_row.sort(std::optional<bool>(true), /*dim=*/0)).to(rows.device());
+    const torch::Tensor local_ends = both[1].sum(0).cumsum(0).to(rows.device(), torch::kInt32);
+    const torch::Tensor out = experts.forward(in.index_select(0, order), local_ends);
+    const torch::Tensor inverse =
+        torch::empty_like(order).scatter_(0, order, torch::arange(order.numel(), order.options()));
+    return ep.exchange_rows(out.index_select(0, inverse), send, receive);
+  } catch (const c10::OutOfMemoryError& e) {
+    C10_THROW_ERROR(
+        OutOfMemoryError,
+        fmt::format("MoE layer {} (expert-parallel rank {} of {}): out of memory on the "
+                    "{} token rows its {} experts received (from each rank: {}); {}",
+                    slot, ep.rank(), P, from_ranks.sum().item<int64_t>(), L,
+                    fmt::join(receive, ", "), e.what_without_backtrace()));
+  }
 }
 
 SparseMoeImpl::SparseMoeImpl(const ModelConfig& c, Materialize m, int64_t slot, ExpertParallel* ep)

@@ -187,10 +187,11 @@ class ExpertParallel {
 // The experts' part of a MoE layer under expert parallelism (the header's), for `rows` [M, C]
 // sorted by (global) expert with `ends` [E] their ends: the rows sent to the ranks of their
 // experts, computed there by `experts` (this rank's E/P) and brought back → [M, C] in `rows`'
-// order. `received`, when given, gets the rows this rank's experts computed.
+// order. Out of memory on the rows it receives (dropless: up to P·M of them) is an out-of-memory
+// error that names the MoE layer `slot` and what each rank sent.
 torch::Tensor expert_parallel_mlp(ExpertParallel& ep, ExpertsImpl& experts,
                                   const torch::Tensor& rows, const torch::Tensor& ends,
-                                  int64_t* received = nullptr);
+                                  int64_t slot = 0);
 
 class SparseMoeImpl : public torch::nn::Module {
  public:

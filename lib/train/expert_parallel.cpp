@@ -4,6 +4,31 @@
 #include "core/error.h"
 
 namespace dstrain::train {
+namespace {
+
+class ExpertShapes final : public model::ExpertParallel {
+ public:
+  explicit ExpertShapes(int size) : size_(size) {}
+  int rank() const override { return 0; }
+  int size() const override { return size_; }
+  torch::Tensor exchange_counts(const torch::Tensor&) override { refuse(); }
+  torch::Tensor exchange_rows(const torch::Tensor&, std::vector<int64_t>,
+                              std::vector<int64_t>) override {
+    refuse();
+  }
+
+ private:
+  [[noreturn]] static void refuse() {
+    fail(ErrorKind::kInternal, "a model built for its shapes alone ran an expert-parallel forward");
+  }
+  int size_;
+};
+
+}  // namespace
+
+std::shared_ptr<model::ExpertParallel> expert_parallel_shapes(int size) {
+  return std::make_shared<ExpertShapes>(size);
+}
 
 void check_expert_parallel(const config::Config& config, const model::ModelConfig& model,
                            const std::string& name, const std::string& config_path) {

@@ -7,6 +7,7 @@
 // without it.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "comm/communicator.h"
@@ -21,6 +22,11 @@ namespace dstrain::train {
 // model whose experts the size divides, without LoRA on the experts (lora.target_parameters).
 void check_expert_parallel(const config::Config& config, const model::ModelConfig& model,
                            const std::string& name, const std::string& config_path);
+
+// The shapes of rank 0 of an expert-parallel group of `size` (its E/size experts), without the
+// group: for models built without memory to estimate one rank's memory. Its exchanges are
+// Error(kInternal).
+std::shared_ptr<model::ExpertParallel> expert_parallel_shapes(int size);
 
 class ExpertParallelGroup final : public model::ExpertParallel {
  public:

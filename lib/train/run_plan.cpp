@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "train/component_options.h"
+#include "train/expert_parallel.h"
 #include "train/tensor_parallel.h"
 
 namespace dstrain::train {
@@ -22,6 +23,12 @@ std::shared_ptr<model::TensorParallel> model_group(const config::ParallelSection
   if (p.tensor_parallel_size <= 1) return nullptr;
   return tensor_parallel_shapes(static_cast<int>(p.tensor_parallel_size),
                                 p.tensor_sequence_parallel);
+}
+
+// The shapes of one rank of an expert-parallel group; null without expert parallelism.
+std::shared_ptr<model::ExpertParallel> expert_group(const config::ParallelSection& p) {
+  if (p.expert_parallel_size <= 1) return nullptr;
+  return expert_parallel_shapes(static_cast<int>(p.expert_parallel_size));
 }
 
 StageRanges pipeline_stages(const config::Config& c, const model::DecoderModelImpl& model,
@@ -77,7 +84,8 @@ void layout_lines(const RunPlan& plan, const config::Config& c, std::vector<Plan
 RunMemory::RunMemory(config::Config config, const model::ModelConfig& model, int world_size,
                      bool cuda)
     : config_(std::move(config)),
-      model_(model, model::Materialize::kNo, model_group(config_.parallel)),
+      model_(model, model::Materialize::kNo, model_group(config_.parallel),
+             expert_group(config_.parallel)),
       layout_(layout::layout_of(config_.parallel, world_size)),
       stages_(pipeline_stages(config_, *model_, layout_.size(layout::Axis::kPipeline))),
       cuda_(cuda) {}
@@ -115,13 +123,19 @@ estimate::ActivationInput RunMemory::activations(int64_t micro, bool graphs, int
   return in;
 }
 
-estimate::EstimateInput RunMemory::model_states_input(int stage) const {
+estimate::EstimateInput RunMemory::model_states_input(int stage,
+                                                      model::PlacementGroup group) const {
   estimate::EstimateInput in;
   const int P = pipeline_ranks();
-  in.params = estimate::parameter_shapes(
-      *model_, P == 1 ? std::vector<size_t>{} : rank_blocks(stages_, P, stage));
-  // ZeRO shards a rank's slice of its stage over the ranks that hold it.
-  in.world_size = layout_.group_size(layout::kSliceReplicas);
+  for (estimate::ParamShape& p : estimate::parameter_shapes(
+           *model_, P == 1 ? std::vector<size_t>{} : rank_blocks(stages_, P, stage))) {
+    if (p.group == group) in.params.push_back(std::move(p));
+  }
+  // ZeRO shards a rank's slice of its stage over the ranks that hold it, its experts over the
+  // ranks that hold the same ones.
+  in.world_size = group == model::PlacementGroup::kExpert
+                      ? layout_.size(layout::Axis::kExpertData)
+                      : layout_.group_size(layout::kSliceReplicas);
   in.compute_bytes = config_.training.bf16 || config_.training.fp16 ? 2 : 4;
   const auto& opt = config_.training.optimizer;
   in.optimizer_bytes = opt.type == "sgd" ? (opt.momentum != 0 ? 4 : 0) : 8;
@@ -130,11 +144,15 @@ estimate::EstimateInput RunMemory::model_states_input(int stage) const {
 }
 
 int64_t RunMemory::model_states(int stage) const {
-  return estimate::estimate_row(model_states_input(stage), static_cast<int>(config_.zero.stage),
-                                config_.zero.offload_optimizer.device == "cpu",
-                                config_.zero.offload_param.device == "cpu")
-             .device() +
-         tied_copy(stage);
+  const auto device = [&](const estimate::EstimateInput& in) {
+    return estimate::estimate_row(in, static_cast<int>(config_.zero.stage),
+                                  config_.zero.offload_optimizer.device == "cpu",
+                                  config_.zero.offload_param.device == "cpu")
+        .device();
+  };
+  int64_t bytes = device(model_states_input(stage)) + tied_copy(stage);
+  if (expert_parallel()) bytes += device(model_states_input(stage, model::PlacementGroup::kExpert));
+  return bytes;
 }
 
 int64_t RunMemory::tied_copy(int stage) const {

@@ -74,8 +74,13 @@ class RunMemory {
   estimate::ActivationInput activations(int64_t micro = 0, bool graphs = false,
                                         int stage = 0) const;
   // The parameter shapes (pipeline rank `stage`'s), ranks, compute dtype, optimizer and stage-3
-  // persistence threshold.
-  estimate::EstimateInput model_states_input(int stage = 0) const;
+  // persistence threshold: of the parameters placed over `group` (under expert parallelism the
+  // expert stacks, kExpert, shard over the ranks holding the same experts; the rest, kTensor, as
+  // without it).
+  estimate::EstimateInput model_states_input(
+      int stage = 0, model::PlacementGroup group = model::PlacementGroup::kTensor) const;
+  // Whether the model's experts are spread over ranks (parallel.expert_parallel_size > 1).
+  bool expert_parallel() const { return layout_.size(layout::Axis::kExpert) > 1; }
   // The device bytes per rank of the model states at the run's ZeRO stage and offload, with the
   // head's rank's copy of a tied embedding (tied_copy_bytes).
   int64_t model_states(int stage = 0) const;

@@ -493,6 +493,14 @@ std::vector<std::pair<std::string, double>> Trainer::router_metrics() {
   }
   m.emplace_back("moe/load_max_over_mean", worst);
   m.emplace_back("moe/dead_experts", static_cast<double>(dead));
+  if (const int ep = size(Axis::kExpert); ep > 1) {
+    // The rows each expert-parallel rank's experts computed (summed over the expert-parallel
+    // groups), the busiest over the mean: the worst layer's.
+    const torch::Tensor per_rank = load.view({load.size(0), ep, -1}).sum(2);
+    const torch::Tensor mean = per_rank.mean(1).clamp_min(1e-30);
+    m.emplace_back("moe/expert_parallel/received_max_over_mean",
+                   (std::get<0>(per_rank.max(1)) / mean).max().item<double>());
+  }
   if (moe.router_losses()) {
     const torch::Tensor local =
         step_router_.defined() ? step_router_ : torch::zeros({2}, torch::kDouble).to(device_);

@@ -77,9 +77,12 @@ struct Case {
 
 // The router's metrics of a run: each key's curve.
 using Metrics = std::map<std::string, std::map<long, double>>;
-const std::vector<std::string> kRouterKeys = {"train/aux_loss", "train/z_loss",
-                                              "moe/load_max_over_mean", "moe/dead_experts",
-                                              "moe/layer_2/load_max_over_mean"};
+const std::vector<std::string> kRouterKeys = {"train/aux_loss",
+                                              "train/z_loss",
+                                              "moe/load_max_over_mean",
+                                              "moe/dead_experts",
+                                              "moe/layer_2/load_max_over_mean",
+                                              "moe/expert_parallel/received_max_over_mean"};
 
 Curves run_with_metrics(int world, int stage, int accum, const std::vector<std::string>& extra,
                         Metrics& metrics) {
@@ -106,13 +109,16 @@ TEST_P(MoeRun, LossesEqualOneProcessWithTheSameBatches) {
   with.insert(with.end(), c.parallel.begin(), c.parallel.end());
   Metrics got_metrics, want_metrics;
   const Curves got = run_with_metrics(c.world, c.stage, c.accum, with, got_metrics);
-  // One process takes every data-parallel rank's micro-batches (a pipeline's stages share theirs).
-  int stages = 1;
+  // One process takes every data-parallel rank's micro-batches (a pipeline's stages and a
+  // sequence-parallel group share theirs).
+  int shared = 1;
   for (const std::string& set : c.parallel) {
-    const std::string key = "parallel.pipeline_parallel_size=";
-    if (set.rfind(key, 0) == 0) stages = std::stoi(set.substr(key.size()));
+    for (const std::string key :
+         {"parallel.pipeline_parallel_size=", "parallel.sequence_parallel_size="}) {
+      if (set.rfind(key, 0) == 0) shared *= std::stoi(set.substr(key.size()));
+    }
   }
-  const Curves want = run_with_metrics(1, 0, c.world / stages * c.accum, extra, want_metrics);
+  const Curves want = run_with_metrics(1, 0, c.world / shared * c.accum, extra, want_metrics);
   ASSERT_EQ(want.train.size(), static_cast<size_t>(kSteps));
   expect_same_curve(got.train, want.train, 1e-5, "train/loss");
   expect_same_curve(got.grad_norm, want.grad_norm, 1e-3, "grad_norm");
@@ -127,6 +133,13 @@ TEST_P(MoeRun, LossesEqualOneProcessWithTheSameBatches) {
   }
   expect_same_curve(got_metrics["moe/dead_experts"], want_metrics["moe/dead_experts"], 0,
                     "moe/dead_experts");
+  // Under expert parallelism: how unevenly its ranks' experts were loaded, every step.
+  const bool ep = std::any_of(c.parallel.begin(), c.parallel.end(), [](const std::string& set) {
+    return set.find("expert_") != std::string::npos;
+  });
+  const auto& received = got_metrics["moe/expert_parallel/received_max_over_mean"];
+  EXPECT_EQ(received.size(), ep ? static_cast<size_t>(kSteps) : 0u);
+  for (const auto& [step, ratio] : received) EXPECT_GE(ratio, 1.0) << "step " << step;
   const bool losses =
       std::find(c.both.begin(), c.both.end(), "model.router_aux_loss=true") != c.both.end();
   EXPECT_EQ(want_metrics["train/aux_loss"].size(), losses ? static_cast<size_t>(kSteps) : 0u);
@@ -182,6 +195,13 @@ INSTANTIATE_TEST_SUITE_P(
              kRouterLosses},
         Case{
             "Qwen3MoeExperts4Zero2", kQwen3Moe, 4, 2, 1, {"parallel.expert_model_parallel_size=4"}},
+        // The expert-parallel ranks share each sequence (Ulysses), each its part of the tokens.
+        Case{"Qwen3MoeExperts2Sequence2Zero2",
+             kQwen3Moe,
+             2,
+             2,
+             1,
+             {"parallel.sequence_parallel_size=2", "parallel.expert_parallel_size=2"}},
         Case{"Qwen3MoeExperts2Pipeline2",
              kQwen3Moe,
              4,
@@ -414,10 +434,18 @@ TEST(MoeExpertParallel, AKilledRankTearsTheJobDownAndIsNamed) {
   EXPECT_TRUE(wait_until([&] { return processes_with_marker(token).empty(); }, 10));
 }
 
-// The launcher's dry run shows the experts' groups beside the data-parallel ranks.
-TEST(MoeExpertParallel, DryRunShowsTheExpertGroups) {
+// The launcher's dry run shows the experts' groups beside the data-parallel ranks, and the memory
+// estimate each rank's share of the experts and the dispatch's worst case.
+TEST(MoeExpertParallel, DryRunShowsTheExpertGroupsAndEstimateTheirShare) {
   TempDir dir;
   const std::string cfg = write_job_config(dir.path(), JobSpec{});
+  const RunResult e =
+      run_dstrain({"estimate", "--gpus", "8", cfg, "--set", write_model(dir, kQwen3Moe), "--set",
+                   "parallel.expert_parallel_size=4"});
+  ASSERT_EQ(e.exit_code, 0) << e.out << e.err;
+  EXPECT_THAT(e.out, HasSubstr("Expert parallelism 4: each rank holds 1 of the 4 experts of every "
+                               "MoE layer, sharded over the 2 rank(s) that hold the same ones"));
+  EXPECT_THAT(e.out, HasSubstr("(this rank's experts): "));
   const RunResult r = run_dstrain(
       {"launch", "--nproc", "8", "--dry-run", cfg, "--set", "parallel.expert_parallel_size=4"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;

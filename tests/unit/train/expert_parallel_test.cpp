@@ -18,6 +18,7 @@
 #include "tests/unit/train/engine_test_util.h"
 #include "train/expert_parallel.h"
 #include "train/parallelize.h"
+#include "train/run_plan.h"
 
 namespace dstrain::train {
 namespace {
@@ -179,6 +180,17 @@ TEST(ExpertParallelize, EachRankHoldsItsShareOfTheExperts) {
   }
   // Stage 0 in float32: every parameter's bytes, the flat buffers padded to the ranks.
   EXPECT_NEAR(static_cast<double>(bytes[1] - bytes[2]), expert_numel * 4 / 2.0, 16);
+  // The memory model (`dstrain estimate`, the planners) holds what the engine holds: the rest of
+  // the model over both ranks and this rank's experts over the ranks that hold them.
+  config::Config run;
+  run.parallel.expert_parallel_size = 2;
+  const RunMemory memory(run, config, 2, /*cuda=*/false);
+  ASSERT_TRUE(memory.expert_parallel());
+  const auto params = [&](model::PlacementGroup group) {
+    return estimate::estimate_row(memory.model_states_input(0, group), 0, false, false).params;
+  };
+  EXPECT_EQ(params(model::PlacementGroup::kTensor) + params(model::PlacementGroup::kExpert),
+            bytes[2]);
 }
 
 }  // namespace
