@@ -41,9 +41,6 @@ void validate(const EngineOptions& options, const std::vector<NamedParameter>& p
   if (numel == 0 && options.model_parallel.world == nullptr) {
     fail(ErrorKind::kConfig, "the model has no trainable parameters");
   }
-  if (numel == 0 && options.stage == 3) {
-    fail(ErrorKind::kInternal, "zero engine: stage 3 over no trainable parameters");
-  }
   if (params.empty()) fail(ErrorKind::kInternal, "zero engine: no parameters at all");
 }
 

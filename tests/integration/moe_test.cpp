@@ -202,6 +202,16 @@ INSTANTIATE_TEST_SUITE_P(
              2,
              1,
              {"parallel.sequence_parallel_size=2", "parallel.expert_parallel_size=2"}},
+        // LoRA on the attention with the routers trained whole: every expert frozen, sharded
+        // (ZeRO 3) over the ranks holding it by an engine with nothing to train.
+        Case{"Qwen3MoeExperts2LoraZero3",
+             kQwen3Moe,
+             2,
+             3,
+             1,
+             {"parallel.expert_parallel_size=2"},
+             {"lora.enabled=true", "lora.target_modules=[q_proj,v_proj]",
+              "lora.modules_to_save=[mlp.gate]", "training.lr=1e-2"}},
         Case{"Qwen3MoeExperts2Pipeline2",
              kQwen3Moe,
              4,
