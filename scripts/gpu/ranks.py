@@ -2,7 +2,7 @@
 """The `ranks` step of gpu-bundle/run (scripts/gpu/run, docs/gpu.md): many ranks on one GPU.
 
   ranks.py --bundle DIR --work DIR --table OUT.md --figure FILE --limit SECONDS [--cpu] [--full]
-           [--tensor-parallel | --pipeline-parallel]
+           [--tensor-parallel | --pipeline-parallel | --expert-parallel]
 
 Every rank of a job computes on the one GPU (`dstrain launch --share-gpu`; DSTRAIN_SHARE_GPU=1 for
 `dstrain resume`), so NCCL runs its real collectives between the ranks over its socket transport.
@@ -45,6 +45,12 @@ under 1F1B and interleaved (2 virtual stages a rank), P = 4, 2 stages x 2 tensor
 2 stages x 2 data-parallel ranks at ZeRO 1, fp32 and bf16, each against one rank with the same
 global batch (a pipeline reads one rank's batch). No collectives table: the stages' transfers are
 point to point.
+
+--expert-parallel (the `expert-parallel` step): part 1 for expert parallelism
+(parallel.expert_parallel_size E_p) on the tiny model made a Qwen3-MoE of 4 experts (top 2):
+E_p = 2 on 2 ranks at ZeRO 1, E_p = 2 x 2 data-parallel ranks at ZeRO 3 (each expert on 2 ranks),
+E_p = 4 at ZeRO 2, E_p = 2 x 2 pipeline stages, fp32 and bf16, each against one rank with the same
+global batch. No collectives table: the all-to-alls move what the routing sends.
 
 Jobs run side by side (8 ranks at a time on a GPU, one job at a time on 2 CPU cores); no new job
 starts when its estimate would pass the limit, and the table says which did not run. Writes the
@@ -345,6 +351,43 @@ def kv4_model(ctx):
     return f"model.name_or_path={path}"
 
 
+def moe_model(ctx):
+    """The tiny model as a Qwen3-MoE of 4 experts, top 2, written once under the work directory;
+    the override that trains it."""
+    path = os.path.join(ctx.work, "models", "moe")
+    if not os.path.exists(os.path.join(path, "config.json")):
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(ctx.configs, "models", "tiny", "config.json")) as f:
+            config = json.load(f)
+        config.update(model_type="qwen3_moe", num_experts=4, num_experts_per_tok=2,
+                      moe_intermediate_size=64, norm_topk_prob=True, head_dim=32,
+                      tie_word_embeddings=False)
+        with open(os.path.join(path, "config.json"), "w") as f:
+            json.dump(config, f, indent=1)
+    return f"model.name_or_path={path}"
+
+
+def expert_parallel_cases(ctx):
+    """--expert-parallel: the GPU's list; on --cpu (without --full) the rehearsal's reduced one."""
+    e2, e4, model = ("parallel.expert_parallel_size=2", "parallel.expert_parallel_size=4",
+                     moe_model(ctx))
+    cases = []
+    for dtype in ("fp32", "bf16"):
+        cases += [Case("e2", 2, dtype, [e2, model, "zero.stage=1"], ("moe", dtype, 2), False,
+                       stage=1),
+                  Case("zero3 e2 x dp2", 4, dtype, [e2, model, "zero.stage=3"] + STAGE3,
+                       ("moe", dtype, 4), False, stage=3),
+                  Case("zero2 e4", 4, dtype, [e4, model, "zero.stage=2"], ("moe", dtype, 4),
+                       False, stage=2),
+                  Case("e2 x p2", 4, dtype,
+                       [e2, model, "parallel.pipeline_parallel_size=2",
+                        "training.gradient_accumulation_steps=2"], ("moe", dtype, 4), False)]
+    if ctx.cpu and not ctx.full:
+        keep = {("e2", 2, "fp32")}
+        cases = [c for c in cases if (c.name, c.world, c.dtype) in keep]
+    return cases
+
+
 def tensor_parallel_cases(ctx):
     """--tensor-parallel: the GPU's list; on --cpu (without --full) the rehearsal's reduced one."""
     tp2, tp4 = "parallel.tensor_parallel_size=2", "parallel.tensor_parallel_size=4"
@@ -394,8 +437,8 @@ def reference_sets(ref):
     kind, dtype, global_accum = ref
     return (["zero.stage=0", f"training.gradient_accumulation_steps={global_accum}"] +
             dtype_sets(dtype) + (LORA if kind == "lora" else []) +
-            ([f"model.name_or_path={os.path.join(CTX.work, 'models', 'kv4')}"]
-             if kind == "kv4" else []))
+            ([f"model.name_or_path={os.path.join(CTX.work, 'models', kind)}"]
+             if kind in ("kv4", "moe") else []))
 
 
 def case_key(case):
@@ -738,7 +781,7 @@ def build_tasks(ctx, cases):
                               plain_job_task(ctx, "twin-" + case_key(c), c.world,
                                              sets + ["training.max_steps=4"], 90, traced=True,
                                              device="cpu"), pool="cpu"))
-    if ctx.tensor_parallel or ctx.pipeline_parallel:
+    if ctx.tensor_parallel or ctx.pipeline_parallel or ctx.expert_parallel:
         return tasks  # the references first: the cases compare against them
     stop_est = STOP_TIMEOUT_S + STOP_SLACK_S + est(2)
     restart_steps = 30 if ctx.cpu else 60
@@ -890,11 +933,14 @@ def main(argv):
                    help="the tensor-parallel cases instead (the `tensor-parallel` step)")
     p.add_argument("--pipeline-parallel", action="store_true",
                    help="the pipeline-parallel cases instead (the `pipeline-parallel` step)")
+    p.add_argument("--expert-parallel", action="store_true",
+                   help="the expert-parallel cases instead (the `expert-parallel` step)")
     a = p.parse_args(argv)
     signal.signal(signal.SIGTERM, stop_running)
     ctx = CTX
     ctx.tensor_parallel = a.tensor_parallel
     ctx.pipeline_parallel = a.pipeline_parallel
+    ctx.expert_parallel = a.expert_parallel
     ctx.t0 = time.monotonic()
     ctx.deadline = ctx.t0 + a.limit - 12  # the tables and the teardown of a late job
     ctx.bundle, ctx.work, ctx.cpu, ctx.full = a.bundle, a.work, a.cpu, a.full
@@ -919,7 +965,8 @@ def main(argv):
         if not a.cpu:
             ctx.env.pop("DSTRAIN_SHARE_GPU")
     cases = (tensor_parallel_cases(ctx) if a.tensor_parallel else
-             pipeline_parallel_cases(ctx) if a.pipeline_parallel else equivalence_cases(ctx))
+             pipeline_parallel_cases(ctx) if a.pipeline_parallel else
+             expert_parallel_cases(ctx) if a.expert_parallel else equivalence_cases(ctx))
     tasks = build_tasks(ctx, cases)
     print(f"{len(tasks)} tasks, {len(cases)} equivalence cases, limit {a.limit:.0f} s, "
           f"{'CPU (Gloo)' if a.cpu else 'one GPU (NCCL)'}", flush=True)
@@ -930,7 +977,7 @@ def main(argv):
 
 def report(ctx, a, cases, tasks, states):
     eq, passed, failed, missing, exact = equivalence_table(ctx, cases, states)
-    checks = [] if ctx.tensor_parallel or ctx.pipeline_parallel else [
+    checks = [] if ctx.tensor_parallel or ctx.pipeline_parallel or ctx.expert_parallel else [
         qwen_check(ctx), resume_check(ctx), restart_check(ctx), stop_check(ctx, 0),
         stop_check(ctx, 3)]
     if not ctx.cpu:
@@ -962,7 +1009,7 @@ def report(ctx, a, cases, tasks, states):
          "### Each case against one rank with the same global batch", ""] + eq +
         (["", "### Checkpoints, restarts, frozen ranks", ""] + [c[1] for c in checks]
          if checks else []) +
-        ([] if ctx.pipeline_parallel else
+        ([] if ctx.pipeline_parallel or ctx.expert_parallel else
          ["", f"### Collectives per step (fp32, rank 0; calls and bytes: the communicator's "
           f"counters{source})", ""] + (coll if rows else ["no traced run finished"])) +
         ([""] + [f"not run (time): {', '.join(not_run)}"] if not_run else []) +
@@ -971,13 +1018,14 @@ def report(ctx, a, cases, tasks, states):
     with open(a.table, "w") as f:
         f.write(text)
     ok = (failed == 0 and missing == 0 and not not_run and not errors and
-          (bool(rows) or ctx.pipeline_parallel) and
+          (bool(rows) or ctx.pipeline_parallel or ctx.expert_parallel) and
           all(c[2] is not False for c in checks))
     figure = "; ".join(
         [f"{passed}/{len(cases)} cases equal 1 rank ({exact} with losses bit for bit)" +
          (f", {failed} FAILED" if failed else "") + (f", {missing} not run" if missing else "")] +
         [f"{label} {'ok' if good else 'FAIL'}" for label, _, good in checks if good is not None] +
-        ([] if ctx.pipeline_parallel else [f"collectives: {len(rows)} rows"]) +
+        ([] if ctx.pipeline_parallel or ctx.expert_parallel else
+         [f"collectives: {len(rows)} rows"]) +
         ([f"not run (time): {', '.join(not_run)}"] if not_run else []))
     with open(a.figure, "w") as f:
         f.write(figure)

@@ -7,12 +7,12 @@
 #    links across file systems, of the environment's torch/lib and nvidia/) and the build directory
 #    hidden under an empty tmpfs in a private mount namespace: nothing can come from the build;
 # 4. the summary must show the CPU steps passing and the CUDA steps "skipped: no GPU";
-# 5. `run --cpu --only ranks,graphs,tensor-parallel,pipeline-parallel,moe` (steps a plain run
+# 5. `run --cpu --only ranks,graphs,tensor-parallel,pipeline-parallel,moe,expert-parallel` (steps a plain run
 #    leaves out) in the same way: ranks over Gloo against one rank, a restart, a stopped rank
 #    named, the collectives table; the graphs step's runs (CUDA graphs are off on the CPU: only its
 #    plumbing); tensor parallelism (T = 2, and 2 x 2 at ZeRO 3) against one rank, and its
 #    collectives; pipeline parallelism (P = 2, and P2 x T2) against one rank; the MoE step's
-#    reference case and both of its training runs;
+#    reference case and both of its training runs; expert parallelism (E_p = 2) against one rank;
 # 6. `run --cpu --only bench-seeds,bench-liger,bench-long,long-seq,long-seq-8b,bench-auto` (the
 #    benchmark steps): the wheels of those that need DeepSpeed and liger-kernel unpack and import from the run's own
 #    directory, the users' stack and dstrain train the users' train.yaml for two steps on the CPU
@@ -51,7 +51,7 @@ export DSTRAIN_TORCH_LIB=$tmp/site/torch/lib DSTRAIN_PYTHON=$repo/.venv/bin/pyth
 hide_build="mount -t tmpfs -o size=1M none '$build' && test -z \"\$(ls -A '$build')\""
 rc=0 rc_ranks=0
 unshare -m bash -c "$hide_build && bash '$bundle/run' --cpu '$tmp/out'" || rc=$?
-unshare -m bash -c "$hide_build && bash '$bundle/run' --cpu --only ranks,graphs,tensor-parallel,pipeline-parallel,moe '$tmp/out-ranks'" ||
+unshare -m bash -c "$hide_build && bash '$bundle/run' --cpu --only ranks,graphs,tensor-parallel,pipeline-parallel,moe,expert-parallel '$tmp/out-ranks'" ||
   rc_ranks=$?
 rc_bench=0
 unshare -m bash -c "$hide_build && bash '$bundle/run' --cpu --only bench-seeds,bench-liger,bench-long,long-seq,long-seq-8b,bench-auto '$tmp/out-bench'" ||
@@ -110,10 +110,15 @@ expect '^\| p2 x tp2 \| 4 \| fp32 \| rel 1e-05 \| [0-9.e+-]+ \| (ok|losses bit f
        "$tmp/out-ranks/16-pipeline-parallel.md" "the pipeline-parallel equivalence table"
 expect '^\| 17 moe \| skipped: no GPU \|.*reference 1 passed, 0 failed/grouped: loss [0-9.]+ -> [0-9.]+; per expert: loss [0-9.]+ -> [0-9.]+; losses within' \
        "$ranks" "moe: the reference plumbing and both training runs ran on the CPU"
+expect '^\| 18 expert-parallel \| ok \| [0-9]+ \| 1/1 cases equal 1 rank' "$ranks" \
+       "expert-parallel: E_p = 2 equals one rank"
+expect '^\| e2 \| 2 \| fp32 \| rel 1e-05 \| [0-9.e+-]+ \| (ok|losses bit for bit|bit for bit)' \
+       "$tmp/out-ranks/18-expert-parallel.md" "the expert-parallel equivalence table"
 files=$(find "$tmp/out-ranks" -type f | wc -l)
-# summary.md, five step logs, the ranks and tensor-parallel tables, the pipeline-parallel one
-[ "$files" = 9 ] || { echo "FAILED: $files files from the ranks, graphs, tensor-parallel, pipeline-parallel and moe steps, expected 9"; fails=1; }
-[ "$rc_ranks" = 0 ] || { echo "FAILED: run --only ranks,graphs,tensor-parallel,pipeline-parallel,moe exited $rc_ranks"; fails=1; }
+# summary.md, six step logs, the ranks and tensor-parallel tables, the pipeline- and
+# expert-parallel ones
+[ "$files" = 11 ] || { echo "FAILED: $files files from the ranks, graphs, tensor-parallel, pipeline-parallel, moe and expert-parallel steps, expected 11"; fails=1; }
+[ "$rc_ranks" = 0 ] || { echo "FAILED: run --only ranks,graphs,tensor-parallel,pipeline-parallel,moe,expert-parallel exited $rc_ranks"; fails=1; }
 
 echo "== 6. the benchmark steps on request (run exit $rc_bench)"
 bench=$tmp/out-bench/summary.md

@@ -409,39 +409,32 @@ TEST(MoeExpertParallel, E2Dp2CheckpointResumesAtE4AndOnOneRank) {
   expect_same_exports(dir.file("ckpt/step_00000003"), plain.file("ckpt/step_00000003"), plain);
 }
 
-// A rank killed while its group exchanges tokens at every MoE layer: the job stops within
-// seconds and names it, as for the other collectives.
-TEST(MoeExpertParallel, AKilledRankTearsTheJobDownAndIsNamed) {
-  TempDir dir;
+// An expert-parallel job of 2 ranks (hit_rank), whose group exchanges tokens at every MoE layer.
+RankHit hit_expert_parallel_rank(int signal, const std::vector<std::string>& env = {}) {
   const TempDir models;
   JobSpec spec;
   spec.nproc = 2;
   spec.max_steps = 100000;
   spec.checkpoint_interval = 2;
   spec.extra_overrides = {write_model(models, kQwen3Moe), "parallel.expert_parallel_size=2"};
-  const std::string token = unique_token();
-  std::vector<std::string> args = {"launch", "--nproc", "2", write_job_config(dir.path(), spec)};
-  for (const std::string& kv : spec.extra_overrides) args.insert(args.end(), {"--set", kv});
-  Child job = start_dstrain(args, {"DSTRAIN_TEST_MARKER=" + token});
-  ASSERT_TRUE(wait_until([&] { return file_exists(dir.file("ckpt/latest")); }, 120));
-  pid_t victim = -1;
-  ASSERT_TRUE(wait_until(
-      [&] {
-        victim = rank_pid(processes_with_marker(token), 1);
-        return victim > 0;
-      },
-      20));
-  const auto killed = std::chrono::steady_clock::now();
-  ::kill(victim, SIGKILL);
-  const RunResult r = finish(job, 60);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
-  EXPECT_FALSE(r.timed_out);
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_LT(seconds, 15) << "the job took " << seconds << " s to stop";
-  EXPECT_THAT(r.err, HasSubstr("rank 1 failed on host"));
-  EXPECT_THAT(r.err, HasSubstr("signal SIGKILL (9)"));
-  EXPECT_TRUE(wait_until([&] { return processes_with_marker(token).empty(); }, 10));
+  return hit_rank(spec, 1, signal, env);
+}
+
+// A killed rank: the job stops within seconds and names it, as for the other collectives.
+TEST(MoeExpertParallel, AKilledRankTearsTheJobDownAndIsNamed) {
+  const RankHit hit = hit_expert_parallel_rank(SIGKILL);
+  EXPECT_LT(hit.seconds, 15) << "the job took " << hit.seconds << " s to stop";
+  EXPECT_THAT(hit.result.err, HasSubstr("rank 1 failed on host"));
+  EXPECT_THAT(hit.result.err, HasSubstr("signal SIGKILL (9)"));
+}
+
+// A frozen rank: its group's all-to-alls wait on it, and the launcher's heartbeat watch names it
+// after DSTRAIN_COMM_TIMEOUT and ends the job (a timeout, not a hang).
+TEST(MoeExpertParallel, AFrozenRankIsNamedAfterTheTimeout) {
+  const RankHit hit = hit_expert_parallel_rank(SIGSTOP, {"DSTRAIN_COMM_TIMEOUT=5"});
+  EXPECT_LT(hit.seconds, 5 + 10) << "the job took " << hit.seconds << " s to stop";
+  EXPECT_THAT(hit.result.err, HasSubstr("dstrain launch: rank 1 failed on host localhost"));
+  EXPECT_THAT(hit.result.err, HasSubstr("stopped responding (no heartbeat for"));
 }
 
 // The launcher's dry run shows the experts' groups beside the data-parallel ranks, and the memory

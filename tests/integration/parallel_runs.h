@@ -3,6 +3,9 @@
 // 20-step run's curves with the LoRA adapter it wrote, a checkpoint resumed at another layout and
 // the comparison of two exports.
 
+#include <signal.h>
+
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -88,6 +91,43 @@ inline void expect_same_exports(const std::string& got, const std::string& want,
     ASSERT_EQ(x.sizes(), y.sizes()) << name;
     EXPECT_LT((x - y).abs().max().item<double>(), 1e-4) << name;
   }
+}
+
+// `dstrain launch` of `spec` (spec.nproc ranks, spec.extra_overrides as --set) hit by `signal` on
+// rank `victim` once its first checkpoint is committed (spec.checkpoint_interval), with `env`
+// added: what the launcher said and how long the job took to stop after the signal. Expects the
+// job to stop with a failure before its 60 s and every process of it to be gone 10 s later.
+struct RankHit {
+  RunResult result;
+  double seconds = 0;
+};
+inline RankHit hit_rank(const JobSpec& spec, int victim, int signal,
+                        const std::vector<std::string>& env = {}) {
+  TempDir dir;
+  const std::string token = unique_token();
+  std::vector<std::string> marked = env;
+  marked.push_back("DSTRAIN_TEST_MARKER=" + token);
+  std::vector<std::string> args = {"launch", "--nproc", std::to_string(spec.nproc),
+                                   write_job_config(dir.path(), spec)};
+  for (const std::string& kv : spec.extra_overrides) args.insert(args.end(), {"--set", kv});
+  Child job = start_dstrain(args, marked);
+  RankHit hit;
+  EXPECT_TRUE(wait_until([&] { return file_exists(dir.file("ckpt/latest")); }, 120));
+  pid_t pid = -1;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        pid = rank_pid(processes_with_marker(token), victim);
+        return pid > 0;
+      },
+      20));
+  const auto at = std::chrono::steady_clock::now();
+  if (pid > 0) ::kill(pid, signal);
+  hit.result = finish(job, 60);
+  hit.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - at).count();
+  EXPECT_FALSE(hit.result.timed_out);
+  EXPECT_NE(hit.result.exit_code, 0);
+  EXPECT_TRUE(wait_until([&] { return processes_with_marker(token).empty(); }, 10));
+  return hit;
 }
 
 }  // namespace dstrain::testing

@@ -390,46 +390,20 @@ TEST(PipelineParallelBubble, MeasuredIdleShareFollowsTheFormula) {
   }
 }
 
-// A P2 job hit with `signal` on rank 1 (the last stage) once it has committed a checkpoint: what
-// the launcher said, and how long after the signal the job had ended; no process of it is left.
-struct StageHit {
-  RunResult result;
-  double seconds = 0;
-};
-StageHit hit_last_stage(int signal, const std::vector<std::string>& env) {
-  TempDir dir;
+// A P2 job hit with `signal` on rank 1 (the last stage) once it has committed a checkpoint
+// (hit_rank): what the launcher said, and how long after the signal the job had ended.
+RankHit hit_last_stage(int signal, const std::vector<std::string>& env) {
   JobSpec spec;
   spec.nproc = 2;
   spec.accum = 4;
   spec.max_steps = 100000;
   spec.checkpoint_interval = 2;
-  const std::string token = unique_token();
-  std::vector<std::string> marked = env;
-  marked.push_back("DSTRAIN_TEST_MARKER=" + token);
-  Child job = start_dstrain({"launch", "--nproc", "2", write_job_config(dir.path(), spec), "--set",
-                             "parallel.pipeline_parallel_size=2"},
-                            marked);
-  StageHit hit;
-  EXPECT_TRUE(wait_until([&] { return file_exists(dir.file("ckpt/latest")); }, 120));
-  pid_t victim = -1;
-  EXPECT_TRUE(wait_until(
-      [&] {
-        victim = rank_pid(processes_with_marker(token), 1);
-        return victim > 0;
-      },
-      20));
-  const auto at = std::chrono::steady_clock::now();
-  if (victim > 0) ::kill(victim, signal);
-  hit.result = finish(job, 60);
-  hit.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - at).count();
-  EXPECT_FALSE(hit.result.timed_out);
-  EXPECT_NE(hit.result.exit_code, 0);
-  EXPECT_TRUE(wait_until([&] { return processes_with_marker(token).empty(); }, 10));
-  return hit;
+  spec.extra_overrides = {"parallel.pipeline_parallel_size=2"};
+  return hit_rank(spec, 1, signal, env);
 }
 
 TEST(PipelineParallelFailure, AKilledStageTearsTheJobDownAndIsNamed) {
-  const StageHit hit = hit_last_stage(SIGKILL, {});
+  const RankHit hit = hit_last_stage(SIGKILL, {});
   EXPECT_LT(hit.seconds, 15) << "the job took " << hit.seconds << " s to stop";
   EXPECT_THAT(hit.result.err, HasSubstr("rank 1 failed on host"));
   EXPECT_THAT(hit.result.err, HasSubstr("signal SIGKILL (9)"));
@@ -438,7 +412,7 @@ TEST(PipelineParallelFailure, AKilledStageTearsTheJobDownAndIsNamed) {
 // A stage that stops sending (a frozen process): its neighbours wait on their transfers, and the
 // launcher's heartbeat watch names the frozen rank after DSTRAIN_COMM_TIMEOUT and ends the job.
 TEST(PipelineParallelFailure, AFrozenStageIsNamedAfterTheTimeout) {
-  const StageHit hit = hit_last_stage(SIGSTOP, {"DSTRAIN_COMM_TIMEOUT=5"});
+  const RankHit hit = hit_last_stage(SIGSTOP, {"DSTRAIN_COMM_TIMEOUT=5"});
   EXPECT_LT(hit.seconds, 5 + 10) << "the job took " << hit.seconds << " s to stop";
   EXPECT_THAT(hit.result.err, HasSubstr("dstrain launch: rank 1 failed on host localhost"));
   EXPECT_THAT(hit.result.err, HasSubstr("stopped responding (no heartbeat for"));

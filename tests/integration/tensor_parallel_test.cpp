@@ -199,37 +199,17 @@ TEST(TensorParallelResume, T2Dp2CheckpointResumesAsT1Dp4T4AndOneRank) {
 }
 
 TEST(TensorParallelFailure, AKilledRankOfAGroupTearsTheJobDownAndIsNamed) {
-  TempDir dir;
   JobSpec spec;
   spec.nproc = 4;
   spec.max_steps = 100000;
   spec.checkpoint_interval = 2;
   spec.extra_overrides = {"parallel.tensor_parallel_size=2"};
-  const std::string token = unique_token();
-  std::vector<std::string> args = {"launch", "--nproc", "4", write_job_config(dir.path(), spec)};
-  for (const std::string& kv : spec.extra_overrides) args.insert(args.end(), {"--set", kv});
-  Child job = start_dstrain(args, {"DSTRAIN_TEST_MARKER=" + token});
-  ASSERT_TRUE(wait_until([&] { return file_exists(dir.file("ckpt/latest")); }, 120));
-  pid_t victim = -1;
-  ASSERT_TRUE(wait_until(
-      [&] {
-        victim = rank_pid(processes_with_marker(token), 1);
-        return victim > 0;
-      },
-      20));
-  const auto killed = std::chrono::steady_clock::now();
-  ::kill(victim, SIGKILL);
-  const RunResult r = finish(job, 60);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
-  EXPECT_FALSE(r.timed_out);
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_LT(seconds, 15) << "the job took " << seconds << " s to stop";
-  EXPECT_THAT(r.err, HasSubstr("rank 1 failed on host"));
-  EXPECT_THAT(r.err, HasSubstr("signal SIGKILL (9)"));
-  EXPECT_THAT(r.err,
+  const RankHit hit = hit_rank(spec, 1, SIGKILL);
+  EXPECT_LT(hit.seconds, 15) << "the job took " << hit.seconds << " s to stop";
+  EXPECT_THAT(hit.result.err, HasSubstr("rank 1 failed on host"));
+  EXPECT_THAT(hit.result.err, HasSubstr("signal SIGKILL (9)"));
+  EXPECT_THAT(hit.result.err,
               HasSubstr("[rank 0] warning: Terminated (the launcher stops the job: rank 1 on "));
-  EXPECT_TRUE(wait_until([&] { return processes_with_marker(token).empty(); }, 10));
 }
 
 TEST(TensorParallelLaunch, DryRunShowsTheGroups) {
