@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <utility>
 
+#include "config/text_util.h"
 #include "core/error.h"
 
 namespace dstrain::config::detail {
@@ -145,6 +146,26 @@ RuleSet build_our_rules() {
   rules.add_field("parallel.virtual_pipeline_model_parallel_size",
                   "parallel.pipeline_virtual_stages");
   rules.add_field("parallel.expert_model_parallel_size", "parallel.expert_parallel_size");
+  rules.add_field("training.global_batch_size", "training.train_batch_size");
+  rules.add_field("training.micro_batch_size", "training.per_device_train_batch_size");
+  // --recompute-granularity: `full` is every layer recomputed from its input; Megatron-LM's
+  // `selective` (core attention alone) is not dstrain's `selective` (the rest of the layer).
+  KeyRule recompute;
+  recompute.field = find_field("model.gradient_checkpointing");
+  recompute.convert = [](const YAML::Node& node,
+                         const Origin& origin) -> std::optional<YAML::Node> {
+    const std::string word = node.IsScalar() ? lower(node.Scalar()) : "";
+    if (word == "full") return YAML::Node(true);
+    if (word == "selective") {
+      fail_at(origin,
+              "Megatron-LM's selective recomputation (the core attention alone) has no "
+              "equivalent: dstrain's `selective` keeps the attention's output and recomputes the "
+              "rest of the layer; set model.gradient_checkpointing (true, selective, offload or "
+              "auto)");
+    }
+    fail_at(origin, fmt::format("expected full or selective, got {}", describe(node)));
+  };
+  rules.add("training.recompute_granularity", std::move(recompute));
   // TRL's SFTConfig switch for packed documents without padding.
   KeyRule padding_free;
   padding_free.field = find_field("data.packing");

@@ -419,6 +419,29 @@ TEST(ConfigLoad, TensorParallelSizeUnderEachName) {
                         "tensor_parallel_size (2)"));
 }
 
+// Megatron-LM's batch and recomputation names where they mean dstrain's settings: the global and
+// micro batch under the batch rule, `full` recomputation; its `selective` (the core attention
+// alone) is refused naming the key. Expert parallelism under Megatron-LM's name.
+TEST(ConfigLoad, MegatronNamesOfBatchRecomputationAndExperts) {
+  TempDir dir;
+  const Config c = load_config(
+      dir.write("m.yaml",
+                minimal_yaml("training:\n  global_batch_size: 16\n  micro_batch_size: 2\n"
+                             "  gradient_accumulation_steps: 4\n  recompute_granularity: full\n"
+                             "parallel:\n  expert_model_parallel_size: 2\n")),
+      world(2));
+  EXPECT_EQ(c.training.train_batch_size, 16);
+  EXPECT_EQ(c.training.per_device_train_batch_size, 2);
+  EXPECT_EQ(c.model.gradient_checkpointing, "true");
+  EXPECT_EQ(c.parallel.expert_parallel_size, 2);
+  const std::string error =
+      load_error(minimal_yaml("training:\n  recompute_granularity: selective\n"), world(1));
+  EXPECT_THAT(error, HasSubstr("training.recompute_granularity"));
+  EXPECT_THAT(error, HasSubstr("has no equivalent"));
+  EXPECT_THAT(load_error(minimal_yaml("parallel:\n  expert_parallel_size: 3\n"), world(4)),
+              HasSubstr("parallel.expert_parallel_size"));
+}
+
 // lr_scheduler: constant_with_warmup loads; a warmup key beside constant warns that it has no
 // effect.
 TEST(ConfigLoad, ConstantScheduleWarmupKeysWarnAndConstantWithWarmupLoads) {
