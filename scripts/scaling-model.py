@@ -25,6 +25,10 @@ parallelism (lib/train/pipeline.h: stages the outermost split, balanced by the b
 1F1B or interleaved 1F1B) runs every rank of one pipeline on its own timeline in the schedule's
 order, each point-to-point transfer of a micro-batch's boundary activations on the receiver's
 critical path, each backward one micro-step of the stage's ZeRO 1 or 2 engine over its blocks.
+Expert parallelism (lib/model/moe.h: E/E_p experts a rank, each pipeline stage's ranks factorised
+again) runs the Mixture-of-Experts layers' all-to-alls on the compute stream, and ZeRO by two
+engines, the dense parameters over the stage's ranks and the expert stacks over the ranks that hold
+the same experts; the layers at a measured dense layer's FLOP rate.
 Python 3, standard library only.
 """
 import argparse
@@ -400,9 +404,12 @@ class Timeline:
     def compute(self, seconds):
         self.t += seconds
 
-    def launch(self, kind, buffer_bytes):
-        return self.launch_seconds(self.net.seconds(kind, ring_bytes(kind, buffer_bytes, self.n),
-                                                    self.n, self.nodes))
+    def launch(self, kind, buffer_bytes, group=None):
+        """A collective over this timeline's ranks, or over `group` (ranks, nodes): another
+        group's collective on the same two streams (expert parallelism's second engine)."""
+        n, nodes = group or (self.n, self.nodes)
+        return self.launch_seconds(self.net.seconds(kind, ring_bytes(kind, buffer_bytes, n),
+                                                    n, nodes))
 
     def launch_seconds(self, seconds):
         """A collective of `seconds` on the comm stream."""
@@ -534,8 +541,9 @@ class ShardedRun:
     clipping each bucket is updated, and its all-gather launched, as its reduction of the step's
     last micro-step is retired during backward (docs/zero.md, "When the update runs")."""
 
-    def __init__(self, tl, shape, comp, n, opts):
+    def __init__(self, tl, shape, comp, n, opts, group=None):
         self.tl, self.comp, self.n, self.opts = tl, comp, n, opts
+        self.group = group  # (ranks, nodes) of its collectives; None: the timeline's
         self.es = shape.element_bytes
         params = shape.parameters()
         offsets, off = [], 0
@@ -558,14 +566,15 @@ class ShardedRun:
         self.gathers = []
         self.active = False
         sizes = {hi - lo for lo, hi in self.cuts}  # two at most: every bucket's and the last's
+        nodes = group[1] if group else tl.nodes
         self.rs_seconds = {size: tl.net.seconds("reduce_scatter",
                                                 ring_bytes("reduce_scatter", size * self.es, n),
-                                                n, tl.nodes) for size in sizes}
+                                                n, nodes) for size in sizes}
 
     def update(self, b):
         lo, hi = self.cuts[b]
         self.tl.compute(self.comp.opt_per_element * (hi - lo) / self.n)
-        self.gathers.append(self.tl.launch("all_gather", (hi - lo) * self.es))
+        self.gathers.append(self.tl.launch("all_gather", (hi - lo) * self.es, self.group))
 
     def retire(self, entry):
         end, b, last = entry
@@ -582,21 +591,31 @@ class ShardedRun:
     def backward(self, units, communicate=True, last=True):
         """One backward over `units` (in backward order); `communicate`: reduce its gradients
         (stage 1: the step's last micro-step; stage 2: every one); `last`: the step's last."""
-        self.active, self.last = communicate, last
-        waiting = [len(u) for u in self.units_of]
-        following = len(self.cuts) - 1
+        self.begin_backward(communicate, last)
         for u in units:
             self.tl.compute(self.comp.bwd[u])
-            if not communicate:
-                continue
-            for b in self.buckets_of_unit[u]:
-                waiting[b] -= 1
-            while following >= 0 and waiting[following] <= 0:
-                self.launch(following)
-                following -= 1
-        while communicate and following >= 0:  # end_backward()
-            self.launch(following)
-            following -= 1
+            self.unit_done(u)
+        self.end_backward()
+
+    def begin_backward(self, communicate, last):
+        self.active, self.last = communicate, last
+        self.waiting = [len(u) for u in self.units_of]
+        self.following = len(self.cuts) - 1
+
+    def unit_done(self, u):
+        """Unit u's backward is done: launch the buckets it completes, strictly from the last."""
+        if not self.active:
+            return
+        for b in self.buckets_of_unit[u]:
+            self.waiting[b] -= 1
+        while self.following >= 0 and self.waiting[self.following] <= 0:
+            self.launch(self.following)
+            self.following -= 1
+
+    def end_backward(self):
+        while self.active and self.following >= 0:  # end_backward()
+            self.launch(self.following)
+            self.following -= 1
 
     def reduce_norm(self):
         """Waits for the reductions; the norm's all-reduce over the data-parallel group, then the
@@ -628,8 +647,9 @@ def sharded_step(tl, shape, comp, n, opts):
 class Stage3Run:
     """Stage 3 (lib/zero/stage3_schedule.cpp, stage3_step.cpp) on the timeline."""
 
-    def __init__(self, tl, shape, comp, n, opts, prefetch):
+    def __init__(self, tl, shape, comp, n, opts, prefetch, group=None):
         self.tl, self.comp, self.n, self.shape = tl, comp, n, shape
+        self.group = group  # (ranks, nodes) of its collectives; None: the timeline's
         self.units = Units(shape, n, opts["stage3_param_persistence_threshold"])
         self.prefetch = prefetch
         self.reduce_limit = opts["stage3_reduce_in_flight"]
@@ -647,7 +667,7 @@ class Stage3Run:
         if self.state[u] != "free" or not self.units.padded[u]:
             return
         self.tl.allocate(self.bytes_of(u))
-        self.gather_end[u] = self.tl.launch("all_gather", self.bytes_of(u))
+        self.gather_end[u] = self.tl.launch("all_gather", self.bytes_of(u), self.group)
         self.state[u] = "gathering"
 
     def wait_gathered(self, u):
@@ -689,8 +709,8 @@ class Stage3Run:
             self.retire_oldest()
         buffers = padded * self.es + padded // self.n * self.es  # unit gradient + output chunk
         self.tl.allocate(buffers)
-        self.reductions.append((self.tl.launch("reduce_scatter", padded * self.es), buffers,
-                                padded))
+        self.reductions.append((self.tl.launch("reduce_scatter", padded * self.es, self.group),
+                                buffers, padded))
 
     def completed_after(self, k):
         """Units whose gradients are all final once segment k's backward is done: a layer's own,
@@ -884,7 +904,8 @@ class PipelineLayout:
         return sum(1 for b in range(lo, hi) if 0 < b < self.split[-1][1] - 1)
 
 
-def pipeline_step(net, layout, stage, dp_scale, opts, micro_batches, transfer, pipeline_nodes):
+def pipeline_step(net, layout, stage, dp_scale, opts, micro_batches, transfer, pipeline_nodes,
+                  make_run=None):
     """One step of every rank of a pipeline, each on its own timeline (its compute stream and its
     data-parallel group's NCCL stream): the schedule's forwards and backwards of each rank in
     order, a forward after its input has arrived from the stage before, a backward after its
@@ -895,14 +916,16 @@ def pipeline_step(net, layout, stage, dp_scale, opts, micro_batches, transfer, p
     a micro-step of the rank's engine (ShardedRun over its blocks): stage 1 reduces on the step's
     last, stage 2 on every one. Then each rank waits for its reductions and all-reduces the norm
     over its data-parallel group; the norm is summed over the pipeline (every rank waits for the
-    slowest); each rank updates and all-gathers. Returns the ranks' timelines."""
+    slowest); each rank updates and all-gathers. `make_run(tl, p)`: rank p's engine on its timeline
+    (default: ShardedRun over its blocks). Returns the ranks' timelines."""
     P, v = layout.P, layout.v
     dp, dp_nodes = dp_scale
     tls, runs, actions = [], [], []
     for p in range(P):
         tl = Timeline(net, dp, dp_nodes, False)
         tls.append(tl)
-        runs.append(ShardedRun(tl, layout.views[p], layout.views[p], dp, opts))
+        runs.append(make_run(tl, p) if make_run else
+                    ShardedRun(tl, layout.views[p], layout.views[p], dp, opts))
         actions.append(pipeline_schedule(P, p, micro_batches, v))
     last = P * v - 1
     done = {}  # (forward, virtual stage, micro-batch): the end of its compute
@@ -1046,6 +1069,356 @@ def pipeline_activation_bytes(shape, layers, boundaries, loss_chunk_gib, sequenc
     held.L = layers
     return (activation_bytes(held, loss_chunk_gib, sequence_parallel) +
             boundaries * boundary_bytes(shape, sequence_parallel))
+
+
+# ----------------------------------------------------------------------------------------------
+# Expert parallelism (lib/model/moe.h, lib/train/expert_parallel.h, lib/zero/grouped_engine.h): a
+# Mixture-of-Experts shape, the all-to-alls of its layers on the compute stream, and ZeRO by two
+# engines, the dense parameters over the stage's data-parallel ranks and the expert stacks over the
+# expert-data-parallel ones
+
+
+def is_expert(name):
+    return ".mlp.experts." in name
+
+
+class MoeShape(Shape):
+    """A Qwen3-MoE-shaped decoder with every layer a Mixture-of-Experts layer and no shared expert:
+    attention as Shape's plus Qwen3's q/k norms, a router [E, H] and the experts' stacks gate_up
+    [E, 2I, H] and down [E, H, I] (lib/model/moe.h), I the experts' width; a token runs through
+    top_k of the E experts. A rank of an expert-parallel group of `ep` holds E/ep of every layer's
+    experts (with_layout())."""
+
+    KEYS = ("hidden", "moe_intermediate", "layers", "heads", "kv_heads", "head_dim", "vocab",
+            "experts", "top_k")
+
+    def __init__(self, name, s, where):
+        self.name = name
+        for k in self.KEYS:
+            if not isinstance(s.get(k), int) or isinstance(s.get(k), bool) or s[k] <= 0:
+                raise InputError(f"{where}.{k} is {s.get(k)!r}; expected a positive integer")
+        self.H, self.I, self.L = s["hidden"], s["moe_intermediate"], s["layers"]
+        self.heads, self.kv_heads, self.head_dim, self.V = (s["heads"], s["kv_heads"],
+                                                            s["head_dim"], s["vocab"])
+        self.E, self.k = s["experts"], s["top_k"]
+        if self.k > self.E:
+            raise InputError(f"{where}.top_k ({self.k}) exceeds its experts ({self.E})")
+        self.tied = bool(s.get("tied", False))
+        self.qkv_bias = False
+        self.qk_norm = bool(s.get("qk_norm", True))
+        self.norm_topk_prob = bool(s.get("norm_topk_prob", True))
+        self.micro, self.seq = 4, 2048
+        self.checkpointing = False
+        self.element_bytes = 2
+        self.layer_rate_of = self.only_in = None
+        self.tp, self.ep = 1, 1
+
+    def with_layout(self, ep, micro, seq, checkpointing):
+        """One rank's view under expert parallelism of `ep`, `micro` sequences of `seq` a
+        micro-step, with or without activation checkpointing."""
+        if self.E % ep:
+            raise InputError(f"{self.name}: {ep} does not divide its {self.E} experts")
+        out = copy.copy(self)
+        out.ep, out.micro, out.seq, out.checkpointing = ep, micro, seq, checkpointing
+        return out
+
+    def parameters(self, whole=False):
+        """[(name, numel, unit)] in dstrain's order (units as Shape's), this rank's E/ep experts
+        (`whole`: all E)."""
+        key = (whole or self.ep == 1, self.ep)
+        cache = self.__dict__.setdefault("_parameters", {})
+        if key not in cache:
+            cache[key] = self._parameters_of(self.E if key[0] else self.E // self.ep)
+        return cache[key]
+
+    def _parameters_of(self, e):
+        H, q, kv = self.H, self.heads * self.head_dim, self.kv_heads * self.head_dim
+        out = [("model.embed_tokens.weight", self.V * H, 0)]
+        for i in range(self.L):
+            p, u = f"model.layers.{i}.", 1 + i
+            out.append((p + "self_attn.q_proj.weight", q * H, u))
+            out.append((p + "self_attn.k_proj.weight", kv * H, u))
+            out.append((p + "self_attn.v_proj.weight", kv * H, u))
+            out.append((p + "self_attn.o_proj.weight", H * q, u))
+            if self.qk_norm:
+                out.append((p + "self_attn.q_norm.weight", self.head_dim, u))
+                out.append((p + "self_attn.k_norm.weight", self.head_dim, u))
+            out.append((p + "mlp.gate.weight", self.E * H, u))
+            out.append((p + "mlp.experts.gate_up_proj", e * 2 * self.I * H, u))
+            out.append((p + "mlp.experts.down_proj", e * H * self.I, u))
+            out.append((p + "input_layernorm.weight", H, u))
+            out.append((p + "post_attention_layernorm.weight", H, u))
+        out.append(("model.norm.weight", H, self.L + 1))
+        if not self.tied:
+            out.append(("lm_head.weight", self.V * H, self.L + 1))
+        return out
+
+    def layer_numel(self):
+        """(dense, experts' active) elements of one layer: everything but the stacks, and top_k
+        experts' matrices, those a token runs through."""
+        dense = sum(n for name, n, u in self.parameters(whole=True)
+                    if u == 1 and not is_expert(name))
+        return dense, self.k * 3 * self.H * self.I
+
+    def active_numel(self):
+        """The parameters a token uses: all but the experts it is not routed to."""
+        total = sum(n for name, n, _ in self.parameters(whole=True) if not is_expert(name))
+        return total + self.L * self.layer_numel()[1]
+
+    def expert_numel(self):
+        return sum(n for name, n, _ in self.parameters(whole=True) if is_expert(name))
+
+    def segment_forward_flops(self):
+        """As Shape's, counting the top_k experts a token runs through (active parameters)."""
+        dense, experts = self.layer_numel()
+        attention = 4 * self.heads * self.head_dim * self.seq
+        return [0] + [2 * (dense + experts) + attention] * self.L + [2 * (self.H + self.V * self.H)]
+
+    def layer_bytes(self, load=1.0):
+        """Bytes a MoE layer keeps for backward per token, as dstrain estimates it on a GPU with its
+        fused kernels (lib/model/blocks.cpp, activation_memory): the two norms, attention with
+        Qwen3's q/k norms, the router's probabilities, indices and weights, and per routed row its
+        input, the SwiGLU terms, its output and weight. `load`: the rows a rank receives against
+        the mean (the rows' input and SwiGLU terms live on the rank of their expert)."""
+        c, C = self.element_bytes, self.H
+        HD, KVD = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        norms = 2 * (2 * c * C + 4)
+        attention = c * (2 * HD + 2 * KVD) + 4 * self.heads
+        if self.qk_norm:
+            attention += c * (HD + KVD) + 4 * (self.heads + self.kv_heads)
+        k, E = self.k, self.E
+        router = 4 * E + 8 * k + (4 * k + 4 if self.norm_topk_prob else 0) + 24 * k
+        rows = k * (load * (c * C + 3 * c * self.I) + c * C + c)
+        return norms + attention + router + rows
+
+
+def moe_activation_bytes(shape, layers, boundaries, loss_bytes, load=1.0):
+    """`layers` layer-micro-batches of `shape`'s micro-batch in flight: each layer's bytes
+    (layer_bytes), or with checkpointing each layer's input and one layer's bytes twice; plus
+    `boundaries` boundary tensors and `loss_bytes`."""
+    a = shape.layer_bytes(load)
+    per_token = (layers * shape.element_bytes * shape.H + 2 * a if shape.checkpointing
+                 else layers * a)
+    return (shape.tokens() * per_token + boundaries * boundary_bytes(shape) + loss_bytes)
+
+
+def moe_block_costs(shape):
+    """pipeline.cpp's block_costs for MoE layers (DecoderLayerImpl::multiply_adds_per_token): a
+    layer's 2-D matrices (attention, router) and top_k experts' stacks, the head its matrix."""
+    costs = [0] * (shape.L + 2)
+    for name, n, u in shape.parameters(whole=True):
+        if name.endswith(("proj.weight", "mlp.gate.weight")) or name == "lm_head.weight":
+            costs[u] += n
+    experts = shape.layer_numel()[1]
+    for u in range(1, shape.L + 1):
+        costs[u] += experts
+    if shape.tied:
+        costs[-1] += shape.V * shape.H
+    return costs
+
+
+class AllToAll:
+    """An all-to-all over an expert-parallel group of `ep` consecutive ranks (8 a node: a group
+    of up to 8 lies in one node, a larger one spans ep / 8 nodes). Each rank sends (ep − 1)/ep of
+    its rows away: to the ranks of its node over NVLink at `nvlink` GB/s, to the others through its
+    own NIC at `nic` GB/s, both at once; `load` scales the busiest rank's bytes. Latency: NCCL's
+    ring latency over the same ranks (n − 1 steps), the fastest protocol for the bytes."""
+
+    def __init__(self, net, nvlink, nic, per_node):
+        self.net, self.nvlink, self.nic, self.per_node = net, nvlink, nic, per_node
+
+    def nodes(self, ep):
+        return max(1, ep // self.per_node)
+
+    def shares(self, ep):
+        """(share of a rank's rows sent inside its node, share sent to other nodes)."""
+        local = min(ep, self.per_node)
+        return (local - 1) / ep, (ep - local) / ep
+
+    def latency(self, protocol, ep):
+        lat, nodes = self.net.lat, self.nodes(ep)
+        steps, inter = ep - 1, nodes - 1
+        intra = lat["nvlink"]["ring"][protocol]
+        if nodes > 1:
+            intra = max(intra, lat["net_overhead"] * (3 if protocol == "Simple" else 1))
+        return (lat["base"]["ring"][protocol] + (steps - inter) * intra +
+                inter * lat["net"]["ring"][protocol]) * 1e-6
+
+    def seconds(self, nbytes, ep, load=1.0):
+        """One all-to-all of `nbytes` a rank (before the split by destination)."""
+        if ep <= 1:
+            return 0.0
+        local, remote = self.shares(ep)
+        proto = self.net.proto
+        best = math.inf
+        for p, share in (("LL128", proto["LL128"]), ("Simple", 1.0)):
+            t = max(load * nbytes * local / (share * self.nvlink * GB),
+                    load * nbytes * remote / (share * self.nic * GB))
+            best = min(best, self.latency(p, ep) + t)
+        return best
+
+    def counts_seconds(self, experts, ep, host):
+        """The exchange of the per-expert counts (8 bytes an expert): one small all-to-all's
+        latency and the host's round trip (dstrain reads the counts on the host to size the rows'
+        exchange)."""
+        if ep <= 1:
+            return 0.0
+        nbytes = 8 * experts * (ep - 1) // ep
+        return self.net.seconds("all_gather", nbytes, ep, self.nodes(ep)) + host
+
+
+class MoeCompute:
+    """Compute's counterpart for a MoeShape rank: each layer's forward and backward at the FLOP rate
+    of a measured dense layer (`ref`: its measured_layers entry, `ref_shape` its shape), the
+    experts' matrices at `efficiency` of it (grouped products); the embedding and head at `rate`;
+    the optimizer at the measured time an element. On the compute stream with each layer (all of
+    them serial): per forward the counts' exchange and the rows' dispatch and combine all-to-alls,
+    per backward the two again, and a checkpointed layer's recompute repeats the forward's three.
+    `load`: the busiest rank's experts' rows against the mean (their compute and all-to-all
+    bytes)."""
+
+    def __init__(self, shape, ref, ref_shape, rate, efficiency, a2a, host, load=1.0):
+        self.shape = shape
+        tokens = shape.tokens()
+        dense, experts = shape.layer_numel()
+        attention = 4 * shape.heads * shape.head_dim * shape.seq
+        work = 2 * dense + attention + load * 2 * experts / efficiency
+        scale = work / ref_shape.segment_forward_flops()[1] * tokens / (ref["micro"] * ref["seq"])
+        fwd, bwd = ref["forward_ms"] * 1e-3 * scale, ref["backward_ms"] * 1e-3 * scale
+        head = 2 * (shape.H + shape.V * shape.H) * tokens / rate
+        rows = tokens * shape.k * shape.H * shape.element_bytes
+        self.one_a2a = a2a.seconds(rows, shape.ep, load)
+        self.counts = a2a.counts_seconds(shape.E, shape.ep, host)
+        forward = self.counts + 2 * self.one_a2a
+        recompute = fwd + forward if shape.checkpointing else 0.0
+        self.a2a_fwd = [0.0] + [forward] * shape.L + [0.0]
+        self.a2a_bwd = [0.0] + [2 * self.one_a2a + (forward if shape.checkpointing else 0.0)] * \
+            shape.L + [0.0]
+        self.layer_compute = (fwd, bwd + (fwd if shape.checkpointing else 0.0))
+        self.fwd = [0.0] + [fwd + forward] * shape.L + [head]
+        self.bwd = [0.0] + [bwd + recompute + 2 * self.one_a2a] * shape.L + [2 * head]
+        self.opt_per_element = ref["optimizer_ns_per_element"] * 1e-9
+        n = len(self.fwd)
+        self.tp_fwd, self.tp_bwd, self.tp_norm = [0.0] * n, [0.0] * n, 0.0
+
+    def a2a_seconds(self):
+        """The all-to-alls and counts' exchanges of one micro-step (all on the critical path)."""
+        return sum(self.a2a_fwd) + sum(self.a2a_bwd)
+
+
+class PartView:
+    """The parameters of `blocks` that one engine holds (`keep(name)`), units renumbered as
+    StageView's, and `comp`'s times of those blocks; L and tied as Units reads them (every block:
+    the whole model's)."""
+
+    def __init__(self, shape, comp, blocks, keep):
+        self.blocks = list(blocks)
+        local = {b: k for k, b in enumerate(self.blocks)}
+        self._params = [(name, n, local[u]) for name, n, u in shape.parameters()
+                        if u in local and keep(name)]
+        self.element_bytes = shape.element_bytes
+        self.fwd = [comp.fwd[b] for b in self.blocks]
+        self.bwd = [comp.bwd[b] for b in self.blocks]
+        self.opt_per_element, self.tp_norm, self.tp_seconds = comp.opt_per_element, 0.0, 0.0
+        self.L, self.tied = len(self.blocks) - 2, shape.tied
+
+    def parameters(self):
+        return self._params
+
+    def numel(self):
+        return sum(n for _, n, _ in self._params)
+
+
+class GroupedShardedRun:
+    """GroupedEngine (lib/zero/grouped_engine.h) at stages 1-2: one backward's compute, each
+    engine's buckets launched as their units finish; the reductions waited for, one norm, each
+    engine's update and all-gathers. dstrain runs each engine's collectives on its own
+    communicator; the model puts them on one stream (the second engine's with its `group`), as they
+    share the same NVLink and NICs."""
+
+    def __init__(self, runs, comp):
+        self.runs, self.comp, self.tl = runs, comp, runs[0].tl
+
+    def backward(self, units, communicate=True, last=True):
+        for r in self.runs:
+            r.begin_backward(communicate, last)
+        for u in units:
+            self.tl.compute(self.comp.bwd[u])
+            for r in self.runs:
+                r.unit_done(u)
+        for r in self.runs:
+            r.end_backward()
+
+    def reduce_norm(self):
+        for r in self.runs:
+            while r.in_flight:
+                r.retire(r.in_flight.popleft())
+        self.tl.wait(self.tl.launch("all_reduce", 8))
+
+    def update_all(self):
+        for r in self.runs:
+            if r.clipping:
+                for b in reversed(range(len(r.cuts))):
+                    r.update(b)
+        for r in self.runs:
+            for end in r.gathers:
+                self.tl.wait(end)
+        return self.tl.t
+
+
+class GroupedStage3Run:
+    """GroupedEngine at stage 3: every engine gathers its own units of each segment (each with its
+    own prefetch budget), one compute, each reduce-scatters its units' gradients; `micro_steps`
+    forwards and backwards, then one norm and each engine's update."""
+
+    def __init__(self, parts, comp):
+        self.parts, self.comp, self.tl = parts, comp, parts[0].tl
+
+    def run(self, micro_steps=1):
+        tl, segs = self.tl, self.parts[0].units.segments
+        for _ in range(micro_steps):
+            for p in self.parts:
+                p.reduced = [False] * p.units.count
+            for k, seg in enumerate(segs):
+                for p in self.parts:
+                    for u in seg:
+                        p.wait_gathered(u)
+                for p in self.parts:
+                    p.prefetch_after(k, +1)
+                tl.compute(self.comp.fwd[k])
+                following = segs[k + 1] if k + 1 < len(segs) else []
+                for p in self.parts:
+                    for u in seg:
+                        if u not in following:
+                            p.release(u)
+            for k in reversed(range(len(segs))):
+                for p in self.parts:
+                    for u in segs[k]:
+                        if not p.reduced[u]:
+                            p.wait_gathered(u)
+                for p in self.parts:
+                    p.prefetch_after(k, -1)
+                tl.compute(self.comp.bwd[k])
+                for p in self.parts:
+                    for u in p.completed_after(k):
+                        if u == "persistent":
+                            p.reduce(u, p.units.persistent)
+                            continue
+                        p.reduced[u] = True
+                        p.reduce(u, p.units.padded[u])
+                        p.release(u)
+        for p in self.parts:
+            while p.reductions:
+                p.retire_oldest()
+        tl.wait(tl.launch("all_reduce", 8))
+        for p in self.parts:
+            if p.clipping:
+                owned = (sum(p.units.padded) + p.units.persistent) / p.n
+                tl.compute(p.comp.opt_per_element * owned)
+        for p in self.parts:
+            if p.units.persistent:
+                tl.wait(tl.launch("all_gather", p.units.persistent * p.es, p.group))
+        return tl.t
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1774,9 +2147,21 @@ class Model:
             ("pp-layouts", self.pp_layouts_table()),
             ("pp-best", self.pp_best_table()),
             ("pp-published", self.pp_published_table()),
+            ("ep-inputs", self.experts().inputs_table()),
+            ("ep-shapes", self.experts().shapes_table()),
+            ("ep-traffic", self.experts().traffic_table()),
+            ("ep-layouts", self.experts().layouts_table()),
+            ("ep-best", self.experts().best_table()),
+            ("ep-published", self.experts().published_table()),
             ("published", self.published_table()),
             ("measured", self.measured_table()),
         ])
+
+    def experts(self):
+        """The expert-parallel projection (its inputs read once)."""
+        if not hasattr(self, "_experts"):
+            self._experts = ExpertProjection(self)
+        return self._experts
 
     def published_table(self):
         rows = []
@@ -1827,6 +2212,444 @@ class Model:
                       "model µs", "case"], rows)
         source = self.inputs.raw["measured_collectives"].get("source")
         return text + (f"\n\nSource: {source}" if isinstance(source, str) else "")
+
+
+# ----------------------------------------------------------------------------------------------
+# Expert parallelism: the layouts searched and their tables
+
+
+MoeRun = collections.namedtuple(
+    "MoeRun", "p ep ed stage ckpt v m tokens step a2a zero memory fits tokens_per_s tflops mfu "
+              "memory_busiest")
+
+
+def moe_name(l):
+    """P × E_p × expert-data-parallel ranks, the ZeRO stage, checkpointing, virtual stages."""
+    return (f"{l.p} × {l.ep} × {l.ed}, stage {l.stage}" + (", checkpointing" if l.ckpt else "") +
+            (f", v {l.v}" if l.v > 1 else ""))
+
+
+class ExpertProjection:
+    """dstrain's expert parallelism on paper (inputs: expert_parallel): each pipeline stage's ranks
+    factorised again, rank in stage = expert_data · E_p + expert; E/E_p of every MoE layer's experts
+    a rank, everything else replicated as without it; ZeRO over the stage's ranks for the dense
+    parameters, over the expert-data-parallel ranks (stage ranks / E_p) for the expert stacks, by two
+    engines; the all-to-alls on the compute stream. TP 1 throughout (dstrain refuses TP with MoE)."""
+
+    def __init__(self, model):
+        self.m = model
+        inputs = model.inputs
+        where = f"{inputs.path}: expert_parallel"
+        specs = inputs.get("expert_parallel.shapes", dict)
+        self.shapes = [MoeShape(name, spec, f"{where}.shapes.{name}") for name, spec in specs.items()]
+        if not self.shapes:
+            raise InputError(f"{where}.shapes has no shape")
+        lists = {}
+        for key in ("sizes", "pipeline_sizes", "virtual_stages"):
+            v = inputs.get(f"expert_parallel.{key}", list)
+            if not v or any(not isinstance(x, int) or isinstance(x, bool) or x <= 0 for x in v):
+                raise InputError(f"{where}.{key} is {v!r}; expected positive integers")
+            lists[key] = v
+        self.sizes, self.pp_sizes, self.virtual = (lists["sizes"], lists["pipeline_sizes"],
+                                                   lists["virtual_stages"])
+        self.tokens = inputs.get("expert_parallel.tokens_per_gpu", int)
+        self.seq = inputs.get("expert_parallel.seq", int)
+        self.pp_micro = inputs.get("expert_parallel.micro_batch_sequences", int)
+        self.prefetch = inputs.get("expert_parallel.p1_prefetch_layers", int)
+        if self.tokens % self.seq or self.tokens % (self.pp_micro * self.seq):
+            raise InputError(f"{where}.tokens_per_gpu ({self.tokens}) is not whole micro-batches")
+        self.scales = []
+        for i, s in enumerate(inputs.get("expert_parallel.scales", list)):
+            if not isinstance(s, dict) or not all(isinstance(s.get(k), int) and s[k] > 0
+                                                  for k in ("gpus", "nodes")) or \
+                    s["gpus"] % s["nodes"]:
+                raise InputError(f"{where}.scales[{i}] is {s!r}; expected whole nodes of GPUs")
+            self.scales.append((s["gpus"], s["nodes"]))
+        self.table_scales = inputs.get("expert_parallel.layouts_table_gpus", list)
+        self.efficiency = inputs.get("expert_parallel.grouped_gemm_efficiency")
+        self.host = inputs.get("expert_parallel.host_round_trip_us") * 1e-6
+        self.load = inputs.get("expert_parallel.busiest_rank_load")
+        bw = inputs.get("expert_parallel.all_to_all_busbw_gbs", dict)
+        if not all(isinstance(bw.get(k), (int, float)) for k in ("nvlink", "per_nic")):
+            raise InputError(f"{where}.all_to_all_busbw_gbs needs nvlink and per_nic (GB/s)")
+        self.ref_name = inputs.get("expert_parallel.layer_rate_of", str)
+        self.ref = model.measured.get(self.ref_name)
+        if self.ref is None or "rate_of" in self.ref:
+            raise InputError(f"{where}.layer_rate_of is {self.ref_name!r}; expected a shape with "
+                             "a measured_layers entry of its own")
+        self.ref_shape = inputs.shape(self.ref_name)
+        self.per_node = 8
+        self.a2a = AllToAll(model.net, bw["nvlink"], bw["per_nic"], self.per_node)
+        self._splits, self._search = {}, {}
+
+    # -- one layout
+
+    def compute(self, shape, load=1.0):
+        return MoeCompute(shape, self.ref, self.ref_shape, self.m.rate, self.efficiency, self.a2a,
+                          self.host, load if shape.ep > 1 else 1.0)
+
+    def split(self, shape, parts):
+        key = (shape.name, parts)
+        if key not in self._splits:
+            self._splits[key] = balance_stages(moe_block_costs(shape), parts)
+        return self._splits[key]
+
+    def groups(self, scale, pp, ep):
+        """(GPUs, nodes) of a stage's data-parallel group (its ranks) and of an
+        expert-data-parallel group (every E_p-th of them: 8 / E_p a node, or one every E_p / 8
+        nodes)."""
+        gpus, nodes = scale
+        per_node = gpus // nodes
+        stage = gpus // pp
+        dp = (stage, max(1, stage // per_node))
+        ed = stage // ep
+        ed_per_node = max(1, min(stage, per_node) // ep)
+        return dp, (ed, max(1, ed // ed_per_node))
+
+    @staticmethod
+    def parts(s, comp, blocks, ep, dp, ed):
+        """[(PartView, (ranks, nodes))]: one engine without expert parallelism, else the dense
+        parameters over the stage's ranks and the expert stacks over the expert-data ranks."""
+        if ep == 1:
+            return [(PartView(s, comp, blocks, lambda name: True), dp)]
+        parts = [(PartView(s, comp, blocks, lambda name: not is_expert(name)), dp),
+                 (PartView(s, comp, blocks, is_expert), ed)]
+        return [(pv, sc) for pv, sc in parts if pv.numel()]  # a stage of no MoE layer: one
+
+    def run(self, shape, scale, pp, ep, stage, ckpt, v, micro, seq, m, simulate=True, load=1.0,
+            faster_than=math.inf):
+        """One layout: `pp` stages of `v` virtual stages, E_p `ep`, ZeRO `stage`, checkpointing
+        `ckpt`, `m` micro-batches (micro-steps without a pipeline) of `micro` sequences of `seq` a
+        GPU. Memory always; the step where `simulate` and it fits (else None), and with a pipeline
+        only where its busiest rank's compute alone is shorter than `faster_than` seconds (the step
+        cannot be shorter than that)."""
+        m_ = self.m
+        net, opts = m_.net, m_.opts
+        s = shape.with_layout(ep, micro, seq, ckpt)
+        comp = self.compute(s, load)
+        dp, ed = self.groups(scale, pp, ep)
+        loss = m_.loss_chunk * GIB
+        layer = moe_activation_bytes(s, 1, 0, 0) - moe_activation_bytes(s, 0, 0, 0)
+        tokens = m * s.tokens() / pp  # a GPU a step
+        loads = (1.0, self.load if ep > 1 else 1.0)  # memory: uniform, and the busiest rank's
+        step = zero = None
+        if stage == 3:
+            if pp > 1:
+                raise InputError("dstrain refuses ZeRO stage 3 with a pipeline")
+            blocks = range(s.L + 2)
+            parts = self.parts(s, comp, blocks, ep, dp, ed)
+            states = sum(model_state_bytes(pv, 3, n, opts) for pv, (n, _) in parts)
+            tl = Timeline(net, dp[0], dp[1], False)
+            runs = []
+            for k, (pv, group) in enumerate(parts):
+                unit = Units(pv, group[0], opts["stage3_param_persistence_threshold"]).padded[1]
+                runs.append(Stage3Run(tl, pv, pv, group[0], opts, self.prefetch * unit,
+                                      None if k == 0 else group))
+            GroupedStage3Run(runs, PartView(s, comp, blocks, lambda name: True)).run(m)
+            acts = [moe_activation_bytes(s, s.L, 0, loss, f) for f in loads]
+            memory = [states + tl.mem_peak + a for a in acts]
+            step, zero = tl.t, tl.comm_busy
+        else:
+            layout = PipelineLayout(s, comp, pp, v, scale, self.split(shape, pp * v))
+            one = boundary_bytes(s)
+            transfer = [net.transfer_seconds(one, a) for a in layout.across]
+            last = pp * v - 1
+            memory = [0, 0]
+            parts_of = []
+            for p in range(pp):
+                parts = self.parts(s, comp, layout.views[p].blocks, ep, dp, ed)
+                parts_of.append(parts)
+                states = sum(model_state_bytes(pv, stage, n, opts) for pv, (n, _) in parts)
+                buffers = sum(transient_bytes(net, pv, pv, stage, sc, opts) for pv, sc in parts)
+                held, nb = max(pipeline_held(layout, p, m), key=lambda h: h[0] * layer + h[1] * one)
+                chunk = loss if p == layout.rank_of(last) else 0
+                for i, f in enumerate(loads):
+                    act = moe_activation_bytes(s, held, nb, chunk, f)
+                    memory[i] = max(memory[i], states + buffers + act)
+            busiest = m * max(sum(view.fwd) + sum(view.bwd) for view in layout.views)
+            if simulate and memory[0] <= m_.memory and busiest < faster_than:
+                def make_run(tl, p):
+                    runs = []
+                    for k, (pv, group) in enumerate(parts_of[p]):
+                        runs.append(ShardedRun(tl, pv, pv, group[0], opts,
+                                               None if k == 0 else group))
+                    return GroupedShardedRun(runs, layout.views[p])
+
+                tls = pipeline_step(net, layout, stage, dp, opts, m, transfer,
+                                    min(pp, scale[1]), make_run)
+                step = max(tl.t for tl in tls)
+                zero = max(tl.comm_busy for tl in tls)
+        if stage == 3:
+            a2a = m * comp.a2a_seconds()
+        else:  # the rank whose layers exchange the most
+            a2a = m * max(sum(comp.a2a_fwd[b] + comp.a2a_bwd[b] for b in view.blocks)
+                          for view in layout.views)
+        fits = memory[0] <= m_.memory
+        tps = tflops = mfu = None
+        if step is not None:
+            tps = tokens / step
+            tflops = s.flops_per_token() * tps
+            mfu = tflops / m_.peak
+        return MoeRun(pp, ep, ed[0], stage, ckpt, v, m, tokens, step, a2a, zero, memory[0], fits,
+                      tps, tflops, mfu, memory[1])
+
+    # -- the search at tokens_per_gpu
+
+    def search(self, shape, scale):
+        """Every layout of `scale`: P, E_p, ZeRO stage (3 only without a pipeline), checkpointing
+        and v; the step simulated where it fits and no faster layout of the same P, E_p and v
+        fits with less (stage 1 before 2, no checkpointing before checkpointing)."""
+        key = (shape.name, scale)
+        if key in self._search:
+            return self._search[key]
+        gpus, _ = scale
+        out = []
+        best = collections.defaultdict(lambda: math.inf)  # each E_p's fastest step so far
+        for pp in self.pp_sizes:
+            if gpus % pp:
+                continue
+            for ep in self.sizes:
+                if (gpus // pp) % ep or shape.E % ep:
+                    continue
+                if pp == 1:
+                    micro, m, chunks = self.tokens // self.seq, 1, [1]
+                else:
+                    micro, m = self.pp_micro, self.tokens * pp // (self.pp_micro * self.seq)
+                    chunks = [v for v in self.virtual if pp * v <= shape.L + 2 and
+                              (v == 1 or m % pp == 0)]
+                for v in chunks:
+                    fitted = set()
+                    order = [(False, 1), (False, 2), (True, 1), (True, 2)]
+                    if pp == 1:
+                        order += [(False, 3), (True, 3)]
+                    for ckpt, stage in order:
+                        dominated = ((not ckpt and stage == 2 and (False, 1) in fitted) or
+                                     (ckpt and (False, stage) in fitted) or
+                                     (ckpt and stage == 2 and (True, 1) in fitted))
+                        if stage == 3 and ckpt and (False, 3) in fitted:
+                            dominated = True
+                        l = self.run(shape, scale, pp, ep, stage, ckpt, v, micro, self.seq, m,
+                                     simulate=not dominated, faster_than=best[ep])
+                        if l.fits:
+                            fitted.add((ckpt, stage))
+                            if l.step is not None:
+                                best[ep] = min(best[ep], l.step)
+                        out.append(l)
+        self._search[key] = out
+        return out
+
+    @staticmethod
+    def fastest(runs, ep=None):
+        fit = [l for l in runs if l.fits and l.step is not None and ep in (None, l.ep)]
+        return min(fit, key=lambda l: l.step) if fit else None
+
+    # -- tables
+
+    def inputs_table(self):
+        inputs = self.m.inputs
+        rows = []
+        for key, what in (("grouped_gemm_efficiency",
+                           "experts' grouped matrix products, share of the dense layer's "
+                           "FLOP rate"),
+                          ("host_round_trip_us", "host round trip of the counts' exchange, µs"),
+                          ("all_to_all_busbw_gbs", "all-to-all: GB/s a rank sends, by link"),
+                          ("busiest_rank_load", "busiest rank's routed rows against the mean "
+                                                "(sensitivity)")):
+            entry = inputs.get("expert_parallel", dict).get(key)
+            if not isinstance(entry, dict) or not {"value", "kind", "where"} <= entry.keys():
+                raise InputError(f"{inputs.path}: key 'expert_parallel.{key}' must be an object "
+                                 "with value, kind, where and source")
+            v = entry["value"]
+            shown = (", ".join(f"{k}: {x}" for k, x in v.items()) if isinstance(v, dict)
+                     else f"{v:,}")
+            rows.append([what, shown, entry["kind"], entry["where"]])
+        ref = self.ref_shape
+        flops = 3 * ref.segment_forward_flops()[1] * self.ref["micro"] * self.ref["seq"]
+        rate = flops / ((self.ref["forward_ms"] + self.ref["backward_ms"]) * 1e-3)
+        rows.append([f"FLOP/s of attention and router (and of the experts before the factor above)",
+                     f"{rate:.3g} ({fmt(100 * rate / self.m.peak)}% of peak)", "derived",
+                     f"the {self.ref_name} layer's measured forward + backward"])
+        advice = inputs.get("expert_parallel", dict).get("dispatcher_advice")
+        if isinstance(advice, dict):
+            rows.append(["all-to-all or DeepEP at E_p ≤ 8", advice.get("value", ""),
+                         advice.get("kind", ""), advice.get("where", "")])
+        return table(["input", "value", "kind", "where"], rows)
+
+    def shapes_table(self):
+        rows = []
+        for shape in self.shapes:
+            s = shape.with_layout(1, self.tokens // self.seq, self.seq, False)
+            comp = self.compute(s)
+            dense, experts = s.layer_numel()
+            attention = 4 * s.heads * s.head_dim * s.seq
+            work = 2 * dense + attention + 2 * experts / self.efficiency
+            total = sum(n for _, n, _ in s.parameters(whole=True))
+            rows.append([shape.name, f"{s.E} × top {s.k}, width {s.I}", f"{total / 1e9:.2f} B",
+                         f"{s.expert_numel() / 1e9:.2f} B", f"{s.active_numel() / 1e9:.2f} B",
+                         f"{s.flops_per_token() / 1e9:.2f}", f"{s.micro} × {s.seq}",
+                         fmt((comp.fwd[1] + comp.bwd[1]) * 1e3, 2),
+                         f"{100 * 2 * experts / self.efficiency / work:.0f}%",
+                         fmt((comp.fwd[-1] + comp.bwd[-1]) * 1e3, 1),
+                         fmt(comp.opt_per_element * total * 1e3, 0)])
+        return table(["shape", "experts", "parameters", "of them experts", "active a token",
+                      "GFLOP/token (active)", "tokens a GPU", "one layer fwd+bwd ms (E_p 1)",
+                      "experts' share of its time", "head fwd+bwd ms",
+                      "optimizer ms (all elements, one GPU)"], rows)
+
+    def traffic_table(self):
+        rows = []
+        for shape in self.shapes:
+            for ep in self.sizes:
+                if ep == 1 or shape.E % ep:
+                    continue
+                s = shape.with_layout(ep, self.tokens // self.seq, self.seq, False)
+                comp, busy = self.compute(s), self.compute(s, self.load)
+                rows_bytes = s.tokens() * s.k * s.H * s.element_bytes
+                local, remote = self.a2a.shares(ep)
+                fwd, bwd = comp.layer_compute
+                layer = comp.a2a_fwd[1] + comp.a2a_bwd[1]
+                ck = shape.with_layout(ep, self.tokens // self.seq, self.seq, True)
+                ck_comp = self.compute(ck)
+                rows.append([shape.name, ep, self.a2a.nodes(ep), fmt(rows_bytes / 1e6, 0),
+                             fmt(rows_bytes * local / 1e6, 0), fmt(rows_bytes * remote / 1e6, 0),
+                             fmt(comp.one_a2a * 1e3, 2), fmt(comp.counts * 1e6, 0),
+                             fmt(layer * 1e3, 2),
+                             fmt((ck_comp.a2a_fwd[1] + ck_comp.a2a_bwd[1]) * 1e3, 2),
+                             fmt((fwd + bwd) * 1e3, 2), f"{100 * layer / (fwd + bwd):.0f}%",
+                             fmt((busy.a2a_fwd[1] + busy.a2a_bwd[1]) * 1e3, 2)])
+        return table(["shape", "E_p", "nodes a group spans", "rows a rank sends, MB (all-to-all)",
+                      "to its node's ranks MB", "to other nodes MB", "one all-to-all ms",
+                      "counts' exchange µs", "a layer's all-to-alls ms (fwd + bwd)",
+                      "with checkpointing ms", "a layer's compute ms", "all-to-alls / compute",
+                      f"busiest rank ({self.load}×) ms"], rows)
+
+    def layouts_table(self):
+        """Each E_p's fastest layout at the scales of layouts_table_gpus."""
+        rows = []
+        for shape in self.shapes:
+            for scale in self.scales:
+                if scale[0] not in self.table_scales:
+                    continue
+                runs = self.search(shape, scale)
+                base = self.fastest(runs, 1)
+                for ep in self.sizes:
+                    mine = [l for l in runs if l.ep == ep]
+                    if not mine:
+                        continue
+                    best = self.fastest(mine)
+                    count = f"{sum(l.fits for l in mine)} of {len(mine)}"
+                    if best is None:
+                        least = min(mine, key=lambda l: l.memory)
+                        rows.append([shape.name, scale[0], ep,
+                                     f"nothing fits (least: {moe_name(least)}, "
+                                     f"{fmt(least.memory / GB)} GB)"] + [""] * 7 + [count, ""])
+                        continue
+                    rows.append([shape.name, scale[0], ep, moe_name(best), fmt(best.memory / GB),
+                                 fmt(best.a2a * 1e3), fmt(best.zero * 1e3), fmt(best.step * 1e3),
+                                 fmt(best.tokens_per_s, 0), fmt(best.tflops / 1e12, 0),
+                                 f"{100 * best.mfu:.1f}%", count,
+                                 gain(base.step, best.step) if base else "—"])
+        return table(["shape", "GPUs", "E_p", "fastest that fits (P × E_p × expert-data, stage)",
+                      "GB a GPU", "all-to-all ms (serial)", "ZeRO comm ms", "step ms",
+                      "tokens/s per GPU", "TFLOP/s per GPU", "MFU", "layouts that fit",
+                      "vs E_p 1"], rows)
+
+    def busiest(self, shape, scale, l):
+        """Layout l again with the busiest rank's load: its step (every rank waits for it)."""
+        micro = l.tokens * l.p // (l.m * self.seq)
+        return self.run(shape, scale, l.p, l.ep, l.stage, l.ckpt, l.v, micro, self.seq, l.m,
+                        load=self.load)
+
+    def best_table(self):
+        rows = []
+        for shape in self.shapes:
+            for scale in self.scales:
+                runs = self.search(shape, scale)
+                best, flat = self.fastest(runs), self.fastest(runs, 1)
+                row = [shape.name, scale[0]]
+                if best is None:
+                    least = min(runs, key=lambda l: l.memory)
+                    row += [f"nothing fits (least: {moe_name(least)}, {fmt(least.memory / GB)} GB)"]
+                    row += [""] * 10
+                else:
+                    busy = self.busiest(shape, scale, best)
+                    row += [moe_name(best), fmt(best.step * 1e3), fmt(best.tokens_per_s, 0),
+                            fmt(best.tflops / 1e12, 0), f"{100 * best.mfu:.1f}%",
+                            fmt(best.memory / GB), fmt(best.a2a * 1e3),
+                            fmt(busy.tokens_per_s, 0) if busy.step else "",
+                            fmt(busy.memory_busiest / GB)]
+                    row += [gain(best.step, busy.step) if busy.step else ""]
+                if flat is None:
+                    row += ["nothing fits", "", "", ""]
+                else:
+                    row += [moe_name(flat), fmt(flat.tokens_per_s, 0), fmt(flat.tflops / 1e12, 0),
+                            gain(flat.step, best.step) if best else ""]
+                rows.append(row)
+        return table(["shape", "GPUs", "fastest that fits (P × E_p × expert-data, stage)",
+                      "step ms", "tokens/s per GPU", "TFLOP/s per GPU", "MFU", "GB a GPU",
+                      "all-to-all ms (serial)", f"busiest rank at {self.load}×: tokens/s per GPU",
+                      "its GB", "its loss", "E_p 1: fastest", "tokens/s per GPU",
+                      "TFLOP/s per GPU", "expert parallelism's gain"], rows)
+
+    def published_table(self):
+        rows = []
+        by_name = {s.name: s for s in self.shapes}
+        for i, r in enumerate(self.m.inputs.get("published_expert_parallel", list)):
+            where = f"{self.m.inputs.path}: published_expert_parallel[{i}]"
+            try:
+                shape = by_name[r["shape"]]
+                scale = (r["gpus"], r["nodes"])
+                per_gpu = r["global_batch"] * r["seq"] // r["gpus"]
+                vp = f" (VP {r['vp']})" if "vp" in r else ""
+                layout = (f"TP {r['tp']} × PP {r['pp']}{vp} × EP {r['ep']}, "
+                          f"{r['micro']} × {r['seq']} a micro-batch")
+                if "tokens_per_s_per_gpu" in r:
+                    tokens_s = r["tokens_per_s_per_gpu"]
+                    published = f"{tokens_s:,}"
+                elif "step_s" in r:
+                    tokens_s = r["global_batch"] * r["seq"] / r["step_s"] / r["gpus"]
+                    published = f"{tokens_s:,.0f} (from its {r['step_s']} s step)"
+                else:
+                    tokens_s, published = None, "—"
+                ours = r["dstrain"]
+            except (KeyError, TypeError) as e:
+                raise InputError(f"{where}: missing or malformed {e}")
+            for j, d in enumerate(ours):
+                try:
+                    pp, ep, stage, v = d["pp"], d["ep"], d["stage"], d.get("v", 1)
+                except (KeyError, TypeError) as e:
+                    raise InputError(f"{where}.dstrain[{j}]: missing or malformed {e}")
+                micro = d.get("micro", r["micro"])  # sequences a GPU a micro-batch (TP 1)
+                m = per_gpu * pp // (micro * r["seq"])
+                if r["gpus"] % pp or (r["gpus"] // pp) % ep or per_gpu * pp % (micro * r["seq"]):
+                    raise InputError(f"{where}.dstrain[{j}]: the layout or micro-batch does not "
+                                     "divide")
+                cands = [self.run(shape, scale, pp, ep, stage, ck, v, micro, r["seq"], m)
+                         for ck in (False, True)]
+                fit = [l for l in cands if l.fits and l.step is not None]
+                l = min(fit, key=lambda x: x.step) if fit else min(cands, key=lambda x: x.memory)
+                theirs = ""
+                if l.step is not None and tokens_s:
+                    theirs = fmt(l.tokens_per_s * r["tflops_per_gpu"] / tokens_s, 0)
+                first = j == 0
+                rows.append([r["name"] if first else "", r["gpus"] if first else "",
+                             layout if first else "", f"{per_gpu:,}" if first else "",
+                             published if first else "",
+                             f"{r['tflops_per_gpu']}" if first else "",
+                             f"{shape.name}, {moe_name(l)}, {l.m} micro-steps" if l.p == 1 else
+                             f"{shape.name}, {moe_name(l)}, m {l.m}",
+                             "yes" if l.fits else "**no**", fmt(l.memory / GB),
+                             fmt(l.a2a * 1e3) if l.step else "",
+                             fmt(l.zero * 1e3) if l.step else "",
+                             fmt(l.step * 1e3) if l.step else "",
+                             fmt(l.tokens_per_s, 0) if l.step else "",
+                             fmt(l.tflops / 1e12, 0) if l.step else "", theirs])
+        return table(["published run (H100, bf16)", "GPUs", "layout", "tokens a GPU a step",
+                      "tokens/s per GPU", "TFLOP/s per GPU",
+                      "dstrain, same GPUs and tokens (model)",
+                      "fits", "GB a GPU", "all-to-all ms (serial)", "ZeRO comm ms", "step ms",
+                      "tokens/s per GPU", "TFLOP/s per GPU (this page's FLOPs)",
+                      "TFLOP/s per GPU (the run's FLOPs a token)"], rows)
 
 
 # ----------------------------------------------------------------------------------------------
