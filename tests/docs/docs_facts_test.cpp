@@ -255,5 +255,67 @@ TEST(DocsFacts, EveryLinkBetweenPagesPointsAtAPageAndAHeading) {
   EXPECT_EQ(anchors("# A\n```\n# not a heading\n```\n## A\n").count("a-1"), 1u);
 }
 
+// README.md and every docs/*.md by name.
+std::vector<std::string> user_pages() {
+  std::vector<std::string> pages = {"README.md"};
+  for (const auto& entry : stdfs::directory_iterator(DSTRAIN_SOURCE_DIR "/docs")) {
+    if (entry.path().extension() == ".md")
+      pages.push_back("docs/" + entry.path().filename().string());
+  }
+  return pages;
+}
+
+// What the user pages may not say of commits and of how the project came to be, outside code
+// blocks: a commit hash (7 to 40 hex digits, letters and digits both) other than a figure's
+// citation, that is other than in a URL or with "commit", "build" or a date (2026-11-23) in its
+// line before it or in the 6 lines above; and phrases of development history.
+std::vector<std::string> history_findings(const std::string& page, const std::string& text) {
+  static const std::regex hash("\\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\\b");
+  static const std::regex cited("commit|build|20[0-9]{2}-[0-9]{2}-[0-9]{2}", std::regex::icase);
+  static const std::regex url("https?://\\S*$");
+  static const std::regex history(
+      "as it was in (these|those|the) commits?|before [a-z`_ ]{0,40} (was|were) recorded|"
+      "the default before|pre-unity|this session|a previous session|in an earlier (build|version)",
+      std::regex::icase);
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::vector<std::string> out;
+  bool fenced = false;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string& line = lines[i];
+    if (line.rfind("```", 0) == 0) fenced = !fenced;
+    if (fenced || line.rfind("```", 0) == 0) continue;
+    const std::string where = page + ":" + std::to_string(i + 1) + ": ";
+    std::smatch m;
+    if (std::regex_search(line, m, history)) out.push_back(where + "history: " + m.str());
+    for (std::sregex_iterator it(line.begin(), line.end(), hash), e; it != e; ++it) {
+      const std::string before = line.substr(0, static_cast<size_t>(it->position()));
+      if (std::regex_search(before, url)) continue;
+      std::string window = before;
+      for (size_t k = i >= 6 ? i - 6 : 0; k < i; ++k) window += "\n" + lines[k];
+      if (!std::regex_search(window, cited)) out.push_back(where + "commit " + it->str());
+    }
+  }
+  return out;
+}
+
+TEST(DocsFacts, CommitsAppearOnlyAsAFiguresCitationAndNoDevelopmentHistory) {
+  std::vector<std::string> findings;
+  for (const std::string& page : user_pages()) {
+    for (std::string& f : history_findings(page, source_file(page))) findings.push_back(f);
+  }
+  std::string said;
+  for (const std::string& f : findings) said += f + "\n";
+  EXPECT_TRUE(findings.empty()) << said;
+  // The check can fail.
+  EXPECT_EQ(history_findings("p", "Measured 5 tokens/s.\nThe fix landed in 1a2b3c4.\n").size(), 1u);
+  EXPECT_EQ(history_findings("p", "2026-11-23, recorded in commit 1a2b3c4.\n").size(), 0u);
+  EXPECT_EQ(history_findings("p", "[x](https://github.com/a/b/blob/1a2b3c4d/f.cc)\n").size(), 0u);
+  EXPECT_EQ(history_findings("p", "```\n1a2b3c4\n```\n").size(), 0u);
+  EXPECT_EQ(history_findings("p", "The default before documents existed.\n").size(), 1u);
+  EXPECT_EQ(history_findings("p", "a decade of added faces\n").size(), 0u);
+}
+
 }  // namespace
 }  // namespace dstrain::testing
