@@ -297,6 +297,30 @@ TEST(MoeRouting, ZeroThreeWithOneRanksTokensOnOneExpert) {
   EXPECT_LT(want_metrics["moe/dead_experts"].at(1), 3 * 3);
 }
 
+// Expert parallelism with every token of both ranks routed to expert 0 (the first rank's): that
+// rank's experts compute every row, the other's none, and the run is one process's with the same
+// micro-batches (E_p 2 at ZeRO 3, the router losses on).
+TEST(MoeRouting, ExpertParallelWithEveryTokenOnOneRanksExperts) {
+  const TempDir models, data;
+  const std::vector<std::string> common = {
+      write_skewed_model(models),     "model.init=pretrained", "data.packing=pad",
+      "data.shuffle=false",           "data.eval_split=0",     "model.router_aux_loss=true",
+      write_skewed_corpus(data, true)};
+  std::vector<std::string> spread = common;
+  spread.push_back("parallel.expert_parallel_size=2");
+  Metrics got_metrics, want_metrics;
+  const Curves got = run_with_metrics(2, 3, 1, spread, got_metrics);
+  const Curves want = run_with_metrics(1, 0, 2, common, want_metrics);
+  ASSERT_EQ(want.train.size(), static_cast<size_t>(kSteps));
+  expect_same_curve(got.train, want.train, 1e-5, "train/loss");
+  expect_same_curve(got_metrics["train/aux_loss"], want_metrics["train/aux_loss"], 1e-5,
+                    "train/aux_loss");
+  // One of the two expert-parallel ranks computed every row: its rows over the mean, 2.
+  const auto& received = got_metrics["moe/expert_parallel/received_max_over_mean"];
+  ASSERT_EQ(received.size(), static_cast<size_t>(kSteps));
+  for (const auto& [step, ratio] : received) EXPECT_DOUBLE_EQ(ratio, 2.0) << "step " << step;
+}
+
 // A MoE run with the router losses at ZeRO 3 resumed from its step-10 checkpoint: every later
 // step's loss and load-balancing loss exactly the uninterrupted run's.
 // 20 steps at ZeRO 3 with the router losses and `more` overrides (the run's log says `says`),
