@@ -111,7 +111,7 @@ std::vector<Placement> DecoderLayerImpl::placements() {
     if (!n->is_empty()) declared.emplace_back((*n)->weight, (*n)->placement());
   }
   // A MoE layer's router and shared expert: whole on every rank; its experts split over the
-  // expert-parallel group where there is one.
+  // expert-parallel group where there is one (declared first: a tensor's first declaration counts).
   if (!sparse_mlp.is_empty()) {
     const Experts& experts = sparse_mlp->experts;
     const Placement stacks =
